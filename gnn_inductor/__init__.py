@@ -1,0 +1,10 @@
+"""gnn_inductor: a torch.compile backend that rewrites GNN message passing into IO-aware ops.
+
+Use ``torch.compile(model, backend="gnn_io")``; read what happened with :func:`report`; guard your
+own models with :func:`gnn_inductor.testing.check_rewrites`.
+"""
+from gnn_inductor.backend import gnn_io
+from gnn_inductor.report import report
+
+__all__ = ["gnn_io", "report"]
+__version__ = "0.1.0"

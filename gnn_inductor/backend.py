@@ -1,0 +1,60 @@
+"""The ``gnn_io`` torch.compile backend: capture, canonicalise, match, rewrite, hoist, compile.
+
+``torch.compile(model, backend="gnn_io")`` finds this function through the
+``torch_dynamo_backends`` entry point, so nothing needs importing first. Importing this module
+turns on Dynamo's capture of dynamic-output-shape ops (``nonzero``, boolean masks), so that PyG
+layers that add self loops (GCNConv, GATConv) are captured as one graph per layer instead of
+being split at ``nonzero``; the data-dependent sizes then live in the graph plan.
+"""
+from __future__ import annotations
+
+import torch
+import torch._dynamo
+
+from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
+from gnn_inductor import report as _report
+from gnn_inductor.canonical import canonicalize, fake_mode_of
+from gnn_inductor.plan import PlanCache, hoist_structure, plan_stats_hook
+from gnn_inductor.rewrite import RewriteContext, run_patterns
+
+torch._dynamo.config.capture_dynamic_output_shape_ops = True
+
+
+def _inner_compile(gm, example_inputs):
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+
+    # The FX graph cache cannot pickle graphs holding Python custom ops' metadata; skip it quietly.
+    with inductor_config.patch(fx_graph_cache=False):
+        return compile_fx(gm, example_inputs)
+
+
+def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
+    """Dynamo backend: rewrite message passing into ``torch.ops.gnn_io`` ops, hand the rest to Inductor."""
+    aten_gm = canonicalize(gm)
+    ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm)))
+    graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
+    graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+    hoisted = hoist_structure(aten_gm)
+    if hoisted is None:
+        _report.add(graph_report)
+        return _inner_compile(aten_gm, list(example_inputs))
+
+    graph_report.hoisted_nodes = hoisted.num_nodes
+    num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
+    outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
+    cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
+    compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals))
+    positions = hoisted.input_positions
+    _report.add(graph_report)
+
+    def run(*args):
+        plan = cache([args[i] for i in positions])
+        plan = plan[len(plan) - num_sizes:] + plan[:len(plan) - num_sizes]
+        graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
+        if cache.hits == 0:
+            _report.write_env_report()
+        return compiled(*args, *plan)
+
+    run._gnn_io_cache = cache
+    return run

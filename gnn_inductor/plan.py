@@ -1,0 +1,193 @@
+"""Graph plans: structure work done once per graph.
+
+After the rewrite, every node computed from graph structure alone (self-loop insertion, degree
+normalisation, CSR builds, degree statistics: see ``graph_match.structure_nodes``) is cut out of
+the graph into a *structure function*. At run time its outputs are cached per graph and fed to the
+compiled remainder as extra inputs, so Inductor never recomputes (or reuses the memory of) them.
+
+The cache is keyed by the identity and version counter of the structure input tensors and the
+values of symbolic sizes. It holds only weak references to those inputs (an entry dies with its
+graph) and never outputs that alias them (views of inputs are recomputed in the main graph), and
+an in-place change to ``edge_index`` bumps its version, which misses the cache. A new graph each
+call (mini-batches) simply builds a new plan each call.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from gnn_inductor.graph_match import structure_nodes, val
+from gnn_inductor.kernels.csr import degree_stats
+
+MAX_PLANS_PER_GRAPH = 8
+
+
+def _is_alias(node: Node) -> bool:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+@dataclass
+class Hoisted:
+    structure_gm: GraphModule
+    input_positions: list   # positions of the main graph's placeholders the structure fn reads
+    outputs: list           # structure nodes the main graph now receives as extra inputs
+    output_vals: list       # example inputs for them: data-dependent sizes first, then fake tensors
+    num_nodes: int
+
+
+def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
+    """Move the structure-only computation of ``gm`` into its own GraphModule; ``gm`` gets one
+    new trailing placeholder per structure output. None when there is nothing worth hoisting."""
+    graph = gm.graph
+    structure = structure_nodes(graph)
+    hoisted = {n for n in structure if n.op == "call_function"}
+    changed = True
+    while changed:  # symbolic scalars cannot cross as tensors: leave them (and what they need) in the main graph
+        changed = False
+        for n in list(hoisted):
+            if not isinstance(val(n), torch.Tensor) and val(n) is not None and any(u not in hoisted for u in n.users):
+                hoisted.discard(n)
+                changed = True
+    aliases = set()
+    for n in graph.nodes:
+        if n in hoisted and _is_alias(n) and all(i.op in ("placeholder", "get_attr") or i in aliases
+                                                 for i in n.all_input_nodes):
+            aliases.add(n)
+    work = hoisted - aliases
+    if not work:
+        return None
+    outputs = [n for n in graph.nodes if n in work and isinstance(val(n), torch.Tensor)
+               and any(u not in hoisted for u in n.users)]
+    if not outputs:
+        return None
+
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    needed = [p for p in placeholders if any(u in hoisted for u in p.users)]
+    sgraph = Graph()
+    env = {p: sgraph.placeholder(p.name) for p in needed}
+    owner = torch.nn.Module()
+    for n in graph.nodes:
+        if n.op == "get_attr" and any(u in hoisted for u in n.users):
+            setattr(owner, n.target, getattr(gm, n.target))
+            env[n] = sgraph.get_attr(n.target)
+    for n in graph.nodes:
+        if n in hoisted:
+            env[n] = sgraph.node_copy(n, lambda x: env[x])
+    # Data-dependent sizes (self loops found by nonzero) must reach Inductor as plain symbols.
+    symbol_sources = _unbacked_symbol_sources(graph, hoisted, outputs)
+    if symbol_sources is None:
+        return None
+    size_outputs = [sgraph.call_function(torch.ops.aten.sym_size.int, (env[n], d)) for _, n, d in symbol_sources]
+    sgraph.output(tuple(env[o] for o in outputs) + tuple(size_outputs))
+    structure_gm = GraphModule(owner, sgraph)
+
+    last = placeholders[-1]
+    for i, (symbol, n, d) in enumerate(symbol_sources):
+        with graph.inserting_after(last):
+            last = graph.placeholder(f"plan_size_{i}")
+        last.meta["val"] = val(n).shape[d]
+    for i, out in enumerate(outputs):
+        with graph.inserting_after(last):
+            ph = graph.placeholder(f"plan_{i}")
+        ph.meta["val"] = val(out)
+        out.replace_all_uses_with(ph)
+        last = ph
+    for n in reversed(list(graph.nodes)):
+        if n in work and not n.users:
+            graph.erase_node(n)
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    return Hoisted(structure_gm, [placeholders.index(p) for p in needed], outputs,
+                   [val(n).shape[d] for _, n, d in symbol_sources] + [val(o) for o in outputs], len(work))
+
+
+def _unbacked_symbol_sources(graph: Graph, hoisted: set, outputs: list) -> Optional[list]:
+    """For each data-dependent symbol in the outputs' shapes, a hoisted node and dim whose size is
+    exactly that symbol: ``[(symbol, node, dim)]``; None when one has no such source."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    wanted = set()
+    for out in outputs:
+        wanted |= free_unbacked_symbols(val(out))
+    sources = []
+    for symbol in sorted(wanted, key=str):
+        found = next(((symbol, n, d) for n in graph.nodes if n in hoisted and isinstance(val(n), torch.Tensor)
+                      for d, size in enumerate(val(n).shape)
+                      if isinstance(size, torch.SymInt) and size.node.expr == symbol), None)
+        if found is None:
+            return None
+        sources.append(found)
+    return sources
+
+
+def _version(t) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter: never cache them
+        return None
+
+
+@dataclass(eq=False)
+class _Entry:
+    refs: list
+    versions: list
+    scalars: list
+    outputs: tuple
+
+
+@dataclass
+class PlanCache:
+    """Runs a structure function once per graph and returns the cached outputs after that."""
+    structure_fn: Callable
+    on_build: Callable = lambda outputs: None
+    entries: list = field(default_factory=list)
+    builds: int = 0
+    hits: int = 0
+
+    def __call__(self, inputs: list) -> tuple:
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        scalars = [int(s) for s in inputs if not isinstance(s, torch.Tensor)]
+        versions = [_version(t) for t in tensors]
+        for entry in self.entries:
+            if entry.scalars == scalars and entry.versions == versions and \
+                    all(r() is t for r, t in zip(entry.refs, tensors)):
+                self.hits += 1
+                return entry.outputs
+        outputs = tuple(self.structure_fn(*inputs))
+        self.builds += 1
+        self.on_build(outputs)
+        if None not in versions:
+            self._remember(tensors, versions, scalars, outputs)
+        return outputs
+
+    def _remember(self, tensors, versions, scalars, outputs) -> None:
+        entry = _Entry([], versions, scalars, outputs)
+        this = weakref.ref(self)
+
+        def forget(_ref, entry=entry):
+            cache = this()
+            if cache is not None and entry in cache.entries:
+                cache.entries.remove(entry)
+
+        entry.refs = [weakref.ref(t, forget) for t in tensors]
+        self.entries.insert(0, entry)
+        del self.entries[MAX_PLANS_PER_GRAPH:]
+
+
+def plan_stats_hook(rewrites: list, outputs_index: dict) -> Callable:
+    """Fills each rewrite's ``graph_stats`` from its CSR ``rowptr`` when a plan is built."""
+    def on_build(outputs):
+        for rewrite in rewrites:
+            pos = outputs_index.get(getattr(rewrite, "plan_node", None))
+            if pos is not None:
+                rewrite.graph_stats = degree_stats(outputs[pos])
+    return on_build

@@ -1,0 +1,153 @@
+"""The rewrite report: what matched where in the user's source, which op and kernel, what the
+graph plan saw, and what did not match and why.
+
+``gnn_inductor.report(model)`` prints it; ``GNN_IO_REPORT=path.json`` writes the JSON for every
+graph compiled in the process (rewritten after each compile and each plan build).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_LIBRARY_PARTS = (os.sep + "torch" + os.sep, os.sep + "torch_geometric" + os.sep, os.sep + "gnn_inductor" + os.sep,
+                  os.sep + "dgl" + os.sep)
+
+
+def _frames(stack_trace: Optional[str]) -> list:
+    if not stack_trace:
+        return []
+    return [f"{path}:{line} in {func}" for path, line, func in _FRAME.findall(stack_trace)]
+
+
+def source_of(node) -> dict:
+    """``{"source": file:line, "layer": file:line, "frames": [...]}`` from an FX node's stack trace.
+
+    ``source`` is the innermost frame in user code; where the whole stack is library code (a PyG
+    layer compiled on its own) it is the innermost frame in the layer's own file.
+    """
+    frames = _frames(node.meta.get("stack_trace"))
+    user = [f for f in frames if not any(part in f for part in _LIBRARY_PARTS)
+            and not os.path.basename(f).startswith("torch_geometric.")]  # PyG's generated propagate code
+    layer = [f for f in frames if ("torch_geometric" + os.sep + "nn" + os.sep + "conv") in f
+             or ("dgl" + os.sep + "nn" + os.sep) in f]
+    pick = user[-1] if user else (layer or frames or ["<unknown>"])[0]
+    return {"source": pick.split(" in ")[0], "layer": (layer[0].split(" in ")[0] if layer else None),
+            "frames": frames}
+
+
+@dataclass
+class Rewrite:
+    pattern: str
+    op: str
+    source: dict
+    details: dict = field(default_factory=dict)
+    kernel: str = "reference"
+    graph_stats: Optional[dict] = None
+
+    def as_json(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k != "source"}
+        out.update(source=self.source["source"], layer=self.source["layer"], frames=self.source["frames"])
+        return out
+
+
+@dataclass
+class NearMiss:
+    pattern: str
+    reason: str
+    source: dict
+
+    def as_json(self) -> dict:
+        return {"pattern": self.pattern, "reason": self.reason, "source": self.source["source"],
+                "layer": self.source["layer"]}
+
+
+@dataclass
+class GraphReport:
+    graph_id: int
+    rewrites: list
+    near_misses: list
+    hoisted_nodes: int = 0
+    plan_builds: int = 0
+    plan_hits: int = 0
+    parameter_ids: set = field(default_factory=set)
+
+    def as_json(self) -> dict:
+        return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
+                "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
+                "plan_builds": self.plan_builds, "plan_hits": self.plan_hits}
+
+
+_REPORTS: list = []
+
+
+def add(report: GraphReport) -> GraphReport:
+    report.graph_id = len(_REPORTS)
+    _REPORTS.append(report)
+    write_env_report()
+    return report
+
+
+def reports(model=None) -> list:
+    """Reports of the graphs compiled in this process, or of those that use ``model``'s parameters."""
+    if model is None:
+        return list(_REPORTS)
+    model = getattr(model, "_orig_mod", model)
+    ids = {id(p) for p in model.parameters()}
+    mine = [r for r in _REPORTS if r.parameter_ids & ids]
+    return mine if ids else list(_REPORTS)
+
+
+def as_json(model=None) -> dict:
+    chosen = reports(model)
+    return {
+        "graphs": [r.as_json() for r in chosen],
+        "rewrites": [dict(graph_id=r.graph_id, **w.as_json()) for r in chosen for w in r.rewrites],
+        "near_misses": [dict(graph_id=r.graph_id, **m.as_json()) for r in chosen for m in r.near_misses],
+    }
+
+
+def write_env_report() -> None:
+    path = os.environ.get("GNN_IO_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump(as_json(), f, indent=2)
+
+
+def format_text(model=None) -> str:
+    chosen = reports(model)
+    if not chosen:
+        return "gnn_io: no graphs compiled yet (call the compiled model once first)"
+    lines = []
+    for r in chosen:
+        lines.append(f"graph {r.graph_id}: {len(r.rewrites)} rewrite(s), {len(r.near_misses)} near miss(es), "
+                     f"{r.hoisted_nodes} structure node(s) in the graph plan, "
+                     f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
+        for w in r.rewrites:
+            extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k != "edge_functions")
+            lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")
+            lines.append(f"      at {w.source['source']}" + (f" (layer {w.source['layer']})"
+                                                             if w.source["layer"] and w.source["layer"] !=
+                                                             w.source["source"] else ""))
+            if w.graph_stats:
+                s = w.graph_stats
+                lines.append(f"      graph: {s['nodes']} nodes, {s['edges']} edges, max degree {s['max_degree']}, "
+                             f"mean degree {s['mean_degree']}")
+        for m in r.near_misses:
+            lines.append(f"  near miss [{m.pattern}] at {m.source['source']}: {m.reason}")
+    return "\n".join(lines)
+
+
+def report(model=None) -> str:
+    """Print (and return) the rewrite report, for ``model`` or for everything compiled so far."""
+    text = format_text(model)
+    print(text)
+    return text
+
+
+def clear() -> None:
+    _REPORTS.clear()
+

@@ -1,0 +1,158 @@
+"""The rewrite pass: runs the pattern families over a canonical ATen graph, in priority order,
+and records what fired and what nearly did.
+
+A pattern (one file each under ``patterns/``) is an object with ``name``, ``covers`` (the source
+forms it matches), ``match(node, ctx)`` returning a match object, a near-miss reason string, or
+None, and ``replace(match, ctx)`` that inserts the ``torch.ops.gnn_io`` call and returns the
+replacement node. Graph walking lives in ``graph_match.py``; this module owns the order, the
+shared CSR plan nodes and the bookkeeping.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+from torch.fx import GraphModule, Node
+
+from gnn_inductor import edge_functions
+from gnn_inductor.graph_match import Aggregation, index_key, structure_nodes, val
+from gnn_inductor.kernels._common import ROLE_NAMES, ROLE_SRC
+from gnn_inductor.report import NearMiss, Rewrite, source_of
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A pattern family: what it matches (``covers``, the source forms), how it decides
+    (``match``) and what it becomes (``replace``)."""
+    name: str
+    covers: tuple
+    match: Callable
+    replace: Callable
+
+
+@dataclass
+class RewriteContext:
+    gm: GraphModule
+    fake_mode: Any
+    structure: set = field(default_factory=set)
+    rewrites: list = field(default_factory=list)
+    near_misses: list = field(default_factory=list)
+    _plans: dict = field(default_factory=dict)
+    _symbols: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.refresh_structure()
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder" and isinstance(val(node), torch.SymInt):
+                self._symbols[val(node).node.expr] = node
+
+    def refresh_structure(self) -> None:
+        self.structure = structure_nodes(self.gm.graph)
+
+    # -- node creation ----------------------------------------------------------------------
+    def call(self, target, args: tuple, before: Node) -> Node:
+        """Insert ``target(*args)`` before ``before`` with its fake value in ``meta['val']``."""
+        with self.gm.graph.inserting_before(before):
+            node = self.gm.graph.call_function(target, args)
+        self._set_val(node)
+        node.meta["stack_trace"] = before.meta.get("stack_trace")
+        return node
+
+    def _set_val(self, node: Node) -> None:
+        args = torch.fx.node.map_arg(node.args, lambda n: n.meta["val"])
+        with self.fake_mode:
+            node.meta["val"] = node.target(*args)
+
+    def size_arg(self, tensor_node: Node, dim: int):
+        """A size of ``tensor_node`` as an op argument: an int, or the graph's own SymInt input, so
+        that plan nodes stay pure structure (hoistable)."""
+        size = val(tensor_node).shape[dim]
+        if isinstance(size, int):
+            return size
+        expr = size.node.expr
+        if expr.is_number:
+            return int(expr)
+        if expr in self._symbols:
+            return self._symbols[expr]
+        with self.gm.graph.inserting_after(tensor_node):
+            node = self.gm.graph.call_function(torch.ops.aten.sym_size.int, (tensor_node, dim))
+        node.meta["val"] = size
+        return node
+
+    def csr(self, dst_index: Node, src_index: Node, num_dst, num_src) -> tuple:
+        """The CSR plan nodes (rowptr, col, row, perm) for edges ``src -> dst``; one per distinct
+        (destination, source, sizes) in the graph, placed right after its last input."""
+        key = (index_key(dst_index), index_key(src_index), str(num_dst), str(num_src))
+        if key in self._plans:
+            return self._plans[key]
+        inputs = [n for n in (dst_index, src_index, num_dst, num_src) if isinstance(n, Node)]
+        order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        last = max(inputs, key=order.__getitem__)
+        with self.gm.graph.inserting_after(last):
+            plan = self.gm.graph.call_function(torch.ops.gnn_io.csr_plan.default,
+                                               (dst_index, src_index, num_dst, num_src))
+        self._set_val(plan)
+        parts = []
+        with self.gm.graph.inserting_after(plan):
+            for i in reversed(range(4)):
+                part = self.gm.graph.call_function(operator.getitem, (plan, i))
+                part.meta["val"] = plan.meta["val"][i]
+                parts.append(part)
+        parts = tuple(reversed(parts))
+        self._plans[key] = parts
+        self.structure.update((plan, *parts))
+        return parts
+
+    def plan_for(self, agg: Aggregation) -> tuple:
+        """CSR plan nodes of an aggregation: by its destination index, with the source index
+        its message gathers by (or the destination index when it gathers by none)."""
+        src_tables = [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]
+        src_index = agg.roles.src_index if agg.roles.src_index is not None else agg.scatter.index
+        num_dst = self.size_arg(agg.scatter.node, 0)
+        num_src = self.size_arg(src_tables[0], 0) if src_tables else num_dst
+        return self.csr(agg.scatter.index, src_index, num_dst, num_src)
+
+    def register_fn(self, fn: GraphModule) -> str:
+        return edge_functions.register(fn)
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def record(self, pattern: str, op: str, node: Node, details: dict, plan_node: Optional[Node]) -> Rewrite:
+        if "roles" in details:
+            details["roles"] = [ROLE_NAMES[r] for r in details["roles"]]
+        rewrite = Rewrite(pattern=pattern, op=op, source=source_of(node), details=details)
+        rewrite.plan_node = plan_node
+        self.rewrites.append(rewrite)
+        return rewrite
+
+    def near_miss(self, pattern: str, reason: str, node: Node) -> None:
+        self.near_misses.append(NearMiss(pattern=pattern, reason=reason, source=source_of(node)))
+
+
+def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
+    """Apply every pattern family in priority order. Each family scans the graph once; a node
+    replaced by one family is never seen by the next."""
+    from gnn_inductor.patterns import ORDER
+
+    for pattern in ORDER:
+        for node in list(gm.graph.nodes):
+            if node.graph is None or node.op != "call_function":
+                continue
+            try:
+                found = pattern.match(node, ctx)
+            except Exception as exc:  # a matcher bug must never break compilation
+                ctx.near_miss(pattern.name, f"matcher error: {type(exc).__name__}: {exc}", node)
+                continue
+            if found is None:
+                continue
+            if isinstance(found, str):
+                ctx.near_miss(pattern.name, found, node)
+                continue
+            replacement = pattern.replace(found, ctx)
+            found.result.replace_all_uses_with(replacement)
+        gm.graph.eliminate_dead_code()
+        ctx.refresh_structure()
+    gm.graph.lint()
+    gm.recompile()
+    return ctx

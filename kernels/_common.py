@@ -1,0 +1,117 @@
+"""Shared pieces of the kernel families: argument roles, CSR-ordered gathers, segment reductions.
+
+An *edge function* argument carries a role saying how it reaches an edge ``e = (src -> dst)``:
+
+========== ============================== ==========================================
+role       tensor shape                   value seen by edge ``e``
+========== ============================== ==========================================
+SRC        ``[num_src, *F]``              ``arg[src[e]]``
+DST        ``[num_dst, *F]``              ``arg[dst[e]]``
+EDGE       ``[num_edges, *F]``            ``arg[e]`` (original edge order)
+DENSE      anything broadcastable         ``arg`` (parameters, constants)
+========== ============================== ==========================================
+
+Kernels walk edges in CSR order (sorted by destination, stable), given by the plan tensors
+``rowptr``, ``col`` (source of each CSR edge), ``row`` (destination of each CSR edge) and
+``perm`` (original edge id of each CSR edge).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import Tensor
+
+ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3
+ROLE_NAMES = {ROLE_SRC: "src", ROLE_DST: "dst", ROLE_EDGE: "edge", ROLE_DENSE: "dense"}
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+def check_reduce(reduce: str) -> None:
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+
+
+def edge_values(args, roles, col: Tensor, row: Tensor, perm: Tensor) -> list:
+    """Per-edge values of each argument, in CSR order (see the module docstring)."""
+    if len(args) != len(roles):
+        raise ValueError(f"got {len(args)} arguments but {len(roles)} roles")
+    gathered = []
+    for arg, role in zip(args, roles):
+        if role == ROLE_SRC:
+            gathered.append(arg.index_select(0, col))
+        elif role == ROLE_DST:
+            gathered.append(arg.index_select(0, row))
+        elif role == ROLE_EDGE:
+            gathered.append(arg.index_select(0, perm))
+        elif role == ROLE_DENSE:
+            gathered.append(arg)
+        else:
+            raise ValueError(f"unknown argument role {role}")
+    return gathered
+
+
+def fake_edge_values(args, roles, num_edges) -> list:
+    """Fake-mode counterpart of :func:`edge_values`: right shapes, no data."""
+    return [a if r == ROLE_DENSE else a.new_empty((num_edges, *a.shape[1:])) for a, r in zip(args, roles)]
+
+
+def segment_reduce(messages: Tensor, row: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
+    """``out[i] = reduce(messages[rowptr[i]:rowptr[i+1]])``; empty rows give 0, as PyG's scatter.
+
+    Ties of max/min share the gradient equally, which is what ``scatter_reduce`` (PyG eager) does.
+    """
+    num_dst = rowptr.numel() - 1
+    if reduce in ("sum", "mean"):
+        out = torch.segment_reduce(messages, "sum", offsets=rowptr, axis=0, initial=0)
+        if reduce == "mean":
+            deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(messages.dtype)
+            out = out / deg.view(-1, *([1] * (messages.dim() - 1)))
+        return out
+    index = row.view(-1, *([1] * (messages.dim() - 1))).expand_as(messages)
+    base = messages.new_zeros((num_dst, *messages.shape[1:]))
+    return base.scatter_reduce(0, index, messages, reduce="a" + reduce, include_self=False)
+
+
+@contextlib.contextmanager
+def _autograd_dispatch():
+    """Custom-op implementations run with the autograd dispatch keys excluded; the recompute
+    backward needs them back for the duration of its own differentiation."""
+    keys = (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.AutogradOther)
+    before = [torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in keys]
+    try:
+        for k in keys:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(k, False)
+        yield
+    finally:
+        for k, excluded in zip(keys, before):
+            torch._C._dispatch_tls_set_dispatch_key_excluded(k, excluded)
+
+
+def recompute_grads(reference, args: list, grad_out: Tensor, needs_grad: list) -> list:
+    """Gradients of ``reference(*args)`` with respect to the arguments flagged in ``needs_grad``.
+
+    CPU backward of the fused ops: recompute the forward with autograd on and differentiate it.
+    Arguments that are not floating point or not flagged get ``None``.
+    """
+    leaves = []
+    for a, need in zip(args, needs_grad):
+        if isinstance(a, Tensor) and need and a.is_floating_point():
+            leaves.append(a.detach().requires_grad_(True))
+        else:
+            leaves.append(a)
+    wanted = [leaf for leaf, need in zip(leaves, needs_grad) if isinstance(leaf, Tensor) and leaf.requires_grad]
+    if not wanted:
+        return [None] * len(args)
+    with torch.enable_grad(), _autograd_dispatch():
+        out = reference(*leaves)
+        grads = torch.autograd.grad(out, wanted, grad_out, allow_unused=True)
+    it = iter(grads)
+    result = []
+    for leaf in leaves:
+        if isinstance(leaf, Tensor) and leaf.requires_grad:
+            g = next(it)
+            result.append(torch.zeros_like(leaf) if g is None else g)
+        else:
+            result.append(None)
+    return result
