@@ -12,7 +12,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import report as _report
+from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.plan import PlanCache, hoist_structure, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns

@@ -19,7 +19,7 @@ from torch.fx import GraphModule, Node
 from gnn_inductor import edge_functions
 from gnn_inductor.graph_match import Aggregation, index_key, structure_nodes, val
 from gnn_inductor.kernels._common import ROLE_NAMES, ROLE_SRC
-from gnn_inductor.report import NearMiss, Rewrite, source_of
+from gnn_inductor.rewrite_report import NearMiss, Rewrite, source_of
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,11 @@ def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
                 ctx.near_miss(pattern.name, found, node)
                 continue
             replacement = pattern.replace(found, ctx)
+            ctx.rewrites[-1].op_node = replacement
             found.result.replace_all_uses_with(replacement)
         gm.graph.eliminate_dead_code()
+        live = set(gm.graph.nodes)
+        ctx.rewrites = [r for r in ctx.rewrites if r.op_node in live]  # e.g. an edge softmax absorbed by attention
         ctx.refresh_structure()
     gm.graph.lint()
     gm.recompile()

@@ -118,9 +118,12 @@ def write_env_report() -> None:
 
 
 def format_text(model=None) -> str:
-    chosen = reports(model)
+    return "\n".join(format_text_for(reports(model)))
+
+
+def format_text_for(chosen: list) -> list:
     if not chosen:
-        return "gnn_io: no graphs compiled yet (call the compiled model once first)"
+        return ["gnn_io: no graphs compiled yet (call the compiled model once first)"]
     lines = []
     for r in chosen:
         lines.append(f"graph {r.graph_id}: {len(r.rewrites)} rewrite(s), {len(r.near_misses)} near miss(es), "
@@ -138,7 +141,7 @@ def format_text(model=None) -> str:
                              f"mean degree {s['mean_degree']}")
         for m in r.near_misses:
             lines.append(f"  near miss [{m.pattern}] at {m.source['source']}: {m.reason}")
-    return "\n".join(lines)
+    return lines
 
 
 def report(model=None) -> str:

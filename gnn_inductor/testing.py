@@ -1,0 +1,140 @@
+"""Regression testing for users' own models: does ``gnn_io`` still rewrite what it should, and
+does the compiled model still match eager?
+
+>>> from gnn_inductor.testing import check_rewrites
+>>> check_rewrites(model, x, edge_index, expect={"attention": 2})
+
+The project's own pattern tests use this same helper.
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from gnn_inductor import rewrite_report as _report
+
+# Tolerance per dtype, (rtol, atol-scale): |compiled - eager| <= atol_scale * max(1, |eager|max) + rtol * |eager|.
+# float32 differs from eager only by summation order in the reductions.
+TOLERANCES = {
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+def random_graph(num_nodes: int, num_edges: int, *, seed: int = 0, hub_degree: int = 0, num_isolated: int = 2,
+                 self_loops: int = 3, duplicates: int = 3) -> torch.Tensor:
+    """A random ``edge_index [2, E]`` with the cases kernels get wrong: ``num_isolated`` nodes with
+    no edges at all (the last ones), ``self_loops`` self loops, ``duplicates`` repeated edges and,
+    when ``hub_degree`` > 0, node 0 as a hub receiving ``hub_degree`` extra edges."""
+    generator = torch.Generator().manual_seed(seed)
+    active = num_nodes - num_isolated
+    if active < 2:
+        raise ValueError(f"need at least 2 non-isolated nodes, got num_nodes={num_nodes}, num_isolated={num_isolated}")
+    src = torch.randint(0, active, (num_edges,), generator=generator)
+    dst = torch.randint(0, active, (num_edges,), generator=generator)
+    parts = [torch.stack([src, dst])]
+    if hub_degree:
+        parts.append(torch.stack([torch.randint(0, active, (hub_degree,), generator=generator),
+                                  torch.zeros(hub_degree, dtype=torch.long)]))
+    loops = torch.randint(0, active, (self_loops,), generator=generator)
+    parts.append(torch.stack([loops, loops]))
+    parts.append(parts[0][:, :duplicates])
+    edge_index = torch.cat(parts, dim=1)
+    return edge_index[:, torch.randperm(edge_index.shape[1], generator=generator)]
+
+
+@dataclass
+class RewriteCheck:
+    """What :func:`check_rewrites` saw: rewrite counts by pattern, near misses, the JSON report."""
+    counts: Counter
+    near_misses: list
+    report: dict
+
+
+def _flatten(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _flatten(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _flatten(item)]
+    return []
+
+
+def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{name}: shape {tuple(actual.shape)} != eager {tuple(expected.shape)}")
+    if not torch.isfinite(actual).all():
+        raise AssertionError(f"{name}: compiled result has NaN or inf")
+    if not torch.isfinite(expected).all():
+        raise AssertionError(f"{name}: eager result has NaN or inf; pick inputs that make eager finite")
+    rtol, atol_scale = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+    atol = atol_scale * max(1.0, float(expected.abs().max()) if expected.numel() else 1.0)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = True, calls: int = 2,
+                   backend: str = "gnn_io", **kwargs) -> RewriteCheck:
+    """Compile ``model`` with ``gnn_io``, compare outputs and gradients (parameters and floating
+    point inputs) with eager, and assert the rewrites.
+
+    ``expect`` maps pattern names (``"spmm"``, ``"gather_scatter"``, ``"edge_softmax"``,
+    ``"attention"``, or ``"near_miss"``) to the exact number of times each must appear; patterns
+    not named may appear any number of times. Dynamo's caches are reset first, so the model is
+    compiled afresh. The compiled model is called ``calls`` times (the later calls reuse the
+    graph plan) and every call is compared. Returns a :class:`RewriteCheck`.
+    """
+    torch._dynamo.reset()
+    first_report = len(_report.reports())
+    compiled_model = copy.deepcopy(model)
+    compiled = torch.compile(compiled_model, backend=backend)
+
+    def leaf_inputs():  # fresh leaves for the features; the same structure tensors, so plans are reused
+        return [t.detach().clone().requires_grad_(grad) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                else t for t in inputs]
+
+    for call in range(calls):
+        eager_in, comp_in = leaf_inputs(), leaf_inputs()
+        model.zero_grad(set_to_none=True)
+        compiled_model.zero_grad(set_to_none=True)
+        expected = _flatten(model(*eager_in, **kwargs))
+        actual = _flatten(compiled(*comp_in, **kwargs))
+        if len(actual) != len(expected):
+            raise AssertionError(f"compiled model returned {len(actual)} tensors, eager {len(expected)}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _assert_close(f"call {call} output {i}", a.detach(), e.detach())
+        if not grad:
+            continue
+        generator = torch.Generator().manual_seed(call)
+        weights = [torch.randn(e.shape, generator=generator, dtype=e.dtype) if e.is_floating_point() else None
+                   for e in expected]
+        sum(((e * w).sum() for e, w in zip(expected, weights) if w is not None and e.requires_grad),
+            torch.zeros(())).backward()
+        sum(((a * w).sum() for a, w in zip(actual, weights) if w is not None and a.requires_grad),
+            torch.zeros(())).backward()
+        for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
+            if p.grad is None and q.grad is None:
+                continue
+            if (p.grad is None) != (q.grad is None):
+                raise AssertionError(f"call {call} grad of {name}: eager {p.grad is not None}, "
+                                     f"compiled {q.grad is not None}")
+            _assert_close(f"call {call} grad of parameter {name}", q.grad, p.grad)
+        for i, (e, a) in enumerate(zip(eager_in, comp_in)):
+            if isinstance(e, torch.Tensor) and e.requires_grad and e.grad is not None:
+                _assert_close(f"call {call} grad of input {i}", a.grad, e.grad)
+
+    new_reports = _report.reports()[first_report:]
+    counts = Counter(w.pattern for r in new_reports for w in r.rewrites)
+    near = [m for r in new_reports for m in r.near_misses]
+    counts["near_miss"] = len(near)
+    for pattern, want in expect.items():
+        if counts.get(pattern, 0) != want:
+            raise AssertionError(
+                f"expected {want} {pattern!r} rewrite(s), got {counts.get(pattern, 0)}; report:\n"
+                + "\n".join(_report.format_text_for(new_reports)))
+    return RewriteCheck(counts, near, {"graphs": [r.as_json() for r in new_reports]})
