@@ -8,13 +8,15 @@ being split at ``nonzero``; the data-dependent sizes then live in the graph plan
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
-from gnn_inductor.plan import PlanCache, hoist_structure, plan_stats_hook
+from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
@@ -30,11 +32,36 @@ def _inner_compile(gm, example_inputs):
 
 
 def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
-    """Dynamo backend: rewrite message passing into ``torch.ops.gnn_io`` ops, hand the rest to Inductor."""
+    """Dynamo backend: rewrite message passing into ``torch.ops.gnn_io`` ops, hand the rest to Inductor.
+
+    If the graph cannot be lowered or rewritten (an op the canonical tracer cannot handle, a
+    matcher bug), it goes to Inductor unchanged and the report says why: the backend never fails
+    where plain ``torch.compile`` would work.
+    """
+    try:
+        return _rewrite_and_compile(gm, example_inputs)
+    except Exception as exc:  # noqa: BLE001  (fallback is the point)
+        if isinstance(exc, (IndexError,)) or _strict():
+            raise
+        graph_report = _report.GraphReport(0, [], [_report.NearMiss(
+            "backend", f"graph left to Inductor unchanged: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            {"source": "<graph>", "layer": None, "frames": []})])
+        graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+        _report.add(graph_report)
+        return _inner_compile(gm, list(example_inputs))
+
+
+def _strict() -> bool:
+    """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
+    return os.environ.get("GNN_IO_STRICT", "0") == "1"
+
+
+def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm)))
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
     graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+    insert_index_checks(aten_gm, ctx)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:
         _report.add(graph_report)

@@ -11,6 +11,7 @@ Inductor, which differentiates it, using the gnn_io ops' own autograd formulas.
 from __future__ import annotations
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx import GraphModule
 from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -21,13 +22,44 @@ def fake_inputs(gm: GraphModule) -> list:
     return [node.meta["example_value"] for node in gm.graph.nodes if node.op == "placeholder"]
 
 
+# Composite ops whose C++ decomposition cannot run on symbolic sizes (their Python ones can, under
+# the Python dispatcher); everything else keeps the spelling Inductor and the patterns expect.
+_DECOMPOSITIONS = torch._decomp.get_decompositions([
+    torch.ops.aten.dropout, torch.ops.aten.native_dropout, torch.ops.aten.feature_dropout,
+    torch.ops.aten.alpha_dropout,
+])
+
+
+def _dropout(input, p=0.5, training=True, inplace=False):
+    """``F.dropout`` spelled with traceable ops: the ATen kernel cannot run on symbolic sizes under
+    functionalisation. Same distribution (keep with probability ``1 - p``, scale by ``1/(1-p)``)."""
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return torch.zeros_like(input)
+    keep = torch.rand(input.shape, dtype=input.dtype, device=input.device) > p  # shape only: no data dependence
+    return input * keep * (1.0 / (1.0 - p))
+
+
+_SOURCE_REWRITES = {torch.nn.functional.dropout: _dropout, torch.dropout: _dropout}
+
+
+def _rewrite_source_ops(gm: GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SOURCE_REWRITES:
+            node.target = _SOURCE_REWRITES[node.target]
+    gm.recompile()
+
+
 def canonicalize(gm: GraphModule) -> GraphModule:
+    _rewrite_source_ops(gm)
+
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
-    with fx_traceback.preserve_node_meta():
+    with fx_traceback.preserve_node_meta(), enable_python_dispatcher():
         aten_gm = make_fx(torch.func.functionalize(run, remove="mutations"), tracing_mode="symbolic",
-                          _allow_non_fake_inputs=False)(*fake_inputs(gm))
+                          decomposition_table=_DECOMPOSITIONS, _allow_non_fake_inputs=False)(*fake_inputs(gm))
     return aten_gm
 
 

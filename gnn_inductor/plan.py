@@ -26,6 +26,50 @@ from gnn_inductor.kernels.csr import degree_stats
 MAX_PLANS_PER_GRAPH = 8
 
 
+def insert_index_checks(gm: GraphModule, rewrite_ctx) -> int:
+    """Before each remaining gather/scatter whose index is graph structure, check the index range
+    (``gnn_io.check_index``); the check is structure work, so it runs once per graph."""
+    from gnn_inductor.graph_match import as_gather, as_scatter, index_key, strip_index
+
+    done, count = set(), 0
+    structure = structure_nodes(gm.graph)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        gather, scatter = as_gather(node), as_scatter(node)
+        if gather is not None:
+            index, bounded = strip_index(gather.index), gather.table
+        elif scatter is not None and not isinstance(scatter, str):
+            index, bounded = scatter.index, scatter.node
+        else:
+            continue
+        if index not in structure or not isinstance(val(index), torch.Tensor):
+            continue
+        bound = rewrite_ctx.size_arg(bounded, 0)
+        key = (index_key(index), str(bound))
+        if key in done or (isinstance(bound, Node) and bound not in structure):
+            continue
+        done.add(key)
+        where = f"{node.target} at {rewrite_ctx_source(node)}"
+        with gm.graph.inserting_after(index if not isinstance(bound, Node) else _later(gm, index, bound)):
+            check = gm.graph.call_function(torch.ops.gnn_io.check_index.default, (index, bound, where))
+        check.meta["val"] = None
+        count += 1
+    gm.recompile()
+    return count
+
+
+def rewrite_ctx_source(node: Node) -> str:
+    from gnn_inductor.rewrite_report import source_of
+
+    return source_of(node)["source"]
+
+
+def _later(gm: GraphModule, a: Node, b: Node) -> Node:
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return a if order[a] > order[b] else b
+
+
 def _is_alias(node: Node) -> bool:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):

@@ -64,3 +64,25 @@ def degree_stats(rowptr: Tensor) -> dict:
         "mean_degree": round(float(deg.float().mean()), 3) if num_nodes else 0.0,
         "isolated_nodes": int((deg == 0).sum()),
     }
+
+
+@torch.library.custom_op("gnn_io::check_index", mutates_args=())
+def check_index(index: Tensor, bound: int, where: str) -> None:
+    """Raise a clear error when a structure index leaves ``[0, bound)``. The backend inserts one
+    before each remaining gather/scatter whose index is graph structure (so it runs once per graph,
+    in the plan), where the plain op would fail with a bare message on CPU or a device assert on GPU."""
+    if index.numel() == 0:
+        return
+    lo, hi = int(index.min()), int(index.max())
+    if lo < 0:
+        raise IndexError(f"edge_index has negative values (min {lo}); used by {where}")
+    if hi >= bound:
+        raise IndexError(f"edge_index has values >= num_nodes (max {hi}, num_nodes {bound}); used by {where}")
+
+
+@check_index.register_fake
+def _(index, bound, where):
+    return None
+
+
+torch.fx.node.has_side_effect(torch.ops.gnn_io.check_index.default)
