@@ -91,7 +91,8 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
     """
     torch._dynamo.reset()
     first_report = len(_report.reports())
-    compiled_model = copy.deepcopy(model)
+    # the user's own module is the compiled one, so gnn_inductor.report(model) finds its graphs
+    compiled_model, model = model, copy.deepcopy(model)
     compiled = torch.compile(compiled_model, backend=backend)
 
     def leaf_inputs():  # fresh leaves for the features; the same structure tensors, so plans are reused

@@ -1,0 +1,196 @@
+"""The gnn_io ops on CPU against plain PyTorch scatter code (what PyG eager runs), forward and
+backward, float32 and float64, on graphs with isolated nodes, self loops, duplicates and a hub;
+plus torch.library.opcheck for the fake implementations and autograd registrations."""
+import pytest
+import torch
+
+import gnn_inductor.kernels  # noqa: F401
+from gnn_inductor import edge_functions
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.testing import TOLERANCES, random_graph
+
+ops = torch.ops.gnn_io
+NUM_NODES = 40
+
+
+def scatter_eager(msg, index, num, reduce):
+    """PyG's eager scatter: zeros base, include_self=False."""
+    idx = index.view(-1, *([1] * (msg.dim() - 1))).expand_as(msg)
+    base = msg.new_zeros((num, *msg.shape[1:]))
+    if reduce == "sum":
+        return base.scatter_add(0, idx, msg)
+    return base.scatter_reduce(0, idx, msg, {"max": "amax", "min": "amin", "mean": "mean"}[reduce],
+                               include_self=False)
+
+
+def softmax_eager(s, index, num, eps=1e-16):
+    m = scatter_eager(s.detach(), index, num, "max")
+    e = (s - m.index_select(0, index)).exp()
+    return e / (scatter_eager(e, index, num, "sum") + eps).index_select(0, index)
+
+
+@pytest.fixture(params=[torch.float32, torch.float64], ids=["f32", "f64"])
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture
+def graph():
+    edge_index = random_graph(NUM_NODES, 200, seed=3, hub_degree=60)
+    src, dst = edge_index
+    plan = ops.csr_plan(dst, src, NUM_NODES, NUM_NODES)
+    return src, dst, plan
+
+
+def close(actual, expected):
+    rtol, atol = TOLERANCES[expected.dtype]
+    assert torch.isfinite(actual).all()
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol * max(1.0, float(expected.abs().max())))
+
+
+def grads_of(fn, *tensors):
+    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (out * weight).sum().backward()
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+def test_csr_plan_layout(graph):
+    src, dst, (rowptr, col, row, perm) = graph
+    assert rowptr[0] == 0 and rowptr[-1] == dst.numel()
+    assert torch.equal(rowptr[1:] - rowptr[:-1], torch.bincount(dst, minlength=NUM_NODES))
+    assert torch.equal(row, dst[perm]) and torch.equal(col, src[perm])
+    assert torch.all(row[1:] >= row[:-1])
+    # stable: duplicates keep their order
+    for i in range(NUM_NODES):
+        seg = perm[rowptr[i]:rowptr[i + 1]]
+        assert torch.all(seg[1:] > seg[:-1])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spmm(graph, dtype, reduce, weighted):
+    src, dst, plan = graph
+    x = torch.randn(NUM_NODES, 6, dtype=dtype)
+    w = torch.rand(src.numel(), dtype=dtype) + 0.1
+
+    def ours(x, w):
+        return ops.spmm(x, w if weighted else None, *plan, reduce)
+
+    def eager(x, w):
+        msg = x.index_select(0, src) * (w.view(-1, 1) if weighted else 1)
+        return scatter_eager(msg, dst, NUM_NODES, reduce)
+
+    out, (gx, gw) = grads_of(ours, x, w)
+    ref, (rx, rw) = grads_of(eager, x, w)
+    close(out, ref)
+    close(gx, rx)
+    if weighted:
+        close(gw, rw)
+
+
+def _register(fn):
+    return edge_functions.register(torch.fx.symbolic_trace(fn))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_gather_scatter(graph, dtype, reduce):
+    src, dst, plan = graph
+    key = _register(lambda x_j, x_i, e, b: torch.relu(x_j + e) * x_i + b)
+    x = torch.randn(NUM_NODES, 5, dtype=dtype)
+    e = torch.randn(src.numel(), 5, dtype=dtype)
+    b = torch.randn(5, dtype=dtype)
+    roles = [ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE]
+
+    def ours(x, e, b):
+        return ops.gather_scatter([x, x, e, b], roles, *plan, key, reduce)
+
+    def eager(x, e, b):
+        msg = torch.relu(x.index_select(0, src) + e) * x.index_select(0, dst) + b
+        return scatter_eager(msg, dst, NUM_NODES, reduce)
+
+    out, grads = grads_of(ours, x, e, b)
+    ref, ref_grads = grads_of(eager, x, e, b)
+    close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        close(g, r)
+
+
+def test_max_ties_share_gradient(dtype):
+    """Equal messages into one node split the gradient equally, as scatter_reduce does."""
+    src = torch.tensor([0, 1, 2, 3])
+    dst = torch.tensor([4, 4, 4, 5])
+    plan = ops.csr_plan(dst, src, 6, 6)
+    key = _register(lambda x_j: x_j)
+    x = torch.tensor([[1.0], [3.0], [3.0], [2.0], [0.0], [0.0]], dtype=dtype)
+    out, (gx,) = grads_of(lambda x: ops.gather_scatter([x], [ROLE_SRC], *plan, key, "max"), x)
+    ref, (rx,) = grads_of(lambda x: scatter_eager(x.index_select(0, src), dst, 6, "max"), x)
+    close(out, ref)
+    close(gx, rx)
+    assert gx[1] == gx[2] and gx[1] != 0 and gx[0] == 0
+
+
+def test_edge_softmax(graph, dtype):
+    src, dst, (rowptr, col, row, perm) = graph
+    s = torch.randn(src.numel(), 3, dtype=dtype) * 4
+    out, (gs,) = grads_of(lambda s: ops.edge_softmax(s, rowptr, row, perm, 1e-16), s)
+    ref, (rs,) = grads_of(lambda s: softmax_eager(s, dst, NUM_NODES), s)
+    close(out, ref)
+    close(gs, rs)
+
+
+def test_attention_gatv2_form(graph, dtype):
+    src, dst, plan = graph
+    heads, channels = 2, 4
+    score = _register(lambda xl, xr, att: (torch.nn.functional.leaky_relu(xl + xr, 0.2) * att).sum(-1))
+    message = _register(lambda alpha, xl, xr, att: alpha.unsqueeze(-1) * xl)
+    xl = torch.randn(NUM_NODES, heads, channels, dtype=dtype)
+    xr = torch.randn(NUM_NODES, heads, channels, dtype=dtype)
+    att = torch.randn(1, heads, channels, dtype=dtype)
+
+    def ours(xl, xr, att):
+        return ops.attention([xl, xr, att], [ROLE_SRC, ROLE_DST, ROLE_DENSE], *plan, score, message, 1e-16)
+
+    def eager(xl, xr, att):
+        xj, xi = xl.index_select(0, src), xr.index_select(0, dst)
+        alpha = softmax_eager((torch.nn.functional.leaky_relu(xj + xi, 0.2) * att).sum(-1), dst, NUM_NODES)
+        return scatter_eager(alpha.unsqueeze(-1) * xj, dst, NUM_NODES, "sum")
+
+    out, grads = grads_of(ours, xl, xr, att)
+    ref, ref_grads = grads_of(eager, xl, xr, att)
+    close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        close(g, r)
+
+
+def test_opcheck(graph):
+    src, dst, plan = graph
+    rowptr, col, row, perm = plan
+    x = torch.randn(NUM_NODES, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(src.numel(), dtype=torch.float64, requires_grad=True)
+    key = _register(lambda x_j, x_i: torch.tanh(x_j - x_i))
+    torch.library.opcheck(ops.csr_plan.default, (dst, src, NUM_NODES, NUM_NODES))
+    torch.library.opcheck(ops.spmm.default, (x, w, *plan, "sum"))
+    torch.library.opcheck(ops.gather_scatter.default, ([x, x], [ROLE_SRC, ROLE_DST], *plan, key, "max"))
+    s = torch.randn(src.numel(), 2, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(ops.edge_softmax.default, (s, rowptr, row, perm, 1e-16))
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda s, d: (s, d.clone().fill_(NUM_NODES)), IndexError, "values >= num_nodes"),
+    (lambda s, d: (s.clone().fill_(-1), d), IndexError, "negative"),
+    (lambda s, d: (s.float(), d), TypeError, "int64 or int32"),
+    (lambda s, d: (s[:-1], d), ValueError, "differ in length"),
+])
+def test_csr_plan_rejects_bad_indices(graph, bad, error, match):
+    src, dst, _ = graph
+    s, d = bad(src, dst)
+    with pytest.raises(error, match=match):
+        ops.csr_plan(d, s, NUM_NODES, NUM_NODES)
+
+
+def test_spmm_rejects_wrong_weight_shape(graph):
+    src, dst, plan = graph
+    with pytest.raises(ValueError, match="edge_weight must have shape"):
+        ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), *plan, "sum")

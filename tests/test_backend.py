@@ -1,0 +1,109 @@
+"""The backend as a user meets it: entry point, report (text and JSON), near misses, bad input."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch_geometric.nn import GCNConv, MessagePassing
+
+import gnn_inductor
+from gnn_inductor.testing import check_rewrites, random_graph
+
+
+def test_backend_found_through_entry_point_in_a_fresh_interpreter():
+    code = textwrap.dedent("""
+        import sys, torch
+        from torch_geometric.nn import GCNConv
+        conv = GCNConv(4, 3)
+        out = torch.compile(conv, backend="gnn_io")(torch.randn(10, 4), torch.randint(0, 10, (2, 30)))
+        assert "gnn_inductor" in sys.modules, "backend did not load"
+        from gnn_inductor.rewrite_report import reports
+        print(sum(len(r.rewrites) for r in reports()))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_gcn_is_one_graph_despite_self_loop_nonzero():
+    torch._dynamo.reset()
+    counts = {}
+
+    def counting_backend(gm, example_inputs):
+        counts["graphs"] = counts.get("graphs", 0) + 1
+        return gnn_inductor.gnn_io(gm, example_inputs)
+
+    conv = GCNConv(4, 3)
+    torch.compile(conv, backend=counting_backend)(torch.randn(10, 4), random_graph(10, 30))
+    assert counts["graphs"] == 1
+
+
+def test_json_report_written_by_env_var(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    monkeypatch.setenv("GNN_IO_REPORT", str(path))
+    torch.manual_seed(0)
+    check_rewrites(GCNConv(6, 3), torch.randn(20, 6), random_graph(20, 60), expect={"spmm": 1})
+    data = json.loads(path.read_text())
+    assert isinstance(data["near_misses"], list)
+    spmm = [r for r in data["rewrites"] if r["pattern"] == "spmm"][-1]
+    assert spmm["op"] == "gnn_io.spmm"
+    assert "gcn_conv.py:" in spmm["source"]
+    assert spmm["graph_stats"]["nodes"] == 20 and spmm["graph_stats"]["edges"] > 60
+
+
+def test_text_report_names_the_user_source_line(capsys):
+    class TwoLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GCNConv(6, 8), GCNConv(8, 2)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    model = TwoLayer()
+    check_rewrites(model, torch.randn(20, 6), random_graph(20, 60), expect={"spmm": 2})
+    text = gnn_inductor.report(model)
+    assert f"{__file__}:" in text and "gnn_io.spmm" in text and "max degree" in text
+
+
+class ProductConv(MessagePassing):
+    """reduce='mul' has no gnn_io op: must stay with Inductor, correct, and be reported."""
+
+    def __init__(self):
+        super().__init__(aggr="mul")
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=x)
+
+
+class FeatureRoutedConv(torch.nn.Module):
+    """Scatter index computed from features (not graph structure): left to Inductor."""
+
+    def forward(self, x, edge_index):
+        target = x.argmax(dim=1)
+        msg = x.index_select(0, edge_index[0])
+        return torch.zeros_like(x).index_add(0, target.index_select(0, edge_index[0]), msg)
+
+
+@pytest.mark.parametrize("model, reason", [
+    (ProductConv(), "prod"),
+    (FeatureRoutedConv(), "computed from features"),
+])
+def test_near_miss_is_left_to_inductor_and_reported(model, reason):
+    x = torch.rand(20, 5) + 0.5
+    result = check_rewrites(model, x, random_graph(20, 60), expect={"spmm": 0, "gather_scatter": 0, "near_miss": 1})
+    assert reason in result.near_misses[0].reason
+
+
+def test_out_of_range_edge_index_raises_a_clear_error():
+    torch._dynamo.reset()
+    conv = GCNConv(4, 3)
+    model = torch.compile(conv, backend="gnn_io")
+    x, edge_index = torch.randn(10, 4), random_graph(10, 30)
+    model(x, edge_index)
+    bad = edge_index.clone()
+    bad[0, 5] = 12
+    with pytest.raises(IndexError, match=r"edge_index has values >= num_nodes \(max 12, num_nodes 10\)"):
+        model(x, bad)

@@ -1,0 +1,82 @@
+"""Graph plans: structure work once per graph, invalidation on in-place change, no strong
+references to dead graphs, mini-batches with a new graph each step."""
+import gc
+import weakref
+from collections import Counter
+
+import torch
+from torch_geometric.nn import GCNConv
+
+import gnn_inductor  # noqa: F401
+from gnn_inductor import rewrite_report
+from gnn_inductor.testing import random_graph
+
+
+def op_counts(fn) -> Counter:
+    """How many times each op ran during ``fn()`` (profiler events: compiled code included)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return Counter({e.key: e.count for e in prof.key_averages()})
+
+
+def compiled_gcn():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = GCNConv(8, 4)
+    return conv, torch.compile(conv, backend="gnn_io")
+
+
+def cache_of(compiled):
+    for report in reversed(rewrite_report.reports()):
+        return report
+    raise AssertionError("nothing compiled")
+
+
+def test_structure_work_runs_once_per_graph():
+    conv, model = compiled_gcn()
+    edge_index, x = random_graph(50, 200, hub_degree=40), torch.randn(50, 8)
+    model(x, random_graph(50, 200, seed=1, hub_degree=40))  # compile on another graph of the same shape first
+    outs = []
+    first = op_counts(lambda: outs.append(model(x, edge_index)))
+    second = op_counts(lambda: outs.append(model(x, edge_index)))
+    structure_ops = ("gnn_io::csr_plan", "aten::nonzero", "aten::scatter_add", "aten::pow")
+    assert all(first[op] > 0 for op in structure_ops), first
+    assert {op: second[op] for op in structure_ops} == {op: 0 for op in structure_ops}
+    assert first["gnn_io::spmm"] > 0 and second["gnn_io::spmm"] == first["gnn_io::spmm"]
+    torch.testing.assert_close(outs[0], conv(x, edge_index))
+    torch.testing.assert_close(outs[1], outs[0])
+    report = cache_of(model)
+    assert (report.plan_builds, report.plan_hits) == (2, 1)
+
+
+def test_in_place_change_of_edge_index_invalidates_the_plan():
+    conv, model = compiled_gcn()
+    edge_index, x = random_graph(50, 200), torch.randn(50, 8)
+    model(x, edge_index)
+    edge_index[1, :20] = 7  # same tensor, new structure
+    torch.testing.assert_close(model(x, edge_index), conv(x, edge_index))
+    assert cache_of(model).plan_builds == 2
+
+
+def test_plan_cache_does_not_keep_a_dead_graph_alive():
+    _, model = compiled_gcn()
+    x = torch.randn(50, 8)
+    edge_index = random_graph(50, 200)
+    alive = weakref.ref(edge_index)
+    model(x, edge_index)
+    del edge_index
+    gc.collect()
+    assert alive() is None
+    # the entry went with it: a new graph with equal values is built afresh, never served stale
+    model(x, random_graph(50, 200))
+    assert cache_of(model).plan_builds == 2
+
+
+def test_mini_batches_with_a_new_graph_each_step():
+    conv, model = compiled_gcn()
+    for step in range(4):
+        n = 30 + 9 * step
+        edge_index, x = random_graph(n, 4 * n, seed=step, hub_degree=n), torch.randn(n, 8)
+        torch.testing.assert_close(model(x, edge_index), conv(x, edge_index))
+    builds = sum(r.plan_builds for r in rewrite_report.reports()[-2:])
+    assert builds == 4
