@@ -51,6 +51,28 @@ def _rewrite_source_ops(gm: GraphModule) -> None:
     gm.recompile()
 
 
+_NEW_FACTORIES = {
+    torch.ops.aten.new_zeros.default: torch.ops.aten.zeros.default,
+    torch.ops.aten.new_ones.default: torch.ops.aten.ones.default,
+    torch.ops.aten.new_empty.default: torch.ops.aten.empty.memory_format,
+    torch.ops.aten.new_full.default: torch.ops.aten.full.default,
+}
+
+
+def _detach_factories(aten_gm: GraphModule) -> None:
+    """``t.new_zeros(size)`` borrows only dtype and device from ``t``: spell it ``zeros(size, dtype,
+    device)`` so that PyG's ``src.new_ones(E)`` degree counts are seen as pure graph structure."""
+    for node in aten_gm.graph.nodes:
+        target = _NEW_FACTORIES.get(node.target)
+        if target is None:
+            continue
+        like = node.args[0].meta["val"]
+        kwargs = {"dtype": like.dtype, "device": like.device, **node.kwargs}
+        node.target, node.args, node.kwargs = target, tuple(node.args[1:]), kwargs
+    aten_gm.graph.eliminate_dead_code()
+    aten_gm.recompile()
+
+
 def canonicalize(gm: GraphModule) -> GraphModule:
     _rewrite_source_ops(gm)
 
@@ -60,6 +82,7 @@ def canonicalize(gm: GraphModule) -> GraphModule:
     with fx_traceback.preserve_node_meta(), enable_python_dispatcher():
         aten_gm = make_fx(torch.func.functionalize(run, remove="mutations"), tracing_mode="symbolic",
                           decomposition_table=_DECOMPOSITIONS, _allow_non_fake_inputs=False)(*fake_inputs(gm))
+    _detach_factories(aten_gm)
     return aten_gm
 
 
