@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 from torch.fx import GraphModule, Node
@@ -20,6 +20,21 @@ from gnn_inductor import edge_functions
 from gnn_inductor.graph_match import Aggregation, index_key, structure_nodes, val
 from gnn_inductor.kernels._common import ROLE_NAMES, ROLE_SRC
 from gnn_inductor.rewrite_report import NearMiss, Rewrite, source_of
+
+
+class PlanNodes(NamedTuple):
+    """Graph nodes of one CSR plan; ``walk`` is what the forward kernels take."""
+    rowptr: Node
+    col: Node
+    row: Node
+    perm: Node
+    t_rowptr: Node
+    t_col: Node
+    t_perm: Node
+
+    @property
+    def walk(self) -> tuple:
+        return self.rowptr, self.col, self.row, self.perm
 
 
 @dataclass(frozen=True)
@@ -52,10 +67,10 @@ class RewriteContext:
         self.structure = structure_nodes(self.gm.graph)
 
     # -- node creation ----------------------------------------------------------------------
-    def call(self, target, args: tuple, before: Node) -> Node:
-        """Insert ``target(*args)`` before ``before`` with its fake value in ``meta['val']``."""
+    def call(self, target, args: tuple, before: Node, **kwargs) -> Node:
+        """Insert ``target(*args, **kwargs)`` before ``before`` with its fake value in ``meta['val']``."""
         with self.gm.graph.inserting_before(before):
-            node = self.gm.graph.call_function(target, args)
+            node = self.gm.graph.call_function(target, args, kwargs)
         self._set_val(node)
         node.meta["stack_trace"] = before.meta.get("stack_trace")
         return node
@@ -63,7 +78,7 @@ class RewriteContext:
     def _set_val(self, node: Node) -> None:
         args = torch.fx.node.map_arg(node.args, lambda n: n.meta["val"])
         with self.fake_mode:
-            node.meta["val"] = node.target(*args)
+            node.meta["val"] = node.target(*args, **node.kwargs)
 
     def size_arg(self, tensor_node: Node, dim: int):
         """A size of ``tensor_node`` as an op argument: an int, or the graph's own SymInt input, so
@@ -81,8 +96,8 @@ class RewriteContext:
         node.meta["val"] = size
         return node
 
-    def csr(self, dst_index: Node, src_index: Node, num_dst, num_src) -> tuple:
-        """The CSR plan nodes (rowptr, col, row, perm) for edges ``src -> dst``; one per distinct
+    def csr(self, dst_index: Node, src_index: Node, num_dst, num_src) -> "PlanNodes":
+        """The CSR plan nodes for edges ``src -> dst`` (see ``kernels/csr.py``); one per distinct
         (destination, source, sizes) in the graph, placed right after its last input."""
         key = (index_key(dst_index), index_key(src_index), str(num_dst), str(num_src))
         if key in self._plans:
@@ -96,16 +111,16 @@ class RewriteContext:
         self._set_val(plan)
         parts = []
         with self.gm.graph.inserting_after(plan):
-            for i in reversed(range(4)):
+            for i in reversed(range(len(PlanNodes._fields))):
                 part = self.gm.graph.call_function(operator.getitem, (plan, i))
                 part.meta["val"] = plan.meta["val"][i]
                 parts.append(part)
-        parts = tuple(reversed(parts))
+        parts = PlanNodes(*reversed(parts))
         self._plans[key] = parts
         self.structure.update((plan, *parts))
         return parts
 
-    def plan_for(self, agg: Aggregation) -> tuple:
+    def plan_for(self, agg: Aggregation) -> PlanNodes:
         """CSR plan nodes of an aggregation: by its destination index, with the source index
         its message gathers by (or the destination index when it gathers by none)."""
         src_tables = [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]

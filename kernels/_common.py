@@ -56,7 +56,7 @@ def fake_edge_values(args, roles, num_edges) -> list:
     return [a if r == ROLE_DENSE else a.new_empty((num_edges, *a.shape[1:])) for a, r in zip(args, roles)]
 
 
-def segment_reduce(messages: Tensor, row: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
+def segment_reduce(messages: Tensor, row, rowptr: Tensor, reduce: str) -> Tensor:
     """``out[i] = reduce(messages[rowptr[i]:rowptr[i+1]])``; empty rows give 0, as PyG's scatter.
 
     Ties of max/min share the gradient equally, which is what ``scatter_reduce`` (PyG eager) does.

@@ -1,11 +1,14 @@
 """CSR plan of a graph: the structure every gnn_io kernel walks.
 
-``csr_plan(dst, src, num_dst, num_src) -> (rowptr, col, row, perm)`` sorts the edges
-``src[e] -> dst[e]`` by destination (stable, so duplicate edges keep their order):
+``csr_plan(dst, src, num_dst, num_src) -> (rowptr, col, row, perm, t_rowptr, t_col, t_perm)``
+sorts the edges ``src[e] -> dst[e]`` by destination (stable, so duplicate edges keep their order):
 
 - ``rowptr[num_dst + 1]``: CSR offsets, ``rowptr[i+1] - rowptr[i]`` is the in-degree of ``i``;
 - ``col[E]``: source of each CSR edge; ``row[E]``: destination of each CSR edge;
-- ``perm[E]``: original edge id of each CSR edge (edge features and weights are read through it).
+- ``perm[E]``: original edge id of each CSR edge (edge features and weights are read through it);
+- ``t_rowptr[num_src + 1]``, ``t_col[E]``, ``t_perm[E]``: the transposed adjacency (CSR of ``A^T``,
+  edges sorted by source): its offsets, the destination of each edge, and the CSR position of
+  each edge (values of ``A^T`` are ``values[t_perm]``). Backward passes walk it instead of atomics.
 
 It is pure structure work: the backend hoists it into the graph plan, so it runs once per graph.
 Indices are validated here, with errors that name the bad values.
@@ -31,7 +34,8 @@ def _check_index(name: str, index: Tensor, bound: int, bound_name: str) -> None:
 
 
 @torch.library.custom_op("gnn_io::csr_plan", mutates_args=())
-def csr_plan(dst: Tensor, src: Tensor, num_dst: int, num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
+             num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_index("edge_index (destination row)", dst, num_dst, "num_nodes")
     _check_index("edge_index (source row)", src, num_src, "num_nodes")
     if dst.numel() != src.numel():
@@ -40,17 +44,25 @@ def csr_plan(dst: Tensor, src: Tensor, num_dst: int, num_src: int) -> tuple[Tens
     perm = torch.sort(dst, stable=True).indices
     row = dst.index_select(0, perm)
     col = src.long().index_select(0, perm)
-    rowptr = torch.zeros(num_dst + 1, dtype=torch.long, device=dst.device)
-    torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=rowptr[1:])
-    return rowptr, col, row, perm
+    t_perm = torch.sort(col, stable=True).indices
+    t_col = row.index_select(0, t_perm)
+    return _offsets(row, num_dst), col, row, perm, _offsets(col, num_src), t_col, t_perm
+
+
+def _offsets(sorted_index: Tensor, num: int) -> Tensor:
+    offsets = torch.zeros(num + 1, dtype=torch.long, device=sorted_index.device)
+    torch.cumsum(torch.bincount(sorted_index, minlength=num), 0, out=offsets[1:])
+    return offsets
 
 
 @csr_plan.register_fake
 def _(dst, src, num_dst, num_src):
-    num_edges = dst.shape[0]
+    def edges():
+        return dst.new_empty((dst.shape[0],), dtype=torch.long)
+
     rowptr = dst.new_empty((num_dst + 1,), dtype=torch.long)
-    return rowptr, dst.new_empty((num_edges,), dtype=torch.long), dst.new_empty((num_edges,), dtype=torch.long), \
-        dst.new_empty((num_edges,), dtype=torch.long)
+    t_rowptr = dst.new_empty((num_src + 1,), dtype=torch.long)
+    return rowptr, edges(), edges(), edges(), t_rowptr, edges(), edges()
 
 
 def degree_stats(rowptr: Tensor) -> dict:

@@ -1,78 +1,111 @@
-r"""SpMM family: ``out = A X`` for the sparse (optionally weighted, mean-normalised) adjacency.
+r"""SpMM family: ``Y = A X`` for the sparse, weighted adjacency of a graph plan.
 
 .. math::
-    \mathrm{out}_i = \bigoplus_{e = (j \to i)} w_e \, x_j, \qquad \oplus \in \{\sum, \mathrm{mean}\}
+    Y_i = s_i \sum_{e = (j \to i)} a_e \, X_j, \qquad
+    s_i = 1 \ (\text{reduce='sum'}) \ \text{or} \ 1/\max(1, \deg_i) \ (\text{reduce='mean'})
 
-Shapes: ``x [num_src, *F]``, ``edge_weight [E]`` or ``None`` (all ones), output ``[num_dst, *F]``
-with ``num_dst = rowptr.numel() - 1``. dtype: that of ``x``; the CPU path is exact up to summation
-order. Covers GCNConv, GraphConv (add/mean), SAGEConv (mean/sum), GINConv and any weighted copy.
-Backward: ``dX = A^T dY`` and, when the weights need it, ``dw_e = <dY_i, x_j>`` (an SDDMM).
+Shapes: ``x [num_src, *F]``; ``values [E]`` in CSR order (the per-edge weights ``a``; GCN's
+``D^-1/2 A D^-1/2`` normalisation or ones, computed by structure nodes the backend hoists into the
+graph plan, so once per graph); ``t_values [E]`` the same values in transposed (CSC) order; output
+``[num_dst, *F]``. Covers GCNConv, GraphConv (add/mean), SAGEConv (mean/sum), GINConv and any
+weighted copy-and-sum.
+
+Backward: ``dX = A^T (s * dY)`` through the cached transposed CSR (no atomics), and when the weights
+need it ``da_e = <s_i dY_i, X_j>`` (an SDDMM over the nonzeros).
+
+Kernels: CUDA uses cuSPARSE SpMM through ``torch.sparse`` CSR matmul (and cuSPARSE SDDMM through
+``torch.sparse.sampled_addmm`` for weight gradients); every other device runs the segment-sum
+reference below, which is exact up to summation order. dtype: that of ``x``; values are cast to it.
 """
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-from gnn_inductor.kernels._common import check_reduce, recompute_grads, segment_reduce
+from gnn_inductor.kernels._common import segment_reduce
+
+SPMM_REDUCTIONS = ("sum", "mean")
 
 
-def spmm_reference(x: Tensor, edge_weight: Optional[Tensor], rowptr: Tensor, col: Tensor, row: Tensor,
-                   perm: Tensor, reduce: str) -> Tensor:
-    messages = x.index_select(0, col)
-    if edge_weight is not None:
-        weight = edge_weight.index_select(0, perm).to(messages.dtype)
-        messages = messages * weight.view(-1, *([1] * (messages.dim() - 1)))
-    return segment_reduce(messages, row, rowptr, reduce)
+def _row_scale(rowptr: Tensor, reduce: str, like: Tensor):
+    if reduce == "sum":
+        return None
+    deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(like.dtype)
+    return deg.reciprocal().view(-1, *([1] * (like.dim() - 1)))
 
 
-def _check(x: Tensor, edge_weight: Optional[Tensor], col: Tensor, reduce: str) -> None:
-    check_reduce(reduce)
-    if reduce not in ("sum", "mean"):
-        raise ValueError(f"spmm supports reduce 'sum' and 'mean', got {reduce!r}")
-    if edge_weight is not None and (edge_weight.dim() != 1 or edge_weight.shape[0] != col.shape[0]):
-        raise ValueError(f"edge_weight must have shape [{col.shape[0]}], got {tuple(edge_weight.shape)}")
+def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row) -> Tensor:
+    """``A X`` for the CSR matrix (rowptr, col, values); x ``[num_cols, *F]`` (``row`` unused by a sum)."""
+    num_rows = rowptr.numel() - 1
+    if x.is_cuda:
+        matrix = torch.sparse_csr_tensor(rowptr, col, values.to(x.dtype), size=(num_rows, x.shape[0]))
+        return (matrix @ x.reshape(x.shape[0], -1)).view(num_rows, *x.shape[1:])
+    messages = x.index_select(0, col) * values.to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+    return segment_reduce(messages, row, rowptr, "sum")
+
+
+def sddmm(left: Tensor, right: Tensor, rowptr: Tensor, col: Tensor, row: Tensor) -> Tensor:
+    """``out_e = <left[row_e], right[col_e]>`` summed over all feature dims, in CSR order."""
+    if left.is_cuda and left.dtype in (torch.float32, torch.float64):
+        pattern = torch.sparse_csr_tensor(rowptr, col, torch.zeros_like(col, dtype=left.dtype),
+                                          size=(left.shape[0], right.shape[0]))
+        out = torch.sparse.sampled_addmm(pattern, left.reshape(left.shape[0], -1),
+                                         right.reshape(right.shape[0], -1).t(), beta=0.0)
+        return out.values()
+    return (left.index_select(0, row) * right.index_select(0, col)).flatten(1).sum(1)
+
+
+def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
+    if reduce not in SPMM_REDUCTIONS:
+        raise ValueError(f"spmm supports reduce {SPMM_REDUCTIONS}, got {reduce!r}")
+    if values.dim() != 1 or values.shape[0] != col.shape[0]:
+        raise ValueError(f"values must have shape [{col.shape[0]}] (one per edge), got {tuple(values.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"spmm needs floating point features, got {x.dtype}")
 
 
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())
-def spmm(x: Tensor, edge_weight: Optional[Tensor], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
-         reduce: str) -> Tensor:
-    _check(x, edge_weight, col, reduce)
-    return spmm_reference(x, edge_weight, rowptr, col, row, perm, reduce)
+def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
+         t_col: Tensor, reduce: str) -> Tensor:
+    _check(x, values, col, reduce)
+    out = csr_matmul(x, values, rowptr, col, row)
+    scale = _row_scale(rowptr, reduce, out)
+    return out if scale is None else out * scale
 
 
 @spmm.register_fake
-def _(x, edge_weight, rowptr, col, row, perm, reduce):
+def _(x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce):
     return x.new_empty((rowptr.shape[0] - 1, *x.shape[1:]))
 
 
 @torch.library.custom_op("gnn_io::spmm_backward", mutates_args=())
-def spmm_backward(grad_out: Tensor, x: Tensor, edge_weight: Optional[Tensor], rowptr: Tensor, col: Tensor,
-                  row: Tensor, perm: Tensor, reduce: str, needs_grad: list[bool]) -> list[Tensor]:
-    """``[dX, dw]`` (an empty tensor where ``needs_grad`` is False)."""
-    grads = recompute_grads(lambda x_, w_: spmm_reference(x_, w_, rowptr, col, row, perm, reduce),
-                            [x, edge_weight], grad_out, needs_grad)
-    return [g if g is not None else x.new_empty((0,)) for g in grads]
+def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor,
+                  row: Tensor, t_rowptr: Tensor, t_col: Tensor, reduce: str,
+                  needs_grad: list[bool]) -> list[Tensor]:
+    """``[dX, dvalues]``, an empty tensor where ``needs_grad`` is False."""
+    scale = _row_scale(rowptr, reduce, grad_out)
+    grad = grad_out if scale is None else grad_out * scale
+    grad_x = csr_matmul(grad, t_values, t_rowptr, t_col, None) if needs_grad[0] else x.new_empty((0,))
+    grad_values = sddmm(grad, x, rowptr, col, row).to(values.dtype) if needs_grad[1] else values.new_empty((0,))
+    return [grad_x, grad_values]
 
 
 @spmm_backward.register_fake
-def _(grad_out, x, edge_weight, rowptr, col, row, perm, reduce, needs_grad):
-    return [torch.empty_like(t) if need and t is not None else x.new_empty((0,))
-            for t, need in zip((x, edge_weight), needs_grad)]
+def _(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce, needs_grad):
+    return [torch.empty_like(x) if needs_grad[0] else x.new_empty((0,)),
+            torch.empty_like(values) if needs_grad[1] else values.new_empty((0,))]
 
 
 def _setup(ctx, inputs, output):
-    x, edge_weight, rowptr, col, row, perm, reduce = inputs
-    ctx.save_for_backward(x, edge_weight, rowptr, col, row, perm)
+    x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce = inputs
+    ctx.save_for_backward(x, values, t_values, rowptr, col, row, t_rowptr, t_col)
     ctx.reduce = reduce
 
 
 def _backward(ctx, grad_out):
-    x, edge_weight, rowptr, col, row, perm = ctx.saved_tensors
-    needs = [ctx.needs_input_grad[0], edge_weight is not None and ctx.needs_input_grad[1]]
-    grad_x, grad_w = spmm_backward(grad_out, x, edge_weight, rowptr, col, row, perm, ctx.reduce, needs)
-    return (grad_x if needs[0] else None, grad_w if needs[1] else None, None, None, None, None, None)
+    needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[1]]
+    grad_x, grad_values = spmm_backward(grad_out, *ctx.saved_tensors, ctx.reduce, needs)
+    return (grad_x if needs[0] else None, grad_values if needs[1] else None) + (None,) * 7
 
 
 spmm.register_autograd(_backward, setup_context=_setup)

@@ -69,9 +69,9 @@ def replace(agg, ctx):
     eps = agg.region.special.args[4]
     plan = ctx.plan_for(agg)
     new = ctx.call(torch.ops.gnn_io.attention.default,
-                   (tensors, roles, *plan, score_key, message_key, eps), before=agg.scatter.result)
+                   (tensors, roles, *plan.walk, score_key, message_key, eps), before=agg.scatter.result)
     ctx.record("attention", "gnn_io.attention", agg.scatter.node,
-               {"roles": list(roles), "score": score_key, "message": message_key}, plan[0])
+               {"roles": list(roles), "score": score_key, "message": message_key}, plan.rowptr)
     return new
 
 

@@ -70,10 +70,9 @@ def match(node, ctx):
 def replace(found, ctx):
     num_dst = ctx.size_arg(found.num_dst_node, 0)
     plan = ctx.csr(found.index, found.index, num_dst, num_dst)
-    rowptr, _, row, perm = plan
-    new = ctx.call(torch.ops.gnn_io.edge_softmax.default, (found.scores, rowptr, row, perm, found.eps),
+    new = ctx.call(torch.ops.gnn_io.edge_softmax.default, (found.scores, plan.rowptr, plan.row, plan.perm, found.eps),
                    before=found.result)
-    ctx.record("edge_softmax", "gnn_io.edge_softmax", found.result, {"eps": found.eps}, plan[0])
+    ctx.record("edge_softmax", "gnn_io.edge_softmax", found.result, {"eps": found.eps}, plan.rowptr)
     return new
 
 

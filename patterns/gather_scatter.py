@@ -37,9 +37,9 @@ def replace(agg, ctx):
     key = ctx.register_fn(build_edge_fn(agg.region, arg_of, len(tensors), special_first=False))
     plan = ctx.plan_for(agg)
     new = ctx.call(torch.ops.gnn_io.gather_scatter.default,
-                   (tensors, roles, *plan, key, agg.scatter.reduce), before=agg.scatter.result)
+                   (tensors, roles, *plan.walk, key, agg.scatter.reduce), before=agg.scatter.result)
     ctx.record("gather_scatter", "gnn_io.gather_scatter", agg.scatter.node,
-               {"reduce": agg.scatter.reduce, "roles": list(roles), "message": key}, plan[0])
+               {"reduce": agg.scatter.reduce, "roles": list(roles), "message": key}, plan.rowptr)
     return new
 
 

@@ -9,7 +9,10 @@ Search::
 Covers GCNConv (normalisation weights computed from structure, hoisted into the graph plan),
 GraphConv add/mean, SAGEConv mean/sum, GINConv and any weighted copy-and-sum.
 
-Replacement: ``torch.ops.gnn_io.spmm(x, edge_weight or None, *csr_plan, reduce)``.
+Replacement: ``values = edge_weight[perm]`` (or ones), ``t_values = values[t_perm]`` and
+``torch.ops.gnn_io.spmm(x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce)``. When
+the weights are structure (GCN's normalisation, no weights at all) the values are hoisted into the
+graph plan with the CSR: the cached matrix of the paper's design, built once per graph.
 
 Checks: one source table, at most one 1-D per-edge weight, nothing else in the message; else the
 aggregation goes on to the gather-scatter family (no near miss is recorded here).
@@ -66,10 +69,19 @@ def _view_chain(node, edge_input):
 def replace(agg, ctx):
     plan = ctx.plan_for(agg)
     (table,) = [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]
-    new = ctx.call(torch.ops.gnn_io.spmm.default, (table, agg.weight, *plan, agg.scatter.reduce),
-                   before=agg.scatter.result)
+    before = agg.scatter.result
+    dtype = val(table).dtype
+    if agg.weight is None:
+        values = ctx.call(aten.ones_like.default, (plan.perm,), before, dtype=dtype)
+    else:
+        values = ctx.call(aten.index_select.default, (agg.weight, 0, plan.perm), before)
+        if val(values).dtype != dtype:
+            values = ctx.call(aten._to_copy.default, (values,), before, dtype=dtype)
+    t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)
+    new = ctx.call(torch.ops.gnn_io.spmm.default, (table, values, t_values, plan.rowptr, plan.col, plan.row,
+                                                   plan.t_rowptr, plan.t_col, agg.scatter.reduce), before)
     ctx.record("spmm", "gnn_io.spmm", agg.scatter.node,
-               {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}, plan[0])
+               {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}, plan.rowptr)
     return new
 
 

@@ -57,7 +57,9 @@ def grads_of(fn, *tensors):
 
 
 def test_csr_plan_layout(graph):
-    src, dst, (rowptr, col, row, perm) = graph
+    src, dst, (rowptr, col, row, perm, t_rowptr, t_col, t_perm) = graph
+    assert torch.equal(t_rowptr[1:] - t_rowptr[:-1], torch.bincount(src, minlength=NUM_NODES))
+    assert torch.equal(col[t_perm], torch.sort(src).values) and torch.equal(t_col, row[t_perm])
     assert rowptr[0] == 0 and rowptr[-1] == dst.numel()
     assert torch.equal(rowptr[1:] - rowptr[:-1], torch.bincount(dst, minlength=NUM_NODES))
     assert torch.equal(row, dst[perm]) and torch.equal(col, src[perm])
@@ -75,8 +77,11 @@ def test_spmm(graph, dtype, reduce, weighted):
     x = torch.randn(NUM_NODES, 6, dtype=dtype)
     w = torch.rand(src.numel(), dtype=dtype) + 0.1
 
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
+
     def ours(x, w):
-        return ops.spmm(x, w if weighted else None, *plan, reduce)
+        values = w.index_select(0, perm) if weighted else torch.ones_like(w)
+        return ops.spmm(x, values, values.index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col, reduce)
 
     def eager(x, w):
         msg = x.index_select(0, src) * (w.view(-1, 1) if weighted else 1)
@@ -104,7 +109,7 @@ def test_gather_scatter(graph, dtype, reduce):
     roles = [ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE]
 
     def ours(x, e, b):
-        return ops.gather_scatter([x, x, e, b], roles, *plan, key, reduce)
+        return ops.gather_scatter([x, x, e, b], roles, *plan[:4], key, reduce)
 
     def eager(x, e, b):
         msg = torch.relu(x.index_select(0, src) + e) * x.index_select(0, dst) + b
@@ -124,7 +129,7 @@ def test_max_ties_share_gradient(dtype):
     plan = ops.csr_plan(dst, src, 6, 6)
     key = _register(lambda x_j: x_j)
     x = torch.tensor([[1.0], [3.0], [3.0], [2.0], [0.0], [0.0]], dtype=dtype)
-    out, (gx,) = grads_of(lambda x: ops.gather_scatter([x], [ROLE_SRC], *plan, key, "max"), x)
+    out, (gx,) = grads_of(lambda x: ops.gather_scatter([x], [ROLE_SRC], *plan[:4], key, "max"), x)
     ref, (rx,) = grads_of(lambda x: scatter_eager(x.index_select(0, src), dst, 6, "max"), x)
     close(out, ref)
     close(gx, rx)
@@ -132,7 +137,7 @@ def test_max_ties_share_gradient(dtype):
 
 
 def test_edge_softmax(graph, dtype):
-    src, dst, (rowptr, col, row, perm) = graph
+    src, dst, (rowptr, col, row, perm, *_) = graph
     s = torch.randn(src.numel(), 3, dtype=dtype) * 4
     out, (gs,) = grads_of(lambda s: ops.edge_softmax(s, rowptr, row, perm, 1e-16), s)
     ref, (rs,) = grads_of(lambda s: softmax_eager(s, dst, NUM_NODES), s)
@@ -150,7 +155,7 @@ def test_attention_gatv2_form(graph, dtype):
     att = torch.randn(1, heads, channels, dtype=dtype)
 
     def ours(xl, xr, att):
-        return ops.attention([xl, xr, att], [ROLE_SRC, ROLE_DST, ROLE_DENSE], *plan, score, message, 1e-16)
+        return ops.attention([xl, xr, att], [ROLE_SRC, ROLE_DST, ROLE_DENSE], *plan[:4], score, message, 1e-16)
 
     def eager(xl, xr, att):
         xj, xi = xl.index_select(0, src), xr.index_select(0, dst)
@@ -166,13 +171,14 @@ def test_attention_gatv2_form(graph, dtype):
 
 def test_opcheck(graph):
     src, dst, plan = graph
-    rowptr, col, row, perm = plan
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
     x = torch.randn(NUM_NODES, 3, dtype=torch.float64, requires_grad=True)
     w = torch.rand(src.numel(), dtype=torch.float64, requires_grad=True)
+    t_w = w.detach()[t_perm]
     key = _register(lambda x_j, x_i: torch.tanh(x_j - x_i))
     torch.library.opcheck(ops.csr_plan.default, (dst, src, NUM_NODES, NUM_NODES))
-    torch.library.opcheck(ops.spmm.default, (x, w, *plan, "sum"))
-    torch.library.opcheck(ops.gather_scatter.default, ([x, x], [ROLE_SRC, ROLE_DST], *plan, key, "max"))
+    torch.library.opcheck(ops.spmm.default, (x, w, t_w, rowptr, col, row, t_rowptr, t_col, "mean"))
+    torch.library.opcheck(ops.gather_scatter.default, ([x, x], [ROLE_SRC, ROLE_DST], *plan[:4], key, "max"))
     s = torch.randn(src.numel(), 2, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(ops.edge_softmax.default, (s, rowptr, row, perm, 1e-16))
 
@@ -191,6 +197,6 @@ def test_csr_plan_rejects_bad_indices(graph, bad, error, match):
 
 
 def test_spmm_rejects_wrong_weight_shape(graph):
-    src, dst, plan = graph
-    with pytest.raises(ValueError, match="edge_weight must have shape"):
-        ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), *plan, "sum")
+    src, dst, (rowptr, col, row, perm, t_rowptr, t_col, t_perm) = graph
+    with pytest.raises(ValueError, match="values must have shape"):
+        ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), torch.rand(3), rowptr, col, row, t_rowptr, t_col, "sum")
