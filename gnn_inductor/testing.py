@@ -112,12 +112,12 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
         if not grad:
             continue
         generator = torch.Generator().manual_seed(call)
-        weights = [torch.randn(e.shape, generator=generator, dtype=e.dtype) if e.is_floating_point() else None
-                   for e in expected]
+        weights = [torch.randn(e.shape, generator=generator, dtype=e.dtype).to(e.device) if e.is_floating_point()
+                   else None for e in expected]
         sum(((e * w).sum() for e, w in zip(expected, weights) if w is not None and e.requires_grad),
-            torch.zeros(())).backward()
+            torch.zeros((), device=expected[0].device)).backward()
         sum(((a * w).sum() for a, w in zip(actual, weights) if w is not None and a.requires_grad),
-            torch.zeros(())).backward()
+            torch.zeros((), device=actual[0].device)).backward()
         for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
             if p.grad is None and q.grad is None:
                 continue

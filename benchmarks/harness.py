@@ -1,0 +1,300 @@
+"""Benchmark harness: PyG eager, torch.compile default (Inductor) and gnn_io, side by side in one
+process, forward and forward+backward, peak memory, plan build time and a roofline column.
+
+    python -m benchmarks.harness --layers gcn,sage_mean,gin --graphs suite --out docs/benchmarks
+
+Times are medians of ``--reps`` runs timed with CUDA events after warm-up, on random (never zero)
+inputs; peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
+parameters and gradients included). The roofline column is the least bytes a layer must move
+(see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
+``results.md`` and ``speedup.png`` to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+import gnn_inductor  # noqa: F401  (also enables Dynamo's dynamic-output-shape capture for Inductor)
+from benchmarks import graphs as graph_lib
+
+HEADS = 4
+
+
+def make_layer(name: str, features: int) -> torch.nn.Module:
+    from torch_geometric import nn as pyg
+
+    f = features
+    return {
+        "gcn": lambda: pyg.GCNConv(f, f),
+        "sage_mean": lambda: pyg.SAGEConv(f, f, aggr="mean"),
+        "sage_max": lambda: pyg.SAGEConv(f, f, aggr="max"),
+        "gin": lambda: pyg.GINConv(torch.nn.Linear(f, f)),
+        "graphconv": lambda: pyg.GraphConv(f, f, aggr="add"),
+        "gat": lambda: pyg.GATConv(f, f // HEADS, heads=HEADS),
+        "gatv2": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS),
+        "transformer": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS),
+    }[name]()
+
+
+def min_bytes(layer: str, num_nodes: int, num_edges: int, features: int, elem: int) -> tuple:
+    """Least bytes moved by (forward, forward+backward): the dense transform reads X and writes H,
+    the aggregation reads H once, the CSR (int64 col + values + rowptr) once, and writes Y; the
+    backward moves the same again twice (dH and dX / dW). Attention adds 2 more node tensors."""
+    dense = num_nodes * features * elem
+    node_tensors = 4 + (2 if layer in ("gat", "gatv2", "transformer") else 0)
+    structure = num_edges * (8 + 4) + num_nodes * 8
+    forward = node_tensors * dense + structure
+    return forward, 3 * forward
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a large device-to-device copy (read + write counted)."""
+    if device.type != "cuda":
+        return float("nan")
+    src = torch.randn(256 * 1024 * 1024, device=device)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), reps=20)
+    return 2 * src.numel() * 4 / (ms / 1e3)
+
+
+def median_ms(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    if not torch.cuda.is_available():
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def build(mode: str, layer: torch.nn.Module):
+    torch._dynamo.reset()
+    if mode == "eager":
+        return layer
+    if mode == "inductor":
+        return torch.compile(layer)
+    if mode == "gnn_io":
+        return torch.compile(layer, backend="gnn_io")
+    raise ValueError(mode)
+
+
+def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
+    torch.manual_seed(0)
+    layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
+    model = build(mode, layer)
+    x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
+    edge_index = graph.edge_index.to(device)
+    record = {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
+              "edges": graph.num_edges}
+    try:
+        with torch.no_grad():
+            out = model(x, edge_index)
+            record["fwd_ms"] = median_ms(lambda: model(x, edge_index), reps)
+        x_grad = x.clone().requires_grad_(True)
+        grad = torch.randn_like(out)
+
+        def step():
+            model(x_grad, edge_index).backward(grad)
+
+        record["fwdbwd_ms"] = median_ms(step, reps)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        if mode == "gnn_io":
+            fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
+            record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
+                                          - record["fwd_ms"]) if reps else None
+        if reference is not None:
+            ref = reference.float()
+            record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+        record["out"] = out.detach()
+    except Exception as exc:  # a crash or OOM of one mode is a result, not the end of the run
+        record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        traceback.print_exc(limit=2)
+    finally:
+        del model, layer
+        torch._dynamo.reset()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return record
+
+
+def graph_suite(names: list, data_root: str, device) -> list:
+    out = []
+    for name in names:
+        if name == "rmat-large":
+            out.append(graph_lib.rmat(20, 16_000_000, seed=0, device=device))
+        elif name == "rmat-arxiv":
+            out.append(graph_lib.rmat(17, 1_150_000, seed=0, device=device))
+        elif name == "uniform-large":
+            out.append(graph_lib.uniform(1 << 20, 16_000_000, seed=0, device=device))
+        elif name == "grid-large":
+            out.append(graph_lib.grid(1024, device=device))
+        elif name == "rmat-small":
+            out.append(graph_lib.rmat(10, 8_000, seed=0, device=device))
+        else:
+            out.append(graph_lib.real(name, data_root))
+    return out
+
+
+SUITE = ["Planetoid-Cora", "ca-AstroPh", "MUSAE-github", "soc-Slashdot0902", "road-luxembourg-osm",
+         "rmat-arxiv", "grid-large", "uniform-large", "rmat-large"]
+
+
+def write_outputs(records: list, meta: dict, out_dir: str) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    clean = [{k: v for k, v in r.items() if k != "out"} for r in records]
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"meta": meta, "results": clean}, f, indent=1)
+    table = markdown_table(clean, meta)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(table)
+    try:
+        chart(clean, os.path.join(out_dir, "speedup.png"))
+    except Exception as exc:  # matplotlib missing: the table is the result
+        print(f"no chart: {exc}")
+    return table
+
+
+def _fmt(value, digits=2):
+    return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
+
+
+def markdown_table(records: list, meta: dict) -> str:
+    by_case = {}
+    for r in records:
+        by_case.setdefault((r["graph"], r["layer"]), {})[r["mode"]] = r
+    lines = [f"# Benchmarks ({meta['device']})", "",
+             f"torch {meta['torch']}, triton {meta['triton']}, torch_geometric {meta['torch_geometric']}, "
+             f"{meta['dtype']}, {meta['features']} features, {meta['date']}", "",
+             f"Command: `{meta['command']}`", "",
+             f"Copy bandwidth measured: {_fmt(meta['copy_gbps'], 0)} GB/s. Times in ms (median), forward+backward "
+             "unless marked fwd; peak in GB; 'x eager'/'x inductor' are speedups of gnn_io; roofline = least bytes "
+             "/ copy bandwidth.", "",
+             "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
+             "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
+             "rel err |",
+             "|" + "---|" * 18]
+    for (graph, layer), modes in by_case.items():
+        e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
+        any_r = e or i or g
+
+        def t(r, key="fwdbwd_ms"):
+            return r.get("error", "")[:40] if "error" in r else _fmt(r.get(key))
+
+        def ratio(a, b):
+            return f"{a['fwdbwd_ms'] / b['fwdbwd_ms']:.2f}" if a.get("fwdbwd_ms") and b.get("fwdbwd_ms") else "-"
+
+        lines.append(f"| {graph} | {any_r.get('nodes')} | {any_r.get('edges')} | {layer} | {t(e)} | {t(i)} | "
+                     f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
+                     f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
+                     f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
+                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(records: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases, vs_eager, vs_inductor = [], [], []
+    index = {(r["graph"], r["layer"], r["mode"]): r for r in records}
+    for (graph, layer, mode), r in index.items():
+        if mode != "gnn_io" or not r.get("fwdbwd_ms"):
+            continue
+        e, i = index.get((graph, layer, "eager"), {}), index.get((graph, layer, "inductor"), {})
+        cases.append(f"{layer}\n{graph}")
+        vs_eager.append(e.get("fwdbwd_ms", 0) / r["fwdbwd_ms"])
+        vs_inductor.append(i.get("fwdbwd_ms", 0) / r["fwdbwd_ms"])
+    fig, ax = plt.subplots(figsize=(max(6, len(cases) * 0.8), 4))
+    xs = range(len(cases))
+    ax.bar([x - 0.2 for x in xs], vs_eager, 0.4, label="vs PyG eager")
+    ax.bar([x + 0.2 for x in xs], vs_inductor, 0.4, label="vs torch.compile default")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(cases, rotation=60, fontsize=6)
+    ax.set_ylabel("gnn_io speedup (forward+backward)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="gcn,sage_mean,gin")
+    parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
+    parser.add_argument("--modes", default="eager,inductor,gnn_io")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
+    parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    names = SUITE if args.graphs == "suite" else args.graphs.split(",")
+    bandwidth = copy_bandwidth(device)
+    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "triton": _version("triton"), "torch_geometric": _version("torch_geometric"),
+            "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "dtype": args.dtype, "features": args.features, "copy_gbps": bandwidth / 1e9}
+    records = []
+    for graph in graph_suite(names, args.data_root, device):
+        graph.edge_index = graph.edge_index.cpu()
+        for layer in args.layers.split(","):
+            reference = None
+            for mode in args.modes.split(","):
+                r = run_case(layer, graph, mode, args.features, dtype, device, args.reps, reference)
+                if mode == "eager" and "out" in r:
+                    reference = r["out"]
+                fwd, total = min_bytes(layer, graph.num_nodes, graph.num_edges, args.features,
+                                       torch.finfo(dtype).bits // 8)
+                r["roofline_ms"] = total / bandwidth * 1e3 if bandwidth == bandwidth else None
+                r.pop("out", None)
+                records.append(r)
+                print(json.dumps({k: v for k, v in r.items()}), flush=True)
+            reference = None
+    table = write_outputs(records, meta, args.out)
+    print(table)
+    return 0
+
+
+def _version(module: str) -> str:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return "not installed"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
