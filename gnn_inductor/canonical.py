@@ -83,6 +83,10 @@ def canonicalize(gm: GraphModule) -> GraphModule:
         aten_gm = make_fx(torch.func.functionalize(run, remove="mutations"), tracing_mode="symbolic",
                           decomposition_table=_DECOMPOSITIONS, _allow_non_fake_inputs=False)(*fake_inputs(gm))
     _detach_factories(aten_gm)
+    # make_fx traces below autograd: carry each input's requires_grad over for the structure analysis
+    dynamo_inputs = fake_inputs(gm)
+    for node, example in zip([n for n in aten_gm.graph.nodes if n.op == "placeholder"], dynamo_inputs):
+        node.meta["requires_grad"] = bool(getattr(example, "requires_grad", False))
     return aten_gm
 
 

@@ -201,15 +201,28 @@ def as_scatter(node: Node) -> Union[Scatter, str, None]:
     return Scatter(node, root, src, reduce, val(base).shape[0], node)
 
 
+def _is_edge_data(node: Node, edge_counts: list) -> bool:
+    """A floating point input that needs no gradient and has one row per edge of an integer
+    ``[2, E]`` input: edge weights or edge features, part of the graph rather than of the model."""
+    v = val(node)
+    return (isinstance(v, torch.Tensor) and v.is_floating_point() and node.meta.get("requires_grad") is False
+            and v.dim() >= 1 and any(same_size(v.shape[0], e) for e in edge_counts))
+
+
 def structure_nodes(graph: Graph) -> set:
-    """Nodes computed from graph structure alone: integer/bool tensor inputs, symbolic sizes and
-    constants. Their values are the same for every call on the same graph."""
+    """Nodes computed from graph structure alone: integer/bool tensor inputs, edge weights and
+    edge features that need no gradient, symbolic sizes and constants. Their values are the same
+    for every call on the same graph (the plan cache keys on those inputs)."""
     structure = set()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    edge_counts = [val(n).shape[-1] for n in placeholders if isinstance(val(n), torch.Tensor)
+                   and not val(n).is_floating_point() and val(n).dim() == 2 and same_size(val(n).shape[0], 2)]
     for node in graph.nodes:
         if node.op == "placeholder":
             v = val(node)
             if isinstance(v, torch.SymInt) or isinstance(v, int) or (
-                    isinstance(v, torch.Tensor) and not v.is_floating_point() and not v.is_complex()):
+                    isinstance(v, torch.Tensor) and not v.is_floating_point() and not v.is_complex()) or \
+                    _is_edge_data(node, edge_counts):
                 structure.add(node)
         elif node.op == "get_attr":
             structure.add(node)
@@ -229,6 +242,11 @@ def structure_nodes(graph: Graph) -> set:
 
 class NotAnEdgeFunction(Exception):
     """The region between gathers and a scatter is not per-edge math the ops can run."""
+
+
+class NoGather(NotAnEdgeFunction):
+    """A scatter of values that involve no gathered row (a degree sum of edge weights): not message
+    passing at all, so Inductor keeps it and no near miss is recorded."""
 
 
 @dataclass
@@ -309,7 +327,7 @@ def collect_region(root: Node, roles: IndexRoles, special: frozenset = frozenset
 
     visit(root)
     if root not in members and root not in region.inputs:
-        raise NotAnEdgeFunction("the message does not depend on any gathered row")
+        raise NoGather("the message does not depend on any gathered row")
     # Inputs that are neither gathers nor region members: edge tensors or dense tensors.
     for node in list(members):
         for inp in node.all_input_nodes:
@@ -417,6 +435,8 @@ def match_aggregation(node: Node, structure: set, special: frozenset = frozenset
     roles = IndexRoles(dst_key=index_key(scatter.index), num_edges=val(scatter.index).shape[0], structure=structure)
     try:
         region = collect_region(scatter.src, roles, special)
+    except NoGather:
+        return None
     except NotAnEdgeFunction as exc:
         return str(exc)
     return Aggregation(scatter, region, roles)

@@ -93,23 +93,12 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
     graph = gm.graph
     structure = structure_nodes(graph)
     hoisted = {n for n in structure if n.op == "call_function"}
-    changed = True
-    while changed:  # symbolic scalars cannot cross as tensors: leave them (and what they need) in the main graph
-        changed = False
-        for n in list(hoisted):
-            if not isinstance(val(n), torch.Tensor) and val(n) is not None and any(u not in hoisted for u in n.users):
-                hoisted.discard(n)
-                changed = True
-    aliases = set()
-    for n in graph.nodes:
-        if n in hoisted and _is_alias(n) and all(i.op in ("placeholder", "get_attr") or i in aliases
-                                                 for i in n.all_input_nodes):
-            aliases.add(n)
-    work = hoisted - aliases
+    keep = _computed_in_both(graph, hoisted)
+    work = hoisted - keep
     if not work:
         return None
     outputs = [n for n in graph.nodes if n in work and isinstance(val(n), torch.Tensor)
-               and any(u not in hoisted for u in n.users)]
+               and any(u not in hoisted or u in keep for u in n.users)]
     if not outputs:
         return None
 
@@ -152,6 +141,27 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
     gm.recompile()
     return Hoisted(structure_gm, [placeholders.index(p) for p in needed], outputs,
                    [val(n).shape[d] for _, n, d in symbol_sources] + [val(o) for o in outputs], len(work))
+
+
+def _computed_in_both(graph: Graph, hoisted: set) -> set:
+    """Hoisted nodes the main graph must still compute itself: symbolic scalars it uses (they cannot
+    cross as tensors; their tensor inputs do) and views of graph inputs (a cached output must never
+    alias a user's tensor, or it would keep the user's graph alive)."""
+    keep = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in graph.nodes:
+            if n not in hoisted or n in keep or isinstance(val(n), torch.Tensor) or val(n) is None:
+                continue
+            if any(u not in hoisted or u in keep for u in n.users):
+                keep.add(n)
+                changed = True
+    for n in graph.nodes:
+        if n in hoisted and _is_alias(n) and all(i.op in ("placeholder", "get_attr") or (i in keep and _is_alias(i))
+                                                 for i in n.all_input_nodes):
+            keep.add(n)
+    return keep
 
 
 def _unbacked_symbol_sources(graph: Graph, hoisted: set, outputs: list) -> Optional[list]:

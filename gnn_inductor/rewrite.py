@@ -120,10 +120,12 @@ class RewriteContext:
         self.structure.update((plan, *parts))
         return parts
 
-    def plan_for(self, agg: Aggregation) -> PlanNodes:
+    def plan_for(self, agg: Aggregation, src_table: Optional[Node] = None) -> PlanNodes:
         """CSR plan nodes of an aggregation: by its destination index, with the source index
-        its message gathers by (or the destination index when it gathers by none)."""
-        src_tables = [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]
+        its message gathers by (or the destination index when it gathers by none); the source
+        count is the rows of ``src_table`` (default: the first table gathered by source)."""
+        src_tables = [src_table] if src_table is not None else \
+            [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]
         src_index = agg.roles.src_index if agg.roles.src_index is not None else agg.scatter.index
         num_dst = self.size_arg(agg.scatter.node, 0)
         num_src = self.size_arg(src_tables[0], 0) if src_tables else num_dst

@@ -67,13 +67,17 @@ def _flatten(out) -> list:
 
 
 def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    if actual.dtype != expected.dtype:  # a half-precision result against its float32 reference
+        rtol, atol_scale = TOLERANCES[actual.dtype]
+        actual = actual.to(expected.dtype)
+    else:
+        rtol, atol_scale = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
     if actual.shape != expected.shape:
         raise AssertionError(f"{name}: shape {tuple(actual.shape)} != eager {tuple(expected.shape)}")
     if not torch.isfinite(actual).all():
         raise AssertionError(f"{name}: compiled result has NaN or inf")
     if not torch.isfinite(expected).all():
         raise AssertionError(f"{name}: eager result has NaN or inf; pick inputs that make eager finite")
-    rtol, atol_scale = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
     atol = atol_scale * max(1.0, float(expected.abs().max()) if expected.numel() else 1.0)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
@@ -88,19 +92,25 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
     not named may appear any number of times. Dynamo's caches are reset first, so the model is
     compiled afresh. The compiled model is called ``calls`` times (the later calls reuse the
     graph plan) and every call is compared. Returns a :class:`RewriteCheck`.
+
+    float16/bfloat16 models are compared with an eager float32 copy (eager in half precision is
+    itself far from the true value on hubs), with the half-precision tolerance of ``TOLERANCES``.
     """
     torch._dynamo.reset()
     first_report = len(_report.reports())
     # the user's own module is the compiled one, so gnn_inductor.report(model) finds its graphs
     compiled_model, model = model, copy.deepcopy(model)
+    low = {p.dtype for p in model.parameters()} & {torch.float16, torch.bfloat16}
+    if low:
+        model.float()
     compiled = torch.compile(compiled_model, backend=backend)
 
-    def leaf_inputs():  # fresh leaves for the features; the same structure tensors, so plans are reused
-        return [t.detach().clone().requires_grad_(grad) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                else t for t in inputs]
+    def leaf_inputs(upcast=False):  # fresh feature leaves; the same structure tensors, so plans are reused
+        return [(t.detach().float() if upcast and t.dtype in (torch.float16, torch.bfloat16) else t.detach().clone())
+                .requires_grad_(grad) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
 
     for call in range(calls):
-        eager_in, comp_in = leaf_inputs(), leaf_inputs()
+        eager_in, comp_in = leaf_inputs(upcast=bool(low)), leaf_inputs()
         model.zero_grad(set_to_none=True)
         compiled_model.zero_grad(set_to_none=True)
         expected = _flatten(model(*eager_in, **kwargs))
@@ -116,7 +126,7 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
                    else None for e in expected]
         sum(((e * w).sum() for e, w in zip(expected, weights) if w is not None and e.requires_grad),
             torch.zeros((), device=expected[0].device)).backward()
-        sum(((a * w).sum() for a, w in zip(actual, weights) if w is not None and a.requires_grad),
+        sum(((a * w.to(a.dtype)).sum() for a, w in zip(actual, weights) if w is not None and a.requires_grad),
             torch.zeros((), device=actual[0].device)).backward()
         for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
             if p.grad is None and q.grad is None:

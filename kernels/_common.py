@@ -63,12 +63,12 @@ def segment_reduce(messages: Tensor, row, rowptr: Tensor, reduce: str) -> Tensor
     """
     num_dst = rowptr.numel() - 1
     if reduce in ("sum", "mean"):
-        out = torch.segment_reduce(messages, "sum", offsets=rowptr, axis=0, initial=0)
+        out = torch.segment_reduce(messages, "sum", offsets=rowptr.long(), axis=0, initial=0)
         if reduce == "mean":
             deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(messages.dtype)
             out = out / deg.view(-1, *([1] * (messages.dim() - 1)))
         return out
-    index = row.view(-1, *([1] * (messages.dim() - 1))).expand_as(messages)
+    index = row.long().view(-1, *([1] * (messages.dim() - 1))).expand_as(messages)
     base = messages.new_zeros((num_dst, *messages.shape[1:]))
     return base.scatter_reduce(0, index, messages, reduce="a" + reduce, include_self=False)
 

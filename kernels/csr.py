@@ -40,13 +40,21 @@ def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
     _check_index("edge_index (source row)", src, num_src, "num_nodes")
     if dst.numel() != src.numel():
         raise ValueError(f"source and destination index differ in length ({src.numel()} vs {dst.numel()})")
+    if dst.is_cuda and dst.numel() >= 2**31 - 1:
+        raise ValueError(f"graphs with 2^31 or more edges are not supported on CUDA yet (got {dst.numel()})")
     dst = dst.long()
     perm = torch.sort(dst, stable=True).indices
     row = dst.index_select(0, perm)
     col = src.long().index_select(0, perm)
     t_perm = torch.sort(col, stable=True).indices
     t_col = row.index_select(0, t_perm)
-    return _offsets(row, num_dst), col, row, perm, _offsets(col, num_src), t_col, t_perm
+    parts = (_offsets(row, num_dst), col, row, perm, _offsets(col, num_src), t_col, t_perm)
+    return tuple(p.to(index_dtype(dst.device)) for p in parts)
+
+
+def index_dtype(device) -> torch.dtype:
+    """int32 on CUDA (cuSPARSE and the GPU kernels read half the index bytes), int64 elsewhere."""
+    return torch.int32 if torch.device(device).type == "cuda" else torch.int64
 
 
 def _offsets(sorted_index: Tensor, num: int) -> Tensor:
@@ -57,11 +65,13 @@ def _offsets(sorted_index: Tensor, num: int) -> Tensor:
 
 @csr_plan.register_fake
 def _(dst, src, num_dst, num_src):
-    def edges():
-        return dst.new_empty((dst.shape[0],), dtype=torch.long)
+    dtype = index_dtype(dst.device)
 
-    rowptr = dst.new_empty((num_dst + 1,), dtype=torch.long)
-    t_rowptr = dst.new_empty((num_src + 1,), dtype=torch.long)
+    def edges():
+        return dst.new_empty((dst.shape[0],), dtype=dtype)
+
+    rowptr = dst.new_empty((num_dst + 1,), dtype=dtype)
+    t_rowptr = dst.new_empty((num_src + 1,), dtype=dtype)
     return rowptr, edges(), edges(), edges(), t_rowptr, edges(), edges()
 
 

@@ -11,9 +11,13 @@ Replacement: ``torch.ops.gnn_io.attention(args, roles, *csr_plan, score_key, mes
 the edge softmax stays in the graph only for other users of ``alpha`` (returned attention
 weights), otherwise it is removed as dead code.
 
-Near misses: the weights pass through dropout (a random op) before the message, or the scores
-are not per-edge math; those aggregations are left to the gather-scatter family, with the edge
-softmax kept as its own op.
+Attention dropout (PyG's ``F.dropout(alpha)``) stays fused: the canonical form spells it as a
+random keep-mask (``rand(E, H) > p``, drawn from the shape alone), which reaches the op as a
+per-edge input, so forward and backward see the same mask.
+
+Near misses: the weights pass through another random op that reads them, or the scores are not
+per-edge math; those aggregations are left to the gather-scatter family, with the edge softmax
+kept as its own op.
 """
 import torch
 
@@ -50,7 +54,7 @@ def match(node, ctx):
         random_weights = [n for n in region.inputs if n.op == "call_function" and _is_dropout_of_softmax(n)
                           and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
         if random_weights:
-            return ("attention weights pass through dropout (a random op) before the message; "
+            return ("attention weights pass through a random op that reads them before the message; "
                     "aggregated as gnn_io.edge_softmax + gnn_io.gather_scatter")
         return None
     if agg.scatter.reduce != "sum" or index_key(_softmax_index(region.special)) != agg.roles.dst_key:

@@ -3,7 +3,9 @@
 Search::
 
     x_j = x.index_select(0, src)
-    msg = x_j                          # or edge_weight.view(-1, 1) * x_j  (either operand order)
+    msg = x_j                          # or w.view(-1, 1) * x_j (either order), w any per-edge scalar
+                                       # not computed from x_j: an edge weight, GCN's
+                                       # dinv[src] * w * dinv[dst], ...
     out = scatter(msg, dst, reduce='sum' | 'mean')
 
 Covers GCNConv (normalisation weights computed from structure, hoisted into the graph plan),
@@ -14,13 +16,17 @@ Replacement: ``values = edge_weight[perm]`` (or ones), ``t_values = values[t_per
 the weights are structure (GCN's normalisation, no weights at all) the values are hoisted into the
 graph plan with the CSR: the cached matrix of the paper's design, built once per graph.
 
-Checks: one source table, at most one 1-D per-edge weight, nothing else in the message; else the
-aggregation goes on to the gather-scatter family (no near miss is recorded here).
+Checks: the message is the gathered source row times at most one per-edge scalar that does not
+depend on that row; else the aggregation goes on to the gather-scatter family (no near miss is
+recorded here). A weight that is not structure (it needs a gradient) is computed per call by
+Inductor and only permuted into CSR order here.
 """
 import torch
 
-from gnn_inductor.graph_match import aten, match_aggregation, strip_index, val
-from gnn_inductor.kernels._common import ROLE_EDGE, ROLE_SRC
+from torch.fx import Node
+
+from gnn_inductor.graph_match import aten, match_aggregation, same_size, val
+from gnn_inductor.kernels._common import ROLE_SRC
 from gnn_inductor.rewrite import Pattern
 
 COVERS = ("scatter(x.index_select(0, src), dst, 'sum'|'mean')",
@@ -31,50 +37,52 @@ def match(node, ctx):
     agg = match_aggregation(node, ctx.structure)
     if not hasattr(agg, "region") or agg.scatter.reduce not in ("sum", "mean"):
         return None
-    region = agg.region
-    srcs = [n for n, (role, _) in region.inputs.items() if role == ROLE_SRC]
-    edges = [n for n, (role, _) in region.inputs.items() if role == ROLE_EDGE]
-    if len(srcs) != 1 or len(edges) > 1 or len(srcs) + len(edges) != len(region.inputs):
-        return None
-    (x_j,) = srcs
+    region, root = agg.region, agg.region.root
     agg.weight = None
-    if region.root is x_j and not edges:
-        return agg
-    root = region.root
-    if not edges or root.target != aten.mul.Tensor or x_j not in root.args:
+    if root in region.inputs:  # the message is the gathered row itself
+        agg.x_j = root
+        return agg if region.inputs[root][0] == ROLE_SRC else None
+    if root.target != aten.mul.Tensor or not all(isinstance(a, Node) for a in root.args):
         return None
-    other = root.args[1] if root.args[0] is x_j else root.args[0]
-    view_chain = _view_chain(other, edges[0])
-    weight = strip_index(edges[0])
-    if view_chain is None or set(region.nodes) != {root, *view_chain}:
-        return None
-    if val(weight).dim() != 1 or not val(weight).is_floating_point():
-        return None
-    agg.weight = weight
-    return agg
+    for x_j, weight in (root.args, reversed(root.args)):
+        if region.inputs.get(x_j, (None,))[0] == ROLE_SRC and _per_edge_scalar(weight, x_j, region) and \
+                not _depends_on(weight, x_j, region):
+            agg.weight, agg.x_j = weight, x_j
+            return agg
+    return None
 
 
-def _view_chain(node, edge_input):
-    """Region nodes between ``edge_input`` and ``node`` when they are only views; else None."""
-    chain = []
-    while node is not edge_input:
-        if node.target not in (aten.view.default, aten.unsqueeze.default, aten.expand.default, aten.reshape.default,
-                               aten.view_copy.default, aten.expand_copy.default, aten.unsqueeze_copy.default):
-            return None
-        chain.append(node)
-        node = node.args[0]
-    return chain
+def _per_edge_scalar(node, x_j, region) -> bool:
+    """One floating point value per edge, broadcast over every feature dim of the message."""
+    v, xv = val(node), val(x_j)
+    return v.is_floating_point() and v.dim() <= xv.dim() and v.dim() >= 1 and \
+        all(same_size(s, 1) for s in v.shape[1:])
+
+
+def _depends_on(node, target, region) -> bool:
+    members = set(region.nodes)
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n is target:
+            return True
+        if n in seen or n not in members:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return False
 
 
 def replace(agg, ctx):
-    plan = ctx.plan_for(agg)
-    (table,) = [t for _, (role, t) in agg.region.inputs.items() if role == ROLE_SRC]
+    table = agg.region.inputs[agg.x_j][1]
+    plan = ctx.plan_for(agg, table)
     before = agg.scatter.result
     dtype = val(table).dtype
     if agg.weight is None:
         values = ctx.call(aten.ones_like.default, (plan.perm,), before, dtype=dtype)
     else:
-        values = ctx.call(aten.index_select.default, (agg.weight, 0, plan.perm), before)
+        weight = agg.weight if val(agg.weight).dim() == 1 else ctx.call(aten.view.default, (agg.weight, [-1]), before)
+        values = ctx.call(aten.index_select.default, (weight, 0, plan.perm), before)
         if val(values).dtype != dtype:
             values = ctx.call(aten._to_copy.default, (values,), before, dtype=dtype)
     t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)

@@ -80,3 +80,24 @@ def test_mini_batches_with_a_new_graph_each_step():
         torch.testing.assert_close(model(x, edge_index), conv(x, edge_index))
     builds = sum(r.plan_builds for r in rewrite_report.reports()[-2:])
     assert builds == 4
+
+
+def test_data_dependent_size_used_by_both_plan_and_model():
+    """A size found by nonzero feeds both structure work and learned edge math (regression:
+    the size node must be computed in both the plan and the main graph)."""
+    from torch_geometric.utils import scatter
+
+    def f(x, edge_index, edge_attr):
+        mask = edge_index[0] != edge_index[1]
+        edge_index, kept = edge_index[:, mask], edge_attr[mask]
+        w = kept.reshape(edge_index.size(1), 4).sum(-1)
+        return scatter(x[edge_index[0]] * w.view(-1, 1), edge_index[1], 0, dim_size=x.size(0), reduce="max")
+
+    edge_index = random_graph(30, 100, hub_degree=20)
+    x, attr = torch.randn(30, 4), torch.randn(edge_index.shape[1], 4, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="gnn_io")
+    out = compiled(x, edge_index, attr)
+    torch.testing.assert_close(out, f(x, edge_index, attr))
+    assert [w.pattern for w in rewrite_report.reports()[-1].rewrites] == ["gather_scatter"]
+    assert not rewrite_report.reports()[-1].near_misses

@@ -1,0 +1,62 @@
+"""Shared fixtures: one small graph with every case kernels get wrong (isolated nodes, self
+loops, duplicate edges, a heavy hub), and float32 node/edge features on it."""
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from gnn_inductor.testing import random_graph
+
+NUM_NODES = 60
+NUM_EDGES = 300
+HUB_DEGREE = 80
+IN_CHANNELS = 8
+EDGE_DIM = 4
+
+
+@dataclass(frozen=True)
+class Graph:
+    x: torch.Tensor            # [N, IN_CHANNELS] float32 node features
+    edge_index: torch.Tensor   # [2, E] int64
+    edge_weight: torch.Tensor  # [E] float32, strictly positive
+    edge_attr: torch.Tensor    # [E, EDGE_DIM] float32
+    edge_attr_x: torch.Tensor  # [E, IN_CHANNELS] float32 (GINE-style messages add it to x_j)
+
+    @property
+    def in_channels(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def edge_dim(self) -> int:
+        return self.edge_attr.shape[1]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def num_edges(self) -> int:
+        return self.edge_index.shape[1]
+
+
+@pytest.fixture(scope="session")
+def graph() -> Graph:
+    edge_index = random_graph(NUM_NODES, NUM_EDGES, seed=0, hub_degree=HUB_DEGREE)
+    num_edges = edge_index.shape[1]
+    src, dst = edge_index
+    # The awkward cases must really be there, or the tests below prove less than they claim.
+    assert (src == dst).any(), "no self loops"
+    assert torch.unique(edge_index, dim=1).shape[1] < num_edges, "no duplicate edges"
+    touched = torch.zeros(NUM_NODES, dtype=torch.bool)
+    touched[src] = touched[dst] = True
+    assert not touched.all(), "no isolated nodes"
+    assert torch.bincount(dst, minlength=NUM_NODES).max() >= HUB_DEGREE, "no hub"
+
+    generator = torch.Generator().manual_seed(1)
+    return Graph(
+        x=torch.randn(NUM_NODES, IN_CHANNELS, generator=generator),
+        edge_index=edge_index,
+        edge_weight=torch.rand(num_edges, generator=generator) * 0.9 + 0.1,
+        edge_attr=torch.randn(num_edges, EDGE_DIM, generator=generator),
+        edge_attr_x=torch.randn(num_edges, IN_CHANNELS, generator=generator),
+    )

@@ -1,0 +1,291 @@
+"""End-to-end model zoo: PyG layers and small models compiled with ``gnn_io``.
+
+Each case compiles the model afresh, checks outputs and all gradients (parameters and float
+inputs) against eager at float32 tolerance, and asserts exactly which rewrites fired. The
+rewrite counts are given for every pattern family (families a model should not trigger are
+expected 0 times), so a wrong rewrite (e.g. a gather-scatter where an SpMM belongs) fails too.
+
+The graph (``tests/conftest.py``) has isolated nodes, self loops, duplicate edges and a hub.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import (
+    GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, GraphConv, MessagePassing, SAGEConv, TransformerConv,
+)
+
+from gnn_inductor import rewrite_report
+from gnn_inductor.testing import check_rewrites
+
+OUT_CHANNELS = 6
+FAMILIES = ("spmm", "gather_scatter", "edge_softmax", "attention")
+
+
+@pytest.fixture(autouse=True)
+def strict_backend(monkeypatch):
+    """A backend error fails the test with its traceback instead of a silent Inductor fallback."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+
+
+def only(**counts) -> dict:
+    """Exact counts for every pattern family: those named, and 0 for the others."""
+    unknown = set(counts) - set(FAMILIES)
+    assert not unknown, unknown
+    return {family: counts.get(family, 0) for family in FAMILIES}
+
+
+def rewrites(result, pattern: str) -> list:
+    return [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == pattern]
+
+
+def assert_reduce(result, pattern: str, reduce: str) -> None:
+    found = [w["details"]["reduce"] for w in rewrites(result, pattern)]
+    assert found and all(r == reduce for r in found), f"{pattern} reductions {found}, expected {reduce!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# GCNConv
+# ---------------------------------------------------------------------------------------------
+
+# PyG refuses add_self_loops=True with normalize=False (ValueError), so three valid combinations.
+GCN_NORM_LOOPS = [
+    pytest.param(True, True, id="normalize-selfloops"),
+    pytest.param(True, False, id="normalize-noselfloops"),
+    pytest.param(False, False, id="raw-noselfloops"),
+]
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "edge_weight"])
+@pytest.mark.parametrize("normalize,add_self_loops", GCN_NORM_LOOPS)
+def test_gcn_conv(graph, normalize, add_self_loops, weighted):
+    torch.manual_seed(0)
+    model = GCNConv(graph.in_channels, OUT_CHANNELS, normalize=normalize, add_self_loops=add_self_loops)
+    inputs = (graph.x, graph.edge_index) + ((graph.edge_weight,) if weighted else ())
+    result = check_rewrites(model, *inputs, expect=only(spmm=1))
+    assert_reduce(result, "spmm", "sum")
+    # The message is scaled by the normalisation and/or the user's weights, except a raw unweighted GCN.
+    (rewrite,) = rewrites(result, "spmm")
+    assert rewrite["details"]["weighted"] == (normalize or weighted)
+
+
+# ---------------------------------------------------------------------------------------------
+# GraphConv, SAGEConv, GINConv
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("aggr,family,reduce", [
+    ("add", "spmm", "sum"),
+    ("mean", "spmm", "mean"),
+    ("max", "gather_scatter", "max"),
+])
+def test_graph_conv(graph, aggr, family, reduce):
+    torch.manual_seed(0)
+    model = GraphConv(graph.in_channels, OUT_CHANNELS, aggr=aggr)
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(**{family: 1}))
+    assert_reduce(result, family, reduce)
+
+
+def test_graph_conv_edge_weight(graph):
+    torch.manual_seed(0)
+    model = GraphConv(graph.in_channels, OUT_CHANNELS, aggr="add")
+    result = check_rewrites(model, graph.x, graph.edge_index, graph.edge_weight, expect=only(spmm=1))
+    assert_reduce(result, "spmm", "sum")
+    assert rewrites(result, "spmm")[0]["details"]["weighted"] is True
+
+
+@pytest.mark.parametrize("aggr,family,reduce", [
+    ("mean", "spmm", "mean"),
+    ("max", "gather_scatter", "max"),
+    ("sum", "spmm", "sum"),
+])
+def test_sage_conv(graph, aggr, family, reduce):
+    torch.manual_seed(0)
+    model = SAGEConv(graph.in_channels, OUT_CHANNELS, aggr=aggr)
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(**{family: 1}))
+    assert_reduce(result, family, reduce)
+
+
+def test_gin_conv(graph):
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(graph.in_channels, 16), nn.ReLU(), nn.Linear(16, OUT_CHANNELS))
+    model = GINConv(mlp, train_eps=True)
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(spmm=1))
+    assert_reduce(result, "spmm", "sum")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention layers (train mode, dropout off)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean_heads"])
+@pytest.mark.parametrize("heads", [1, 3], ids=["heads1", "heads3"])
+def test_gat_conv(graph, heads, concat, with_edge_attr):
+    torch.manual_seed(0)
+    edge_dim = graph.edge_dim if with_edge_attr else None
+    model = GATConv(graph.in_channels, 4, heads=heads, concat=concat, edge_dim=edge_dim, dropout=0.0).train()
+    inputs = (graph.x, graph.edge_index) + ((graph.edge_attr,) if edge_dim else ())
+    check_rewrites(model, *inputs, expect=only(attention=1))
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+def test_gatv2_conv(graph, with_edge_attr):
+    torch.manual_seed(0)
+    edge_dim = graph.edge_dim if with_edge_attr else None
+    model = GATv2Conv(graph.in_channels, 4, heads=2, edge_dim=edge_dim, dropout=0.0).train()
+    inputs = (graph.x, graph.edge_index) + ((graph.edge_attr,) if edge_dim else ())
+    check_rewrites(model, *inputs, expect=only(attention=1))
+
+
+@pytest.mark.parametrize("root_weight", [True, False], ids=["root", "noroot"])
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+def test_transformer_conv(graph, with_edge_attr, root_weight):
+    torch.manual_seed(0)
+    edge_dim = graph.edge_dim if with_edge_attr else None
+    model = TransformerConv(graph.in_channels, 4, heads=2, edge_dim=edge_dim, root_weight=root_weight,
+                            dropout=0.0).train()
+    inputs = (graph.x, graph.edge_index) + ((graph.edge_attr,) if edge_dim else ())
+    check_rewrites(model, *inputs, expect=only(attention=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-layer models
+# ---------------------------------------------------------------------------------------------
+
+class TwoLayerGCN(nn.Module):
+    def __init__(self, in_channels: int, hidden: int = 16):
+        super().__init__()
+        self.conv1 = GCNConv(in_channels, hidden)
+        self.conv2 = GCNConv(hidden, OUT_CHANNELS)
+
+    def forward(self, x, edge_index):
+        x = F.relu(self.conv1(x, edge_index))
+        x = F.dropout(x, p=0.0, training=self.training)
+        return self.conv2(x, edge_index)
+
+
+class TwoLayerGAT(nn.Module):
+    def __init__(self, in_channels: int, hidden: int = 4, heads: int = 2):
+        super().__init__()
+        self.conv1 = GATConv(in_channels, hidden, heads=heads, dropout=0.0)
+        self.conv2 = GATConv(hidden * heads, OUT_CHANNELS, heads=1, concat=False, dropout=0.0)
+
+    def forward(self, x, edge_index):
+        x = F.elu(self.conv1(x, edge_index))
+        x = F.dropout(x, p=0.0, training=self.training)
+        return self.conv2(x, edge_index)
+
+
+def test_two_layer_gcn(graph):
+    torch.manual_seed(0)
+    model = TwoLayerGCN(graph.in_channels).train()
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(spmm=2))
+    assert_reduce(result, "spmm", "sum")
+
+
+def test_two_layer_gat(graph):
+    torch.manual_seed(0)
+    model = TwoLayerGAT(graph.in_channels).train()
+    check_rewrites(model, graph.x, graph.edge_index, expect=only(attention=2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention dropout: random, so not comparable with eager call by call. It stays fused: the
+# dropout mask reaches the attention op as a per-edge input (patterns/attention.py).
+# ---------------------------------------------------------------------------------------------
+
+def test_gat_conv_attention_dropout_stays_fused_and_unbiased(graph):
+    torch.manual_seed(0)
+    model = GATConv(graph.in_channels, 4, heads=2, dropout=0.5).train()
+    torch._dynamo.reset()
+    first = len(rewrite_report.reports())
+    compiled = torch.compile(model, backend="gnn_io")
+    x = graph.x.clone().requires_grad_(True)
+    out = compiled(x, graph.edge_index)
+    assert out.shape == (graph.num_nodes, 8)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+    new = rewrite_report.reports()[first:]
+    patterns = [w.pattern for r in new for w in r.rewrites]
+    text = "\n".join(rewrite_report.format_text_for(new))
+    assert patterns == ["attention"], text
+    assert not [m for r in new for m in r.near_misses], text
+
+    # Inverted dropout is unbiased: the mean over many draws approaches the no-dropout output,
+    # and different draws differ.
+    with torch.no_grad():
+        samples = torch.stack([compiled(graph.x, graph.edge_index) for _ in range(200)])
+        expected = model.eval()(graph.x, graph.edge_index)
+    assert not torch.equal(samples[0], samples[1])
+    error = (samples.mean(0) - expected).norm() / expected.norm()
+    assert error < 0.1, f"mean of dropout samples is off by {error:.3f} (relative)"
+
+
+def test_gat_conv_attention_dropout_eval_mode(graph):
+    """The same layer in eval mode has no dropout: a plain attention rewrite, exact against eager."""
+    torch.manual_seed(0)
+    model = GATConv(graph.in_channels, 4, heads=2, dropout=0.5).eval()
+    check_rewrites(model, graph.x, graph.edge_index, expect=only(attention=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Other message forms through a custom MessagePassing layer, and GINEConv
+# ---------------------------------------------------------------------------------------------
+
+class EdgeReluConv(MessagePassing):
+    """GINE-like: ``aggr_j relu(W x_j + edge_attr)``."""
+
+    def __init__(self, in_channels: int, aggr: str):
+        super().__init__(aggr=aggr)
+        self.lin = nn.Linear(in_channels, in_channels)
+
+    def forward(self, x, edge_index, edge_attr):
+        return self.propagate(edge_index, x=self.lin(x), edge_attr=edge_attr)
+
+    def message(self, x_j, edge_attr):
+        return F.relu(x_j + edge_attr)
+
+
+class WeightedCopyConv(MessagePassing):
+    """``sum_j w_ij W x_j``."""
+
+    def __init__(self, in_channels: int):
+        super().__init__(aggr="add")
+        self.lin = nn.Linear(in_channels, OUT_CHANNELS)
+
+    def forward(self, x, edge_index, edge_weight):
+        return self.propagate(edge_index, x=self.lin(x), edge_weight=edge_weight)
+
+    def message(self, x_j, edge_weight):
+        return x_j * edge_weight.view(-1, 1)
+
+
+AGGRS = [("sum", "sum"), ("mean", "mean"), ("max", "max"), ("min", "min")]
+
+
+@pytest.mark.parametrize("aggr,reduce", AGGRS, ids=[a for a, _ in AGGRS])
+def test_edge_relu_message(graph, aggr, reduce):
+    torch.manual_seed(0)
+    model = EdgeReluConv(graph.in_channels, aggr)
+    result = check_rewrites(model, graph.x, graph.edge_index, graph.edge_attr_x, expect=only(gather_scatter=1))
+    assert_reduce(result, "gather_scatter", reduce)
+
+
+@pytest.mark.parametrize("aggr,reduce", AGGRS, ids=[a for a, _ in AGGRS])
+def test_gine_conv(graph, aggr, reduce):
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(graph.in_channels, 16), nn.ReLU(), nn.Linear(16, OUT_CHANNELS))
+    model = GINEConv(mlp, train_eps=True, edge_dim=graph.edge_dim, aggr=aggr)
+    result = check_rewrites(model, graph.x, graph.edge_index, graph.edge_attr, expect=only(gather_scatter=1))
+    assert_reduce(result, "gather_scatter", reduce)
+
+
+def test_weighted_copy_message(graph):
+    torch.manual_seed(0)
+    model = WeightedCopyConv(graph.in_channels)
+    result = check_rewrites(model, graph.x, graph.edge_index, graph.edge_weight, expect=only(spmm=1))
+    assert_reduce(result, "spmm", "sum")
+    assert rewrites(result, "spmm")[0]["details"]["weighted"] is True
