@@ -59,6 +59,9 @@ def _strict() -> bool:
 def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm)))
+    device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
+    for rewrite in ctx.rewrites:
+        rewrite.kernel = kernels.kernel_for(rewrite.op, device)
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
     graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
     insert_index_checks(aten_gm, ctx)

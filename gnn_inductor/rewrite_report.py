@@ -45,7 +45,7 @@ class Rewrite:
     op: str
     source: dict
     details: dict = field(default_factory=dict)
-    kernel: str = "reference"
+    kernel: str = ""
     graph_stats: Optional[dict] = None
 
     def as_json(self) -> dict:

@@ -6,3 +6,10 @@ place where the GPU issues add their Triton or vendor-library kernels behind the
 Importing this package registers every op.
 """
 from gnn_inductor.kernels import csr, spmm, gather_scatter, edge_softmax, attention  # noqa: F401
+
+
+def kernel_for(op: str, device_type: str) -> str:
+    """Which kernel an op runs on a device type (for the rewrite report)."""
+    module = {"gnn_io.spmm": spmm, "gnn_io.gather_scatter": gather_scatter, "gnn_io.edge_softmax": edge_softmax,
+              "gnn_io.attention": attention}[op]
+    return module.KERNEL.get(device_type, module.KERNEL["cpu"])

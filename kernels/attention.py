@@ -29,6 +29,9 @@ def attention_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, ro
     return segment_reduce(messages, row, rowptr, "sum")
 
 
+KERNEL = {"cuda": "reference (torch segment ops; fused Triton kernel: issue 5)", "cpu": "segment reference"}
+
+
 @torch.library.custom_op("gnn_io::attention", mutates_args=())
 def attention(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
               score_key: str, message_key: str, eps: float) -> Tensor:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 
-def _check_index(name: str, index: Tensor, bound: int, bound_name: str) -> None:
+def _check_index(name: str, index: Tensor, bound: int, bound_name: str, where: str = "") -> None:
     if index.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must be an int64 or int32 tensor, got {index.dtype}")
     if index.dim() != 1:
@@ -28,9 +28,9 @@ def _check_index(name: str, index: Tensor, bound: int, bound_name: str) -> None:
         return
     lo, hi = int(index.min()), int(index.max())
     if lo < 0:
-        raise IndexError(f"{name} has negative values (min {lo})")
+        raise IndexError(f"{name} has negative values (min {lo}){where}")
     if hi >= bound:
-        raise IndexError(f"{name} has values >= {bound_name} (max {hi}, {bound_name} {bound})")
+        raise IndexError(f"{name} has values >= {bound_name} (max {hi}, {bound_name} {bound}){where}")
 
 
 @torch.library.custom_op("gnn_io::csr_plan", mutates_args=())
@@ -93,13 +93,7 @@ def check_index(index: Tensor, bound: int, where: str) -> None:
     """Raise a clear error when a structure index leaves ``[0, bound)``. The backend inserts one
     before each remaining gather/scatter whose index is graph structure (so it runs once per graph,
     in the plan), where the plain op would fail with a bare message on CPU or a device assert on GPU."""
-    if index.numel() == 0:
-        return
-    lo, hi = int(index.min()), int(index.max())
-    if lo < 0:
-        raise IndexError(f"edge_index has negative values (min {lo}); used by {where}")
-    if hi >= bound:
-        raise IndexError(f"edge_index has values >= num_nodes (max {hi}, num_nodes {bound}); used by {where}")
+    _check_index("edge_index", index.reshape(-1), bound, "num_nodes", f"; used by {where}")
 
 
 @check_index.register_fake

@@ -33,6 +33,9 @@ def _check(scores: Tensor, perm: Tensor) -> None:
         raise ValueError(f"scores must have {perm.shape[0]} rows (one per edge), got shape {tuple(scores.shape)}")
 
 
+KERNEL = {"cuda": "reference (torch segment ops)", "cpu": "segment reference"}
+
+
 @torch.library.custom_op("gnn_io::edge_softmax", mutates_args=())
 def edge_softmax(scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor, eps: float) -> Tensor:
     _check(scores, perm)

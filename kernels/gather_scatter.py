@@ -28,6 +28,9 @@ def gather_scatter_reference(args: list, roles: list, rowptr: Tensor, col: Tenso
     return segment_reduce(messages, row, rowptr, reduce)
 
 
+KERNEL = {"cuda": "reference (torch segment ops; Triton kernel: issue 4)", "cpu": "segment reference"}
+
+
 @torch.library.custom_op("gnn_io::gather_scatter", mutates_args=())
 def gather_scatter(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
                    perm: Tensor, fn_key: str, reduce: str) -> Tensor:

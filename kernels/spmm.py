@@ -64,6 +64,9 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
         raise TypeError(f"spmm needs floating point features, got {x.dtype}")
 
 
+KERNEL = {"cuda": "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward", "cpu": "segment-sum reference"}
+
+
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
          t_col: Tensor, reduce: str) -> Tensor:
