@@ -41,7 +41,26 @@ def _dropout(input, p=0.5, training=True, inplace=False):
     return input * keep * (1.0 / (1.0 - p))
 
 
-_SOURCE_REWRITES = {torch.nn.functional.dropout: _dropout, torch.dropout: _dropout}
+def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """``torch.segment_reduce`` over CSR offsets (PyG's ``segment``) spelled as the scatter it is,
+    so segment and scatter aggregations meet the matcher in one form. Sum and mean only: for max
+    and min, eager ``segment_reduce`` gives each of several equal maxima in one segment the full
+    gradient where scatter semantics share it, so those stay as they are (a near miss)."""
+    supported = offsets is not None and lengths is None and indices is None and axis == 0 and offsets.dim() == 1 \
+        and reduce in ("sum", "mean") and initial in (None, 0)
+    if not supported:
+        return torch.segment_reduce(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis,
+                                    unsafe=unsafe, initial=initial)
+    row = torch.repeat_interleave(offsets[1:] - offsets[:-1], output_size=data.shape[0])
+    index = row.view(-1, *([1] * (data.dim() - 1))).expand_as(data)
+    out = data.new_zeros((offsets.shape[0] - 1, *data.shape[1:]))
+    if reduce == "sum":
+        return out.scatter_add(0, index, data)
+    return out.scatter_reduce(0, index, data, "mean", include_self=False)
+
+
+_SOURCE_REWRITES = {torch.nn.functional.dropout: _dropout, torch.dropout: _dropout,
+                    torch.segment_reduce: _segment_reduce}
 
 
 def _rewrite_source_ops(gm: GraphModule) -> None:

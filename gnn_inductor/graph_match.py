@@ -178,6 +178,9 @@ def as_scatter(node: Node) -> Union[Scatter, str, None]:
     elif t == aten.index_reduce.default:
         base, dim, index, src, reduce = a[:5]
         include_self = a[5] if len(a) > 5 else kw.get("include_self", True)
+    elif t == aten.segment_reduce.default:
+        return (f"segment_reduce({a[1]!r}) over offsets: eager gives every tied extreme the full gradient, "
+                "scatter semantics share it; left to Inductor")
     elif t == aten.index_put.default:
         accumulate = a[3] if len(a) > 3 else kw.get("accumulate", False)
         if not accumulate or len(a[1]) != 1:

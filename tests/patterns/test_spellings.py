@@ -106,3 +106,29 @@ def test_edge_softmax_alone():
     edge_index = random_graph(N, 80, hub_degree=30)
     check_rewrites(SoftmaxOnly(), torch.randn(edge_index.shape[1], 3), edge_index,
                    expect={"edge_softmax": 1, "near_miss": 0})
+
+
+class SegmentAggregate(torch.nn.Module):
+    """PyG's ``segment`` over CSR offsets (sorted edges, as with ``ptr``)."""
+
+    def __init__(self, reduce):
+        super().__init__()
+        self.reduce = reduce
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x, ptr, col):
+        from torch_geometric.utils import segment
+
+        return segment(self.lin(x)[col], ptr, reduce=self.reduce)
+
+
+@pytest.mark.parametrize("reduce, expect", [("sum", {"spmm": 1, "near_miss": 0}), ("mean", {"spmm": 1, "near_miss": 0}),
+                                            ("max", {"gather_scatter": 0, "near_miss": 1})])
+def test_segment_spelling(reduce, expect):
+    torch.manual_seed(0)
+    dst, src = random_graph(N, 80, hub_degree=30).sort(dim=1).values[1], random_graph(N, 80, hub_degree=30)[0]
+    order = torch.argsort(dst, stable=True)
+    dst, col = dst[order], src[order]
+    ptr = torch.zeros(N + 1, dtype=torch.long)
+    ptr[1:] = torch.cumsum(torch.bincount(dst, minlength=N), 0)
+    check_rewrites(SegmentAggregate(reduce), torch.randn(N, 6), ptr, col, expect=expect)
