@@ -95,12 +95,29 @@ def build(mode: str, layer: torch.nn.Module):
         return layer
     if mode == "inductor":
         return torch.compile(layer)
-    if mode == "gnn_io":
+    if mode.startswith("gnn_io"):
         return torch.compile(layer, backend="gnn_io")
     raise ValueError(mode)
 
 
+# gnn_io variants: the SpMM binding each one compiles with (docs/spmm_binding.md)
+MODE_ENV = {"gnn_io": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"}}
+
+
 def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
+    saved = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
+    os.environ.update(MODE_ENV.get(mode, {}))
+    try:
+        return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
     torch.manual_seed(0)
     layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
     model = build(mode, layer)
@@ -125,7 +142,7 @@ def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=N
             step()
             torch.cuda.synchronize()
             record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
-        if mode == "gnn_io":
+        if mode.startswith("gnn_io"):
             fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
             record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
                                           - record["fwd_ms"]) if reps else None
@@ -250,7 +267,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="gcn,sage_mean,gin")
     parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
-    parser.add_argument("--modes", default="eager,inductor,gnn_io")
+    parser.add_argument("--modes", default="eager,inductor,gnn_io", help="also: gnn_io_cusparse")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reps", type=int, default=20)

@@ -75,6 +75,15 @@ class RewriteContext:
         node.meta["stack_trace"] = before.meta.get("stack_trace")
         return node
 
+    def call_parts(self, target, args: tuple, before: Node, count: int) -> list:
+        """Insert a call returning ``count`` tensors and one ``getitem`` node per part."""
+        node = self.call(target, args, before)
+        parts = []
+        for i in range(count):
+            part = self.call(operator.getitem, (node, i), before)
+            parts.append(part)
+        return parts
+
     def _set_val(self, node: Node) -> None:
         args = torch.fx.node.map_arg(node.args, lambda n: n.meta["val"])
         with self.fake_mode:

@@ -5,7 +5,7 @@ One file per family. Each file holds the CPU reference (exact, CSR/segment based
 place where the GPU issues add their Triton or vendor-library kernels behind the same op.
 Importing this package registers every op.
 """
-from gnn_inductor.kernels import csr, spmm, gather_scatter, edge_softmax, attention  # noqa: F401
+from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, spmm, spmm_triton  # noqa: F401
 
 
 def kernel_for(op: str, device_type: str) -> str:

@@ -13,11 +13,16 @@ weighted copy-and-sum.
 Backward: ``dX = A^T (s * dY)`` through the cached transposed CSR (no atomics), and when the weights
 need it ``da_e = <s_i dY_i, X_j>`` (an SDDMM over the nonzeros).
 
-Kernels: CUDA uses cuSPARSE SpMM through ``torch.sparse`` CSR matmul (and cuSPARSE SDDMM through
-``torch.sparse.sampled_addmm`` for weight gradients); every other device runs the segment-sum
-reference below, which is exact up to summation order. dtype: that of ``x``; values are cast to it.
+Kernels: on CUDA, the degree-split Triton kernel of ``kernels/spmm_triton.py`` when the plan carries
+work items (``items``/``t_items``, built once per graph; the default), else cuSPARSE SpMM through
+``torch.sparse`` CSR matmul (``GNN_IO_SPMM=cusparse``); weight gradients use cuSPARSE SDDMM
+(``torch.sparse.sampled_addmm``). Every other device runs the segment-sum reference below, which is
+exact up to summation order. dtype: that of ``x``; values are cast to it, accumulation is float32 on
+the Triton path.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import Tensor
@@ -34,8 +39,30 @@ def _row_scale(rowptr: Tensor, reduce: str, like: Tensor):
     return deg.reciprocal().view(-1, *([1] * (like.dim() - 1)))
 
 
-def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row) -> Tensor:
-    """``A X`` for the CSR matrix (rowptr, col, values); x ``[num_cols, *F]`` (``row`` unused by a sum)."""
+SPMM_BINDINGS = ("triton", "cusparse")
+
+
+def spmm_binding() -> str:
+    """The CUDA SpMM binding chosen by ``GNN_IO_SPMM`` (default ``triton``; see docs/spmm_binding.md)."""
+    binding = os.environ.get("GNN_IO_SPMM", "triton")
+    if binding not in SPMM_BINDINGS:
+        raise ValueError(f"GNN_IO_SPMM must be one of {SPMM_BINDINGS}, got {binding!r}")
+    return binding
+
+
+def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row, items=(), reduce: str = "sum") -> Tensor:
+    """``S A X`` for the CSR matrix (rowptr, col, values) and the row scale of ``reduce``; x
+    ``[num_cols, *F]`` (``row`` unused by a sum); ``items`` the Triton work items, if any."""
+    if items and x.is_cuda:
+        from gnn_inductor.kernels.spmm_triton import WorkItems, triton_spmm
+
+        return triton_spmm(x, values, rowptr, col, WorkItems(*items), reduce)
+    out = _csr_matmul_sum(x, values, rowptr, col, row)
+    scale = _row_scale(rowptr, reduce, out)
+    return out if scale is None else out * scale
+
+
+def _csr_matmul_sum(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row) -> Tensor:
     num_rows = rowptr.numel() - 1
     if x.is_cuda:
         matrix = torch.sparse_csr_tensor(rowptr, col, values.to(x.dtype), size=(num_rows, x.shape[0]))
@@ -69,46 +96,47 @@ KERNEL = {"cuda": "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward", "
 
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
-         t_col: Tensor, reduce: str) -> Tensor:
+         t_col: Tensor, items: list[Tensor], t_items: list[Tensor], reduce: str) -> Tensor:
     _check(x, values, col, reduce)
-    out = csr_matmul(x, values, rowptr, col, row)
-    scale = _row_scale(rowptr, reduce, out)
-    return out if scale is None else out * scale
+    return csr_matmul(x, values, rowptr, col, row, items, reduce)
 
 
 @spmm.register_fake
-def _(x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce):
+def _(x, values, t_values, rowptr, col, row, t_rowptr, t_col, items, t_items, reduce):
     return x.new_empty((rowptr.shape[0] - 1, *x.shape[1:]))
 
 
 @torch.library.custom_op("gnn_io::spmm_backward", mutates_args=())
 def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor,
-                  row: Tensor, t_rowptr: Tensor, t_col: Tensor, reduce: str,
+                  row: Tensor, t_rowptr: Tensor, t_col: Tensor, t_items: list[Tensor], reduce: str,
                   needs_grad: list[bool]) -> list[Tensor]:
     """``[dX, dvalues]``, an empty tensor where ``needs_grad`` is False."""
     scale = _row_scale(rowptr, reduce, grad_out)
     grad = grad_out if scale is None else grad_out * scale
-    grad_x = csr_matmul(grad, t_values, t_rowptr, t_col, None) if needs_grad[0] else x.new_empty((0,))
+    grad_x = csr_matmul(grad, t_values, t_rowptr, t_col, None, t_items) if needs_grad[0] else x.new_empty((0,))
     grad_values = sddmm(grad, x, rowptr, col, row).to(values.dtype) if needs_grad[1] else values.new_empty((0,))
     return [grad_x, grad_values]
 
 
 @spmm_backward.register_fake
-def _(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce, needs_grad):
+def _(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, t_items, reduce, needs_grad):
     return [torch.empty_like(x) if needs_grad[0] else x.new_empty((0,)),
             torch.empty_like(values) if needs_grad[1] else values.new_empty((0,))]
 
 
 def _setup(ctx, inputs, output):
-    x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce = inputs
-    ctx.save_for_backward(x, values, t_values, rowptr, col, row, t_rowptr, t_col)
-    ctx.reduce = reduce
+    x, values, t_values, rowptr, col, row, t_rowptr, t_col, items, t_items, reduce = inputs
+    ctx.save_for_backward(x, values, t_values, rowptr, col, row, t_rowptr, t_col, *t_items)
+    ctx.reduce, ctx.num_items = reduce, len(items)
 
 
 def _backward(ctx, grad_out):
     needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[1]]
-    grad_x, grad_values = spmm_backward(grad_out, *ctx.saved_tensors, ctx.reduce, needs)
-    return (grad_x if needs[0] else None, grad_values if needs[1] else None) + (None,) * 7
+    x, values, t_values, rowptr, col, row, t_rowptr, t_col, *t_items = ctx.saved_tensors
+    grad_x, grad_values = spmm_backward(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, t_items,
+                                        ctx.reduce, needs)
+    return (grad_x if needs[0] else None, grad_values if needs[1] else None, *(None,) * 6, [None] * ctx.num_items,
+            [None] * len(t_items), None)
 
 
 spmm.register_autograd(_backward, setup_context=_setup)

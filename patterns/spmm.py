@@ -26,6 +26,8 @@ import torch
 from torch.fx import Node
 
 from gnn_inductor.graph_match import aten, match_aggregation, same_size, val
+from gnn_inductor.kernels.spmm import spmm_binding
+from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
 from gnn_inductor.kernels._common import ROLE_SRC
 from gnn_inductor.rewrite import Pattern
 
@@ -86,8 +88,13 @@ def replace(agg, ctx):
         if val(values).dtype != dtype:
             values = ctx.call(aten._to_copy.default, (values,), before, dtype=dtype)
     t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)
+    items, t_items = [], []
+    if val(table).device.type == "cuda" and spmm_binding() == "triton":
+        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, MAX_EDGES), before, 4)
+        t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.t_rowptr, MAX_EDGES), before, 4)
     new = ctx.call(torch.ops.gnn_io.spmm.default, (table, values, t_values, plan.rowptr, plan.col, plan.row,
-                                                   plan.t_rowptr, plan.t_col, agg.scatter.reduce), before)
+                                                   plan.t_rowptr, plan.t_col, items, t_items, agg.scatter.reduce),
+                   before)
     ctx.record("spmm", "gnn_io.spmm", agg.scatter.node,
                {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}, plan.rowptr)
     return new

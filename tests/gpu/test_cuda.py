@@ -17,9 +17,10 @@ def plan_on(device, num_nodes=300, num_edges=3000, hub=2000):
     return ops.csr_plan(dst, src, num_nodes, num_nodes)
 
 
+@pytest.mark.parametrize("binding", ["triton", "cusparse"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_cusparse_spmm_matches_cpu_reference(dtype, reduce):
+def test_spmm_matches_cpu_reference(dtype, reduce, binding):
     cpu_plan, gpu_plan = plan_on("cpu"), plan_on(CUDA)
     n, e = cpu_plan[0].numel() - 1, cpu_plan[1].numel()
     x = torch.randn(n, 2, 16, dtype=torch.float64)
@@ -31,8 +32,11 @@ def test_cusparse_spmm_matches_cpu_reference(dtype, reduce):
         xx = x.to(device, dt).requires_grad_(True)
         ww = w.to(device, dt).requires_grad_(True)
         values = ww.index_select(0, perm)
+        items, t_items = [], []
+        if device == CUDA and binding == "triton":
+            items, t_items = list(ops.work_items(rowptr, 64)), list(ops.work_items(t_rowptr, 64))
         out = ops.spmm(xx, values, values.detach().index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col,
-                       reduce)
+                       items, t_items, reduce)
         out.backward(grad.to(device, dt))
         return [t.double().cpu() for t in (out, xx.grad, ww.grad)]
 
@@ -55,8 +59,10 @@ ZOO = [
 ]
 
 
+@pytest.mark.parametrize("binding", ["triton", "cusparse"])
 @pytest.mark.parametrize("name, make, expect", ZOO, ids=[z[0] for z in ZOO])
-def test_zoo_on_cuda_matches_eager(name, make, expect):
+def test_zoo_on_cuda_matches_eager(name, make, expect, binding, monkeypatch):
+    monkeypatch.setenv("GNN_IO_SPMM", binding)
     torch.manual_seed(0)
     model = make().to(CUDA)
     edge_index = random_graph(300, 3000, seed=1, hub_degree=2000).to(CUDA)

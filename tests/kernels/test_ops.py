@@ -81,7 +81,7 @@ def test_spmm(graph, dtype, reduce, weighted):
 
     def ours(x, w):
         values = w.index_select(0, perm) if weighted else torch.ones_like(w)
-        return ops.spmm(x, values, values.index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col, reduce)
+        return ops.spmm(x, values, values.index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col, [], [], reduce)
 
     def eager(x, w):
         msg = x.index_select(0, src) * (w.view(-1, 1) if weighted else 1)
@@ -177,7 +177,7 @@ def test_opcheck(graph):
     t_w = w.detach()[t_perm]
     key = _register(lambda x_j, x_i: torch.tanh(x_j - x_i))
     torch.library.opcheck(ops.csr_plan.default, (dst, src, NUM_NODES, NUM_NODES))
-    torch.library.opcheck(ops.spmm.default, (x, w, t_w, rowptr, col, row, t_rowptr, t_col, "mean"))
+    torch.library.opcheck(ops.spmm.default, (x, w, t_w, rowptr, col, row, t_rowptr, t_col, [], [], "mean"))
     torch.library.opcheck(ops.gather_scatter.default, ([x, x], [ROLE_SRC, ROLE_DST], *plan[:4], key, "max"))
     s = torch.randn(src.numel(), 2, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(ops.edge_softmax.default, (s, rowptr, row, perm, 1e-16))
@@ -199,4 +199,5 @@ def test_csr_plan_rejects_bad_indices(graph, bad, error, match):
 def test_spmm_rejects_wrong_weight_shape(graph):
     src, dst, (rowptr, col, row, perm, t_rowptr, t_col, t_perm) = graph
     with pytest.raises(ValueError, match="values must have shape"):
-        ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), torch.rand(3), rowptr, col, row, t_rowptr, t_col, "sum")
+        ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), torch.rand(3), rowptr, col, row, t_rowptr, t_col, [], [],
+                 "sum")
