@@ -56,6 +56,18 @@ def fake_edge_values(args, roles, num_edges) -> list:
     return [a if r == ROLE_DENSE else a.new_empty((num_edges, *a.shape[1:])) for a, r in zip(args, roles)]
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def in_float32(args: list):
+    """Half-precision tensors of ``args`` as float32 (the ops accumulate in float32), and the dtype
+    to cast the result back to (None when nothing was half precision)."""
+    half = next((a.dtype for a in args if isinstance(a, Tensor) and a.dtype in _HALF), None)
+    if half is None:
+        return list(args), None
+    return [a.float() if isinstance(a, Tensor) and a.dtype in _HALF else a for a in args], half
+
+
 def segment_reduce(messages: Tensor, row, rowptr: Tensor, reduce: str) -> Tensor:
     """``out[i] = reduce(messages[rowptr[i]:rowptr[i+1]])``; empty rows give 0, as PyG's scatter.
 

@@ -17,16 +17,18 @@ import torch
 from torch import Tensor
 
 from gnn_inductor import edge_functions
-from gnn_inductor.kernels._common import edge_values, fake_edge_values, recompute_grads, segment_reduce
+from gnn_inductor.kernels._common import edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce
 from gnn_inductor.kernels.edge_softmax import softmax_csr
 
 
 def attention_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                         score_key: str, message_key: str, eps: float) -> Tensor:
+    args, half = in_float32(args)
     values = edge_values(args, roles, col, row, perm)
     alpha = softmax_csr(edge_functions.lookup(score_key)(*values), row, rowptr, eps)
     messages = edge_functions.lookup(message_key)(alpha, *values)
-    return segment_reduce(messages, row, rowptr, "sum")
+    out = segment_reduce(messages, row, rowptr, "sum")
+    return out if half is None else out.to(half)
 
 
 KERNEL = {"cuda": "reference (torch segment ops; fused Triton kernel: issue 5)", "cpu": "segment reference"}

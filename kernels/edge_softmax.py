@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gnn_inductor.kernels._common import recompute_grads, segment_reduce
+from gnn_inductor.kernels._common import in_float32, recompute_grads, segment_reduce
 
 
 def softmax_csr(scores: Tensor, row: Tensor, rowptr: Tensor, eps: float) -> Tensor:
@@ -24,8 +24,10 @@ def softmax_csr(scores: Tensor, row: Tensor, rowptr: Tensor, eps: float) -> Tens
 
 
 def edge_softmax_reference(scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor, eps: float) -> Tensor:
-    alpha = softmax_csr(scores.index_select(0, perm), row, rowptr, eps)
-    return torch.zeros_like(alpha).index_copy(0, perm, alpha)
+    (scores32,), half = in_float32([scores])
+    alpha = softmax_csr(scores32.index_select(0, perm), row, rowptr, eps)
+    out = torch.zeros_like(alpha).index_copy(0, perm, alpha)
+    return out if half is None else out.to(half)
 
 
 def _check(scores: Tensor, perm: Tensor) -> None:

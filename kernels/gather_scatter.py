@@ -18,14 +18,16 @@ from torch import Tensor
 
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels._common import (
-    check_reduce, edge_values, fake_edge_values, recompute_grads, segment_reduce,
+    check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
 )
 
 
 def gather_scatter_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                              fn_key: str, reduce: str) -> Tensor:
+    args, half = in_float32(args)
     messages = edge_functions.lookup(fn_key)(*edge_values(args, roles, col, row, perm))
-    return segment_reduce(messages, row, rowptr, reduce)
+    out = segment_reduce(messages, row, rowptr, reduce)
+    return out if half is None else out.to(half)
 
 
 KERNEL = {"cuda": "reference (torch segment ops; Triton kernel: issue 4)", "cpu": "segment reference"}

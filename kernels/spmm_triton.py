@@ -133,10 +133,12 @@ def _spmm_kernel(x_ptr, values_ptr, rowptr_ptr, col_ptr, item_row_ptr, item_star
         result = result / tl.maximum(degree, 1).to(tl.float32)
 
     out_offsets = row.to(tl.int64) * num_features + features
-    if tl.load(item_shared_ptr + item) != 0:
+    shared = tl.load(item_shared_ptr + item)
+    if shared == 1:
         tl.atomic_add(out_ptr + out_offsets, result, mask=feature_mask)
-    else:
+    elif shared == 0:
         tl.store(out_ptr + out_offsets, result, mask=feature_mask)
+    # shared == PADDING: a padding item of the plan (see work_items_op), nothing to write
 
 
 def default_block_f(num_features: int, element_size: int) -> int:
@@ -204,15 +206,29 @@ def spmm_csr_triton(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, item
     return _spmm(wrap_triton(_spmm_kernel), x, values, rowptr, col, items, reduce, block_e, block_f, num_warps)
 
 
+PADDING = 2  # ``shared`` flag of a padding item: the kernel skips it
+
+
+def padded_item_count(num_rows, num_entries, max_edges: int):
+    """An upper bound on the number of work items that depends on sizes only (each row adds at most
+    one item beyond ``deg / max_edges``), so compiled graphs see no data-dependent size."""
+    return num_rows + (num_entries + max_edges - 1) // max_edges
+
+
 @torch.library.custom_op("gnn_io::work_items", mutates_args=())
-def work_items_op(rowptr: Tensor, max_edges: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`work_items` as an op, so the backend can place it in the graph plan (its item count
-    depends on the degrees: a data-dependent size, computed once per graph)."""
-    return tuple(work_items(rowptr, max_edges))
+def work_items_op(rowptr: Tensor, col: Tensor, max_edges: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`work_items` as an op for the graph plan, padded to :func:`padded_item_count` items
+    with skipped items (``shared == PADDING``)."""
+    items = work_items(rowptr, max_edges)
+    count = padded_item_count(rowptr.numel() - 1, col.numel(), max_edges)
+    pad = count - items.row.numel()
+    zeros = items.row.new_zeros((pad,))
+    return (torch.cat([items.row, zeros]), torch.cat([items.start, zeros]), torch.cat([items.end, zeros]),
+            torch.cat([items.shared, torch.full((pad,), PADDING, dtype=torch.int8, device=rowptr.device)]))
 
 
 @work_items_op.register_fake
-def _(rowptr, max_edges):
-    count = torch.library.get_ctx().new_dynamic_size()
+def _(rowptr, col, max_edges):
+    count = padded_item_count(rowptr.shape[0] - 1, col.shape[0], max_edges)
     return (rowptr.new_empty((count,), dtype=torch.int32), rowptr.new_empty((count,), dtype=torch.int32),
             rowptr.new_empty((count,), dtype=torch.int32), rowptr.new_empty((count,), dtype=torch.int8))

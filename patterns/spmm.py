@@ -89,9 +89,9 @@ def replace(agg, ctx):
             values = ctx.call(aten._to_copy.default, (values,), before, dtype=dtype)
     t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)
     items, t_items = [], []
-    if val(table).device.type == "cuda" and spmm_binding() == "triton":
-        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, MAX_EDGES), before, 4)
-        t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.t_rowptr, MAX_EDGES), before, 4)
+    if spmm_binding() == "triton":  # other devices ignore the items; built here, they are checked in CI too
+        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, plan.col, MAX_EDGES), before, 4)
+        t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.t_rowptr, plan.t_col, MAX_EDGES), before, 4)
     new = ctx.call(torch.ops.gnn_io.spmm.default, (table, values, t_values, plan.rowptr, plan.col, plan.row,
                                                    plan.t_rowptr, plan.t_col, items, t_items, agg.scatter.reduce),
                    before)

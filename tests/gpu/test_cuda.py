@@ -34,7 +34,7 @@ def test_spmm_matches_cpu_reference(dtype, reduce, binding):
         values = ww.index_select(0, perm)
         items, t_items = [], []
         if device == CUDA and binding == "triton":
-            items, t_items = list(ops.work_items(rowptr, 64)), list(ops.work_items(t_rowptr, 64))
+            items, t_items = list(ops.work_items(rowptr, col, 64)), list(ops.work_items(t_rowptr, t_col, 64))
         out = ops.spmm(xx, values, values.detach().index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col,
                        items, t_items, reduce)
         out.backward(grad.to(device, dt))

@@ -18,7 +18,7 @@ import torch
 import gnn_inductor.kernels  # noqa: F401  (registers gnn_io::csr_plan)
 from gnn_inductor.kernels import spmm_triton
 from gnn_inductor.kernels.spmm import csr_matmul
-from gnn_inductor.kernels.spmm_triton import triton_spmm, work_items
+from gnn_inductor.kernels.spmm_triton import PADDING, WorkItems, padded_item_count, triton_spmm, work_items
 from gnn_inductor.testing import TOLERANCES, random_graph
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -124,6 +124,27 @@ def test_matches_csr_matmul(plan, index_dtype, reduce, feature_shape, tiles):
     out = triton_spmm(x, values, rowptr, col, work_items(rowptr, MAX_EDGES), reduce, **tiles)
     assert out.shape == (NUM_NODES, *feature_shape) and out.device == x.device
     assert_close(out, reference(x, values, rowptr, col, row, reduce), torch.float32)
+
+
+def test_padded_plan_items_cover_every_entry_once(plan):
+    """The op form pads to a size-only bound with skipped items; the real items are work_items'."""
+    rowptr, col, _ = plan
+    row, start, end, shared = torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES)
+    assert row.numel() == padded_item_count(rowptr.numel() - 1, col.numel(), MAX_EDGES)
+    real = shared != PADDING
+    unpadded = work_items(rowptr, MAX_EDGES)
+    assert torch.equal(row[real], unpadded.row) and torch.equal(start[real], unpadded.start)
+    assert torch.equal(end[real], unpadded.end) and torch.equal(shared[real], unpadded.shared)
+    assert bool((start[~real] == end[~real]).all())
+
+
+@runs_kernel
+def test_padding_items_write_nothing(plan):
+    x, values, rowptr, col, row = inputs(plan, torch.int32, (20,))
+    items = WorkItems(*torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    assert bool((items.shared == PADDING).any())
+    assert_close(triton_spmm(x, values, rowptr, col, items, "sum"),
+                 reference(x, values, rowptr, col, row, "sum"), torch.float32)
 
 
 @runs_kernel
