@@ -274,7 +274,10 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
     parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
+    parser.add_argument("--merge", nargs="+", help="results.json files of earlier runs to merge into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -303,6 +306,17 @@ def main(argv=None) -> int:
             reference = None
     table = write_outputs(records, meta, args.out)
     print(table)
+    return 0
+
+
+def merge(paths: list, out_dir: str) -> int:
+    """One table from several runs (the suite is split across device calls of 10 minutes)."""
+    runs = [json.load(open(p)) for p in paths]
+    meta = dict(runs[0]["meta"])
+    meta["command"] = " ; ".join(r["meta"]["command"] for r in runs)
+    meta["date"] = " / ".join(sorted({r["meta"]["date"] for r in runs}))
+    meta["copy_gbps"] = min(r["meta"]["copy_gbps"] for r in runs)
+    print(write_outputs([rec for r in runs for rec in r["results"]], meta, out_dir))
     return 0
 
 

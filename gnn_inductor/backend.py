@@ -51,6 +51,13 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
         return _inner_compile(gm, list(example_inputs))
 
 
+def _edge_count(example_inputs: list):
+    """Edges of the example graph: the longest ``[2, E]`` integer input (None when there is none)."""
+    counts = [t.shape[1] for t in example_inputs if isinstance(t, torch.Tensor) and t.dim() == 2
+              and t.shape[0] == 2 and not t.is_floating_point()]
+    return max(counts) if counts else None
+
+
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
     return os.environ.get("GNN_IO_STRICT", "0") == "1"
@@ -58,7 +65,8 @@ def _strict() -> bool:
 
 def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
-    ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm)))
+    ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
+                                               num_edges_hint=_edge_count(example_inputs)))
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
     for rewrite in ctx.rewrites:
         rewrite.kernel = kernels.kernel_for(rewrite.op, device)

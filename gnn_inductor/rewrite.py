@@ -54,6 +54,8 @@ class RewriteContext:
     structure: set = field(default_factory=set)
     rewrites: list = field(default_factory=list)
     near_misses: list = field(default_factory=list)
+    num_edges_hint: Optional[int] = None   # edges of the example graph, for the cost model
+    declined: set = field(default_factory=set)  # nodes the cost model leaves to Inductor
     _plans: dict = field(default_factory=dict)
     _symbols: dict = field(default_factory=dict)
 
@@ -163,7 +165,7 @@ def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
 
     for pattern in ORDER:
         for node in list(gm.graph.nodes):
-            if node.graph is None or node.op != "call_function":
+            if node.graph is None or node.op != "call_function" or node in ctx.declined:
                 continue
             try:
                 found = pattern.match(node, ctx)

@@ -25,6 +25,7 @@ import torch
 
 from torch.fx import Node
 
+from gnn_inductor.cost import spmm_declined
 from gnn_inductor.graph_match import aten, match_aggregation, same_size, val
 from gnn_inductor.kernels.spmm import spmm_binding
 from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
@@ -43,15 +44,25 @@ def match(node, ctx):
     agg.weight = None
     if root in region.inputs:  # the message is the gathered row itself
         agg.x_j = root
-        return agg if region.inputs[root][0] == ROLE_SRC else None
+        return _costed(agg, ctx) if region.inputs[root][0] == ROLE_SRC else None
     if root.target != aten.mul.Tensor or not all(isinstance(a, Node) for a in root.args):
         return None
     for x_j, weight in (root.args, reversed(root.args)):
         if region.inputs.get(x_j, (None,))[0] == ROLE_SRC and _per_edge_scalar(weight, x_j, region) and \
                 not _depends_on(weight, x_j, region):
             agg.weight, agg.x_j = weight, x_j
-            return agg
+            return _costed(agg, ctx)
     return None
+
+
+def _costed(agg, ctx):
+    """The match, or the cost model's reason to leave it to Inductor (the family after this one
+    must not take it either: ``ctx.declined``)."""
+    declined = spmm_declined(val(agg.x_j).device.type, ctx.num_edges_hint)
+    if declined is None:
+        return agg
+    ctx.declined.add(agg.scatter.node)
+    return declined
 
 
 def _per_edge_scalar(node, x_j, region) -> bool:

@@ -120,3 +120,27 @@ def test_bfloat16_models_accumulate_in_float32(make, expect):
     model = make().to(torch.bfloat16)
     check_rewrites(model, torch.randn(80, 8, dtype=torch.bfloat16), random_graph(80, 300, hub_degree=150),
                    expect=expect)
+
+
+def test_cost_model_thresholds(monkeypatch):
+    from gnn_inductor.cost import spmm_declined
+
+    monkeypatch.delenv("GNN_IO_FORCE", raising=False)
+    monkeypatch.setenv("GNN_IO_SPMM_MIN_EDGES", "1000")
+    assert "cost model" in spmm_declined("cuda", 999)
+    assert spmm_declined("cuda", 1000) is None
+    assert spmm_declined("cpu", 10) is None  # the CPU path is the reference: always rewritten
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    assert spmm_declined("cuda", 10) is None
+
+
+def test_declined_spmm_stays_with_inductor_and_is_reported(monkeypatch):
+    """A match the cost model declines is neither SpMM nor gather-scatter, and is still correct."""
+    import gnn_inductor.patterns.spmm as spmm_pattern
+
+    monkeypatch.setattr(spmm_pattern, "spmm_declined", lambda device, edges: f"cost model: {edges} edges")
+    torch.manual_seed(0)
+    edge_index = random_graph(30, 100)
+    result = check_rewrites(GCNConv(4, 4), torch.randn(30, 4), edge_index,
+                            expect={"spmm": 0, "gather_scatter": 0, "near_miss": 1})
+    assert result.near_misses[0].reason == f"cost model: {edge_index.shape[1]} edges"

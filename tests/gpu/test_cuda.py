@@ -63,11 +63,20 @@ ZOO = [
 @pytest.mark.parametrize("name, make, expect", ZOO, ids=[z[0] for z in ZOO])
 def test_zoo_on_cuda_matches_eager(name, make, expect, binding, monkeypatch):
     monkeypatch.setenv("GNN_IO_SPMM", binding)
+    monkeypatch.setenv("GNN_IO_FORCE", "1")  # small graph: the cost model would leave SpMM to Inductor
     torch.manual_seed(0)
     model = make().to(CUDA)
     edge_index = random_graph(300, 3000, seed=1, hub_degree=2000).to(CUDA)
     x = torch.randn(300, 16, device=CUDA)
     check_rewrites(model, x, edge_index, expect={**expect, "near_miss": 0})
+
+
+def test_cost_model_leaves_small_spmm_to_inductor(monkeypatch):
+    monkeypatch.delenv("GNN_IO_FORCE", raising=False)
+    torch.manual_seed(0)
+    result = check_rewrites(pyg.GCNConv(16, 16).to(CUDA), torch.randn(300, 16, device=CUDA),
+                            random_graph(300, 3000, seed=1).to(CUDA), expect={"spmm": 0, "gather_scatter": 0})
+    assert "cost model" in result.near_misses[0].reason
 
 
 def test_gat_bf16_compiles_and_is_close():
