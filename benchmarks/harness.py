@@ -101,7 +101,7 @@ def build(mode: str, layer: torch.nn.Module):
 
 
 # gnn_io variants: the SpMM binding each one compiles with (docs/spmm_binding.md)
-MODE_ENV = {"gnn_io": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"}}
+MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"}}
 
 
 def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
@@ -215,8 +215,8 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err |",
-             "|" + "---|" * 18]
+             "rel err | gnn_io_triton |",
+             "|" + "---|" * 19]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -231,7 +231,8 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
-                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} |")
+                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
+                     f"{t(modes.get('gnn_io_triton', {})) if 'gnn_io_triton' in modes else '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -267,7 +268,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="gcn,sage_mean,gin")
     parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
-    parser.add_argument("--modes", default="eager,inductor,gnn_io", help="also: gnn_io_cusparse")
+    parser.add_argument("--modes", default="eager,inductor,gnn_io", help="also: gnn_io_triton, gnn_io_cusparse")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reps", type=int, default=20)

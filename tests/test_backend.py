@@ -144,3 +144,13 @@ def test_declined_spmm_stays_with_inductor_and_is_reported(monkeypatch):
     result = check_rewrites(GCNConv(4, 4), torch.randn(30, 4), edge_index,
                             expect={"spmm": 0, "gather_scatter": 0, "near_miss": 1})
     assert result.near_misses[0].reason == f"cost model: {edge_index.shape[1]} edges"
+
+
+def test_triton_binding_plan_carries_work_items(monkeypatch):
+    """GNN_IO_SPMM=triton puts padded work items into the graph plan (no data-dependent sizes reach
+    the compiled graph); on CPU the reference ignores them, the compile path is the same as on CUDA."""
+    monkeypatch.setenv("GNN_IO_SPMM", "triton")
+    torch.manual_seed(0)
+    result = check_rewrites(GCNConv(6, 6), torch.randn(40, 6), random_graph(40, 150, hub_degree=300),
+                            expect={"spmm": 1, "near_miss": 0})
+    assert result.report["graphs"][0]["hoisted_structure_nodes"] > 0
