@@ -95,6 +95,15 @@ def test_spmm(graph, dtype, reduce, weighted):
         close(gw, rw)
 
 
+def assert_same_function(ours, eager, *tensors):
+    """Same outputs and same gradients for every input."""
+    out, grads = grads_of(ours, *tensors)
+    ref, ref_grads = grads_of(eager, *tensors)
+    close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        close(g, r)
+
+
 def _register(fn):
     return edge_functions.register(torch.fx.symbolic_trace(fn))
 
@@ -115,11 +124,7 @@ def test_gather_scatter(graph, dtype, reduce):
         msg = torch.relu(x.index_select(0, src) + e) * x.index_select(0, dst) + b
         return scatter_eager(msg, dst, NUM_NODES, reduce)
 
-    out, grads = grads_of(ours, x, e, b)
-    ref, ref_grads = grads_of(eager, x, e, b)
-    close(out, ref)
-    for g, r in zip(grads, ref_grads):
-        close(g, r)
+    assert_same_function(ours, eager, x, e, b)
 
 
 def test_max_ties_share_gradient(dtype):
@@ -162,11 +167,7 @@ def test_attention_gatv2_form(graph, dtype):
         alpha = softmax_eager((torch.nn.functional.leaky_relu(xj + xi, 0.2) * att).sum(-1), dst, NUM_NODES)
         return scatter_eager(alpha.unsqueeze(-1) * xj, dst, NUM_NODES, "sum")
 
-    out, grads = grads_of(ours, xl, xr, att)
-    ref, ref_grads = grads_of(eager, xl, xr, att)
-    close(out, ref)
-    for g, r in zip(grads, ref_grads):
-        close(g, r)
+    assert_same_function(ours, eager, xl, xr, att)
 
 
 def test_opcheck(graph):

@@ -73,14 +73,17 @@ def test_gcn_conv(graph, normalize, add_self_loops, weighted):
 # GraphConv, SAGEConv, GINConv
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("aggr,family,reduce", [
-    ("add", "spmm", "sum"),
-    ("mean", "spmm", "mean"),
-    ("max", "gather_scatter", "max"),
-])
-def test_graph_conv(graph, aggr, family, reduce):
+@pytest.mark.parametrize("layer,aggr,family,reduce", [
+    (GraphConv, "add", "spmm", "sum"),
+    (GraphConv, "mean", "spmm", "mean"),
+    (GraphConv, "max", "gather_scatter", "max"),
+    (SAGEConv, "mean", "spmm", "mean"),
+    (SAGEConv, "max", "gather_scatter", "max"),
+    (SAGEConv, "sum", "spmm", "sum"),
+], ids=["graph-add", "graph-mean", "graph-max", "sage-mean", "sage-max", "sage-sum"])
+def test_graph_and_sage_conv(graph, layer, aggr, family, reduce):
     torch.manual_seed(0)
-    model = GraphConv(graph.in_channels, OUT_CHANNELS, aggr=aggr)
+    model = layer(graph.in_channels, OUT_CHANNELS, aggr=aggr)
     result = check_rewrites(model, graph.x, graph.edge_index, expect=only(**{family: 1}))
     assert_reduce(result, family, reduce)
 
@@ -91,18 +94,6 @@ def test_graph_conv_edge_weight(graph):
     result = check_rewrites(model, graph.x, graph.edge_index, graph.edge_weight, expect=only(spmm=1))
     assert_reduce(result, "spmm", "sum")
     assert rewrites(result, "spmm")[0]["details"]["weighted"] is True
-
-
-@pytest.mark.parametrize("aggr,family,reduce", [
-    ("mean", "spmm", "mean"),
-    ("max", "gather_scatter", "max"),
-    ("sum", "spmm", "sum"),
-])
-def test_sage_conv(graph, aggr, family, reduce):
-    torch.manual_seed(0)
-    model = SAGEConv(graph.in_channels, OUT_CHANNELS, aggr=aggr)
-    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(**{family: 1}))
-    assert_reduce(result, family, reduce)
 
 
 def test_gin_conv(graph):
