@@ -119,10 +119,16 @@ def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=N
 
 def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
     torch.manual_seed(0)
-    layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
-    model = build(mode, layer)
     x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
     edge_index = graph.edge_index.to(device)
+    if mode == "turbo_gnn":
+        from benchmarks.peers import TurboLayer
+
+        layer = TurboLayer(layer_name, features, edge_index, graph.num_nodes).to(device=device, dtype=dtype)
+        model, reference = layer, None  # different normalisation on directed graphs: no rel_err
+    else:
+        layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
+        model = build(mode, layer)
     record = {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
               "edges": graph.num_edges}
     try:
@@ -215,8 +221,8 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err | gnn_io_triton |",
-             "|" + "---|" * 19]
+             "rel err | gnn_io_triton | turbo-gnn |",
+             "|" + "---|" * 20]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -232,7 +238,8 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
                      f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
-                     f"{t(modes.get('gnn_io_triton', {})) if 'gnn_io_triton' in modes else '-'} |")
+                     f"{t(modes.get('gnn_io_triton', {})) if 'gnn_io_triton' in modes else '-'} | "
+                     f"{t(modes.get('turbo_gnn', {})) if 'turbo_gnn' in modes else '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -268,7 +275,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="gcn,sage_mean,gin")
     parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
-    parser.add_argument("--modes", default="eager,inductor,gnn_io", help="also: gnn_io_triton, gnn_io_cusparse")
+    parser.add_argument("--modes", default="eager,inductor,gnn_io",
+                        help="also: gnn_io_triton, gnn_io_cusparse, turbo_gnn (when installed)")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reps", type=int, default=20)
