@@ -12,7 +12,6 @@ parameters and gradients included). The roofline column is the least bytes a lay
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import os

@@ -8,7 +8,6 @@ spelling of a gather (``index_select``, ``x[idx]``, ``gather``, ``embedding``) o
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Optional, Union
 

@@ -26,12 +26,13 @@ from gnn_inductor.kernels.csr import degree_stats
 MAX_PLANS_PER_GRAPH = 8
 
 
-def insert_index_checks(gm: GraphModule, rewrite_ctx) -> int:
+def insert_index_checks(gm: GraphModule, rewrite_ctx) -> None:
     """Before each remaining gather/scatter whose index is graph structure, check the index range
     (``gnn_io.check_index``); the check is structure work, so it runs once per graph."""
     from gnn_inductor.graph_match import as_gather, as_scatter, index_key, strip_index
+    from gnn_inductor.rewrite_report import source_of
 
-    done, count = set(), 0
+    done = set()
     structure = structure_nodes(gm.graph)
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
@@ -50,19 +51,11 @@ def insert_index_checks(gm: GraphModule, rewrite_ctx) -> int:
         if key in done or (isinstance(bound, Node) and bound not in structure):
             continue
         done.add(key)
-        where = f"{node.target} at {rewrite_ctx_source(node)}"
+        where = f"{node.target} at {source_of(node)['source']}"
         with gm.graph.inserting_after(index if not isinstance(bound, Node) else _later(gm, index, bound)):
             check = gm.graph.call_function(torch.ops.gnn_io.check_index.default, (index, bound, where))
         check.meta["val"] = None
-        count += 1
     gm.recompile()
-    return count
-
-
-def rewrite_ctx_source(node: Node) -> str:
-    from gnn_inductor.rewrite_report import source_of
-
-    return source_of(node)["source"]
 
 
 def _later(gm: GraphModule, a: Node, b: Node) -> Node:
@@ -123,7 +116,7 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
     structure_gm = GraphModule(owner, sgraph)
 
     last = placeholders[-1]
-    for i, (symbol, n, d) in enumerate(symbol_sources):
+    for i, (_, n, d) in enumerate(symbol_sources):
         with graph.inserting_after(last):
             last = graph.placeholder(f"plan_size_{i}")
         last.meta["val"] = val(n).shape[d]
