@@ -39,6 +39,7 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "sage_max": lambda: pyg.SAGEConv(f, f, aggr="max"),
         "gin": lambda: pyg.GINConv(torch.nn.Linear(f, f)),
         "graphconv": lambda: pyg.GraphConv(f, f, aggr="add"),
+        "graphconv_max": lambda: pyg.GraphConv(f, f, aggr="max"),
         "gat": lambda: pyg.GATConv(f, f // HEADS, heads=HEADS),
         "gatv2": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS),
         "transformer": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS),
@@ -94,13 +95,17 @@ def build(mode: str, layer: torch.nn.Module):
         return layer
     if mode == "inductor":
         return torch.compile(layer)
+    if mode == "inductor_cg":
+        return torch.compile(layer, mode="reduce-overhead")
     if mode.startswith("gnn_io"):
         return torch.compile(layer, backend="gnn_io")
     raise ValueError(mode)
 
 
 # gnn_io variants: the SpMM binding each one compiles with (docs/spmm_binding.md)
-MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"}}
+MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"},
+            "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
+            "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
 
 def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
@@ -132,12 +137,14 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
               "edges": graph.num_edges}
     try:
         with torch.no_grad():
-            out = model(x, edge_index)
+            out = model(x, edge_index).clone()  # CUDA-graph modes overwrite their outputs on replay
             record["fwd_ms"] = median_ms(lambda: model(x, edge_index), reps)
         x_grad = x.clone().requires_grad_(True)
         grad = torch.randn_like(out)
 
         def step():
+            if "cg" in mode:
+                torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier outputs are dead
             model(x_grad, edge_index).backward(grad)
 
         record["fwdbwd_ms"] = median_ms(step, reps)
@@ -211,6 +218,7 @@ def markdown_table(records: list, meta: dict) -> str:
     by_case = {}
     for r in records:
         by_case.setdefault((r["graph"], r["layer"]), {})[r["mode"]] = r
+    extra = list(dict.fromkeys(r["mode"] for r in records if r["mode"] not in ("eager", "inductor", "gnn_io")))
     lines = [f"# Benchmarks ({meta['device']})", "",
              f"torch {meta['torch']}, triton {meta['triton']}, torch_geometric {meta['torch_geometric']}, "
              f"{meta['dtype']}, {meta['features']} features, {meta['date']}", "",
@@ -220,8 +228,7 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err | gnn_io_triton | turbo-gnn |",
-             "|" + "---|" * 20]
+             "rel err |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (18 + len(extra))]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -236,9 +243,8 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
-                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
-                     f"{t(modes.get('gnn_io_triton', {})) if 'gnn_io_triton' in modes else '-'} | "
-                     f"{t(modes.get('turbo_gnn', {})) if 'turbo_gnn' in modes else '-'} |")
+                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} |"
+                     + "".join(f" {t(modes[m]) if m in modes else '-'} |" for m in extra))
     return "\n".join(lines) + "\n"
 
 

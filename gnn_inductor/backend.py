@@ -27,7 +27,13 @@ def _inner_compile(gm, example_inputs):
     from torch._inductor.compile_fx import compile_fx
 
     # The FX graph cache cannot pickle graphs holding Python custom ops' metadata; skip it quietly.
-    with inductor_config.patch(fx_graph_cache=False):
+    # GNN_IO_CUDAGRAPHS=1: Inductor's CUDA graph trees (what mode="reduce-overhead" turns on for the
+    # default backend), which replay the whole step with one launch: for small graphs, where the
+    # per-call CPU work is larger than the GPU work.
+    options = {"fx_graph_cache": False}
+    if os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1":
+        options["triton.cudagraphs"] = True
+    with inductor_config.patch(options):
         return compile_fx(gm, example_inputs)
 
 
