@@ -8,75 +8,159 @@ r"""Attention aggregation: edge scores, edge softmax and weighted sum in one op.
 ``score`` (``score_key``) and ``message`` (``message_key``) are edge functions cut from the model:
 GAT's ``leaky_relu(a_l x_j + a_r x_i)``, GATv2's ``a . leaky_relu(W_l x_j + W_r x_i)``,
 TransformerConv's ``q_i . k_j / sqrt(d)`` and their ``alpha * v_j`` messages. Arguments reach the
-edge through their roles (``kernels/_common.py``). The fused GPU kernels (online softmax, saved
-log-sum-exp, recompute in backward) plug in behind this op; the CPU path is the exact reference.
+edge through their roles (``kernels/_common.py``).
+
+Ops:
+
+- ``gnn_io::attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None,
+  max_edges=0) -> out`` is what the rewrite emits: ``out [N, *M]`` (``M`` the message's per-edge
+  shape). ``items`` are the plan's work items (``gnn_io::work_items(rowptr, col, max_edges)``) for the
+  degree split on CUDA; other devices ignore them. It is a composite: ``attention_forward(...)[0]``.
+- ``gnn_io::attention_forward(...) -> (out, lse)`` also returns the per-(node, head) log-sum-exp of the
+  scores (float32, ``[N, *H]``, 0 for nodes without edges), which its backward reads: the fused kernels
+  recompute ``alpha_e = exp(s_e - lse_i)`` there instead of storing the attention matrix.
+
+On CUDA (and on CPU under ``TRITON_INTERPRET=1``) the fused Triton kernels of
+``kernels/attention_triton.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
+(TransformerConv) families; anything else, and every CPU call, runs the exact reference below
+(backward: recompute it under autograd). dtype: float32 accumulation; ``out`` is half precision when
+any input is.
 """
 from __future__ import annotations
 
 import torch
+from gnn_inductor.kernels import attention_triton
+from gnn_inductor.kernels._common import (
+    ROLE_NAMES,
+    edge_values,
+    fake_edge_values,
+    in_float32,
+    recompute_grads,
+    segment_reduce,
+)
+from gnn_inductor.kernels.edge_softmax import softmax_csr
 from torch import Tensor
 
 from gnn_inductor import edge_functions
-from gnn_inductor.kernels._common import edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce
-from gnn_inductor.kernels.edge_softmax import softmax_csr
 
 
 def attention_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                         score_key: str, message_key: str, eps: float) -> Tensor:
+    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps)[0]
+
+
+def _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps) -> tuple:
     args, half = in_float32(args)
     values = edge_values(args, roles, col, row, perm)
-    alpha = softmax_csr(edge_functions.lookup(score_key)(*values), row, rowptr, eps)
+    scores = edge_functions.lookup(score_key)(*values)
+    alpha = softmax_csr(scores, row, rowptr, eps)
     messages = edge_functions.lookup(message_key)(alpha, *values)
     out = segment_reduce(messages, row, rowptr, "sum")
-    return out if half is None else out.to(half)
+    with torch.no_grad():
+        top = segment_reduce(scores.detach(), row, rowptr, "max")
+        total = segment_reduce((scores.detach() - top.index_select(0, row)).exp(), row, rowptr, "sum")
+        lse = torch.where(total > 0, top + total.log(), torch.zeros_like(top)).float()
+    return (out if half is None else out.to(half)), lse
 
 
-KERNEL = {"cuda": "reference (torch segment ops; fused Triton kernel: issue 5)", "cpu": "segment reference"}
+KERNEL = {"cuda": "fused CSR attention (Triton) for GAT / GATv2 / dot-product scores, else reference",
+          "cpu": "segment reference"}
 
 
-@torch.library.custom_op("gnn_io::attention", mutates_args=())
-def attention(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
-              score_key: str, message_key: str, eps: float) -> Tensor:
-    return attention_reference(args, roles, rowptr, col, row, perm, score_key, message_key, eps)
+def kernel_name(device_type: str, details: dict) -> str:
+    """The kernel an attention rewrite runs on ``device_type``, from its edge functions (for the report)."""
+    if device_type != "cuda" or "score" not in details:
+        return KERNEL.get(device_type, KERNEL["cpu"])
+    roles = [r if isinstance(r, int) else _ROLE_IDS[r] for r in details["roles"]]
+    form = attention_triton.recognise(details["score"], details["message"], roles)
+    if isinstance(form, str):
+        return f"reference (torch segment ops): edge functions not fused ({form})"
+    return attention_triton.kernel_name(form.family)
 
 
-@attention.register_fake
-def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps):
+_ROLE_IDS = {name: role for role, name in ROLE_NAMES.items()}
+
+
+def _fused(args, rowptr: Tensor) -> bool:
+    return rowptr.is_cuda or (attention_triton.INTERPRETED and rowptr.device.type == "cpu")
+
+
+_lib = torch.library.Library("gnn_io", "FRAGMENT")
+_lib.define("attention(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
+            "str score_key, str message_key, float eps, Tensor[]? items=None, int max_edges=0) -> Tensor")
+
+
+def _attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None, max_edges=0):
+    return attention_forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items or [],
+                             max_edges)[0]
+
+
+_lib.impl("attention", _attention, "CompositeImplicitAutograd")
+
+
+@torch.library.custom_op("gnn_io::attention_forward", mutates_args=())
+def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
+                      score_key: str, message_key: str, eps: float, items: list[Tensor],
+                      max_edges: int) -> tuple[Tensor, Tensor]:
+    if _fused(args, rowptr):
+        layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+        if not isinstance(layout, str):
+            return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
+    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps)
+
+
+@attention_forward.register_fake
+def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges):
     values = fake_edge_values(args, roles, col.shape[0])
-    alpha = edge_functions.lookup(score_key)(*values)
-    messages = edge_functions.lookup(message_key)(alpha, *values)
-    return messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
+    scores = edge_functions.lookup(score_key)(*values)
+    messages = edge_functions.lookup(message_key)(scores, *values)
+    dtype = next((a.dtype for a in args if a.dtype in (torch.float16, torch.bfloat16)), messages.dtype)
+    num_dst = rowptr.shape[0] - 1
+    return (messages.new_empty((num_dst, *messages.shape[1:]), dtype=dtype),
+            scores.new_empty((num_dst, *scores.shape[1:]), dtype=torch.float32))
 
 
 @torch.library.custom_op("gnn_io::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
-                       row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
-                       needs_grad: list[bool]) -> list[Tensor]:
-    grads = recompute_grads(
-        lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps),
-        list(args), grad_out, needs_grad)
+                       row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
+                       max_edges: int, out: Tensor, lse: Tensor, needs_grad: list[bool]) -> list[Tensor]:
+    grads = None
+    if _fused(args, rowptr):
+        layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+        if not isinstance(layout, str):
+            grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
+                                              max_edges)
+    if grads is None:
+        grads = recompute_grads(
+            lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps),
+            list(args), grad_out, needs_grad)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
 @attention_backward.register_fake
-def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, needs_grad):
+def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, out, lse,
+      needs_grad):
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, score_key, message_key, eps = inputs
-    ctx.save_for_backward(*args, rowptr, col, row, perm)
-    ctx.meta = (len(args), roles, score_key, message_key, eps)
+    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, *items)
+    ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges)
     ctx.needs = [bool(a.requires_grad) for a in args]
 
 
-def _backward(ctx, grad_out):
-    num_args, roles, score_key, message_key, eps = ctx.meta
+def _backward(ctx, grad_out, _grad_lse):
+    num_args, roles, score_key, message_key, eps, max_edges = ctx.meta
     saved = ctx.saved_tensors
-    args, (rowptr, col, row, perm) = list(saved[:num_args]), saved[num_args:]
-    grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps,
-                               ctx.needs)
-    return [g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None, None
+    args, (rowptr, col, row, perm, out, lse), items = list(saved[:num_args]), saved[num_args:num_args + 6], \
+        list(saved[num_args + 6:])
+    grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
+                               max_edges, out, lse, ctx.needs)
+    return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
+            None, [None] * len(items), None)
 
 
-attention.register_autograd(_backward, setup_context=_setup)
+attention_forward.register_autograd(_backward, setup_context=_setup)

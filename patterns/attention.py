@@ -7,8 +7,10 @@ Search::
     alpha = softmax(s, dst)                        # already rewritten to gnn_io.edge_softmax
     out = scatter(message(alpha, x_j, ...), dst, reduce='sum')   # e.g. alpha.unsqueeze(-1) * x_j
 
-Replacement: ``torch.ops.gnn_io.attention(args, roles, *csr_plan, score_key, message_key, eps)``;
-the edge softmax stays in the graph only for other users of ``alpha`` (returned attention
+Replacement: ``torch.ops.gnn_io.attention(args, roles, *csr_plan, score_key, message_key, eps, items,
+max_edges)``; on CUDA ``items`` are the plan's work items (``gnn_io.work_items(rowptr, col, max_edges)``,
+hoisted with the plan, so built once per graph) that split hubs across programs of the fused kernel
+(``kernels/attention_triton.py``); elsewhere none. The edge softmax stays in the graph only for other users of ``alpha`` (returned attention
 weights), otherwise it is removed as dead code.
 
 Attention dropout (PyG's ``F.dropout(alpha)``) stays fused: the canonical form spells it as a
@@ -20,14 +22,21 @@ per-edge math; those aggregations are left to the gather-scatter family, with th
 kept as its own op.
 """
 import torch
+from gnn_inductor.kernels.attention_triton import MAX_EDGES
 
 from gnn_inductor.graph_match import (
-    NotAnEdgeFunction, build_edge_fn, collect_region, index_key, match_aggregation, pack_args,
+    NotAnEdgeFunction,
+    build_edge_fn,
+    collect_region,
+    index_key,
+    match_aggregation,
+    pack_args,
+    val,
 )
 from gnn_inductor.rewrite import Pattern
 
-COVERS = ("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
-          "summed by dst",)
+COVERS = (("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
+          "summed by dst"),)
 
 
 def _softmax_index(softmax_node):
@@ -72,8 +81,13 @@ def replace(agg, ctx):
     message_key = ctx.register_fn(build_edge_fn(agg.region, arg_of, len(tensors), special_first=True))
     eps = agg.region.special.args[4]
     plan = ctx.plan_for(agg)
+    before = agg.scatter.result
+    items, max_edges = None, 0
+    if val(agg.scatter.node).device.type == "cuda":
+        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, plan.col, MAX_EDGES), before, 4)
+        max_edges = MAX_EDGES
     new = ctx.call(torch.ops.gnn_io.attention.default,
-                   (tensors, roles, *plan.walk, score_key, message_key, eps), before=agg.scatter.result)
+                   (tensors, roles, *plan.walk, score_key, message_key, eps, items, max_edges), before=before)
     ctx.record("attention", "gnn_io.attention", agg.scatter.node,
                {"roles": list(roles), "score": score_key, "message": message_key}, plan.rowptr)
     return new

@@ -1,0 +1,743 @@
+r"""Fused CSR attention in Triton: scores, online softmax and weighted aggregation in one pass.
+
+For each destination ``i`` and head ``h`` (``e = (j -> i)`` its incoming edges, in CSR order):
+
+.. math::
+    s_e = \mathrm{score}(e, h), \qquad
+    \mathrm{out}_{i,h} = \frac{\sum_e \exp(s_e - m_i) \, w_e \, v_e}{\sum_e \exp(s_e - m_i) + \varepsilon},
+    \qquad \mathrm{lse}_{i,h} = m_i + \log \sum_e \exp(s_e - m_i)
+
+which is ``gnn_io::attention`` (kernels/attention.py) for the three score families below. ``m_i`` is a
+running maximum (online softmax), ``w_e`` a product of per-edge, per-head weights (PyG's attention dropout
+arrives as a keep-mask times ``1 / (1 - p)``) and ``v_e`` a sum of ``[rows, H, C]`` values (``x_j``, or
+TransformerConv's ``v_j + e_ij``). No ``[E, H, C]`` tensor is ever built: each program keeps a
+``BLOCK_E x BLOCK_C`` tile of the neighbourhood in registers.
+
+Families (recognised from the edge functions' FX graphs by :func:`recognise`; anything else runs the
+reference, so an unrecognised function is slower, never wrong):
+
+========== =================================================================== ===============================
+family     score                                                               PyG layer
+========== =================================================================== ===============================
+``gat``    ``leaky_relu(sum_t a_t[e, h]) * scale``, per-head scalar terms      GATConv (``a_l x_j + a_r x_i``
+                                                                               + edge term)
+``gatv2``  ``scale * sum_c att[h, c] * leaky_relu(sum_t a_t[e, h, c])``        GATv2Conv
+``dot``    ``scale * sum_c q[e, h, c] * sum_t k_t[e, h, c]``                   TransformerConv
+========== =================================================================== ===============================
+
+Each term reaches the edge through its role (src, dst or edge; ``att`` is dense).
+
+Backward recomputes the scores from the saved ``lse`` (``alpha_e = exp(s_e - lse_i)``, ``eps`` dropped, a
+relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, FlashAttention's delta):
+``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Gradients of dst-role inputs are reduced in registers per
+block; src- and edge-role gradients are float32 ``atomic_add`` into per-argument buffers, the dense
+``att`` gradient goes to 32 slots to keep atomics off one address.
+
+Degree split: one program per (work item, head), items from
+:func:`gnn_inductor.kernels.spmm_triton.work_items` (at most ``max_edges`` edges each; the plan builds
+them once per graph). A light row's single item writes ``out`` and ``lse``; the items of a hub write
+their partial ``(m, l, acc)`` to a compact slot buffer (at most ``2 * ceil(E / max_edges)`` slots, a
+size-only bound) and :func:`_combine_kernel` merges each hub's slots.
+
+dtypes: float32, float16, bfloat16 inputs, every product and sum in float32; ``out`` in the half
+dtype when any input is half precision (as the reference), ``lse`` float32, gradients in each input's
+dtype. Runs on CUDA tensors, and on CPU tensors when ``TRITON_INTERPRET=1`` was set before import.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.spmm_triton import work_items_op
+from torch import Tensor
+
+from gnn_inductor import edge_functions
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+MAX_EDGES = 256          # the degree split: a program walks at most this many edges of one row
+DENSE_GRAD_SLOTS = 32    # the att gradient is summed into this many slots, then reduced
+FAMILIES = {"gat": 0, "gatv2": 1, "dot": 2}
+_NONE = -1               # role of an unused argument slot
+_MAX_SCORE_TERMS, _MAX_VALUE_TERMS, _MAX_WEIGHTS = 3, 2, 1
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+# Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
+AUTOTUNE_CONFIGS = [
+    {"max_edges": 256, "block_e": 16, "num_warps": 2},
+    {"max_edges": 256, "block_e": 32, "num_warps": 4},
+    {"max_edges": 128, "block_e": 8, "num_warps": 1},
+    {"max_edges": 512, "block_e": 32, "num_warps": 4},
+    {"max_edges": 1024, "block_e": 64, "num_warps": 8},
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Recognising the family from the edge functions
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttentionForm:
+    """What the fused kernels compute, as argument indices into the op's ``args``."""
+    family: str
+    score_terms: tuple       # summed inside the score (scalars for gat, [*, H, C] vectors otherwise)
+    query: int | None     # gatv2: the dense ``att``; dot: the other factor of the dot product
+    negative_slope: float    # leaky_relu slope (gat, gatv2)
+    score_scale: float
+    value_terms: tuple       # summed into the message's [*, H, C] value
+    weights: tuple           # per-edge, per-head factors of alpha (dropout keep-masks)
+    message_scale: float
+
+
+class _NotRecognised(Exception):
+    pass
+
+
+_aten = torch.ops.aten
+_VIEWS = (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _scaled(node, scale: float = 1.0):
+    """Strip ``* c`` and ``/ c`` by constants off ``node``: (inner node, accumulated scale)."""
+    while node.op == "call_function" and node.target in (_aten.mul.Tensor, _aten.div.Tensor):
+        a, b = node.args
+        if node.target == _aten.mul.Tensor and _number(a):
+            a, b = b, a
+        if not _number(b):
+            break
+        scale = scale * b if node.target == _aten.mul.Tensor else scale / b
+        node = a
+    return node, scale
+
+
+def _arg(node, placeholders) -> int:
+    if node not in placeholders:
+        raise _NotRecognised(f"{node} is not an argument")
+    return placeholders[node]
+
+
+def _sum_of_args(node, placeholders) -> tuple:
+    """``a + b + ...`` of arguments: their indices."""
+    if node.op == "call_function" and node.target == _aten.add.Tensor and not node.kwargs:
+        return _sum_of_args(node.args[0], placeholders) + _sum_of_args(node.args[1], placeholders)
+    return (_arg(node, placeholders),)
+
+
+def _leaky_relu(node):
+    if node.op == "call_function" and node.target == _aten.leaky_relu.default and not node.kwargs:
+        return node.args[0], float(node.args[1]) if len(node.args) > 1 else 0.01
+    return None
+
+
+def _last_dim_sum(node):
+    if node.op == "call_function" and node.target == _aten.sum.dim_IntList and not node.kwargs and \
+            list(node.args[1]) == [-1] and (len(node.args) < 3 or not node.args[2]):
+        return node.args[0]
+    return None
+
+
+def _score_form(fn) -> dict:
+    placeholders = {n: i for i, n in enumerate(n for n in fn.graph.nodes if n.op == "placeholder")}
+    (root,) = [n.args[0] for n in fn.graph.nodes if n.op == "output"]
+    root, scale = _scaled(root)
+    leaky = _leaky_relu(root)
+    if leaky is not None:
+        return {"family": "gat", "score_terms": _sum_of_args(leaky[0], placeholders), "query": None,
+                    "negative_slope": leaky[1], "score_scale": scale}
+    product = _last_dim_sum(root)
+    if product is None or product.target != _aten.mul.Tensor or product.kwargs:
+        raise _NotRecognised("score is neither leaky_relu(sum of terms) nor a sum over channels of a product")
+    for left, right in (product.args, reversed(product.args)):
+        leaky = _leaky_relu(left) if isinstance(left, torch.fx.Node) else None
+        if leaky is not None and right in placeholders:
+            return {"family": "gatv2", "score_terms": _sum_of_args(leaky[0], placeholders), "query": placeholders[right],
+                        "negative_slope": leaky[1], "score_scale": scale}
+    for left, right in (product.args, reversed(product.args)):
+        if left in placeholders and isinstance(right, torch.fx.Node):
+            try:
+                return {"family": "dot", "score_terms": _sum_of_args(right, placeholders), "query": placeholders[left],
+                            "negative_slope": 0.0, "score_scale": scale}
+            except _NotRecognised:
+                continue
+    raise _NotRecognised("score product is not att * leaky_relu(terms) nor query * (sum of keys)")
+
+
+def _alpha_chain(node, alpha, placeholders, weights: list) -> float:
+    """Walk from the alpha side of the message back to ``alpha`` through reshapes that add a trailing
+    unit channel dim, products with arguments (weights) and constants; returns the constant factor."""
+    scale = 1.0
+    while node is not alpha:
+        if node.op != "call_function":
+            raise _NotRecognised(f"{node} on the alpha side is not an op")
+        if node.target == _aten.unsqueeze.default and node.args[1] in (-1, 2) or node.target in _VIEWS and list(node.args[1])[-1] == 1 and len(node.args[1]) == 3:
+            node = node.args[0]
+        elif node.target in (_aten.mul.Tensor, _aten.div.Tensor):
+            a, b = node.args
+            if node.target == _aten.div.Tensor:
+                if not _number(b):
+                    raise _NotRecognised("alpha divided by a tensor")
+                scale, node = scale / b, a
+                continue
+            if _number(a):
+                a, b = b, a
+            if _number(b):
+                scale, node = scale * b, a
+                continue
+            if b in placeholders:
+                weights.append(placeholders[b])
+                node = a
+            elif a in placeholders:
+                weights.append(placeholders[a])
+                node = b
+            else:
+                raise _NotRecognised("alpha multiplied by a computed tensor")
+        else:
+            raise _NotRecognised(f"{node.target} on the alpha side of the message")
+    return scale
+
+
+def _message_form(fn) -> dict:
+    nodes = list(fn.graph.nodes)
+    alpha = nodes[0]
+    placeholders = {n: i for i, n in enumerate(n for n in nodes[1:] if n.op == "placeholder")}
+    (root,) = [n.args[0] for n in nodes if n.op == "output"]
+    if root.op != "call_function" or root.target != _aten.mul.Tensor or root.kwargs:
+        raise _NotRecognised("message is not (alpha-weighted) * values")
+    for alpha_side, value_side in (root.args, reversed(root.args)):
+        if not isinstance(alpha_side, torch.fx.Node) or not isinstance(value_side, torch.fx.Node):
+            continue
+        try:
+            weights = []
+            scale = _alpha_chain(alpha_side, alpha, placeholders, weights)
+            return {"value_terms": _sum_of_args(value_side, placeholders), "weights": tuple(weights),
+                        "message_scale": scale}
+        except _NotRecognised:
+            continue
+    raise _NotRecognised("message is not alpha (times weights and constants) times a sum of values")
+
+
+_FORMS: dict = {}
+
+
+def recognise(score_key: str, message_key: str, roles) -> AttentionForm | str:
+    """The :class:`AttentionForm` of an attention op, or the reason it runs the reference."""
+    key = (score_key, message_key, tuple(roles))
+    if key not in _FORMS:
+        try:
+            form = AttentionForm(**_score_form(edge_functions.lookup(score_key)),
+                                 **_message_form(edge_functions.lookup(message_key)))
+            if len(form.score_terms) > _MAX_SCORE_TERMS or len(form.value_terms) > _MAX_VALUE_TERMS or \
+                    len(form.weights) > _MAX_WEIGHTS:
+                raise _NotRecognised("more terms than the kernel has slots for")
+            per_edge = (ROLE_SRC, ROLE_DST, ROLE_EDGE)
+            if any(roles[i] not in per_edge for i in form.score_terms + form.value_terms + form.weights):
+                raise _NotRecognised("a score term, value or weight is dense")
+            if form.family == "gatv2" and roles[form.query] != ROLE_DENSE:
+                raise _NotRecognised("gatv2 attention vector is not dense")
+            if form.family == "dot" and roles[form.query] not in per_edge:
+                raise _NotRecognised("dot-product query is dense")
+            _FORMS[key] = form
+        except _NotRecognised as exc:
+            _FORMS[key] = str(exc)
+    return _FORMS[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------
+
+@triton.jit
+def _rows(ROLE: tl.constexpr, src, dst, eid):
+    if ROLE == 0:
+        rows = src
+    elif ROLE == 1:
+        rows = dst
+    else:
+        rows = eid
+    return rows.to(tl.int64)
+
+
+@triton.jit
+def _scalar(ptr, ROLE: tl.constexpr, src, dst, eid, h, stride_r, stride_h, mask):
+    rows = _rows(ROLE, src, dst, eid)
+    return tl.load(ptr + rows * stride_r + h * stride_h, mask=mask, other=0).to(tl.float32)
+
+
+@triton.jit
+def _vector(ptr, ROLE: tl.constexpr, src, dst, eid, h, stride_r, stride_h, stride_c, chans, mask):
+    rows = _rows(ROLE, src, dst, eid)
+    offsets = rows[:, None] * stride_r + h * stride_h + chans[None, :] * stride_c
+    return tl.load(ptr + offsets, mask=mask, other=0).to(tl.float32)
+
+
+@triton.jit
+def _terms_scalar(s0, s0r, s0h, s1, s1r, s1h, s2, s2r, s2h, S0: tl.constexpr, S1: tl.constexpr,
+                  S2: tl.constexpr, src, dst, eid, h, mask):
+    total = _scalar(s0, S0, src, dst, eid, h, s0r, s0h, mask)
+    if S1 >= 0:
+        total += _scalar(s1, S1, src, dst, eid, h, s1r, s1h, mask)
+    if S2 >= 0:
+        total += _scalar(s2, S2, src, dst, eid, h, s2r, s2h, mask)
+    return total
+
+
+@triton.jit
+def _terms_vector(s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0: tl.constexpr, S1: tl.constexpr,
+                  S2: tl.constexpr, src, dst, eid, h, chans, mask):
+    total = _vector(s0, S0, src, dst, eid, h, s0r, s0h, s0c, chans, mask)
+    if S1 >= 0:
+        total += _vector(s1, S1, src, dst, eid, h, s1r, s1h, s1c, chans, mask)
+    if S2 >= 0:
+        total += _vector(s2, S2, src, dst, eid, h, s2r, s2h, s2c, chans, mask)
+    return total
+
+
+@triton.jit
+def _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID: tl.constexpr, BLOCK_E: tl.constexpr):
+    edges = block_start + tl.arange(0, BLOCK_E)
+    emask = edges < end
+    src = tl.load(col_ptr + edges, mask=emask, other=0)
+    if NEED_EID:
+        eid = tl.load(perm_ptr + edges, mask=emask, other=0)
+    else:
+        eid = edges
+    dst = tl.zeros_like(src) + row
+    return emask, src, dst, eid
+
+
+@triton.jit
+def _score(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c,
+           S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, q, qr, qh, qc, Q: tl.constexpr, att,
+           src, dst, eid, h, chans, emask, tile_mask, slope, scale):
+    """(score [BLOCK_E], pre-activation terms, query tile): what backward needs to differentiate."""
+    if KIND == 0:
+        terms = _terms_scalar(s0, s0r, s0h, s1, s1r, s1h, s2, s2r, s2h, S0, S1, S2, src, dst, eid, h, emask)
+        score = tl.where(terms > 0, terms, terms * slope) * scale
+        query = terms  # unused
+    else:
+        terms = _terms_vector(s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                              src, dst, eid, h, chans, tile_mask)
+        if KIND == 1:
+            query = terms  # unused
+            score = tl.sum(tl.where(terms > 0, terms, terms * slope) * att[None, :], axis=1) * scale
+        else:
+            query = _vector(q, Q, src, dst, eid, h, qr, qh, qc, chans, tile_mask)
+            score = tl.sum(query * terms, axis=1) * scale
+    return score, terms, query
+
+
+@triton.jit
+def _forward_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
+        num_heads, head_dim, slope, score_scale, message_scale, eps,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
+    item = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    shared = tl.load(item_shared_ptr + item)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    if KIND == 1:
+        att = tl.load(q + h * qh + chans * qc, mask=cmask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_C], dtype=tl.float32)
+
+    m = tl.max(tl.full([BLOCK_E], float("-inf"), tl.float32), axis=0)
+    l_vec = tl.zeros([BLOCK_E], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
+    for block_start in range(start, end, BLOCK_E):
+        emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
+        tile_mask = emask[:, None] & cmask[None, :]
+        score, _terms, _query = _score(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                                       q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
+                                       slope, score_scale)
+        score = tl.where(emask, score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=0))
+        correction = tl.exp(m - m_new)
+        p = tl.exp(score - m_new)
+        l_vec = l_vec * correction + p
+        weight = p * message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+        value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+        acc = acc * correction + weight[:, None] * value
+        m = m_new
+
+    total = tl.sum(l_vec, axis=0)
+    acc_row = tl.sum(acc, axis=0)
+    if shared == 0:
+        out_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
+        tl.store(out_ptr + out_offsets, acc_row / (total + eps), mask=cmask)
+        tl.store(lse_ptr + row.to(tl.int64) * num_heads + h, m + tl.log(total))
+    elif shared == 1:
+        slot = tl.load(slot_of_item_ptr + item).to(tl.int64)
+        tl.store(part_m_ptr + slot * num_heads + h, m)
+        tl.store(part_l_ptr + slot * num_heads + h, total)
+        tl.store(part_acc_ptr + (slot * num_heads + h) * head_dim + chans, acc_row, mask=cmask)
+
+
+@triton.jit
+def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lse_ptr, num_slots, num_heads,
+                    head_dim, eps, BLOCK_C: tl.constexpr):
+    """Merge the partial (max, sum, acc) of a hub's items; the program of a hub's first slot does it."""
+    slot = tl.program_id(0)
+    h = tl.program_id(1)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    row = tl.load(slot_row_ptr + slot)
+    previous = tl.load(slot_row_ptr + tl.maximum(slot - 1, 0))
+    if (row >= 0) & ((slot == 0) | (previous != row)):
+        m = tl.load(part_m_ptr + slot * num_heads + h)
+        total = tl.load(part_l_ptr + slot * num_heads + h)
+        acc = tl.load(part_acc_ptr + (slot.to(tl.int64) * num_heads + h) * head_dim + chans, mask=cmask, other=0)
+        k = slot + 1
+        same = tl.load(slot_row_ptr + k, mask=k < num_slots, other=-1) == row
+        while same:
+            m_k = tl.load(part_m_ptr + k * num_heads + h)
+            l_k = tl.load(part_l_ptr + k * num_heads + h)
+            acc_k = tl.load(part_acc_ptr + (k.to(tl.int64) * num_heads + h) * head_dim + chans, mask=cmask, other=0)
+            m_new = tl.maximum(m, m_k)
+            scale_old, scale_k = tl.exp(m - m_new), tl.exp(m_k - m_new)
+            total = total * scale_old + l_k * scale_k
+            acc = acc * scale_old + acc_k * scale_k
+            m = m_new
+            k += 1
+            same = tl.load(slot_row_ptr + k, mask=k < num_slots, other=-1) == row
+        out_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
+        tl.store(out_ptr + out_offsets, acc / (total + eps), mask=cmask)
+        tl.store(lse_ptr + row.to(tl.int64) * num_heads + h, m + tl.log(total))
+
+
+@triton.jit
+def _add_scalar_grad(ptr, ROLE: tl.constexpr, src, dst, eid, h, num_heads, grad, mask):
+    if ROLE == 1:  # one destination for the whole block: reduce first, one atomic
+        row = tl.max(dst, axis=0).to(tl.int64)
+        tl.atomic_add(ptr + row * num_heads + h, tl.sum(grad, axis=0))
+    else:
+        rows = _rows(ROLE, src, dst, eid)
+        tl.atomic_add(ptr + rows * num_heads + h, grad, mask=mask)
+
+
+@triton.jit
+def _add_vector_grad(ptr, ROLE: tl.constexpr, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad, mask):
+    if ROLE == 1:
+        row = tl.max(dst, axis=0).to(tl.int64)
+        tl.atomic_add(ptr + (row * num_heads + h) * head_dim + chans, tl.sum(grad, axis=0), mask=cmask)
+    else:
+        rows = _rows(ROLE, src, dst, eid)
+        tl.atomic_add(ptr + (rows[:, None] * num_heads + h) * head_dim + chans[None, :], grad, mask=mask)
+
+
+@triton.jit
+def _backward_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        out_ptr, lse_ptr, grad_out_ptr,
+        gs0, gs1, gs2, gq, gv0, gv1,
+        num_heads, head_dim, slope, score_scale, message_scale,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
+        GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
+    item = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    node_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
+    grad_row = tl.load(grad_out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)
+    out_row = tl.load(out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)
+    delta = tl.sum(grad_row * out_row, axis=0)
+    lse = tl.load(lse_ptr + row.to(tl.int64) * num_heads + h)
+    if KIND == 1:
+        att = tl.load(q + h * qh + chans * qc, mask=cmask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_C], dtype=tl.float32)
+    grad_att = tl.zeros([BLOCK_C], dtype=tl.float32)
+
+    for block_start in range(start, end, BLOCK_E):
+        emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
+        tile_mask = emask[:, None] & cmask[None, :]
+        score, terms, query = _score(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                                     q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
+                                     slope, score_scale)
+        alpha = tl.where(emask, tl.exp(score - lse), 0.0)
+        weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+        value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+
+        grad_value = (alpha * weight)[:, None] * grad_row[None, :]
+        if GV0:
+            _add_vector_grad(gv0, V0, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad_value, tile_mask)
+        if GV1:
+            _add_vector_grad(gv1, V1, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad_value, tile_mask)
+
+        grad_alpha = weight * tl.sum(value * grad_row[None, :], axis=1)
+        grad_score = alpha * (grad_alpha - delta) * score_scale
+        if KIND == 0:
+            grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
+            if GS0:
+                _add_scalar_grad(gs0, S0, src, dst, eid, h, num_heads, grad_terms, emask)
+            if GS1:
+                _add_scalar_grad(gs1, S1, src, dst, eid, h, num_heads, grad_terms, emask)
+            if GS2:
+                _add_scalar_grad(gs2, S2, src, dst, eid, h, num_heads, grad_terms, emask)
+        else:
+            if KIND == 1:
+                grad_terms = grad_score[:, None] * att[None, :] * tl.where(terms > 0, 1.0, slope)
+                grad_att += tl.sum(grad_score[:, None] * tl.where(terms > 0, terms, terms * slope), axis=0)
+            else:
+                grad_terms = grad_score[:, None] * query
+                if GQ:
+                    _add_vector_grad(gq, Q, src, dst, eid, h, num_heads, head_dim, chans, cmask,
+                                     grad_score[:, None] * terms, tile_mask)
+            if GS0:
+                _add_vector_grad(gs0, S0, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad_terms, tile_mask)
+            if GS1:
+                _add_vector_grad(gs1, S1, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad_terms, tile_mask)
+            if GS2:
+                _add_vector_grad(gs2, S2, src, dst, eid, h, num_heads, head_dim, chans, cmask, grad_terms, tile_mask)
+    if GQ and KIND == 1:
+        dense_slot = (item % DENSE_SLOTS).to(tl.int64)
+        tl.atomic_add(gq + (dense_slot * num_heads + h) * head_dim + chans, grad_att, mask=cmask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+
+def launch_config(family: str, head_dim: int) -> dict:
+    """Block sizes by head dim: the whole head in one tile row (``BLOCK_C``), about 1024 tile elements."""
+    block_c = max(16, triton.next_power_of_2(head_dim))
+    block_e = max(8, min(32, 1024 // block_c))
+    return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
+
+
+class _Layout:
+    """The op's arguments as strided ``[rows, H]`` / ``[rows, H, C]`` views for the kernels' slots,
+    or the reason they do not fit (then the reference runs)."""
+
+    def __init__(self, form: AttentionForm, args, roles, num_edges: int):
+        self.form, self.args, self.roles = form, list(args), list(roles)
+        self.reason = None
+        value = args[form.value_terms[0]]
+        if value.dim() != 3:
+            self.reason = f"message values have shape {tuple(value.shape)}, expected [rows, heads, channels]"
+            return
+        self.heads, self.channels = value.shape[1], value.shape[2]
+        self.num_edges = num_edges
+        vector = form.family != "gat"
+        self.views = {}
+        for i in form.score_terms:
+            self._view(i, vector)
+        for i in form.value_terms:
+            self._view(i, True)
+        for i in form.weights:
+            self._view(i, False, weight=True)
+        if form.query is not None:
+            self._view(form.query, True)
+        if self.reason is None and any(a.dtype not in _FLOATS for i, a in enumerate(args)
+                                       if i in self.views and i not in form.weights):
+            self.reason = "an input is not float32, float16 or bfloat16"
+
+    def _view(self, i: int, vector: bool, weight: bool = False):
+        if self.reason is not None:
+            return
+        if i in self.views:
+            if self.views[i].dim() != (3 if vector else 2):
+                self.reason = f"argument {i} is used both per head and per channel"
+            return
+        arg, role = self.args[i], self.roles[i]
+        shape = (self.heads, self.channels) if vector else (self.heads,)
+        if role == ROLE_DENSE:
+            arg = arg.reshape(arg.shape[-len(shape) - 1:]) if arg.dim() > len(shape) else arg.unsqueeze(0)
+            if arg.shape[0] != 1:
+                self.reason = f"dense argument {i} has shape {tuple(self.args[i].shape)}"
+                return
+        if not vector and arg.dim() == 3 and arg.shape[2] == 1:
+            arg = arg[..., 0]
+        if weight and arg.dtype == torch.bool:
+            arg = arg.view(torch.uint8)
+        if arg.dim() != len(shape) + 1:
+            self.reason = f"argument {i} has shape {tuple(self.args[i].shape)}, expected [rows, {shape}]"
+            return
+        if role == ROLE_EDGE and arg.shape[0] != self.num_edges:
+            self.reason = f"edge argument {i} has {arg.shape[0]} rows for {self.num_edges} edges"
+            return
+        try:
+            view = arg.expand(arg.shape[0], *shape)
+        except RuntimeError:
+            self.reason = f"argument {i} of shape {tuple(self.args[i].shape)} does not broadcast to {shape}"
+            return
+        self.views[i] = view
+
+    def slot(self, i: int | None, vector: bool) -> list:
+        """Pointer and strides (row, head[, channel]) of argument ``i``, a dummy for an empty slot."""
+        if i is None:
+            any_view = next(iter(self.views.values()))
+            return [any_view, 0, 0, 0] if vector else [any_view, 0, 0]
+        view = self.views[i]
+        strides = [view.stride(0), view.stride(1)] + ([view.stride(2)] if vector else [])
+        if self.roles[i] == ROLE_DENSE:
+            strides[0] = 0
+        return [view, *strides]
+
+    def role(self, i: int | None) -> int:
+        return _NONE if i is None else self.roles[i]
+
+
+def _padded(seq, n):
+    return list(seq) + [None] * (n - len(seq))
+
+
+def _common_slots(layout: _Layout) -> tuple:
+    form = layout.form
+    vector = form.family != "gat"
+    s = _padded(form.score_terms, _MAX_SCORE_TERMS)
+    v = _padded(form.value_terms, _MAX_VALUE_TERMS)
+    w = _padded(form.weights, _MAX_WEIGHTS)
+    pointers = [*layout.slot(s[0], True), *layout.slot(s[1], True), *layout.slot(s[2], True)] if vector else \
+        [x for i in s for x in (*layout.slot(i, False), 0)]
+    pointers += layout.slot(form.query, True) + layout.slot(v[0], True) + layout.slot(v[1], True)
+    pointers += layout.slot(w[0], False)
+    constexprs = {"KIND": FAMILIES[form.family], "S0": layout.role(s[0]), "S1": layout.role(s[1]), "S2": layout.role(s[2]),
+                      "Q": layout.role(form.query), "V0": layout.role(v[0]), "V1": layout.role(v[1]), "W0": layout.role(w[0])}
+    constexprs["NEED_EID"] = ROLE_EDGE in [constexprs[k] for k in ("S0", "S1", "S2", "Q", "V0", "V1", "W0")]
+    return pointers, constexprs
+
+
+def _items(rowptr: Tensor, col: Tensor, items, max_edges: int):
+    """The plan's work items, or this call's own (one device sync) when the caller has none."""
+    if items:
+        return list(items), max_edges
+    return list(work_items_op(rowptr, col, MAX_EDGES)), MAX_EDGES
+
+
+def _out_dtype(args) -> torch.dtype:
+    return next((a.dtype for a in args if a.dtype in (torch.float16, torch.bfloat16)), torch.float32)
+
+
+def prepare(args, roles, perm: Tensor, score_key: str, message_key: str) -> _Layout | str:
+    form = recognise(score_key, message_key, roles)
+    if isinstance(form, str):
+        return form
+    layout = _Layout(form, args, roles, perm.shape[0])
+    return layout.reason if layout.reason is not None else layout
+
+
+def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: float, items=(), max_edges: int = 0,
+            config: dict | None = None) -> tuple:
+    """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring)."""
+    form, heads, channels = layout.form, layout.heads, layout.channels
+    config = {**launch_config(form.family, channels), **(config or {})}
+    (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
+    num_dst, device = rowptr.shape[0] - 1, rowptr.device
+    out = torch.zeros((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
+    lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
+
+    # hub items keep partial results in compact slots: rows with d > max_edges have ceil(d / max_edges) < 2 d /
+    # max_edges items, so 2 * ceil(E / max_edges) slots always suffice (a size-only bound, no sync)
+    num_slots = 2 * triton.cdiv(col.shape[0], max_edges) + 1
+    is_shared = item_shared == 1
+    rank = torch.cumsum(is_shared.to(torch.int32), 0) - 1
+    slot_of_item = torch.where(is_shared, rank, -1).to(torch.int32)
+    slot_row = torch.full((num_slots + 1,), -1, dtype=torch.int32, device=device)
+    slot_row.scatter_(0, torch.where(is_shared, rank, num_slots).long(), item_row.to(torch.int32))
+    slot_row = slot_row[:num_slots]
+    part_m = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
+    part_l = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
+    part_acc = torch.empty((num_slots, heads, channels), dtype=torch.float32, device=device)
+
+    pointers, constexprs = _common_slots(layout)
+    if item_row.shape[0]:
+        _forward_kernel[(item_row.shape[0], heads)](
+            item_row, item_start, item_end, item_shared, slot_of_item, col, perm, *pointers,
+            out, lse, part_m, part_l, part_acc, heads, channels, form.negative_slope, form.score_scale,
+            form.message_scale, eps, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
+            num_warps=config["num_warps"])
+        _combine_kernel[(num_slots, heads)](slot_row, part_m, part_l, part_acc, out, lse, num_slots, heads, channels,
+                                            eps, BLOCK_C=config["block_c"], num_warps=1)
+    return out, lse
+
+
+def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
+    """A gradient in a slot's ``[rows, H(, C)]`` layout back in ``arg``'s shape (broadcasts summed)."""
+    if role == ROLE_DENSE:
+        view_grad = view_grad.sum(0, keepdim=True)
+        return view_grad.sum_to_size(arg.shape) if arg.dim() == view_grad.dim() else \
+            view_grad.reshape(view_grad.shape[1:]).sum_to_size(arg.shape)
+    if arg.dim() == view_grad.dim() + 1:
+        view_grad = view_grad.unsqueeze(-1)
+    return view_grad.sum_to_size(arg.shape)
+
+
+def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
+             perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None):
+    """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), or None when a weight
+    (a factor of alpha) needs one: those run the reference backward."""
+    form, heads, channels = layout.form, layout.heads, layout.channels
+    if any(needs_grad[i] for i in form.weights):
+        return None
+    config = {**launch_config(form.family, channels), **(config or {})}
+    (item_row, item_start, item_end, _), _ = _items(rowptr, col, items, max_edges)
+    device = rowptr.device
+    vector = form.family != "gat"
+
+    buffers = {}
+
+    def buffer(i: int | None, is_vector: bool):
+        if i is None or not needs_grad[i]:
+            return None
+        if i not in buffers:
+            view = layout.views[i]
+            rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
+            buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=device)
+        return buffers[i]
+
+    s = _padded(form.score_terms, _MAX_SCORE_TERMS)
+    v = _padded(form.value_terms, _MAX_VALUE_TERMS)
+    grads = [buffer(s[0], vector), buffer(s[1], vector), buffer(s[2], vector), buffer(form.query, True),
+             buffer(v[0], True), buffer(v[1], True)]
+    if not buffers:
+        return [None] * len(layout.args)
+    dummy = lse
+    flags = {"GS0": grads[0] is not None, "GS1": grads[1] is not None, "GS2": grads[2] is not None,
+                 "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
+    pointers, constexprs = _common_slots(layout)
+    if item_row.shape[0]:
+        _backward_kernel[(item_row.shape[0], heads)](
+            item_row, item_start, item_end, col, perm, *pointers, out, lse, grad_out.contiguous(),
+            *[dummy if g is None else g for g in grads], heads, channels, form.negative_slope, form.score_scale,
+            form.message_scale, **constexprs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS,
+            BLOCK_E=config["block_e"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+    result = [None] * len(layout.args)
+    for i, grad in buffers.items():
+        result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
+    return result
+
+
+def kernel_name(family: str) -> str:
+    return f"fused CSR attention (Triton, {family} family): online softmax, saved LSE, degree-split work items"
+

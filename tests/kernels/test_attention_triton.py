@@ -1,0 +1,321 @@
+"""The fused CSR attention kernels (kernels/attention_triton.py) against the CPU reference of gnn_io::attention.
+
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
+(``test_kernels_under_interpreter``; see tests/kernels/test_spmm_triton.py for why a subprocess). Under the
+interpreter ``torch.ops.gnn_io.attention`` itself takes the fused path on CPU tensors, so these tests go
+through the op, its autograd formula and the launchers. Family recognition runs everywhere, including on the
+edge functions the backend cuts from real PyG layers.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention_triton
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.attention import (
+    _reference_with_lse,
+    attention_reference,
+    kernel_name,
+)
+from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
+
+from gnn_inductor import edge_functions, rewrite_report
+from gnn_inductor.testing import TOLERANCES, random_graph
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+NUM_NODES, HEADS, CHANNELS = 24, 2, 4
+MAX_EDGES = 8  # far below the hub's degree: the hub is split into several items and combined
+EPS = 1e-16
+aten = torch.ops.aten
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_kernels_under_interpreter")
+
+
+def _fn(f):
+    return edge_functions.register(torch.fx.symbolic_trace(f))
+
+
+# The edge functions exactly as the backend cuts them from PyG 2.8 (aten ops, argument order and roles).
+def _gat_score(a0, a1, a2):
+    return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
+
+
+def _gat_score_edge(a0, a1, a2, a3):
+    return aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a2), a3), 0.2)
+
+
+def _gat_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _gat_message_edge(alpha, a0, a1, a2, a3):
+    return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _gatv2_score(a0, a1, a2):
+    return aten.sum.dim_IntList(aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(a1, a0), 0.2), a2), [-1])
+
+
+def _gatv2_score_edge(a0, a1, a2, a3):
+    inner = aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a0), a2), 0.2)
+    return aten.sum.dim_IntList(aten.mul.Tensor(inner, a3), [-1])
+
+
+def _gatv2_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(a0, aten.unsqueeze.default(alpha, -1))
+
+
+def _gatv2_message_edge(alpha, a0, a1, a2, a3):
+    return aten.mul.Tensor(a0, aten.unsqueeze.default(alpha, -1))
+
+
+def _dot_score(a0, a1, a2):
+    return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0)
+
+
+def _dot_score_edge(a0, a1, a2, a3):
+    return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a2, aten.add.Tensor(a3, a1)), [-1]), 2.0)
+
+
+def _dot_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1]))
+
+
+def _dot_message_edge(alpha, a0, a1, a2, a3):
+    return aten.mul.Tensor(aten.add.Tensor(a0, a1), aten.view.default(alpha, [-1, HEADS, 1]))
+
+
+def _gat_dropout_score(a0, a1, a2, a3):
+    return aten.leaky_relu.default(aten.add.Tensor(a2, a3), 0.2)
+
+
+def _gat_dropout_message(alpha, a0, a1, a2, a3):
+    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a1), 2.0)
+    return aten.mul.Tensor(aten.unsqueeze.default(scaled, -1), a0)
+
+
+S, D, E, V, P = "src", "dst", "edge", "vector", "per-head"
+# name: (score, message, family, [(role, kind)] of the arguments)
+CASES = {
+    "gat": (_gat_score, _gat_message, "gat", [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P)]),
+    "gat_edge": (_gat_score_edge, _gat_message_edge, "gat",
+                 [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P), (ROLE_EDGE, P)]),
+    "gatv2": (_gatv2_score, _gatv2_message, "gatv2", [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_DENSE, "att")]),
+    "gatv2_edge": (_gatv2_score_edge, _gatv2_message_edge, "gatv2",
+                   [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_EDGE, V), (ROLE_DENSE, "att")]),
+    "transformer": (_dot_score, _dot_message, "dot", [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_SRC, V)]),
+    "transformer_edge": (_dot_score_edge, _dot_message_edge, "dot",
+                         [(ROLE_SRC, V), (ROLE_EDGE, V), (ROLE_DST, V), (ROLE_SRC, V)]),
+    "gat_dropout": (_gat_dropout_score, _gat_dropout_message, "gat",
+                    [(ROLE_SRC, V), (ROLE_EDGE, "mask"), (ROLE_SRC, P), (ROLE_DST, P)]),
+}
+
+
+@pytest.fixture(scope="module")
+def plan():
+    """CSR plan of a graph with a hub, isolated nodes, self loops and duplicate edges."""
+    src, dst = random_graph(NUM_NODES, 50, seed=3, hub_degree=30, num_isolated=3)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
+    degree = plan[0][1:] - plan[0][:-1]
+    assert degree.max() > 3 * MAX_EDGES and (degree == 0).any()
+    return plan
+
+
+def make_args(kinds, num_edges, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    args = []
+    for role, kind in kinds:
+        rows = num_edges if role == ROLE_EDGE else NUM_NODES
+        if kind == V:
+            args.append(torch.randn(rows, HEADS, CHANNELS, generator=generator))
+        elif kind == P:
+            args.append(torch.randn(rows, HEADS, generator=generator))
+        elif kind == "att":
+            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
+        else:
+            args.append(torch.rand(rows, HEADS, generator=generator) > 0.5)
+    return [a.to(dtype) if a.is_floating_point() else a for a in args]
+
+
+def grads_of(fn, args, grad):
+    leaves = [a.detach().clone().requires_grad_(a.is_floating_point()) for a in args]
+    out = fn(leaves)
+    out.backward(grad.to(out.dtype))
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+def assert_close(actual, expected, dtype, name):
+    rtol, atol_scale = TOLERANCES[dtype]
+    expected = expected.to(dtype).double()
+    torch.testing.assert_close(actual.double().cpu(), expected, rtol=4 * rtol,
+                               atol=4 * atol_scale * max(1.0, float(expected.abs().max())), msg=lambda m: f"{name}: {m}")
+
+
+def check_case(name, plan, dtype=torch.float32):
+    score_fn, message_fn, family, kinds = CASES[name]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    rowptr, col, row, perm = plan[:4]
+    args = make_args(kinds, col.numel(), dtype)
+    layout = attention_triton.prepare(args, roles, perm, score, message)
+    assert not isinstance(layout, str), layout
+    assert layout.form.family == family
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    out, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items,
+                                                               MAX_EDGES), [a.to(DEVICE) for a in args], grad.to(DEVICE))
+    wide = [a.double() if a.is_floating_point() else a for a in args]
+    ref, ref_grads = grads_of(lambda a: attention_reference(a, roles, rowptr, col, row, perm, score, message, EPS),
+                              wide, grad.double())
+    assert out.dtype == dtype and out.device.type == DEVICE.type
+    assert_close(out, ref, dtype, "output")
+    assert not out[-3:].any(), "isolated nodes must get 0"
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        if r is None:
+            assert g is None
+            continue
+        assert g is not None and g.dtype == dtype, f"grad of argument {i}"
+        assert_close(g, r, dtype, f"grad of argument {i}")
+
+
+# ---- the kernels (CUDA, or the interpreter on CPU) ----
+
+@runs_kernel
+@pytest.mark.parametrize("name", list(CASES))
+def test_fused_matches_reference(plan, name):
+    check_case(name, plan)
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gatv2_edge", "transformer_edge"])
+def test_half_precision_accumulates_in_float32(plan, name):
+    check_case(name, plan, torch.bfloat16)
+
+
+@runs_kernel
+def test_saved_log_sum_exp_is_the_reference(plan):
+    score_fn, message_fn, _, kinds = CASES["transformer_edge"]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    args = make_args(kinds, plan[1].numel())
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    out, lse = torch.ops.gnn_io.attention_forward([a.to(DEVICE) for a in args], roles, *on_device, score, message,
+                                                  EPS, [], 0)
+    ref, ref_lse = _reference_with_lse(args, roles, *plan[:4], score, message, EPS)
+    assert_close(out, ref, torch.float32, "output")
+    assert_close(lse, ref_lse, torch.float32, "lse")
+
+
+@runs_kernel
+def test_unrecognised_functions_run_the_reference(plan):
+    score = _fn(lambda a0, a1: aten.tanh.default(aten.sum.dim_IntList(aten.mul.Tensor(a0, a1), [-1])))
+    message = _fn(lambda alpha, a0, a1: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0))
+    x = torch.randn(NUM_NODES, HEADS, CHANNELS)
+    a = torch.randn(NUM_NODES, HEADS, CHANNELS)
+    roles = [ROLE_SRC, ROLE_DST]
+    assert isinstance(attention_triton.prepare([x, a], roles, plan[3], score, message), str)
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    out = torch.ops.gnn_io.attention([x.to(DEVICE), a.to(DEVICE)], roles, *on_device, score, message, EPS)
+    ref = attention_reference([x, a], roles, *plan[:4], score, message, EPS)
+    assert_close(out, ref, torch.float32, "output")
+
+
+@runs_kernel
+def test_opcheck_fused(plan):
+    score_fn, message_fn, _, kinds = CASES["gat_edge"]
+    score, message = _fn(score_fn), _fn(message_fn)
+    args = [a.to(DEVICE).requires_grad_(True) for a in make_args(kinds, plan[1].numel())]
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    torch.library.opcheck(torch.ops.gnn_io.attention_forward.default,
+                          (args, [r for r, _ in kinds], *on_device, score, message, EPS, items, MAX_EDGES),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+# ---- recognition and the CPU op (every machine) ----
+
+def test_opcheck_reference(plan):
+    score_fn, message_fn, _, kinds = CASES["transformer_edge"]
+    args = [a.double().requires_grad_(True) for a in make_args(kinds, plan[1].numel())]
+    torch.library.opcheck(torch.ops.gnn_io.attention_forward.default,
+                          (args, [r for r, _ in kinds], *plan[:4], _fn(score_fn), _fn(message_fn), EPS, [], 0))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_recognise_families(name):
+    score_fn, message_fn, family, kinds = CASES[name]
+    form = attention_triton.recognise(_fn(score_fn), _fn(message_fn), [r for r, _ in kinds])
+    assert not isinstance(form, str), form
+    assert form.family == family
+    if family == "dot":
+        assert form.score_scale == 0.5 and form.query is not None
+    if name == "gat_dropout":
+        assert form.weights == (1,) and form.message_scale == 2.0 and form.score_terms == (2, 3)
+
+
+def test_recognise_rejects_other_math():
+    roles = [ROLE_SRC, ROLE_DST]
+    message = _fn(lambda alpha, a0, a1: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0))
+    tanh = _fn(lambda a0, a1: aten.tanh.default(aten.add.Tensor(a0, a1)))
+    assert "neither" in attention_triton.recognise(tanh, message, roles)
+    score = _fn(_gat_score)
+    squared = _fn(lambda alpha, a0, a1, a2: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1),
+                                                            aten.mul.Tensor(a0, a0)))
+    assert isinstance(attention_triton.recognise(score, squared, [ROLE_SRC, ROLE_SRC, ROLE_DST]), str)
+
+
+LAYERS = [
+    ("gat", lambda edge_dim: GATConv(8, 4, heads=2, edge_dim=edge_dim), "gat"),
+    ("gatv2", lambda edge_dim: GATv2Conv(8, 4, heads=2, edge_dim=edge_dim), "gatv2"),
+    ("transformer", lambda edge_dim: TransformerConv(8, 4, heads=2, edge_dim=edge_dim), "dot"),
+    ("gat_dropout", lambda edge_dim: GATConv(8, 4, heads=2, dropout=0.5, edge_dim=edge_dim), "gat"),
+]
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+@pytest.mark.parametrize("name, make, family", LAYERS, ids=[name for name, _, _ in LAYERS])
+def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypatch):
+    """The edge functions cut from the real layers are fused families (what the report says on CUDA)."""
+    if INTERPRETED:
+        pytest.skip("compiles on CPU: run by the main process")
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    torch.manual_seed(0)
+    edge_index = random_graph(20, 60, seed=1, hub_degree=10)
+    model = make(3 if with_edge_attr else None).train()
+    inputs = (torch.randn(20, 8), edge_index) + ((torch.randn(edge_index.shape[1], 3),) if with_edge_attr else ())
+    torch._dynamo.reset()
+    first = len(rewrite_report.reports())
+    torch.compile(model, backend="gnn_io")(*inputs)
+    (rewrite,) = [w for r in rewrite_report.reports()[first:] for w in r.rewrites if w.pattern == "attention"]
+    assert kernel_name("cuda", rewrite.details) == attention_triton.kernel_name(family), \
+        kernel_name("cuda", rewrite.details)
+
+
+# ---- the interpreter run ----
+
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+def test_kernel_is_interpreted():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert isinstance(attention_triton._forward_kernel, InterpretedFunction), \
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention_triton is imported"
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
+def test_kernels_under_interpreter():
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).resolve())],
+        check=False, cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
+        timeout=600)
+    report = result.stdout[-6000:] + result.stderr[-2000:]
+    assert result.returncode == 0, report
+    assert " passed" in result.stdout, report
