@@ -16,10 +16,12 @@ import torch._dynamo
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
+from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
+_dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
 
 
 def _inner_compile(gm, example_inputs):
