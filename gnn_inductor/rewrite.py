@@ -111,11 +111,24 @@ class RewriteContext:
         """The CSR plan nodes for edges ``src -> dst`` (see ``kernels/csr.py``); one per distinct
         (destination, source, sizes) in the graph, placed right after its last input."""
         key = (index_key(dst_index), index_key(src_index), str(num_dst), str(num_src))
-        if key in self._plans:
-            return self._plans[key]
         inputs = [n for n in (dst_index, src_index, num_dst, num_src) if isinstance(n, Node)]
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         last = max(inputs, key=order.__getitem__)
+        if key in self._plans and all(p._erased for p in self._plans[key]):
+            del self._plans[key]  # nothing of it left in the graph: build it again
+        if key in self._plans:
+            parts = self._plans[key] = self._revive(self._plans[key])
+            plan = parts.rowptr.args[0]
+            if order[plan] > order[last]:
+                # first built for a later aggregation (another pattern family came first): the same
+                # structure by content, so take this requester's earlier index nodes and move up
+                plan.args = (dst_index, src_index, num_dst, num_src)
+                last.append(plan)
+                anchor = plan
+                for part in parts:
+                    anchor.append(part)
+                    anchor = part
+            return parts
         with self.gm.graph.inserting_after(last):
             plan = self.gm.graph.call_function(torch.ops.gnn_io.csr_plan.default,
                                                (dst_index, src_index, num_dst, num_src))
@@ -130,6 +143,20 @@ class RewriteContext:
         self._plans[key] = parts
         self.structure.update((plan, *parts))
         return parts
+
+    def _revive(self, parts: "PlanNodes") -> "PlanNodes":
+        """Plan parts with the ones dead-code elimination removed since (an earlier family used only
+        some of them) made again, right after the plan node."""
+        plan = next(p for p in parts if not p._erased).args[0]
+        fresh = []
+        for i, part in enumerate(parts):
+            if part._erased:
+                with self.gm.graph.inserting_after(plan):
+                    part = self.gm.graph.call_function(operator.getitem, (plan, i))
+                part.meta["val"] = plan.meta["val"][i]
+                self.structure.add(part)
+            fresh.append(part)
+        return PlanNodes(*fresh)
 
     def plan_for(self, agg: Aggregation, src_table: Optional[Node] = None) -> PlanNodes:
         """CSR plan nodes of an aggregation: by its destination index, with the source index

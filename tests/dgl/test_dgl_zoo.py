@@ -244,3 +244,23 @@ def test_mutated_graph_gets_new_structure(graph, dgl_graph):
     out, expected = compiled(dgl_graph, graph.x), model(dgl_graph, graph.x)
     assert expected[isolated].abs().sum() > 0
     torch.testing.assert_close(out, expected)
+
+
+class GCNThenGAT(nn.Module):
+    """Two pattern families on one graph: the attention family (matched first) builds the CSR plan
+    for the later layer, the SpMM family of the earlier layer must reuse it without a use before
+    its definition."""
+
+    def __init__(self, in_channels: int, hidden: int = 8):
+        super().__init__()
+        self.conv1 = GraphConv(in_channels, hidden, allow_zero_in_degree=True)
+        self.conv2 = GATConv(hidden, OUT_CHANNELS, 1, allow_zero_in_degree=True)
+
+    def forward(self, graph, x):
+        return self.conv2(graph, F.relu(self.conv1(graph, x))).squeeze(1)
+
+
+def test_two_families_share_one_plan(graph, dgl_graph, monkeypatch):
+    monkeypatch.setenv("GNN_IO_STRICT", "1")  # a rewrite-pass error must fail, not fall back
+    torch.manual_seed(0)
+    check_rewrites(GCNThenGAT(graph.in_channels).train(), dgl_graph, graph.x, expect=only(spmm=1, attention=1))
