@@ -10,15 +10,25 @@ destination row, edge row or dense, see ``kernels/_common.py``). Output ``[num_d
 ``phi`` returns ``[E, *M]``; empty rows are 0, as PyG's ``scatter``. Max/min ties share the
 gradient equally (``scatter_reduce`` semantics). Covers SAGEConv/GraphConv max, GINEConv-style
 ``relu(x_j + e_ij)`` messages and any pointwise chain PyG or users write.
+
+Kernels: on CUDA, the fused degree-split Triton kernels of ``kernels/gather_scatter_triton.py``
+(``phi`` and its VJP generated into them by ``kernels/codegen.py``; no edge-sized message tensor),
+when ``phi`` lowers and no argument is float64; otherwise, and on every other device, the exact
+segment reference below. The optional ``t_plan = [t_rowptr, t_col, t_perm]`` (the transposed CSR),
+``items`` and ``t_items`` (work items of the CSR and of its transpose, ``gnn_io::gather_scatter_items``)
+come from the graph plan; the kernels compute them when they are not given.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import Tensor
 
 from gnn_inductor import edge_functions
+from gnn_inductor.kernels import gather_scatter_triton as fused
 from gnn_inductor.kernels._common import (
-    check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
+    ROLE_SRC, check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
 )
 
 
@@ -30,51 +40,101 @@ def gather_scatter_reference(args: list, roles: list, rowptr: Tensor, col: Tenso
     return out if half is None else out.to(half)
 
 
-KERNEL = {"cuda": "reference (torch segment ops; Triton kernel: issue 4)", "cpu": "segment reference"}
+KERNEL = {"cuda": "fused degree-split Triton (message and its VJP generated in; split from the plan's mean degree), "
+                  "segment reference where the message does not lower (details.lowering says which)",
+          "cpu": "segment reference"}
 
 
-@torch.library.custom_op("gnn_io::gather_scatter", mutates_args=())
+def _runs_fused(args, roles, rowptr: Tensor, fn_key: str) -> bool:
+    """The Triton path: CUDA tensors (or CPU tensors under the Triton interpreter when
+    ``GNN_IO_TRITON_ON_CPU=1``, for the tests) and a message the generator lowers."""
+    on_device = rowptr.is_cuda or (os.environ.get("TRITON_INTERPRET") == "1"
+                                   and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
+    return on_device and fused.unsupported_reason(args, roles, fn_key) is None
+
+
+def _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items) -> fused.Plan:
+    num_src = next((a.shape[0] for a, r in zip(args, roles) if r == ROLE_SRC), rowptr.numel() - 1)
+    return fused.make_plan(rowptr, col, row, perm, num_src, *(t_plan or (None, None, None)), items, t_items)
+
+
+def _out_dtype(args, roles, fn_key) -> torch.dtype:
+    _, half = in_float32(list(args))
+    return half or fused.lowering(fn_key, fused._specs(args, roles)).message_dtype
+
+
+@torch.library.custom_op("gnn_io::gather_scatter", mutates_args=(), schema=(
+    "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, str reduce, "
+    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor"))
 def gather_scatter(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
-                   perm: Tensor, fn_key: str, reduce: str) -> Tensor:
+                   perm: Tensor, fn_key: str, reduce: str, t_plan: list[Tensor] | None = None,
+                   items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> Tensor:
     check_reduce(reduce)
-    return gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
+    if not _runs_fused(args, roles, rowptr, fn_key):
+        return gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
+    plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
+    out = fused.forward(args, roles, plan, fn_key, reduce)
+    shape = fused.lowering(fn_key, fused._specs(args, roles)).message_shape
+    return out.reshape(rowptr.shape[0] - 1, *shape).to(_out_dtype(args, roles, fn_key))
 
 
 @gather_scatter.register_fake
-def _(args, roles, rowptr, col, row, perm, fn_key, reduce):
+def _(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
     messages = edge_functions.lookup(fn_key)(*fake_edge_values(args, roles, col.shape[0]))
     return messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
 
 
-@torch.library.custom_op("gnn_io::gather_scatter_backward", mutates_args=())
+@torch.library.custom_op("gnn_io::gather_scatter_backward", mutates_args=(), schema=(
+    "(Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, "
+    "str reduce, bool[] needs_grad, Tensor? out=None, Tensor[]? t_plan=None, Tensor[]? items=None, "
+    "Tensor[]? t_items=None) -> Tensor[]"))
 def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
-                            row: Tensor, perm: Tensor, fn_key: str, reduce: str,
-                            needs_grad: list[bool]) -> list[Tensor]:
-    """Gradient for each argument (an empty tensor where ``needs_grad`` is False)."""
-    grads = recompute_grads(
-        lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
-        list(args), grad_out, needs_grad)
+                            row: Tensor, perm: Tensor, fn_key: str, reduce: str, needs_grad: list[bool],
+                            out: Tensor | None = None, t_plan: list[Tensor] | None = None,
+                            items: list[Tensor] | None = None,
+                            t_items: list[Tensor] | None = None) -> list[Tensor]:
+    """Gradient for each argument (an empty tensor where ``needs_grad`` is False); ``out`` is the
+    forward result (max/min ties are found against it when it is float32, else recomputed)."""
+    if _runs_fused(args, roles, rowptr, fn_key):
+        plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
+        saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
+        grads = fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved)
+    else:
+        grads = recompute_grads(
+            lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
+            list(args), grad_out, needs_grad)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
 @gather_scatter_backward.register_fake
-def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad):
+def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, t_plan=None, items=None,
+      t_items=None):
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, fn_key, reduce = inputs
-    ctx.save_for_backward(*args, rowptr, col, row, perm)
-    ctx.meta = (len(args), roles, fn_key, reduce)
+    args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan, items, t_items = inputs
+    extras = [list(t_plan or []), list(items or []), list(t_items or [])]
+    ctx.save_for_backward(*args, rowptr, col, row, perm, output, *extras[0], *extras[1], *extras[2])
+    ctx.meta = (len(args), roles, fn_key, reduce, [None if e is None else len(e) for e in (t_plan, items, t_items)])
     ctx.needs = [bool(a.requires_grad) for a in args]
 
 
 def _backward(ctx, grad_out):
-    num_args, roles, fn_key, reduce = ctx.meta
-    saved = ctx.saved_tensors
-    args, (rowptr, col, row, perm) = list(saved[:num_args]), saved[num_args:]
-    grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs)
-    return [g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None
+    num_args, roles, fn_key, reduce, extra_sizes = ctx.meta
+    saved = list(ctx.saved_tensors)
+    args, (rowptr, col, row, perm, out) = saved[:num_args], saved[num_args:num_args + 5]
+    rest = saved[num_args + 5:]
+    extras = []
+    for size in extra_sizes:
+        extras.append(None if size is None else rest[:size])
+        rest = rest[size or 0:]
+    grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs, out,
+                                    *extras)
+    # the dispatcher drops trailing arguments equal to their defaults; backward answers the others only
+    passed = max((i + 1 for i, size in enumerate(extra_sizes) if size is not None), default=0)
+    no_grads = [None if size is None else [None] * size for size in extra_sizes[:passed]]
+    return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 7, *no_grads
 
 
 gather_scatter.register_autograd(_backward, setup_context=_setup)
