@@ -7,6 +7,10 @@ what=${1:-all}; shift || true
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GNN_IO_DATA=${GNN_IO_DATA:-.bench_data}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
+# optional wheels carried to the machine (no package index there): nvmath-python and its CUDA bindings
+if compgen -G ".wheels/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-deps --no-index .wheels/*.whl >>"$out/install.log" 2>&1 || echo "wheels: install failed"
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton, torch_geometric as g; print('torch', torch.__version__, 'triton', triton.__version__, 'pyg', g.__version__)"
 status=0

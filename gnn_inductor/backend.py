@@ -77,7 +77,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
                                                num_edges_hint=_edge_count(example_inputs)))
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
     for rewrite in ctx.rewrites:
-        rewrite.kernel = kernels.kernel_for(rewrite.op, device)
+        rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
     graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
     insert_index_checks(aten_gm, ctx)

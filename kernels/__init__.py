@@ -5,11 +5,15 @@ One file per family. Each file holds the CPU reference (exact, CSR/segment based
 place where the GPU issues add their Triton or vendor-library kernels behind the same op.
 Importing this package registers every op.
 """
+from __future__ import annotations
+
 from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, spmm, spmm_triton  # noqa: F401
 
 
-def kernel_for(op: str, device_type: str) -> str:
+def kernel_for(op: str, device_type: str, details: dict | None = None) -> str:
     """Which kernel an op runs on a device type (for the rewrite report)."""
     module = {"gnn_io.spmm": spmm, "gnn_io.gather_scatter": gather_scatter, "gnn_io.edge_softmax": edge_softmax,
               "gnn_io.attention": attention}[op]
+    if hasattr(module, "kernel_name"):
+        return module.kernel_name(device_type, details or {})
     return module.KERNEL.get(device_type, module.KERNEL["cpu"])

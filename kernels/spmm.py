@@ -39,12 +39,14 @@ def _row_scale(rowptr: Tensor, reduce: str, like: Tensor):
     return deg.reciprocal().view(-1, *([1] * (like.dim() - 1)))
 
 
-SPMM_BINDINGS = ("cusparse", "triton")
+SPMM_BINDINGS = ("cusparse", "torch_sparse", "triton")
 
 
 def spmm_binding() -> str:
-    """The CUDA SpMM binding chosen by ``GNN_IO_SPMM``: ``cusparse`` (default, faster on the power-law
-    and grid graphs of the suite) or ``triton`` (faster on uniform graphs); docs/spmm_binding.md."""
+    """The CUDA SpMM binding chosen by ``GNN_IO_SPMM``: ``cusparse`` (default: cuSPARSE through
+    nvmath-python with cached descriptors, algorithm and workspace, ``kernels/spmm_cusparse.py``, or
+    through ``torch.sparse`` when nvmath-python is missing), ``torch_sparse`` (always ``torch.sparse``)
+    or ``triton`` (``kernels/spmm_triton.py``); docs/spmm_binding.md."""
     binding = os.environ.get("GNN_IO_SPMM", "cusparse")
     if binding not in SPMM_BINDINGS:
         raise ValueError(f"GNN_IO_SPMM must be one of {SPMM_BINDINGS}, got {binding!r}")
@@ -65,11 +67,37 @@ def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row, item
 
 def _csr_matmul_sum(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row) -> Tensor:
     num_rows = rowptr.numel() - 1
+    if x.is_cuda and _native_cusparse(x):
+        from gnn_inductor.kernels.spmm_cusparse import cusparse_spmm
+
+        return cusparse_spmm(x, values, rowptr, col)
     if x.is_cuda:
         matrix = torch.sparse_csr_tensor(rowptr, col, values.to(x.dtype), size=(num_rows, x.shape[0]))
         return (matrix @ x.reshape(x.shape[0], -1)).view(num_rows, *x.shape[1:])
     messages = x.index_select(0, col) * values.to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
     return segment_reduce(messages, row, rowptr, "sum")
+
+
+def _native_cusparse(x: Tensor) -> bool:
+    from gnn_inductor.kernels import spmm_cusparse
+
+    # float32 only: measured on the H100, cuSPARSE's CSR_ALG1/ALG2 with bfloat16 operands lose up to 18% on
+    # a hub row even with a float32 compute type; half precision keeps the torch.sparse path
+    return spmm_binding() == "cusparse" and x.dtype == torch.float32 and spmm_cusparse.available()
+
+
+def kernel_name(device_type: str, details: dict | None = None) -> str:
+    """What the op runs on a device type, for the report."""
+    if device_type != "cuda":
+        return "segment-sum reference"
+    binding = spmm_binding()
+    if binding == "triton":
+        return "degree-split Triton SpMM, transposed CSR backward"
+    from gnn_inductor.kernels import spmm_cusparse
+
+    if binding == "cusparse" and spmm_cusparse.available():
+        return "cuSPARSE SpMM (nvmath-python: cached descriptors, timed algorithm), transposed CSR backward"
+    return "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward"
 
 
 def sddmm(left: Tensor, right: Tensor, rowptr: Tensor, col: Tensor, row: Tensor) -> Tensor:
@@ -92,7 +120,6 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
         raise TypeError(f"spmm needs floating point features, got {x.dtype}")
 
 
-KERNEL = {"cuda": "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward", "cpu": "segment-sum reference"}
 
 
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())

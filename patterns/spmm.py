@@ -11,8 +11,9 @@ Search::
 Covers GCNConv (normalisation weights computed from structure, hoisted into the graph plan),
 GraphConv add/mean, SAGEConv mean/sum, GINConv and any weighted copy-and-sum.
 
-Replacement: ``values = edge_weight[perm]`` (or ones), ``t_values = values[t_perm]`` and
-``torch.ops.gnn_io.spmm(x, values, t_values, rowptr, col, row, t_rowptr, t_col, reduce)``. When
+Replacement: ``values = edge_weight[perm]`` (or ones), times ``1 / max(1, deg)`` of each entry's
+row for a mean, ``t_values = values[t_perm]`` and
+``torch.ops.gnn_io.spmm(x, values, t_values, rowptr, col, row, t_rowptr, t_col, 'sum')``. When
 the weights are structure (GCN's normalisation, no weights at all) the values are hoisted into the
 graph plan with the CSR: the cached matrix of the paper's design, built once per graph.
 
@@ -98,17 +99,31 @@ def replace(agg, ctx):
         values = ctx.call(aten.index_select.default, (weight, 0, plan.perm), before)
         if val(values).dtype != dtype:
             values = ctx.call(aten._to_copy.default, (values,), before, dtype=dtype)
+    reduce = agg.scatter.reduce
+    if reduce == "mean":  # 1 / max(1, deg) folded into the values: structure, so once per graph
+        values = ctx.call(aten.mul.Tensor, (values, _inverse_degree(ctx, plan, dtype, before)), before)
+        reduce = "sum"
     t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)
     items, t_items = [], []
     if spmm_binding() == "triton":  # other devices ignore the items; built here, they are checked in CI too
         items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, plan.col, MAX_EDGES), before, 4)
         t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.t_rowptr, plan.t_col, MAX_EDGES), before, 4)
     new = ctx.call(torch.ops.gnn_io.spmm.default, (table, values, t_values, plan.rowptr, plan.col, plan.row,
-                                                   plan.t_rowptr, plan.t_col, items, t_items, agg.scatter.reduce),
+                                                   plan.t_rowptr, plan.t_col, items, t_items, reduce),
                    before)
     ctx.record("spmm", "gnn_io.spmm", agg.scatter.node,
                {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}, plan.rowptr)
     return new
+
+
+def _inverse_degree(ctx, plan, dtype, before) -> Node:
+    """``1 / max(1, deg[row_e])`` per CSR entry: the mean's row scale as a factor of each value."""
+    upper = ctx.call(aten.slice.Tensor, (plan.rowptr, 0, 1, None), before)
+    lower = ctx.call(aten.slice.Tensor, (plan.rowptr, 0, 0, -1), before)
+    degree = ctx.call(aten.clamp_min.default, (ctx.call(aten.sub.Tensor, (upper, lower), before), 1), before)
+    inverse = ctx.call(aten.reciprocal.default, (ctx.call(aten._to_copy.default, (degree,), before, dtype=dtype),),
+                       before)
+    return ctx.call(aten.index_select.default, (inverse, 0, plan.row), before)
 
 
 PATTERN = Pattern("spmm", COVERS, match, replace)
