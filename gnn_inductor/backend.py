@@ -84,6 +84,8 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:
         _report.add(graph_report)
+        if not ctx.rewrites:  # nothing of ours in it: exactly what torch.compile's default would run
+            return _inner_compile(gm, list(example_inputs))
         return _inner_compile(aten_gm, list(example_inputs))
 
     graph_report.hoisted_nodes = hoisted.num_nodes
