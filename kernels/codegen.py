@@ -464,7 +464,8 @@ def _lower(fn: GraphModule, specs: list) -> Lowered:
     arg_names = [f"a{i}" for i in range(len(layouts))]
     forward, (forward_result,) = emit(forward_gm, arg_names, "msg_")
     vjp_lines, vjp_results = emit(vjp_gm, arg_names + ["g"], "vjp_")
-    return Lowered(message_shape, message_dtype, layouts, tuple(forward), forward_result, tuple(vjp_lines), tuple(vjp_results))
+    return Lowered(message_shape, message_dtype, layouts, tuple(forward), forward_result, tuple(vjp_lines),
+                   tuple(vjp_results))
 
 
 # ---------------------------------------------------------------------------------------------

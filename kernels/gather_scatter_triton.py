@@ -26,14 +26,17 @@ max/min are exact.
 **Backward.** The cotangent of a message is ``g_e = dY_i`` (sum), ``dY_i / deg_i`` (mean) or, for
 max/min, ``[phi_e == out_i] dY_i / count_i`` with ``count_i`` the number of tied messages per
 (node, feature): PyG's ``scatter_reduce`` semantics, ties share the gradient equally (and, as there,
-the zero base of ``scatter_reduce(include_self=False)`` counts as one more tie where the result is 0). A *count*
-kernel (CSR walk, recomputing the messages) finds ``count``. The gradient kernels recompute the
-messages' inputs, evaluate the generated VJP of ``phi`` and reduce each argument's contributions by
-its role: SRC arguments through the transposed CSR (walk by source, accumulated in registers, no
-atomics except for hub items), DST arguments through the CSR, EDGE arguments stored per edge, DENSE
-arguments summed per program into one of ``DENSE_SLOTS`` partial rows (spreading the atomics) and
-summed on the host. Arguments broadcast over features (an edge weight ``[E, 1]``) sum over the
-features they are broadcast over too.
+the zero base of ``scatter_reduce(include_self=False)`` counts as one more tie where the result is
+0). The gradient kernel of a light row counts the ties itself (a first walk over the row's edges,
+recomputing the messages; the second walk finds them in cache); a *count* kernel does it for the
+hub rows first. The gradient kernels recompute the messages' inputs, evaluate the generated VJP of
+``phi`` and reduce each argument's contributions by its role. Sum/mean: SRC arguments through the
+transposed CSR (walk by source, accumulated in registers, no atomics except for hub items), DST
+arguments through the CSR. Max/min: everything in the CSR walk, SRC rows by atomics masked to the
+edges whose message reached the output (about one per output element, not one per edge and
+feature). EDGE arguments are stored per edge; DENSE arguments summed per program into one of
+``DENSE_SLOTS`` partial rows (spreading the atomics) and summed on the host. Arguments broadcast
+over features (an edge weight ``[E, 1]``) sum over the features they are broadcast over too.
 
 Launch: grid ``(num_items, cdiv(F, BLOCK_F))``; ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` from
 :data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). ``max_edges``
@@ -53,10 +56,14 @@ from torch import Tensor
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.spmm_triton import PADDING, default_block_f, padded_item_count, work_items
+from gnn_inductor.kernels.spmm_triton import PADDING, padded_item_count, work_items
 
-# Launch parameters (first guess from the SpMM measurements: 8 x 64 fp32 tiles on one warp won there).
-LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 1}
+# Launch parameters. Measured on an H100 (fp32, F=128, identity message, RMAT 2^20 / 16M edges and 2^17 / 1.1M
+# edges, split at 128): 8 edges x 128 features on 2 warps was the fastest of AUTOTUNE_CONFIGS for sum and max,
+# forward and backward (e.g. max forward 3.1 ms against 4.5 ms for 8 x 64 on one warp; 32 x 64 on 4 warps 7.1 ms).
+# ``block_f`` None: the features rounded up to a power of two, between 16 and MAX_BLOCK_F.
+LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
+MAX_BLOCK_F = 128
 AUTOTUNE_CONFIGS = [
     {"block_e": 8, "block_f": 64, "num_warps": 1},
     {"block_e": 16, "block_f": 64, "num_warps": 2},
@@ -67,6 +74,7 @@ AUTOTUNE_CONFIGS = [
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
 DENSE_SLOTS = 64       # partial rows of a dense argument's gradient (programs add into item % DENSE_SLOTS)
+# Every atomic is relaxed: they only combine partial results, ordering comes from the kernel boundaries.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +130,7 @@ _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
 
 def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     params = [f"A{i}" for i in range(len(lowered.layouts))] + [f"G{i}" for i in spec.grads]
-    return params + ["RES", "COT", "rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end",
+    return params + ["RES", "COT", "CNT", "rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end",
                      "item_shared", "num_features", "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
 
 
@@ -194,25 +202,43 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         b(f"acc{i} = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     b("zero = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
 
-    loop = []
+    def edge_block() -> list:
+        """One block of the item's edges: indices, per-edge argument tiles."""
+        lines = ["k = block_start + tl.arange(0, BLOCK_E)", "emask = k < end", "m2 = emask[:, None] & fmask[None, :]",
+                 "other = tl.load(nbr + k, mask=emask, other=0).to(tl.int64)"]
+        needs_edge = any(layout.role == ROLE_EDGE for layout in layouts)
+        if spec.walk == "dst":
+            if needs_edge:
+                lines.append("edge = tl.load(perm + k, mask=emask, other=0).to(tl.int64)")
+        else:
+            lines.append("position = tl.load(pos + k, mask=emask, other=0).to(tl.int64)")
+            if needs_edge:
+                lines.append("edge = tl.load(perm + position, mask=emask, other=0).to(tl.int64)")
+        for i, layout in enumerate(layouts):
+            if layout.role == ROLE_EDGE:
+                lines.append(f"a{i} = {load(i, 'edge', 'emask')}")
+            elif layout.role in (ROLE_SRC, ROLE_DST) and layout.role != node_role:
+                lines.append(f"a{i} = {load(i, 'other', 'emask')}")
+        return lines
+
+    if spec.kind == "grad" and max_like:
+        # ties per (node, feature): counted here for a light row (one item, its edges are about to be read
+        # again by the loop below), read from the count kernel's result for a hub row
+        b("if shared == 0:")
+        b("    ties = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
+        b("    for block_start in range(start, end, BLOCK_E):")
+        body.extend("        " + line for line in edge_block() + list(lowered.forward))
+        b(f"        msg = {lowered.forward_result} + zero")
+        b("        ties = ties + tl.where(m2 & (msg == res), 1.0, 0.0)")
+        b("    count = tl.sum(ties, axis=0)[None, :]")
+        b("else:")
+        b("    count = tl.load(CNT + node * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
+        # scatter_reduce(include_self=False) still counts its zero base as a tie where the result is 0
+        # (PyG eager does the same): messages equal to a 0 max share the gradient with it
+        b("cot = tl.where(count > 0, cot / tl.maximum(count + tl.where(res == 0.0, 1.0, 0.0), 1.0), 0.0)")
+
+    loop = edge_block()
     c = loop.append
-    c("k = block_start + tl.arange(0, BLOCK_E)")
-    c("emask = k < end")
-    c("m2 = emask[:, None] & fmask[None, :]")
-    c("other = tl.load(nbr + k, mask=emask, other=0).to(tl.int64)")
-    needs_edge = any(layout.role == ROLE_EDGE for layout in layouts)
-    if spec.walk == "dst":
-        if needs_edge:
-            c("edge = tl.load(perm + k, mask=emask, other=0).to(tl.int64)")
-    else:
-        c("position = tl.load(pos + k, mask=emask, other=0).to(tl.int64)")
-        if needs_edge:
-            c("edge = tl.load(perm + position, mask=emask, other=0).to(tl.int64)")
-    for i, layout in enumerate(layouts):
-        if layout.role == ROLE_EDGE:
-            c(f"a{i} = {load(i, 'edge', 'emask')}")
-        elif layout.role in (ROLE_SRC, ROLE_DST) and layout.role != node_role:
-            c(f"a{i} = {load(i, 'other', 'emask')}")
     if spec.kind == "forward" or spec.kind == "count" or (spec.kind == "grad" and max_like):
         loop.extend(lowered.forward)
         c(f"msg = {lowered.forward_result} + zero")
@@ -229,21 +255,29 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             c("cot = tl.load(COT + other[:, None] * num_features + f[None, :], mask=m2, other=0.0)")
             if max_like:
                 c("res = tl.load(RES + other[:, None] * num_features + f[None, :], mask=m2, other=0.0)")
-        c("g = tl.where(msg == res, cot, 0.0)" if max_like else "g = cot + zero")
+        c("live = m2 & (msg == res)" if max_like else "live = m2")  # edges whose message reached the output
+        c("g = tl.where(live, cot, 0.0)")
         loop.extend(lowered.vjp)
         for i in spec.grads:
-            contribution = f"tl.where(m2, {lowered.vjp_results[i]} + zero, 0.0)"
+            contribution = f"tl.where(live, {lowered.vjp_results[i]} + zero, 0.0)"
+            row = layouts[i].numel
             if i in accumulated:
                 c(f"acc{i} = acc{i} + {contribution}")
-            else:  # an edge argument: one write per edge (summed over broadcast features)
-                row = layouts[i].numel
-                c(f"c{i} = {contribution}")
-                if kinds[i] == "full":
-                    c(f"tl.store(G{i} + edge[:, None] * {row} + f[None, :], c{i}, mask=m2)")
-                elif kinds[i] == "scalar":
-                    c(f"tl.atomic_add(G{i} + edge, tl.sum(c{i}, axis=1), mask=emask)")
-                else:
-                    c(f"tl.atomic_add(G{i} + edge[:, None] * {row} + off{i}[None, :], c{i}, mask=m2)")
+                continue
+            # an edge argument (one write per edge), or a node of the other end of the edge (atomics,
+            # issued only for live edges: for max/min about one per output element)
+            index = "edge" if layouts[i].role == ROLE_EDGE else "other"
+            c(f"c{i} = {contribution}")
+            if kinds[i] == "full" and index == "edge":
+                c(f"tl.store(G{i} + edge[:, None] * {row} + f[None, :], c{i}, mask=m2)")
+            elif kinds[i] == "full":
+                c(f"tl.atomic_add(G{i} + other[:, None] * {row} + f[None, :], c{i}, mask=live, sem='relaxed')")
+            elif kinds[i] == "scalar":
+                c(f"tl.atomic_add(G{i} + {index}, tl.sum(c{i}, axis=1), mask=emask, sem='relaxed')")
+            else:
+                c(f"tl.atomic_add(G{i} + {index}[:, None] * {row} + off{i}[None, :], c{i}, mask=live, sem='relaxed')")
+    if spec.kind == "count":  # only hub rows: light rows count their ties in the gradient kernel
+        b("end = tl.where(shared == 1, end, start)")
     b("for block_start in range(start, end, BLOCK_E):")
     body.extend("    " + line for line in loop)
 
@@ -262,39 +296,43 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         target = "RES" if spec.kind == "forward" else "COT"  # count: RES is the forward result it compares with
         b("offsets = node * num_features + f")
         b("if shared == 1:")
-        b(f"    {atomic}({target} + offsets, result, mask=fmask)")
-        b("elif shared == 0:")
-        b(f"    tl.store({target} + offsets, result, mask=fmask)")
+        b(f"    {atomic}({target} + offsets, result, mask=fmask, sem='relaxed')")
+        if spec.kind == "forward":
+            b("elif shared == 0:")
+            b(f"    tl.store({target} + offsets, result, mask=fmask)")
     for i in accumulated:
         row = layouts[i].numel
         b(f"r{i} = tl.sum(acc{i}, axis=0)")
         if layouts[i].role == ROLE_DENSE:
             b(f"slot{i} = (item % {DENSE_SLOTS}) * {row}")
             if kinds[i] == "scalar":
-                b(f"tl.atomic_add(G{i} + slot{i}, tl.sum(r{i}, axis=0))")
+                b(f"tl.atomic_add(G{i} + slot{i}, tl.sum(r{i}, axis=0), sem='relaxed')")
             else:
-                b(f"tl.atomic_add(G{i} + slot{i} + {off(i)}, r{i}, mask=fmask)")
+                b(f"tl.atomic_add(G{i} + slot{i} + {off(i)}, r{i}, mask=fmask, sem='relaxed')")
         elif kinds[i] == "full":
             b("if shared == 1:")
-            b(f"    tl.atomic_add(G{i} + node * {row} + f, r{i}, mask=fmask)")
+            b(f"    tl.atomic_add(G{i} + node * {row} + f, r{i}, mask=fmask, sem='relaxed')")
             b("elif shared == 0:")
             b(f"    tl.store(G{i} + node * {row} + f, r{i}, mask=fmask)")
         elif kinds[i] == "scalar":
-            b(f"tl.atomic_add(G{i} + node, tl.sum(r{i}, axis=0))")
+            b(f"tl.atomic_add(G{i} + node, tl.sum(r{i}, axis=0), sem='relaxed')")
         else:
-            b(f"tl.atomic_add(G{i} + node * {row} + off{i}, r{i}, mask=fmask)")
+            b(f"tl.atomic_add(G{i} + node * {row} + off{i}, r{i}, mask=fmask, sem='relaxed')")
     L.extend("    " + line for line in body)
     return "\n".join(L) + "\n"
 
 
 _PREFILL = '''
 @triton.jit
-def prefill(RES, item_row, item_shared, num_features, value, BLOCK_F: tl.constexpr):
-    item = tl.program_id(0)
-    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    if tl.load(item_shared + item) == 1:
-        node = tl.load(item_row + item).to(tl.int64)
-        tl.store(RES + node * num_features + f, tl.full([BLOCK_F], value, tl.float32), mask=f < num_features)
+def prefill(RES, item_row, item_shared, num_items, num_features, value, BLOCK_I: tl.constexpr,
+            BLOCK_F: tl.constexpr):
+    items = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    hub = tl.load(item_shared + items, mask=items < num_items, other=0) == 1
+    rows = tl.load(item_row + items, mask=hub, other=0).to(tl.int64)
+    for start in range(0, num_features, BLOCK_F):
+        f = start + tl.arange(0, BLOCK_F)
+        tl.store(RES + rows[:, None] * num_features + f[None, :], tl.full([BLOCK_I, BLOCK_F], value, tl.float32),
+                 mask=hub[:, None] & (f < num_features)[None, :])
 '''
 
 
@@ -346,8 +384,12 @@ def _prepare(args, roles):
     return prepared
 
 
+def _block_f(num_features: int, launch) -> int:
+    return launch["block_f"] or max(16, min(MAX_BLOCK_F, triton.next_power_of_2(num_features)))
+
+
 def _launch(kernel, lowered, items, tensors, num_features, launch):
-    block_f = launch["block_f"] or default_block_f(num_features, 4)
+    block_f = _block_f(num_features, launch)
     num_items = items[0].shape[0]
     if num_items == 0 or num_features == 0:
         return
@@ -393,20 +435,26 @@ def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None) -> T
     device = plan.rowptr.device
     out = torch.zeros((num_dst, num_features), dtype=torch.float32, device=device)
     if reduce in ("max", "min") and plan.items[0].numel() and num_features:
-        block_f = launch["block_f"] or default_block_f(num_features, 4)
-        grid = (plan.items[0].shape[0], triton.cdiv(num_features, block_f))
-        _prefill_kernel()[grid](out, plan.items[0], plan.items[3], num_features,
-                                float("-inf") if reduce == "max" else float("inf"), BLOCK_F=block_f)
+        # rows of hub items start at -inf/+inf for their atomics; 64 items per program
+        num_items = plan.items[0].shape[0]
+        _prefill_kernel()[(triton.cdiv(num_items, 64),)](
+            out, plan.items[0], plan.items[3], num_items, num_features,
+            float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64, BLOCK_F=_block_f(num_features, launch))
     kernel = _kernel(lowered, KernelSpec("forward", "dst", reduce))
-    tensors = [*_prepare(args, roles), out, out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
+    tensors = [*_prepare(args, roles), out, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
     _launch(kernel, lowered, plan.items, tensors, num_features, launch)
     return out
 
 
-def _grad_walks(layouts, needs_grad) -> dict:
-    """Which walk computes each needed gradient: SRC by source, DST by destination; EDGE and DENSE
-    ride along with the walk that runs anyway (by destination when there is no SRC gradient)."""
+def _grad_walks(layouts, needs_grad, reduce: str) -> dict:
+    """Which walk computes each needed gradient. Sum/mean: SRC by source (transposed CSR, no
+    atomics), DST by destination; EDGE and DENSE ride along with the walk that runs anyway (by
+    destination when there is no SRC gradient). Max/min: everything by destination, where the
+    output and cotangent rows are loaded once per item, and SRC rows get atomics only from the
+    edges whose message is the max/min (about one per output element)."""
     wanted = [i for i, (layout, need) in enumerate(zip(layouts, needs_grad)) if need and not layout.is_bool]
+    if reduce in ("max", "min"):
+        return {"src": (), "dst": tuple(wanted)}
     src = [i for i in wanted if layouts[i].role == ROLE_SRC]
     dst = [i for i in wanted if layouts[i].role == ROLE_DST]
     other = [i for i in wanted if layouts[i].role in (ROLE_EDGE, ROLE_DENSE)]
@@ -435,14 +483,14 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     elif reduce in ("max", "min"):
         res = forward(args, roles, plan, fn_key, reduce, launch) if out is None else \
             out.reshape(num_dst, num_features).float()
-        count = torch.zeros_like(res)
+        count = torch.zeros_like(res)  # ties of hub rows (the gradient kernel counts light rows itself)
         kernel = _kernel(lowered, KernelSpec("count", "dst", reduce))
-        tensors = [*_prepare(args, roles), res, count, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
+        tensors = [*_prepare(args, roles), res, count, count, plan.rowptr, plan.col, plan.col, plan.perm,
+                   *plan.items]
         _launch(kernel, lowered, plan.items, tensors, num_features, launch)
-        # scatter_reduce(include_self=False) still counts its zero base as a tie where the result is 0
-        # (PyG eager does the same): the messages equal to a 0 max share the gradient with it
-        cot = torch.where(count > 0, cot / (count + (res == 0)).clamp(min=1), 0.0)
     cot, res = cot.contiguous(), res.contiguous()
+    if reduce not in ("max", "min"):
+        count = cot  # unused
     prepared = _prepare(args, roles)
     grads = {}
     for i, layout in enumerate(layouts):
@@ -452,7 +500,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
             else:
                 shape = (args[i].shape[0], layout.numel)
             grads[i] = torch.zeros(shape, dtype=torch.float32, device=device)
-    for walk, indices in _grad_walks(layouts, needs_grad).items():
+    for walk, indices in _grad_walks(layouts, needs_grad, reduce).items():
         if not indices:
             continue
         kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices))
@@ -462,7 +510,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         else:
             index = [plan.t_rowptr, plan.t_col, plan.t_perm, plan.perm, *plan.t_items]
             items = plan.t_items
-        tensors = [*prepared, *(grads[i] for i in indices), res, cot, *index]
+        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, *index]
         _launch(kernel, lowered, items, tensors, num_features, launch)
     result = []
     for i, arg in enumerate(args):

@@ -103,7 +103,8 @@ def test_split_threshold_follows_the_mean_degree(monkeypatch):
     monkeypatch.delenv("GNN_IO_GS_MAX_EDGES", raising=False)
     rowptr = torch.arange(0, 1001, 10)  # 100 rows of degree 10
     assert gather_scatter_triton.split_threshold(rowptr) == 128
-    assert gather_scatter_triton.split_threshold(torch.zeros(5, dtype=torch.long)) == gather_scatter_triton.MIN_MAX_EDGES
+    no_edges = torch.zeros(5, dtype=torch.long)
+    assert gather_scatter_triton.split_threshold(no_edges) == gather_scatter_triton.MIN_MAX_EDGES
     monkeypatch.setenv("GNN_IO_GS_MAX_EDGES", "4")
     assert gather_scatter_triton.split_threshold(rowptr) == gather_scatter_triton.MIN_MAX_EDGES
 
