@@ -367,8 +367,16 @@ def unsupported_reason(args, roles, fn_key: str) -> str | None:
     return str(found) if isinstance(found, codegen.Unsupported) else None
 
 
+_KERNELS: dict = {}
+
+
 def _kernel(lowered: codegen.Lowered, spec: KernelSpec):
-    return codegen.load_kernels(_PRELUDE + kernel_source(lowered, spec)).kernel
+    """The jitted kernel of ``spec`` (source generated and imported once per process; ``lowered``
+    objects live in ``_LOWERED`` for the process, so their ids are stable keys)."""
+    key = (id(lowered), spec)
+    if key not in _KERNELS:
+        _KERNELS[key] = codegen.load_kernels(_PRELUDE + kernel_source(lowered, spec)).kernel
+    return _KERNELS[key]
 
 
 def _prefill_kernel():
