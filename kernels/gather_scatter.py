@@ -40,9 +40,17 @@ def gather_scatter_reference(args: list, roles: list, rowptr: Tensor, col: Tenso
     return out if half is None else out.to(half)
 
 
-KERNEL = {"cuda": "fused degree-split Triton (message and its VJP generated in; split from the plan's mean degree), "
-                  "segment reference where the message does not lower (details.lowering says which)",
+KERNEL = {"cuda": "fused degree-split Triton (message and its VJP generated in; split at 8 x the plan's mean degree)",
           "cpu": "segment reference"}
+
+
+def kernel_name(device_type: str, details: dict) -> str:
+    """The report's kernel: the fused kernels on CUDA when the rewrite's message lowers
+    (``details['lowering']``, set by the pattern), else the reference and why."""
+    lowering = details.get("lowering", "triton")
+    if device_type == "cuda" and lowering != "triton":
+        return f"segment reference: {lowering.removeprefix('reference: ')}"
+    return KERNEL.get(device_type, KERNEL["cpu"])
 
 
 def _runs_fused(args, roles, rowptr: Tensor, fn_key: str) -> bool:

@@ -146,3 +146,26 @@ def test_kernel_on_a_large_hub(dtype):
             want = want.to(dtype).double()
             torch.testing.assert_close(got.cpu().double(), want, rtol=rtol * 4,
                                        atol=atol * 4 * max(1.0, float(want.abs().max())))
+
+
+class FeatureSumMessage(MessagePassing):
+    """``max_j <x_j, x_i>``: a reduction over features, which the generator refuses."""
+
+    def __init__(self):
+        super().__init__(aggr="max")
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=x)
+
+    def message(self, x_j, x_i):
+        return (x_j * x_i).sum(-1, keepdim=True)
+
+
+def test_unlowerable_message_runs_the_reference_and_says_so(monkeypatch):
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    graph = _graph()
+    result = check_rewrites(FeatureSumMessage(), graph["x"], graph["edge_index"],
+                            expect={"gather_scatter": 1, "near_miss": 0})
+    (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"]]
+    assert rewrite["details"]["lowering"].startswith("reference: aten.sum")
+    assert rewrite["kernel"].startswith("segment reference: aten.sum")

@@ -121,6 +121,41 @@ def test_plan_items_are_padded_to_a_size_only_bound(plan):
     assert bool((shared[real] == 1).any()), "the hub must be split"
 
 
+class _Messages(torch.nn.Module):
+    """``max_j phi(x_j, x_i)`` written with PyG's scatter; ``lowerable=False`` reduces over features."""
+
+    def __init__(self, lowerable: bool):
+        super().__init__()
+        self.lowerable = lowerable
+
+    def forward(self, x, edge_index):
+        from torch_geometric.utils import scatter
+
+        src, dst = edge_index
+        msg = torch.relu(x[src] + x[dst]) if self.lowerable else (x[src] * x[dst]).sum(-1, keepdim=True)
+        return scatter(msg, dst, dim=0, dim_size=x.shape[0], reduce="max")
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiles with Inductor")
+@pytest.mark.parametrize("lowerable", [True, False], ids=["pointwise", "feature-sum"])
+def test_report_says_which_kernel_runs(lowerable, monkeypatch):
+    from gnn_inductor import kernels
+    from gnn_inductor.testing import check_rewrites
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    edge_index = random_graph(NUM_NODES, 50, seed=3, hub_degree=HUB_DEGREE, num_isolated=3)
+    result = check_rewrites(_Messages(lowerable), torch.randn(NUM_NODES, 4), edge_index,
+                            expect={"gather_scatter": 1, "near_miss": 0})
+    (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"]]
+    cuda_kernel = kernels.kernel_for("gnn_io.gather_scatter", "cuda", rewrite["details"])
+    if lowerable:
+        assert rewrite["details"]["lowering"] == "triton"
+        assert cuda_kernel.startswith("fused degree-split Triton")
+    else:
+        assert rewrite["details"]["lowering"].startswith("reference: aten.sum")
+        assert cuda_kernel.startswith("segment reference: aten.sum")
+
+
 # ---- the kernels through the op (CUDA, or the interpreter on CPU) ----
 
 @pytest.fixture(scope="module")
