@@ -8,6 +8,8 @@ being split at ``nonzero``; the data-dependent sizes then live in the graph plan
 """
 from __future__ import annotations
 
+import copy
+import functools
 import os
 
 import torch
@@ -24,7 +26,7 @@ torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
 
 
-def _inner_compile(gm, example_inputs):
+def _inner_compile(gm, example_inputs, graph_report=None):
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
@@ -36,7 +38,56 @@ def _inner_compile(gm, example_inputs):
     if os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1":
         options["triton.cudagraphs"] = True
     with inductor_config.patch(options):
-        return compile_fx(gm, example_inputs)
+        return compile_fx(gm, example_inputs,
+                          inner_compile=functools.partial(_guarded_inner_compile, graph_report=graph_report))
+
+
+def _guarded_inner_compile(gm, example_inputs, graph_report=None, **kwargs):
+    """Inductor's own per-graph compile (forward, and the backward when it is first needed), except
+    that a crash of Inductor or Triton while compiling (bf16 GATConv's backward crashes a compile
+    worker in Triton's LLVM lowering, on torch.compile's default backend too) leaves that graph to
+    run op by op (aten ops and the gnn_io kernels), with a near miss in the report, instead of failing
+    the user's step. ``GNN_IO_STRICT=1`` re-raises."""
+    from torch._inductor import compile_fx as inductor
+
+    pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
+    try:
+        return inductor.compile_fx_inner(gm, example_inputs, **kwargs)
+    except Exception as exc:  # noqa: BLE001  (a compiler crash must not become the user's crash)
+        if _strict():
+            raise
+        reason = (f"Inductor failed to compile this graph ({type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:160]}); it runs op by op instead")
+        if graph_report is not None:
+            graph_report.near_misses.append(_report.NearMiss("inductor", reason,
+                                                             {"source": "<graph>", "layer": None, "frames": []}))
+        return _OpByOp(pristine)
+
+
+class _OpByOp:
+    """What :func:`_guarded_inner_compile` returns when Inductor cannot compile a graph: Inductor's
+    ``OutputCode`` calling convention (a list of inputs in, the graph's outputs out) over the graph."""
+
+    _boxed_call = True
+
+    def __init__(self, gm):
+        self.gm = gm
+
+    def __call__(self, *inputs):
+        if len(inputs) == 1 and isinstance(inputs[0], list):  # boxed: one list, which the callee owns
+            boxed = inputs[0]
+            inputs = tuple(boxed)
+            boxed.clear()
+        return self.gm(*inputs)
+
+    def post_compile(self, *args, **kwargs) -> None:
+        return None
+
+    def set_triton_bundle(self, *args, **kwargs) -> None:
+        return None
+
+    def prepare_for_serialization(self) -> None:
+        return None
 
 
 def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
@@ -56,7 +107,7 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
             {"source": "<graph>", "layer": None, "frames": []})])
         graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
         _report.add(graph_report)
-        return _inner_compile(gm, list(example_inputs))
+        return _inner_compile(gm, list(example_inputs), graph_report)
 
 
 def _edge_count(example_inputs: list):
@@ -85,14 +136,14 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     if hoisted is None:
         _report.add(graph_report)
         if not ctx.rewrites:  # nothing of ours in it: exactly what torch.compile's default would run
-            return _inner_compile(gm, list(example_inputs))
-        return _inner_compile(aten_gm, list(example_inputs))
+            return _inner_compile(gm, list(example_inputs), graph_report)
+        return _inner_compile(aten_gm, list(example_inputs), graph_report)
 
     graph_report.hoisted_nodes = hoisted.num_nodes
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
     cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
-    compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals))
+    compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report)
     positions = hoisted.input_positions
     _report.add(graph_report)
 

@@ -154,3 +154,28 @@ def test_triton_binding_plan_carries_work_items(monkeypatch):
     result = check_rewrites(GCNConv(6, 6), torch.randn(40, 6), random_graph(40, 150, hub_degree=300),
                             expect={"spmm": 1, "near_miss": 0})
     assert result.report["graphs"][0]["hoisted_structure_nodes"] > 0
+
+
+def test_inductor_compile_crash_leaves_the_graph_op_by_op(monkeypatch):
+    """A crash inside Inductor's per-graph compile (here: the backward graph's, which Inductor compiles
+    lazily at the first backward) must not reach the user: the graph runs op by op, the gradients
+    still match eager, and the report says why."""
+    import torch._inductor.compile_fx as inductor
+    from torch_geometric.nn import SAGEConv
+
+    from gnn_inductor.testing import check_rewrites, random_graph
+
+    real = inductor.compile_fx_inner
+
+    def crash_on_backward(gm, example_inputs, **kwargs):
+        if not kwargs.get("is_inference") and kwargs.get("is_backward"):
+            raise RuntimeError("A compilation subprocess exited unexpectedly (simulated)")
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", crash_on_backward)
+    monkeypatch.delenv("GNN_IO_STRICT", raising=False)
+    torch.manual_seed(0)
+    result = check_rewrites(SAGEConv(8, 4, aggr="max"), torch.randn(30, 8), random_graph(30, 120),
+                            expect={"gather_scatter": 1})
+    reasons = [m.reason for m in result.near_misses]
+    assert any("Inductor failed to compile this graph" in r for r in reasons), reasons
