@@ -1,8 +1,12 @@
 """The benchmark harness still runs end to end (tiny graph, CPU): a smoke check, not a benchmark."""
 import json
+from pathlib import Path
 
 from benchmarks import harness
 from benchmarks.graphs import grid, real, rmat, uniform
+
+# the project's real graphs, next to the repository (as examples/gat_cora.py reads them)
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def test_harness_writes_results(tmp_path):
@@ -21,5 +25,5 @@ def test_graph_generators_are_seeded_and_coalesced():
     for g in (a, uniform(100, 500), grid(5)):
         key = g.edge_index[0] * g.num_nodes + g.edge_index[1]
         assert key.unique().numel() == g.num_edges and int(g.edge_index.max()) < g.num_nodes
-    cora = real("Planetoid-Cora", "../shared/data")
+    cora = real("Planetoid-Cora", str(SHARED_DATA))
     assert (cora.num_nodes, cora.num_edges) == (2708, 10556)
