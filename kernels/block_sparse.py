@@ -1,0 +1,218 @@
+r"""Block-sparse attention (work in progress, issue 8): the block format and the dot-product forward.
+
+**Block format.** Destination rows are taken in windows of ``WINDOW`` consecutive entries of a node
+order (``order``, a permutation of the destination rows; the identity when none is given). In window
+``w`` the distinct source columns of its edges are sorted, condensed and cut into tiles of ``TILE``
+columns. A tile ``t`` holds
+
+- ``tile_col[t, j]``: the source node of its ``j``-th column (int32, ``-1`` past the window's last column);
+- ``tile_edge[t, r, j]``: the original edge id (the index edge features and dropout masks are read with)
+  of the edge ``tile_col[t, j] -> window_rows[w, r]``, ``-1`` where there is none: the cell mask.
+
+``tile_ptr[w] : tile_ptr[w + 1]`` are the tiles of window ``w``. One edge id per cell cannot hold two
+parallel edges, so a window whose rows have a duplicate ``(dst, src)`` pair is marked
+``dense_ok[w] = False`` (its cells then hold one of the duplicates, unspecified which); a hybrid sends
+those windows to the CSR kernel. The build is torch ops only, on the inputs' device, with no Python loop
+over rows or edges (it syncs for sizes: the number of distinct (window, column) pairs and of tiles).
+
+**Forward** (dot-product family: TransformerConv without edge features, optionally with PyG's attention
+dropout as an edge-role keep-mask weight). One program per (dense window, head):
+
+.. math::
+    S = \mathrm{scale} \cdot Q_W K_T^\top, \quad
+    \mathrm{out}_{i,h} = \mathrm{message\_scale} \cdot
+        \frac{\sum_j \exp(S_{ij} - m_i) \, w_{ij} \, V_j}{\sum_j \exp(S_{ij} - m_i) + \varepsilon}, \quad
+    \mathrm{lse}_{i,h} = m_i + \log \sum_j \exp(S_{ij} - m_i)
+
+over the cells with an edge, with ``S`` and ``P V`` as ``tl.dot`` of ``WINDOW x C`` by ``C x TILE`` and
+``WINDOW x TILE`` by ``TILE x C`` tiles and an online softmax (running max ``m``, sum ``l``) across the
+window's tiles. ``lse`` is 0 for rows without edges (as ``attention_triton``); ``eps`` is PyG's 1e-16.
+Rows of windows that are not ``dense_ok`` are left 0 (the hybrid fills them). The key and value terms
+are summed into ``[N, H, C]`` node tensors before the launch (node-sized, not edge-sized). fp32 inputs
+use IEEE products unless ``allow_tf32``; half inputs run the dots in their dtype with float32
+accumulation. No backward yet: training still needs the CSR path.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+from gnn_inductor.kernels import attention_triton
+from gnn_inductor.kernels._common import ROLE_DST, ROLE_EDGE, ROLE_SRC
+from torch import Tensor
+
+WINDOW = 16  # destination rows per window: the M side of the tl.dot tiles
+TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side of P V
+
+
+class BlockFormat(NamedTuple):
+    """Block format of a graph (module docstring); ``W`` windows, ``T`` tiles."""
+    window_rows: Tensor   # [W, WINDOW] int32: destination row of each window slot, -1 past the last row
+    tile_ptr: Tensor      # [W + 1] int64: tiles of window w are tile_ptr[w]:tile_ptr[w + 1]
+    tile_window: Tensor   # [T] int32: the window of each tile
+    tile_col: Tensor      # [T, TILE] int32: source node of each tile column, -1 padding
+    tile_edge: Tensor     # [T, WINDOW, TILE] int32: original edge id per cell, -1 where no edge
+    dense_ok: Tensor      # [W] bool: no duplicate (dst, src) pair among the window's rows
+    dense_windows: Tensor  # [W'] int32: the windows with dense_ok, the forward kernel's grid
+    stats: dict           # tiles, mean tile fill, fraction of windows with duplicate edges
+
+
+def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
+                       order: Tensor | None = None) -> BlockFormat:
+    """The block format of the CSR plan ``(rowptr, col, perm)`` (``kernels/csr.py``) whose sources are
+    ``< num_src``, with row windows cut from ``order`` (a permutation of the ``N`` destination rows)."""
+    device = rowptr.device
+    num_dst, num_edges = rowptr.shape[0] - 1, col.shape[0]
+    if order is None:
+        order = torch.arange(num_dst, device=device)
+    order = order.to(device=device, dtype=torch.long)
+    if order.shape != (num_dst,):
+        raise ValueError(f"order must hold each of the {num_dst} destination rows once, got shape {tuple(order.shape)}")
+    num_windows = triton.cdiv(num_dst, WINDOW)
+    window_rows = torch.full((num_windows * WINDOW,), -1, dtype=torch.int32, device=device)
+    window_rows[:num_dst] = order.to(torch.int32)
+    position = torch.empty_like(order)
+    position[order] = torch.arange(num_dst, device=device)
+
+    rowptr, col, perm = rowptr.long(), col.long(), perm.long()
+    degree = rowptr[1:] - rowptr[:-1]
+    row = torch.repeat_interleave(torch.arange(num_dst, device=device), degree, output_size=num_edges)
+    edge_window = position[row] // WINDOW
+    edge_slot = position[row] % WINDOW
+
+    # distinct (window, column) pairs, sorted by window then column; their rank inside the window
+    pairs, pair_of_edge = torch.unique(edge_window * max(num_src, 1) + col, return_inverse=True)
+    pair_window = pairs // max(num_src, 1)
+    pairs_per_window = torch.bincount(pair_window, minlength=num_windows)
+    first_pair = torch.cumsum(pairs_per_window, 0) - pairs_per_window
+    rank = torch.arange(pairs.shape[0], device=device) - first_pair[pair_window]
+
+    tiles_per_window = (pairs_per_window + TILE - 1) // TILE
+    tile_ptr = torch.zeros(num_windows + 1, dtype=torch.long, device=device)
+    torch.cumsum(tiles_per_window, 0, out=tile_ptr[1:])
+    num_tiles = int(tile_ptr[-1]) if num_windows else 0
+    pair_tile = tile_ptr[:-1][pair_window] + rank // TILE
+    pair_lane = rank % TILE
+    tile_window = torch.repeat_interleave(torch.arange(num_windows, device=device), tiles_per_window,
+                                          output_size=num_tiles).to(torch.int32)
+    tile_col = torch.full((num_tiles * TILE,), -1, dtype=torch.int32, device=device)
+    tile_col[pair_tile * TILE + pair_lane] = (pairs % max(num_src, 1)).to(torch.int32)
+
+    cell = (pair_tile[pair_of_edge] * WINDOW + edge_slot) * TILE + pair_lane[pair_of_edge]
+    tile_edge = torch.full((num_tiles * WINDOW * TILE,), -1, dtype=torch.int32, device=device)
+    tile_edge[cell] = perm.to(torch.int32)
+    edges_per_cell = torch.bincount(cell, minlength=num_tiles * WINDOW * TILE)
+    duplicate_tiles = (edges_per_cell.view(num_tiles, WINDOW * TILE) > 1).any(1)
+    dense_ok = torch.ones(num_windows, dtype=torch.bool, device=device)
+    dense_ok[tile_window[duplicate_tiles].long()] = False
+
+    cells = num_tiles * WINDOW * TILE
+    stats = {
+        "windows": num_windows,
+        "tiles": num_tiles,
+        "mean_tile_fill": round(num_edges / cells, 4) if cells else 0.0,
+        "duplicate_window_fraction": round(float((~dense_ok).float().mean()), 4) if num_windows else 0.0,
+    }
+    return BlockFormat(window_rows.view(num_windows, WINDOW), tile_ptr, tile_window, tile_col.view(num_tiles, TILE),
+                       tile_edge.view(num_tiles, WINDOW, TILE), dense_ok,
+                       torch.nonzero(dense_ok).flatten().to(torch.int32), stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dot-product (TransformerConv) forward
+# ---------------------------------------------------------------------------------------------
+
+@triton.jit
+def _dot_forward_kernel(
+        dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        out_ptr, lse_ptr, num_heads, head_dim, score_scale, message_scale, eps,
+        HAS_WEIGHT: tl.constexpr, PRECISION: tl.constexpr,
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
+    window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
+    h = tl.program_id(1)
+    slots = tl.arange(0, WINDOW)
+    lanes = tl.arange(0, TILE)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
+    rmask = rows >= 0
+    query = tl.load(q_ptr + rows[:, None] * qr + h * qh + chans[None, :] * qc,
+                    mask=rmask[:, None] & cmask[None, :], other=0)
+
+    m = tl.full([WINDOW], float("-inf"), tl.float32)
+    total = tl.zeros([WINDOW], dtype=tl.float32)
+    acc = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    first = tl.load(tile_ptr_ptr + window)
+    last = tl.load(tile_ptr_ptr + window + 1)
+    for tile in range(first, last):
+        cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
+        colmask = (cols >= 0)[:, None] & cmask[None, :]
+        key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
+        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
+        eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
+        has_edge = eid >= 0
+        score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+        score = tl.where(has_edge, score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=1))
+        # a row with no edge so far keeps m = -inf: shift by 0 there so exp gives 0, never nan
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        correction = tl.exp(m - shift)
+        p = tl.exp(score - shift[:, None])
+        total = total * correction + tl.sum(p, axis=1)
+        if HAS_WEIGHT:
+            p = p * tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
+        acc = acc * correction[:, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
+        m = m_new
+
+    out = acc * message_scale / (total + eps)[:, None]
+    offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
+    lse = tl.where(total > 0, m + tl.log(tl.where(total > 0, total, 1.0)), 0.0)
+    tl.store(lse_ptr + rows * num_heads + h, lse, mask=rmask)
+
+
+def dot_form_reason(layout) -> str | None:
+    """Why the block-sparse forward cannot run this attention (None when it can)."""
+    form, roles = layout.form, layout.roles
+    if form.family != "dot":
+        return f"{form.family} family: only the dot-product family has a block-sparse kernel yet"
+    if roles[form.query] != ROLE_DST:
+        return "the query is not a destination-row input"
+    if any(roles[i] != ROLE_SRC for i in form.score_terms + form.value_terms):
+        return "a key or value term is not a source-row input (edge features are not supported yet)"
+    if any(roles[i] != ROLE_EDGE for i in form.weights):
+        return "an attention weight is not per edge"
+    return None
+
+
+def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
+                num_dst: int, eps: float, allow_tf32: bool = False) -> tuple[Tensor, Tensor]:
+    """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` for the rows of ``dense_ok``
+    windows (others 0); raises ``ValueError`` naming the reason when the attention is not of the
+    supported dot-product form (see :func:`dot_form_reason`)."""
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+    reason = layout if isinstance(layout, str) else dot_form_reason(layout)
+    if reason is not None:
+        raise ValueError(f"block-sparse forward cannot run this attention: {reason}")
+    form, heads, channels = layout.form, layout.heads, layout.channels
+    query = layout.views[form.query]
+    key = sum(layout.views[i] for i in form.score_terms)
+    value = sum(layout.views[i] for i in form.value_terms)
+    half = attention_triton._out_dtype(layout.args)
+    if half != torch.float32:
+        query, key, value = (t.to(half) for t in (query, key, value))
+    device = blocks.tile_ptr.device
+    out = torch.zeros((num_dst, heads, channels), dtype=half, device=device)
+    lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
+    weight = layout.views[form.weights[0]] if form.weights else lse
+    if blocks.dense_windows.shape[0] and heads:
+        _dot_forward_kernel[(blocks.dense_windows.shape[0], heads)](
+            blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
+            query, *query.stride(), key, *key.stride(), value, *value.stride(), weight, *weight.stride()[:2],
+            out, lse, heads, channels, form.score_scale, form.message_scale, eps,
+            HAS_WEIGHT=bool(form.weights), PRECISION="tf32" if allow_tf32 or half != torch.float32 else "ieee",
+            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, triton.next_power_of_2(channels)))
+    return out, lse
