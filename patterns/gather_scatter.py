@@ -24,6 +24,7 @@ a tensor that is neither per-edge nor broadcast.
 """
 import torch
 
+from gnn_inductor.cost import gather_scatter_declined
 from gnn_inductor.graph_match import build_edge_fn, match_aggregation, pack_args, val
 from gnn_inductor.kernels import gather_scatter_triton
 from gnn_inductor.kernels._common import ROLE_DENSE
@@ -35,7 +36,14 @@ COVERS = (("index_select/x[idx]/gather -> pointwise chain -> scatter_add_/scatte
 
 
 def match(node, ctx):
-    return match_aggregation(node, ctx.structure)
+    agg = match_aggregation(node, ctx.structure)
+    if not hasattr(agg, "region"):
+        return agg
+    declined = gather_scatter_declined(val(agg.scatter.node).device.type, ctx.num_edges_hint)
+    if declined is None:
+        return agg
+    ctx.declined.add(agg.scatter.node)
+    return declined
 
 
 def replace(agg, ctx):

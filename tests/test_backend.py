@@ -179,3 +179,21 @@ def test_inductor_compile_crash_leaves_the_graph_op_by_op(monkeypatch):
                             expect={"gather_scatter": 1})
     reasons = [m.reason for m in result.near_misses]
     assert any("Inductor failed to compile this graph" in r for r in reasons), reasons
+
+
+def test_cost_model_thresholds(monkeypatch):
+    """The CUDA cost model: below its edge thresholds SpMM and the fused gather-scatter are left to
+    Inductor with a reason; other devices, unknown sizes and GNN_IO_FORCE=1 always rewrite."""
+    from gnn_inductor import cost
+
+    monkeypatch.delenv("GNN_IO_FORCE", raising=False)
+    for declined, threshold in ((cost.spmm_declined, cost.SPMM_MIN_EDGES_CUDA),
+                                (cost.gather_scatter_declined, cost.GATHER_SCATTER_MIN_EDGES_CUDA)):
+        assert "cost model" in declined("cuda", threshold - 1)
+        assert declined("cuda", threshold) is None
+        assert declined("cpu", 10) is None and declined("cuda", None) is None
+        monkeypatch.setenv("GNN_IO_FORCE", "1")
+        assert declined("cuda", 10) is None
+        monkeypatch.delenv("GNN_IO_FORCE")
+    monkeypatch.setenv("GNN_IO_GS_MIN_EDGES", "5")
+    assert cost.gather_scatter_declined("cuda", 10) is None

@@ -19,6 +19,20 @@ from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture(autouse=True)
+def _force_rewrites(monkeypatch):
+    """Test graphs are small: without this the cost model would leave them to Inductor."""
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+
+
+def test_cost_model_leaves_small_gather_scatter_to_inductor(monkeypatch):
+    monkeypatch.delenv("GNN_IO_FORCE")
+    torch.manual_seed(0)
+    result = check_rewrites(pyg.SAGEConv(16, 16, aggr="max").cuda(), torch.randn(300, 16, device="cuda"),
+                            random_graph(300, 3000, seed=1).cuda(), expect={"gather_scatter": 0})
+    assert "cost model" in result.near_misses[0].reason
 CUDA = torch.device("cuda")
 NUM_NODES, NUM_EDGES, HUB = 400, 4000, 3000
 CHANNELS, EDGE_DIM = 32, 8
