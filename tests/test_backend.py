@@ -156,10 +156,11 @@ def test_triton_binding_plan_carries_work_items(monkeypatch):
     assert result.report["graphs"][0]["hoisted_structure_nodes"] > 0
 
 
-def test_inductor_compile_crash_leaves_the_graph_op_by_op(monkeypatch):
-    """A crash inside Inductor's per-graph compile (here: the backward graph's, which Inductor compiles
-    lazily at the first backward) must not reach the user: the graph runs op by op, the gradients
-    still match eager, and the report says why."""
+@pytest.mark.parametrize("crashing", ["forward", "backward"])
+def test_inductor_compile_crash_leaves_the_graph_op_by_op(monkeypatch, crashing):
+    """A crash inside Inductor's per-graph compile (of the forward graph, or of the backward graph,
+    which Inductor compiles lazily at the first backward) must not reach the user: the graph runs op
+    by op, outputs and gradients still match eager, and the report says why."""
     import torch._inductor.compile_fx as inductor
     from torch_geometric.nn import SAGEConv
 
@@ -167,12 +168,12 @@ def test_inductor_compile_crash_leaves_the_graph_op_by_op(monkeypatch):
 
     real = inductor.compile_fx_inner
 
-    def crash_on_backward(gm, example_inputs, **kwargs):
-        if not kwargs.get("is_inference") and kwargs.get("is_backward"):
+    def crash(gm, example_inputs, **kwargs):
+        if kwargs.get("is_backward", False) == (crashing == "backward"):
             raise RuntimeError("A compilation subprocess exited unexpectedly (simulated)")
         return real(gm, example_inputs, **kwargs)
 
-    monkeypatch.setattr(inductor, "compile_fx_inner", crash_on_backward)
+    monkeypatch.setattr(inductor, "compile_fx_inner", crash)
     monkeypatch.delenv("GNN_IO_STRICT", raising=False)
     torch.manual_seed(0)
     result = check_rewrites(SAGEConv(8, 4, aggr="max"), torch.randn(30, 8), random_graph(30, 120),
