@@ -1,4 +1,4 @@
-r"""Block-sparse attention (work in progress, issue 8): the block format and the dot-product forward.
+r"""Block-sparse attention (work in progress, issue 8): the block format, the dot-product forward and backward.
 
 **Block format.** Destination rows are taken in windows of ``WINDOW`` consecutive entries of a node
 order (``order``, a permutation of the destination rows; the identity when none is given). In window
@@ -30,7 +30,17 @@ window's tiles. ``lse`` is 0 for rows without edges (as ``attention_triton``); `
 Rows of windows that are not ``dense_ok`` are left 0 (the hybrid fills them). The key and value terms
 are summed into ``[N, H, C]`` node tensors before the launch (node-sized, not edge-sized). fp32 inputs
 use IEEE products unless ``allow_tf32``; half inputs run the dots in their dtype with float32
-accumulation. No backward yet: training still needs the CSR path.
+accumulation.
+
+**Transposed format** (:func:`transpose_block_format`): the same builder over ``A^T`` restricted to the
+edges of the ``dense_ok`` windows, source nodes in windows and destination rows condensed into tiles, built
+once per graph from the block format's cells.
+
+**Backward** (:func:`dot_backward`, :class:`BlockSparseDotAttention`): ``P = exp(S - lse)`` recomputed per
+tile from the saved ``lse``, ``D_i = <dO_i, O_i>`` computed once per (row, head); ``dQ`` per row window over
+the block format, ``dK`` and ``dV`` per source window over the transposed one (each source row written by
+one program: no atomics). The keep-mask weight is read through ``tile_edge``; its own gradient is not
+computed. Same dot precisions as the forward, ``dO`` cast to the inputs' dtype for the dots.
 """
 from __future__ import annotations
 
@@ -63,28 +73,50 @@ def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
                        order: Tensor | None = None) -> BlockFormat:
     """The block format of the CSR plan ``(rowptr, col, perm)`` (``kernels/csr.py``) whose sources are
     ``< num_src``, with row windows cut from ``order`` (a permutation of the ``N`` destination rows)."""
-    device = rowptr.device
     num_dst, num_edges = rowptr.shape[0] - 1, col.shape[0]
-    if order is None:
-        order = torch.arange(num_dst, device=device)
-    order = order.to(device=device, dtype=torch.long)
-    if order.shape != (num_dst,):
-        raise ValueError(f"order must hold each of the {num_dst} destination rows once, got shape {tuple(order.shape)}")
-    num_windows = triton.cdiv(num_dst, WINDOW)
-    window_rows = torch.full((num_windows * WINDOW,), -1, dtype=torch.int32, device=device)
-    window_rows[:num_dst] = order.to(torch.int32)
-    position = torch.empty_like(order)
-    position[order] = torch.arange(num_dst, device=device)
+    degree = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.repeat_interleave(torch.arange(num_dst, device=rowptr.device), degree, output_size=num_edges)
+    return _block_format(row, col.long(), perm.long(), num_dst, num_src, order, "destination rows")
 
-    rowptr, col, perm = rowptr.long(), col.long(), perm.long()
-    degree = rowptr[1:] - rowptr[:-1]
-    row = torch.repeat_interleave(torch.arange(num_dst, device=device), degree, output_size=num_edges)
+
+def transpose_block_format(blocks: BlockFormat, num_src: int, order: Tensor | None = None) -> BlockFormat:
+    """The block format of ``A^T`` restricted to the edges of ``blocks``' ``dense_ok`` windows: windows of
+    source nodes (cut from ``order``, a permutation of the ``num_src`` sources; identity by default), their
+    tiles' columns the destination rows, ``tile_edge`` the same original edge ids. The backward's dK and dV
+    run over it, one program per source window, without atomics; edges of windows that are not ``dense_ok``
+    are left out, as the forward leaves them to the CSR kernel. Every window of the result is ``dense_ok``."""
+    dense_cells = (blocks.tile_edge >= 0) & blocks.dense_ok[blocks.tile_window.long()][:, None, None]
+    tiles, slots, lanes = torch.nonzero(dense_cells, as_tuple=True)
+    dst = blocks.window_rows[blocks.tile_window[tiles].long(), slots].long()
+    src = blocks.tile_col[tiles, lanes].long()
+    edge_id = blocks.tile_edge[tiles, slots, lanes].long()
+    # window_rows.numel() bounds the destination ids without a sync
+    return _block_format(src, dst, edge_id, num_src, blocks.window_rows.numel(), order, "source nodes")
+
+
+def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_cols: int, order: Tensor | None,
+                  rows_name: str) -> BlockFormat:
+    """The block format of the edges ``col[e] -> row[e]`` (ids ``edge_id[e]``), ``row < num_rows`` cut into
+    windows along ``order``, ``col < num_cols`` condensed into tiles."""
+    device = row.device
+    num_edges = row.shape[0]
+    if order is None:
+        order = torch.arange(num_rows, device=device)
+    order = order.to(device=device, dtype=torch.long)
+    if order.shape != (num_rows,):
+        raise ValueError(f"order must hold each of the {num_rows} {rows_name} once, got shape {tuple(order.shape)}")
+    num_windows = triton.cdiv(num_rows, WINDOW)
+    window_rows = torch.full((num_windows * WINDOW,), -1, dtype=torch.int32, device=device)
+    window_rows[:num_rows] = order.to(torch.int32)
+    position = torch.empty_like(order)
+    position[order] = torch.arange(num_rows, device=device)
+
     edge_window = position[row] // WINDOW
     edge_slot = position[row] % WINDOW
 
     # distinct (window, column) pairs, sorted by window then column; their rank inside the window
-    pairs, pair_of_edge = torch.unique(edge_window * max(num_src, 1) + col, return_inverse=True)
-    pair_window = pairs // max(num_src, 1)
+    pairs, pair_of_edge = torch.unique(edge_window * max(num_cols, 1) + col, return_inverse=True)
+    pair_window = pairs // max(num_cols, 1)
     pairs_per_window = torch.bincount(pair_window, minlength=num_windows)
     first_pair = torch.cumsum(pairs_per_window, 0) - pairs_per_window
     rank = torch.arange(pairs.shape[0], device=device) - first_pair[pair_window]
@@ -98,11 +130,11 @@ def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
     tile_window = torch.repeat_interleave(torch.arange(num_windows, device=device), tiles_per_window,
                                           output_size=num_tiles).to(torch.int32)
     tile_col = torch.full((num_tiles * TILE,), -1, dtype=torch.int32, device=device)
-    tile_col[pair_tile * TILE + pair_lane] = (pairs % max(num_src, 1)).to(torch.int32)
+    tile_col[pair_tile * TILE + pair_lane] = (pairs % max(num_cols, 1)).to(torch.int32)
 
     cell = (pair_tile[pair_of_edge] * WINDOW + edge_slot) * TILE + pair_lane[pair_of_edge]
     tile_edge = torch.full((num_tiles * WINDOW * TILE,), -1, dtype=torch.int32, device=device)
-    tile_edge[cell] = perm.to(torch.int32)
+    tile_edge[cell] = edge_id.to(torch.int32)
     edges_per_cell = torch.bincount(cell, minlength=num_tiles * WINDOW * TILE)
     duplicate_tiles = (edges_per_cell.view(num_tiles, WINDOW * TILE) > 1).any(1)
     dense_ok = torch.ones(num_windows, dtype=torch.bool, device=device)
@@ -188,24 +220,37 @@ def dot_form_reason(layout) -> str | None:
     return None
 
 
-def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
-                num_dst: int, eps: float, allow_tf32: bool = False) -> tuple[Tensor, Tensor]:
-    """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` for the rows of ``dense_ok``
-    windows (others 0); raises ``ValueError`` naming the reason when the attention is not of the
-    supported dot-product form (see :func:`dot_form_reason`)."""
+def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str) -> tuple:
+    """``(layout, query, key, value)``: the attention's layout and its ``[rows, H, C]`` operands (key and value
+    terms summed, all in the half dtype when any input is half precision); ``ValueError`` naming the reason
+    when it is not of the supported dot-product form (see :func:`dot_form_reason`)."""
     layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
     reason = layout if isinstance(layout, str) else dot_form_reason(layout)
     if reason is not None:
-        raise ValueError(f"block-sparse forward cannot run this attention: {reason}")
-    form, heads, channels = layout.form, layout.heads, layout.channels
+        raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
+    form = layout.form
     query = layout.views[form.query]
     key = sum(layout.views[i] for i in form.score_terms)
     value = sum(layout.views[i] for i in form.value_terms)
     half = attention_triton._out_dtype(layout.args)
     if half != torch.float32:
         query, key, value = (t.to(half) for t in (query, key, value))
+    return layout, query, key, value
+
+
+def _precision(allow_tf32: bool, dtype: torch.dtype) -> str:
+    return "tf32" if allow_tf32 or dtype != torch.float32 else "ieee"
+
+
+def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
+                num_dst: int, eps: float, allow_tf32: bool = False) -> tuple[Tensor, Tensor]:
+    """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` for the rows of ``dense_ok``
+    windows (others 0); raises ``ValueError`` naming the reason when the attention is not of the
+    supported dot-product form (see :func:`dot_form_reason`)."""
+    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key)
+    form, heads, channels = layout.form, layout.heads, layout.channels
     device = blocks.tile_ptr.device
-    out = torch.zeros((num_dst, heads, channels), dtype=half, device=device)
+    out = torch.zeros((num_dst, heads, channels), dtype=query.dtype, device=device)
     lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
     weight = layout.views[form.weights[0]] if form.weights else lse
     if blocks.dense_windows.shape[0] and heads:
@@ -213,6 +258,190 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             query, *query.stride(), key, *key.stride(), value, *value.stride(), weight, *weight.stride()[:2],
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
-            HAS_WEIGHT=bool(form.weights), PRECISION="tf32" if allow_tf32 or half != torch.float32 else "ieee",
+            HAS_WEIGHT=bool(form.weights), PRECISION=_precision(allow_tf32, query.dtype),
             WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, triton.next_power_of_2(channels)))
     return out, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# Dot-product backward
+# ---------------------------------------------------------------------------------------------
+
+@triton.jit
+def _dot_backward_query_kernel(
+        dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, num_heads, head_dim, score_scale, message_scale,
+        HAS_WEIGHT: tl.constexpr, PRECISION: tl.constexpr,
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dQ of one (row window, head): ``scale * sum_tiles dS K``."""
+    window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
+    h = tl.program_id(1)
+    slots = tl.arange(0, WINDOW)
+    lanes = tl.arange(0, TILE)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
+    rmask = rows >= 0
+    row_mask = rmask[:, None] & cmask[None, :]
+    query = tl.load(q_ptr + rows[:, None] * qr + h * qh + chans[None, :] * qc, mask=row_mask, other=0)
+    node_offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
+    grad_out = tl.load(grad_out_ptr + node_offsets, mask=row_mask, other=0)
+    lse = tl.load(lse_ptr + rows * num_heads + h, mask=rmask, other=0)
+    delta = tl.load(delta_ptr + rows * num_heads + h, mask=rmask, other=0)
+
+    grad_query = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    first = tl.load(tile_ptr_ptr + window)
+    last = tl.load(tile_ptr_ptr + window + 1)
+    for tile in range(first, last):
+        cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
+        colmask = (cols >= 0)[:, None] & cmask[None, :]
+        key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
+        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
+        eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
+        has_edge = eid >= 0
+        score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+        p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
+        grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
+        if HAS_WEIGHT:
+            grad_p = grad_p * tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
+        grad_score = p * (grad_p - delta[:, None])
+        grad_query += tl.dot(grad_score.to(key.dtype), key, input_precision=PRECISION)
+    tl.store(grad_q_ptr + node_offsets, grad_query * score_scale, mask=row_mask)
+
+
+@triton.jit
+def _dot_backward_source_kernel(
+        dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr, num_heads, head_dim, score_scale, message_scale,
+        HAS_WEIGHT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dK and dV of one (source window of the transposed format, head), its tiles' columns destination rows:
+    ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles."""
+    window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
+    h = tl.program_id(1)
+    slots = tl.arange(0, WINDOW)
+    lanes = tl.arange(0, TILE)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    srcs = tl.load(window_srcs_ptr + window * WINDOW + slots).to(tl.int64)
+    src_mask = (srcs >= 0)[:, None] & cmask[None, :]
+    key = tl.load(k_ptr + srcs[:, None] * kr + h * kh + chans[None, :] * kc, mask=src_mask, other=0)
+    value = tl.load(v_ptr + srcs[:, None] * vr + h * vh + chans[None, :] * vc, mask=src_mask, other=0)
+
+    grad_key = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    grad_value = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    first = tl.load(tile_ptr_ptr + window)
+    last = tl.load(tile_ptr_ptr + window + 1)
+    for tile in range(first, last):
+        dsts = tl.load(tile_dst_ptr + tile * TILE + lanes).to(tl.int64)
+        dst_valid = dsts >= 0
+        dst_mask = dst_valid[:, None] & cmask[None, :]
+        query = tl.load(q_ptr + dsts[:, None] * qr + h * qh + chans[None, :] * qc, mask=dst_mask, other=0)
+        grad_out = tl.load(grad_out_ptr + (dsts[:, None] * num_heads + h) * head_dim + chans[None, :],
+                           mask=dst_mask, other=0)
+        lse = tl.load(lse_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
+        eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
+        has_edge = eid >= 0
+        score = tl.dot(key, tl.trans(query), input_precision=PRECISION) * score_scale
+        p = tl.exp(tl.where(has_edge, score - lse[None, :], float("-inf")))
+        if HAS_WEIGHT:
+            weight = tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
+            p_weighted = p * weight * message_scale
+        else:
+            p_weighted = p * message_scale
+        if GRAD_VALUE:
+            grad_value += tl.dot(p_weighted.to(grad_out.dtype), grad_out, input_precision=PRECISION)
+        if GRAD_KEY:
+            delta = tl.load(delta_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
+            # p * (message_scale * w * <dO, V> - D) = p_weighted * <dO, V> - p * D
+            grad_p = tl.dot(value, tl.trans(grad_out), input_precision=PRECISION)
+            grad_score = p_weighted * grad_p - p * delta[None, :]
+            grad_key += tl.dot(grad_score.to(query.dtype), query, input_precision=PRECISION)
+    offsets = (srcs[:, None] * num_heads + h) * head_dim + chans[None, :]
+    if GRAD_KEY:
+        tl.store(grad_k_ptr + offsets, grad_key * score_scale, mask=src_mask)
+    if GRAD_VALUE:
+        tl.store(grad_v_ptr + offsets, grad_value, mask=src_mask)
+
+
+def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
+                 message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
+                 allow_tf32: bool = False) -> list:
+    r"""Gradients of :func:`dot_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
+    argument's dtype, through the edges of ``blocks``' ``dense_ok`` windows only (the rest is the CSR
+    backward's, as in the forward). ``transposed`` is ``transpose_block_format(blocks, num_src)``.
+
+    Per head, with ``P = exp(S - lse)`` recomputed per tile (0 off the edges), ``w`` the keep-mask weight
+    (1 without one), ``s`` the score scale, ``m`` the message scale and ``D_i = <dO_i, O_i>``:
+
+    .. math::
+        dS = P \circ (m \, w \circ (dO\, V^	op) - D \mathbf{1}^	op), \quad
+        dQ = s \, dS\, K, \quad dK = s \, dS^	op Q, \quad dV = m \, (P \circ w)^	op dO
+
+    ``dQ`` per row window over ``blocks``; ``dK`` and ``dV`` per source window over ``transposed``, each
+    source row written by one program (no atomics). Every key term gets ``dK``, every value term ``dV``.
+    A gradient of the weight (the dropout keep-mask) is not computed: ``ValueError``."""
+    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key)
+    form, heads, channels = layout.form, layout.heads, layout.channels
+    if any(needs_grad[i] for i in form.weights):
+        raise ValueError("block-sparse backward does not compute the gradient of an attention weight "
+                         "(dropout keep-mask): run the CSR backward")
+    need_query = bool(needs_grad[form.query])
+    need_key = any(needs_grad[i] for i in form.score_terms)
+    need_value = any(needs_grad[i] for i in form.value_terms)
+    device = blocks.tile_ptr.device
+    delta = (grad_out.float() * out.float()).sum(-1).contiguous()
+    grad_out = grad_out.to(query.dtype).contiguous()
+    weight = layout.views[form.weights[0]] if form.weights else lse
+    common = {"HAS_WEIGHT": bool(form.weights), "PRECISION": _precision(allow_tf32, query.dtype),
+              "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, triton.next_power_of_2(channels))}
+    operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), weight, *weight.stride()[:2]]
+
+    grad_query = torch.zeros(query.shape, dtype=torch.float32, device=device) if need_query else None
+    if need_query and blocks.dense_windows.shape[0] and heads:
+        _dot_backward_query_kernel[(blocks.dense_windows.shape[0], heads)](
+            blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
+            *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
+            **common)
+    grad_key = torch.zeros(key.shape, dtype=torch.float32, device=device) if need_key else None
+    grad_value = torch.zeros(value.shape, dtype=torch.float32, device=device) if need_value else None
+    if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
+        _dot_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
+            transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
+            transposed.tile_edge, *operands, grad_out, lse, delta,
+            lse if grad_key is None else grad_key, lse if grad_value is None else grad_value,
+            heads, channels, form.score_scale, form.message_scale, GRAD_KEY=need_key, GRAD_VALUE=need_value,
+            **common)
+
+    grads = [None] * len(layout.args)
+    for terms, grad in ((form.score_terms, grad_key), (form.value_terms, grad_value), ((form.query,), grad_query)):
+        for i in terms:
+            if needs_grad[i]:
+                part = attention_triton._undo(grad, layout.args[i], layout.roles[i])
+                grads[i] = part if grads[i] is None else grads[i] + part
+    return [g if g is None else g.to(a.dtype) for g, a in zip(grads, layout.args)]
+
+
+class BlockSparseDotAttention(torch.autograd.Function):
+    """``(out, lse) = apply(blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32,
+    *args)``: :func:`dot_forward` with :func:`dot_backward` as its backward (``lse`` not differentiable).
+    Only the rows of ``blocks``' ``dense_ok`` windows are computed, forward and backward."""
+
+    @staticmethod
+    def forward(ctx, blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32, *args):
+        out, lse = dot_forward(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32)
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(perm, out, lse, *args)
+        ctx.meta = (blocks, transposed, roles, score_key, message_key, allow_tf32)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        blocks, transposed, roles, score_key, message_key, allow_tf32 = ctx.meta
+        perm, out, lse, *args = ctx.saved_tensors
+        needs_grad = list(ctx.needs_input_grad[9:])
+        grads = dot_backward(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
+                             needs_grad, allow_tf32)
+        return (None,) * 9 + tuple(grads)

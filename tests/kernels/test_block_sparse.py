@@ -15,12 +15,15 @@ import pytest
 import torch
 from gnn_inductor.kernels import block_sparse
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.attention import _reference_with_lse
+from gnn_inductor.kernels.attention import _reference_with_lse, attention_reference
 from gnn_inductor.kernels.block_sparse import (
     TILE,
     WINDOW,
+    BlockSparseDotAttention,
     build_block_format,
+    dot_backward,
     dot_forward,
+    transpose_block_format,
 )
 
 from gnn_inductor import edge_functions
@@ -58,6 +61,14 @@ def decoded_cells(blocks):
     windows = blocks.tile_window[tiles].long()
     return (windows, blocks.window_rows[windows, slots].long(), blocks.tile_col[tiles, lanes].long(),
             blocks.tile_edge[tiles, slots, lanes].long())
+
+
+def dense_rows_of(blocks, num_nodes):
+    """Rows of the windows with dense_ok (those the block-sparse kernels compute)."""
+    rows = blocks.window_rows[blocks.dense_ok].flatten()
+    dense = torch.zeros(num_nodes, dtype=torch.bool)
+    dense[rows[rows >= 0].long()] = True
+    return dense
 
 
 def check_format(src, dst, num_nodes, blocks, order):
@@ -144,6 +155,29 @@ def test_order_must_cover_the_rows():
         build_block_format(plan[0], plan[1], plan[3], 3, torch.tensor([0, 1]))
 
 
+@pytest.mark.parametrize("ordered", [False, True], ids=["identity", "order"])
+def test_transposed_format_holds_the_dense_edges(ordered):
+    # windows of source nodes whose tiles' columns are destination rows: exactly the edges of dense_ok windows
+    num_nodes = 50
+    src, dst = graph(num_nodes, 150, seed=3, hub_degree=40, duplicates=3)
+    _, blocks = plan_and_blocks(src, dst, num_nodes)
+    assert not blocks.dense_ok.all()
+    order = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(7)) if ordered else None
+    transposed = transpose_block_format(blocks, num_nodes, order)
+    windows, _, _, cell_eid = decoded_cells(blocks)
+    dense = blocks.dense_ok[windows]
+    _, t_src, t_dst, t_eid = decoded_cells(transposed)
+    assert torch.equal(torch.sort(t_eid).values, torch.sort(cell_eid[dense]).values)
+    assert torch.equal(src[t_eid], t_src) and torch.equal(dst[t_eid], t_dst)
+    assert transposed.dense_ok.all()
+    # exactly the format of A^T over the kept edges, their ids renumbered to index the kept edge list
+    kept = torch.sort(cell_eid[dense]).values
+    position = torch.full((src.numel(),), -1, dtype=torch.long)
+    position[kept] = torch.arange(kept.numel())
+    renumbered = torch.where(transposed.tile_edge >= 0, position[transposed.tile_edge.long().clamp(min=0)], -1)
+    check_format(dst[kept], src[kept], num_nodes, transposed._replace(tile_edge=renumbered), order)
+
+
 # ---- the dot-product forward (CUDA, or the interpreter on CPU) ----
 
 def _fn(f):
@@ -203,9 +237,7 @@ def test_dot_forward_matches_reference(case, dtype):
     wide = [a.double() if a.is_floating_point() else a for a in args]
     ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS)
 
-    dense_rows = torch.zeros(num_nodes, dtype=torch.bool)
-    dense_rows[blocks.window_rows[blocks.dense_ok].flatten()[blocks.window_rows[blocks.dense_ok].flatten() >= 0]
-               .long()] = True
+    dense_rows = dense_rows_of(blocks, num_nodes)
     assert dense_rows.any()
     assert out.dtype == dtype and lse.dtype == torch.float32
     rtol, atol = TOLERANCES[dtype]
@@ -218,6 +250,72 @@ def test_dot_forward_matches_reference(case, dtype):
         assert not dense_rows.all()
     degree = rowptr[1:] - rowptr[:-1]
     assert not out.cpu()[degree == 0].any() and not lse.cpu()[degree == 0].any(), "isolated rows: out 0, lse 0"
+
+
+@runs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("case", ["hub", "duplicates", "order", "dropout"])
+def test_dot_backward_matches_reference(case, dtype):
+    # query, key and value gradients of BlockSparseDotAttention against autograd through the float64 reference,
+    # whose output gradient is zero on rows of windows that are not dense_ok (those edges are the CSR path's)
+    num_nodes = 40
+    src, dst = graph(num_nodes, 100, seed=4, hub_degree=30 if case == "hub" else 0,
+                     duplicates=1 if case == "duplicates" else 0)
+    order = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(2)) if case == "order" else None
+    plan, blocks = plan_and_blocks(src, dst, num_nodes, order)
+    rowptr, col, row, perm = plan[:4]
+    transposed = transpose_block_format(blocks, num_nodes, order)
+    args, roles, score, message = dot_inputs(num_nodes, src.numel(), case == "dropout", dtype, seed=3)
+    grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(dtype)
+
+    leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
+    on_device = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                 for b in (blocks, transposed)]
+    out, _ = BlockSparseDotAttention.apply(*on_device, perm.to(DEVICE), roles, score, message, num_nodes, EPS,
+                                           False, *leaves)
+    out.backward(grad_out.to(DEVICE))
+
+    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
+    dense = dense_rows_of(blocks, num_nodes)
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    ref.backward(grad_out.double() * dense[:, None, None])
+    rtol, atol = TOLERANCES[dtype]
+    for name, leaf, expected in zip(["value", "query", "key"], leaves, wide):
+        assert leaf.grad.dtype == dtype
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
+                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+                                   msg=lambda m, name=name: f"grad of {name}: {m}")
+        assert expected.grad.abs().max() > 0.1, f"{name} gradient is not exercised"
+    if case == "duplicates":
+        assert not dense.all()
+        assert not leaves[1].grad.cpu()[~dense].any(), "query rows left to the CSR backward"
+    if case == "hub":  # a row window and a source window spanning several tiles
+        assert int((blocks.tile_ptr[1:] - blocks.tile_ptr[:-1]).max()) > 1
+        assert int((transposed.tile_ptr[1:] - transposed.tile_ptr[:-1]).max()) > 1
+    isolated = (rowptr[1:] - rowptr[:-1]) == 0
+    assert isolated.any() and not leaves[1].grad.cpu()[isolated].any()
+
+
+@runs_kernel
+def test_dot_backward_only_what_is_needed():
+    # needs_grad picks the gradients (value only here); a weight's gradient is refused with the way out
+    num_nodes = 24
+    src, dst = graph(num_nodes, 60, seed=5)
+    plan, blocks = plan_and_blocks(src, dst, num_nodes)
+    transposed = transpose_block_format(blocks, num_nodes)
+    args, roles, score, message = dot_inputs(num_nodes, src.numel(), True, torch.float32)
+    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                          for b in (blocks, transposed)]
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
+    grad_out = torch.ones_like(out)
+    grads = dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+                         [True, False, False, False])
+    assert grads[1] is None and grads[2] is None and grads[3] is None and grads[0].shape == args[0].shape
+    weighted = [*args[:3], args[3].float()]
+    with pytest.raises(ValueError, match="gradient of an attention weight"):
+        dot_backward(grad_out, out, lse, weighted, roles, perm, score, message, blocks, transposed,
+                     [True, True, True, True])
 
 
 def test_other_families_are_refused():
@@ -248,7 +346,7 @@ def test_kernel_is_interpreted():
 def test_kernels_under_interpreter():
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "dot_forward or interpreted",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "dot_forward or dot_backward or interpreted",
          str(Path(__file__).resolve())],
         check=False, cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
         timeout=600)
