@@ -33,7 +33,8 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
 block; src- and edge-role gradients are float32 ``atomic_add`` into per-argument buffers, the dense
 ``att`` gradient goes to 32 slots to keep atomics off one address.
 
-Degree split: one program per (work item, head), items from
+Degree split: one program per (work item, head) (or per work item for every head, with
+``GNN_IO_ATTENTION_HEADS=all``: :func:`heads_variant`, docs/attention.md), items from
 :func:`gnn_inductor.kernels.spmm_triton.work_items` (at most ``max_edges`` edges each; the plan builds
 them once per graph). A light row's single item writes ``out`` and ``lse``; the items of a hub write
 their partial ``(m, l, acc)`` to a compact slot buffer (at most ``2 * ceil(E / max_edges)`` slots, a
@@ -65,6 +66,9 @@ _NONE = -1               # role of an unused argument slot
 _MAX_SCORE_TERMS, _MAX_VALUE_TERMS, _MAX_WEIGHTS = 3, 2, 1
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
+HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
+HEADS_VARIANTS = ("per_head", "all")
+
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
 AUTOTUNE_CONFIGS = [
     {"max_edges": 256, "block_e": 16, "num_warps": 2},
@@ -72,6 +76,13 @@ AUTOTUNE_CONFIGS = [
     {"max_edges": 128, "block_e": 8, "num_warps": 1},
     {"max_edges": 512, "block_e": 32, "num_warps": 4},
     {"max_edges": 1024, "block_e": 64, "num_warps": 8},
+]
+# The all-heads forward at 4 heads x 32 channels (one [BLOCK_E, 128] tile per step).
+ALL_HEADS_AUTOTUNE_CONFIGS = [
+    {"max_edges": 256, "block_e": 8, "num_warps": 2},
+    {"max_edges": 256, "block_e": 16, "num_warps": 4},
+    {"max_edges": 256, "block_e": 32, "num_warps": 4},
+    {"max_edges": 512, "block_e": 32, "num_warps": 8},
 ]
 
 
@@ -525,6 +536,215 @@ def _backward_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
+# All heads in one program (opt-in: GNN_IO_ATTENTION_HEADS=all)
+# ---------------------------------------------------------------------------------------------
+# One program per work item walks the row's edges once for every head: the CSR indices are read once,
+# each neighbour's H x C features come in as one [BLOCK_E, BLOCK_H, BLOCK_C] tile (contiguous for a
+# contiguous [rows, H, C] input), per-head scores are sums over the channel axis, and the online softmax
+# keeps one running max per head. The helpers above are reused with shaped indices: edge rows as
+# [BLOCK_E, 1] and heads as [1, BLOCK_H] (per-head scalars) or [1, BLOCK_H, 1] (per-channel vectors)
+# broadcast to [BLOCK_E, BLOCK_H] and [BLOCK_E, BLOCK_H, BLOCK_C] tiles.
+
+@triton.jit
+def _head_scores(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c,
+                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, q, qr, qh, qc, Q: tl.constexpr, att,
+                 src, dst, eid, head_row, head_tile, chans, score_mask, tile_mask, slope, scale):
+    """(scores ``[BLOCK_E, BLOCK_H]`` of every head, pre-activation terms, query tile), as :func:`_score`;
+    ``src``/``dst``/``eid`` are ``[BLOCK_E, 1]``."""
+    if KIND == 0:
+        terms = _terms_scalar(s0, s0r, s0h, s1, s1r, s1h, s2, s2r, s2h, S0, S1, S2, src, dst, eid, head_row,
+                              score_mask)
+        score = tl.where(terms > 0, terms, terms * slope) * scale
+        query = terms  # unused
+    else:
+        terms = _terms_vector(s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                              src, dst, eid, head_tile, chans, tile_mask)
+        if KIND == 1:
+            query = terms  # unused
+            score = tl.sum(tl.where(terms > 0, terms, terms * slope) * att[None, :, :], axis=2) * scale
+        else:
+            query = _vector(q, Q, src, dst, eid, head_tile, qr, qh, qc, chans, tile_mask)
+            score = tl.sum(query * terms, axis=2) * scale
+    return score, terms, query
+
+
+@triton.jit
+def _forward_all_heads_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
+        num_heads, head_dim, slope, score_scale, message_scale, eps,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+    item = tl.program_id(0)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    shared = tl.load(item_shared_ptr + item)
+    heads = tl.arange(0, BLOCK_H)
+    hmask = heads < num_heads
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    head_row = heads[None, :]
+    head_tile = heads[None, :, None]
+    node_mask = hmask[:, None] & cmask[None, :]
+    if KIND == 1:
+        att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
+
+    # padded heads (h >= num_heads) load zeros and get finite scores: no inf - inf, stores mask them out
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_tile = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
+    for block_start in range(start, end, BLOCK_E):
+        emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
+        src, dst, eid = src[:, None], dst[:, None], eid[:, None]
+        score_mask = emask[:, None] & hmask[None, :]
+        tile_mask = score_mask[:, :, None] & cmask[None, None, :]
+        score, _terms, _query = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                                             q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
+                                             score_mask, tile_mask, slope, score_scale)
+        score = tl.where(emask[:, None], score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=0))
+        correction = tl.exp(m - m_new)
+        p = tl.exp(score - m_new[None, :])
+        l_tile = l_tile * correction[None, :] + p
+        weight = p * message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
+        acc = acc * correction[None, :, None] + weight[:, :, None] * value
+        m = m_new
+
+    total = tl.sum(l_tile, axis=0)
+    acc_rows = tl.sum(acc, axis=0)
+    node_heads = row.to(tl.int64) * num_heads + heads
+    if shared == 0:
+        tl.store(out_ptr + node_heads[:, None] * head_dim + chans[None, :], acc_rows / (total[:, None] + eps),
+                 mask=node_mask)
+        tl.store(lse_ptr + node_heads, m + tl.log(total), mask=hmask)
+    elif shared == 1:
+        slot_heads = tl.load(slot_of_item_ptr + item).to(tl.int64) * num_heads + heads
+        tl.store(part_m_ptr + slot_heads, m, mask=hmask)
+        tl.store(part_l_ptr + slot_heads, total, mask=hmask)
+        tl.store(part_acc_ptr + slot_heads[:, None] * head_dim + chans[None, :], acc_rows, mask=node_mask)
+
+
+@triton.jit
+def _add_head_grad(ptr, ROLE: tl.constexpr, src, dst, eid, inner, row_width, grad, mask, row_mask):
+    """Add a ``[BLOCK_E, BLOCK_H(, BLOCK_C)]`` gradient tile into a ``[rows, row_width]`` buffer at
+    ``row * row_width + inner``; the edge rows have the tile's rank (``[BLOCK_E, 1(, 1)]``)."""
+    if ROLE == 1:  # one destination for the whole block: reduce first, one atomic per element
+        row = tl.max(dst, axis=0).to(tl.int64)
+        tl.atomic_add(ptr + row * row_width + inner, tl.sum(grad, axis=0, keep_dims=True), mask=row_mask)
+    else:
+        rows = _rows(ROLE, src, dst, eid)
+        tl.atomic_add(ptr + rows * row_width + inner, grad, mask=mask)
+
+
+@triton.jit
+def _backward_all_heads_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        out_ptr, lse_ptr, grad_out_ptr,
+        gs0, gs1, gs2, gq, gv0, gv1,
+        num_heads, head_dim, slope, score_scale, message_scale,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
+        GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
+        BLOCK_C: tl.constexpr):
+    """:func:`_backward_kernel` for every head of a work item at once (same formulas, per-head ``[H]`` rows)."""
+    item = tl.program_id(0)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    heads = tl.arange(0, BLOCK_H)
+    hmask = heads < num_heads
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    head_row = heads[None, :]
+    head_tile = heads[None, :, None]
+    head_chan = head_tile * head_dim + chans[None, None, :]   # offset of (h, c) inside a [H, C] row
+    node_mask = hmask[:, None] & cmask[None, :]
+    row_width = num_heads * head_dim
+    node_offsets = row.to(tl.int64) * row_width + heads[:, None] * head_dim + chans[None, :]
+    grad_rows = tl.load(grad_out_ptr + node_offsets, mask=node_mask, other=0).to(tl.float32)
+    out_rows = tl.load(out_ptr + node_offsets, mask=node_mask, other=0).to(tl.float32)
+    delta = tl.sum(grad_rows * out_rows, axis=1)
+    lse = tl.load(lse_ptr + row.to(tl.int64) * num_heads + heads, mask=hmask, other=0)
+    if KIND == 1:
+        att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
+    grad_att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
+
+    for block_start in range(start, end, BLOCK_E):
+        emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
+        src, dst, eid = src[:, None], dst[:, None], eid[:, None]
+        src_t, dst_t, eid_t = src[:, :, None], dst[:, :, None], eid[:, :, None]
+        score_mask = emask[:, None] & hmask[None, :]
+        tile_mask = score_mask[:, :, None] & cmask[None, None, :]
+        score, terms, query = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c,
+                                           S0, S1, S2, q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile,
+                                           chans, score_mask, tile_mask, slope, score_scale)
+        alpha = tl.where(score_mask, tl.exp(score - lse[None, :]), 0.0)
+        weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
+
+        grad_value = (alpha * weight)[:, :, None] * grad_rows[None, :, :]
+        if GV0:
+            _add_head_grad(gv0, V0, src_t, dst, eid_t, head_chan, row_width, grad_value, tile_mask,
+                           node_mask[None, :, :])
+        if GV1:
+            _add_head_grad(gv1, V1, src_t, dst, eid_t, head_chan, row_width, grad_value, tile_mask,
+                           node_mask[None, :, :])
+
+        grad_alpha = weight * tl.sum(value * grad_rows[None, :, :], axis=2)
+        grad_score = alpha * (grad_alpha - delta[None, :]) * score_scale
+        if KIND == 0:
+            grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
+            if GS0:
+                _add_head_grad(gs0, S0, src, dst, eid, head_row, num_heads, grad_terms, score_mask, hmask[None, :])
+            if GS1:
+                _add_head_grad(gs1, S1, src, dst, eid, head_row, num_heads, grad_terms, score_mask, hmask[None, :])
+            if GS2:
+                _add_head_grad(gs2, S2, src, dst, eid, head_row, num_heads, grad_terms, score_mask, hmask[None, :])
+        else:
+            if KIND == 1:
+                grad_terms = grad_score[:, :, None] * att[None, :, :] * tl.where(terms > 0, 1.0, slope)
+                grad_att += tl.sum(grad_score[:, :, None] * tl.where(terms > 0, terms, terms * slope), axis=0)
+            else:
+                grad_terms = grad_score[:, :, None] * query
+                if GQ:
+                    _add_head_grad(gq, Q, src_t, dst, eid_t, head_chan, row_width, grad_score[:, :, None] * terms,
+                                   tile_mask, node_mask[None, :, :])
+            if GS0:
+                _add_head_grad(gs0, S0, src_t, dst, eid_t, head_chan, row_width, grad_terms, tile_mask,
+                               node_mask[None, :, :])
+            if GS1:
+                _add_head_grad(gs1, S1, src_t, dst, eid_t, head_chan, row_width, grad_terms, tile_mask,
+                               node_mask[None, :, :])
+            if GS2:
+                _add_head_grad(gs2, S2, src_t, dst, eid_t, head_chan, row_width, grad_terms, tile_mask,
+                               node_mask[None, :, :])
+    if GQ and KIND == 1:
+        dense_slot = (item % DENSE_SLOTS).to(tl.int64)
+        tl.atomic_add(gq + dense_slot * row_width + heads[:, None] * head_dim + chans[None, :], grad_att,
+                      mask=node_mask)
+
+
+# ---------------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------------
 
@@ -533,6 +753,26 @@ def launch_config(family: str, head_dim: int) -> dict:
     block_c = max(16, triton.next_power_of_2(head_dim))
     block_e = max(8, min(32, 1024 // block_c))
     return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
+
+
+def all_heads_launch_config(heads: int, head_dim: int) -> dict:
+    """Block sizes of the all-heads forward: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded
+    up to a power of two), about 2048 tile elements; not measured yet."""
+    block_h, block_c = triton.next_power_of_2(heads), triton.next_power_of_2(head_dim)
+    width = block_h * block_c
+    block_e = max(8, min(32, 2048 // width))
+    tile = block_e * width
+    return {"block_e": block_e, "block_h": block_h, "block_c": block_c,
+            "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
+
+
+def heads_variant() -> str:
+    """Which forward runs: ``"per_head"`` (default, grid ``(items, H)``) or ``"all"`` (grid ``(items,)``),
+    from the ``GNN_IO_ATTENTION_HEADS`` environment variable, read at each call."""
+    variant = os.environ.get(HEADS_ENV) or "per_head"
+    if variant not in HEADS_VARIANTS:
+        raise ValueError(f"{HEADS_ENV}={variant!r}: set it to one of {', '.join(HEADS_VARIANTS)} (or leave it unset)")
+    return variant
 
 
 class _Layout:
@@ -648,10 +888,13 @@ def prepare(args, roles, perm: Tensor, score_key: str, message_key: str) -> _Lay
 
 
 def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: float, items=(), max_edges: int = 0,
-            config: dict | None = None) -> tuple:
-    """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring)."""
+            config: dict | None = None, variant: str | None = None) -> tuple:
+    """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring); ``variant`` picks
+    the per-head or all-heads kernel (default: :func:`heads_variant`)."""
     form, heads, channels = layout.form, layout.heads, layout.channels
-    config = {**launch_config(form.family, channels), **(config or {})}
+    all_heads = (variant or heads_variant()) == "all"
+    defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels)
+    config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     num_dst, device = rowptr.shape[0] - 1, rowptr.device
     out = torch.zeros((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
@@ -672,11 +915,17 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
 
     pointers, constexprs = _common_slots(layout)
     if item_row.shape[0]:
-        _forward_kernel[(item_row.shape[0], heads)](
-            item_row, item_start, item_end, item_shared, slot_of_item, col, perm, *pointers,
-            out, lse, part_m, part_l, part_acc, heads, channels, form.negative_slope, form.score_scale,
-            form.message_scale, eps, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
-            num_warps=config["num_warps"])
+        kernel_args = (item_row, item_start, item_end, item_shared, slot_of_item, col, perm, *pointers,
+                       out, lse, part_m, part_l, part_acc, heads, channels, form.negative_slope, form.score_scale,
+                       form.message_scale, eps)
+        if all_heads:
+            _forward_all_heads_kernel[(item_row.shape[0],)](
+                *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_H=config["block_h"],
+                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+        else:
+            _forward_kernel[(item_row.shape[0], heads)](
+                *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
+                num_warps=config["num_warps"])
         _combine_kernel[(num_slots, heads)](slot_row, part_m, part_l, part_acc, out, lse, num_slots, heads, channels,
                                             eps, BLOCK_C=config["block_c"], num_warps=1)
     return out, lse
@@ -694,13 +943,16 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
-             perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None):
+             perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
+             variant: str | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), or None when a weight
     (a factor of alpha) needs one: those run the reference backward."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     if any(needs_grad[i] for i in form.weights):
         return None
-    config = {**launch_config(form.family, channels), **(config or {})}
+    all_heads = (variant or heads_variant()) == "all"
+    defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels)
+    config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, _), _ = _items(rowptr, col, items, max_edges)
     device = rowptr.device
     vector = form.family != "gat"
@@ -727,11 +979,17 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                  "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
     pointers, constexprs = _common_slots(layout)
     if item_row.shape[0]:
-        _backward_kernel[(item_row.shape[0], heads)](
-            item_row, item_start, item_end, col, perm, *pointers, out, lse, grad_out.contiguous(),
-            *[dummy if g is None else g for g in grads], heads, channels, form.negative_slope, form.score_scale,
-            form.message_scale, **constexprs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS,
-            BLOCK_E=config["block_e"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+        kernel_args = (item_row, item_start, item_end, col, perm, *pointers, out, lse, grad_out.contiguous(),
+                       *[dummy if g is None else g for g in grads], heads, channels, form.negative_slope,
+                       form.score_scale, form.message_scale)
+        if all_heads:
+            _backward_all_heads_kernel[(item_row.shape[0],)](
+                *kernel_args, **constexprs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
+                BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+        else:
+            _backward_kernel[(item_row.shape[0], heads)](
+                *kernel_args, **constexprs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
+                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
@@ -739,5 +997,6 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
 
 
 def kernel_name(family: str) -> str:
-    return f"fused CSR attention (Triton, {family} family): online softmax, saved LSE, degree-split work items"
+    heads = ", all heads per program (forward)" if heads_variant() == "all" else ""
+    return f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work items"
 

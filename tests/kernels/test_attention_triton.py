@@ -83,12 +83,21 @@ def _dot_score_edge(a0, a1, a2, a3):
     return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a2, aten.add.Tensor(a3, a1)), [-1]), 2.0)
 
 
-def _dot_message(alpha, a0, a1, a2):
-    return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1]))
+def _dot_message_for(heads):
+    def message(alpha, a0, a1, a2):
+        return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, heads, 1]))
+    return message
 
 
-def _dot_message_edge(alpha, a0, a1, a2, a3):
-    return aten.mul.Tensor(aten.add.Tensor(a0, a1), aten.view.default(alpha, [-1, HEADS, 1]))
+def _dot_message_edge_for(heads):
+    def message(alpha, a0, a1, a2, a3):
+        return aten.mul.Tensor(aten.add.Tensor(a0, a1), aten.view.default(alpha, [-1, heads, 1]))
+    return message
+
+
+_dot_message, _dot_message_edge = _dot_message_for(HEADS), _dot_message_edge_for(HEADS)
+# TransformerConv views alpha with the head count baked in: other head counts need their own message
+MESSAGE_FOR_HEADS = {"transformer": _dot_message_for, "transformer_edge": _dot_message_edge_for}
 
 
 def _gat_dropout_score(a0, a1, a2, a3):
@@ -127,19 +136,19 @@ def plan():
     return plan
 
 
-def make_args(kinds, num_edges, dtype=torch.float32, seed=0):
+def make_args(kinds, num_edges, dtype=torch.float32, seed=0, heads=HEADS, channels=CHANNELS):
     generator = torch.Generator().manual_seed(seed)
     args = []
     for role, kind in kinds:
         rows = num_edges if role == ROLE_EDGE else NUM_NODES
         if kind == V:
-            args.append(torch.randn(rows, HEADS, CHANNELS, generator=generator))
+            args.append(torch.randn(rows, heads, channels, generator=generator))
         elif kind == P:
-            args.append(torch.randn(rows, HEADS, generator=generator))
+            args.append(torch.randn(rows, heads, generator=generator))
         elif kind == "att":
-            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
+            args.append(torch.randn(1, heads, channels, generator=generator))
         else:
-            args.append(torch.rand(rows, HEADS, generator=generator) > 0.5)
+            args.append(torch.rand(rows, heads, generator=generator) > 0.5)
     return [a.to(dtype) if a.is_floating_point() else a for a in args]
 
 
@@ -157,16 +166,17 @@ def assert_close(actual, expected, dtype, name):
                                atol=4 * atol_scale * max(1.0, float(expected.abs().max())), msg=lambda m: f"{name}: {m}")
 
 
-def check_case(name, plan, dtype=torch.float32):
+def check_case(name, plan, dtype=torch.float32, heads=HEADS, channels=CHANNELS):
     score_fn, message_fn, family, kinds = CASES[name]
-    score, message = _fn(score_fn), _fn(message_fn)
+    score = _fn(score_fn)
+    message = _fn(MESSAGE_FOR_HEADS[name](heads) if name in MESSAGE_FOR_HEADS and heads != HEADS else message_fn)
     roles = [role for role, _ in kinds]
     rowptr, col, row, perm = plan[:4]
-    args = make_args(kinds, col.numel(), dtype)
+    args = make_args(kinds, col.numel(), dtype, heads=heads, channels=channels)
     layout = attention_triton.prepare(args, roles, perm, score, message)
     assert not isinstance(layout, str), layout
     assert layout.form.family == family
-    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+    grad = torch.randn(NUM_NODES, heads, channels, generator=torch.Generator().manual_seed(7))
 
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
@@ -238,6 +248,74 @@ def test_opcheck_fused(plan):
     torch.library.opcheck(torch.ops.gnn_io.attention_forward.default,
                           (args, [r for r, _ in kinds], *on_device, score, message, EPS, items, MAX_EDGES),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+# ---- the all-heads forward (GNN_IO_ATTENTION_HEADS=all) ----
+
+@runs_kernel
+@pytest.mark.parametrize("heads, channels", [(1, 4), (4, 4), (3, 5)], ids=["1x4", "4x4", "3x5_padded"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
+    """Output, lse and gradients of the one-program-per-item kernels (hub split and combined, isolated nodes 0);
+    2 heads: the half-precision and mixing tests below."""
+    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    assert (items[3] == 1).sum() > 2, "the hub must span several items"
+    check_case(name, plan, heads=heads, channels=channels)
+
+    score_fn, message_fn, _, kinds = CASES[name]
+    score = _fn(score_fn)
+    message = _fn(MESSAGE_FOR_HEADS[name](heads) if name in MESSAGE_FOR_HEADS else message_fn)
+    roles = [role for role, _ in kinds]
+    args = make_args(kinds, plan[1].numel(), heads=heads, channels=channels)
+    _, lse = torch.ops.gnn_io.attention_forward([a.to(DEVICE) for a in args], roles, *on_device, score, message,
+                                                EPS, items, MAX_EDGES)
+    wide = [a.double() if a.is_floating_point() else a for a in args]
+    _, ref_lse = _reference_with_lse(wide, roles, *plan[:4], score, message, EPS)
+    assert lse.shape == (NUM_NODES, heads)
+    assert_close(lse, ref_lse, torch.float32, "lse")
+    assert not lse[-3:].any(), "isolated nodes must get lse 0"
+
+
+@runs_kernel
+def test_all_heads_half_precision(plan, monkeypatch):
+    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
+    check_case("transformer_edge", plan, torch.bfloat16)
+
+
+@runs_kernel
+@pytest.mark.parametrize("forward_variant, backward_variant", [("all", "per_head"), ("per_head", "all")])
+def test_variants_mix(plan, forward_variant, backward_variant):
+    """Either backward reads either forward's out and lse: the same gradients."""
+    score_fn, message_fn, _, kinds = CASES["gatv2_edge"]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
+    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
+    layout = attention_triton.prepare(args, roles, perm, score, message)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    needs = [True] * len(args)
+    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant=forward_variant)
+    mixed = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
+                                      variant=backward_variant)
+    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant="per_head")
+    default = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
+                                        variant="per_head")
+    for i, (g, r) in enumerate(zip(mixed, default)):
+        assert_close(g, r, torch.float32, f"grad of argument {i}")
+
+
+def test_heads_variant_is_opt_in(monkeypatch):
+    monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
+    assert attention_triton.heads_variant() == "per_head"
+    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
+    assert attention_triton.heads_variant() == "all"
+    assert "all heads" in attention_triton.kernel_name("gat")
+    monkeypatch.setenv(attention_triton.HEADS_ENV, "every")
+    with pytest.raises(ValueError, match="per_head, all"):
+        attention_triton.heads_variant()
 
 
 # ---- recognition and the CPU op (every machine) ----
