@@ -105,6 +105,7 @@ def build(mode: str, layer: torch.nn.Module):
 # gnn_io variants: the SpMM binding each one compiles with (docs/spmm_binding.md)
 MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"},
             "gnn_io_torch_sparse": {"GNN_IO_SPMM": "torch_sparse"},
+            "gnn_io_all_heads": {"GNN_IO_ATTENTION_HEADS": "all"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
