@@ -17,7 +17,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -291,6 +293,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
     parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
     parser.add_argument("--merge", nargs="+", help="results.json files of earlier runs to merge into --out")
+    parser.add_argument("--isolate", action="store_true",
+                        help="run each (graph, layer) in its own process: a CUDA error that poisons the context "
+                             "(a kernel fault) then costs that case only, and is recorded as its result")
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out)
@@ -305,6 +310,11 @@ def main(argv=None) -> int:
             "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
             "dtype": args.dtype, "features": args.features, "copy_gbps": bandwidth / 1e9}
     records = []
+    if args.isolate:
+        records = _isolated_records(args, names)
+        table = write_outputs(records, meta, args.out)
+        print(table)
+        return 0
     for graph in graph_suite(names, args.data_root, device):
         graph.edge_index = graph.edge_index.cpu()
         for layer in args.layers.split(","):
@@ -323,6 +333,35 @@ def main(argv=None) -> int:
     table = write_outputs(records, meta, args.out)
     print(table)
     return 0
+
+
+def _isolated_records(args, names: list) -> list:
+    """Records of every (graph, layer) case, each run by a child harness process. The child prints one
+    JSON line per finished mode, so a child that dies mid-case still gives the modes it finished;
+    the others get an ``error`` record with the exit status and the last line of its stderr."""
+    records = []
+    modes = args.modes.split(",")
+    for name in names:
+        for layer in args.layers.split(","):
+            with tempfile.TemporaryDirectory() as out:
+                command = [sys.executable, "-m", "benchmarks.harness", "--graphs", name, "--layers", layer,
+                           "--modes", args.modes, "--features", str(args.features), "--dtype", args.dtype,
+                           "--reps", str(args.reps), "--device", args.device, "--data-root", args.data_root,
+                           "--out", out]
+                child = subprocess.run(command, capture_output=True, text=True, check=False)
+            done = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+            records.extend(done)
+            stderr = [line for line in child.stderr.splitlines() if line.strip()]
+            reason = f"process died (exit {child.returncode}): {stderr[-1][:160] if stderr else 'no stderr'}"
+            finished = {r["mode"] for r in done}
+            template = dict(done[0]) if done else {"layer": layer, "graph": name}
+            for mode in modes:
+                if mode not in finished:
+                    records.append({"layer": template["layer"], "graph": template["graph"], "mode": mode,
+                                    "nodes": template.get("nodes"), "edges": template.get("edges"),
+                                    "error": reason})
+            print(f"{name} {layer}: {len(done)}/{len(modes)} modes finished", flush=True)
+    return records
 
 
 def merge(paths: list, out_dir: str) -> int:

@@ -27,3 +27,35 @@ def test_graph_generators_are_seeded_and_coalesced():
         assert key.unique().numel() == g.num_edges and int(g.edge_index.max()) < g.num_nodes
     cora = real("Planetoid-Cora", str(SHARED_DATA))
     assert (cora.num_nodes, cora.num_edges) == (2708, 10556)
+
+
+def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
+    """--isolate: each (graph, layer) runs in a child harness; the modes a child finished before it
+    died keep their numbers, the rest get an error record naming the exit status."""
+    import subprocess
+    import types
+
+    finished = {"layer": "gcn", "graph": "rmat-10-8000", "mode": "eager", "nodes": 1024, "edges": 8000,
+                "fwdbwd_ms": 1.0}
+
+    def child(command, **kwargs):
+        assert command[command.index("--layers") + 1] == "gcn"
+        return types.SimpleNamespace(returncode=-6, stdout="noise\n" + json.dumps(finished) + "\n",
+                                     stderr="Fatal Python error: Aborted\n")
+
+    monkeypatch.setattr(subprocess, "run", child)
+    args = types.SimpleNamespace(modes="eager,gnn_io", layers="gcn", features=8, dtype="float32", reps=1,
+                                 device="cpu", data_root=".", isolate=True)
+    records = harness._isolated_records(args, ["rmat-small"])
+    by_mode = {r["mode"]: r for r in records}
+    assert by_mode["eager"]["fwdbwd_ms"] == 1.0 and "error" not in by_mode["eager"]
+    assert by_mode["gnn_io"]["graph"] == "rmat-10-8000"
+    assert by_mode["gnn_io"]["error"] == "process died (exit -6): Fatal Python error: Aborted"
+
+
+def test_isolated_run_end_to_end(tmp_path):
+    harness.main(["--device", "cpu", "--graphs", "rmat-small", "--layers", "gcn", "--modes", "eager,gnn_io",
+                  "--reps", "1", "--isolate", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {r["mode"] for r in data["results"]} == {"eager", "gnn_io"}
+    assert not any("error" in r for r in data["results"])
