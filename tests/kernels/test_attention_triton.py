@@ -7,9 +7,6 @@ through the op, its autograd formula and the launchers. Family recognition runs 
 edge functions the backend cuts from real PyG layers.
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
@@ -25,6 +22,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
 from gnn_inductor import edge_functions, rewrite_report
 from gnn_inductor.testing import TOLERANCES, random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -389,11 +387,4 @@ def test_kernel_is_interpreted():
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
 def test_kernels_under_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).resolve())],
-        check=False, cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
-        timeout=600)
-    report = result.stdout[-6000:] + result.stderr[-2000:]
-    assert result.returncode == 0, report
-    assert " passed" in result.stdout, report
+    rerun_under_interpreter(__file__)

@@ -6,9 +6,6 @@ Triton's interpreter in a subprocess (``test_kernels_under_interpreter``; tests/
 says why a subprocess).
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
@@ -28,6 +25,7 @@ from gnn_inductor.kernels.block_sparse import (
 
 from gnn_inductor import edge_functions
 from gnn_inductor.testing import TOLERANCES, random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -344,12 +342,4 @@ def test_kernel_is_interpreted():
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "dot_forward or dot_backward or interpreted",
-         str(Path(__file__).resolve())],
-        check=False, cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
-        timeout=600)
-    report = result.stdout[-6000:] + result.stderr[-2000:]
-    assert result.returncode == 0, report
-    assert " passed" in result.stdout, report
+    rerun_under_interpreter(__file__, select="dot_forward or dot_backward or interpreted")

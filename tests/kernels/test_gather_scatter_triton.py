@@ -8,9 +8,6 @@ switch that sends CPU tensors down the Triton path), at small sizes. The graph h
 self loops, duplicate edges and a hub above the split threshold (``GNN_IO_GS_MAX_EDGES=8``).
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +20,7 @@ from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_S
 from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
 from gnn_inductor.kernels.spmm_triton import PADDING
 from gnn_inductor.testing import TOLERANCES, random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu")
@@ -300,11 +298,4 @@ def test_opcheck_with_plan_items(plan):
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the kernels ran on the GPU")
 def test_kernels_under_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "GNN_IO_TRITON_ON_CPU": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).resolve())],
-        check=False, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    report = result.stdout[-6000:] + result.stderr[-2000:]
-    assert result.returncode == 0, report
-    assert " passed" in result.stdout and " failed" not in result.stdout, report
+    rerun_under_interpreter(__file__, env={"GNN_IO_TRITON_ON_CPU": "1"})

@@ -8,9 +8,6 @@ The operator's fake implementation and its decomposition into a kernel call (wha
 are checked without running the kernel, so on any machine.
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +17,7 @@ from gnn_inductor.kernels import spmm_triton
 from gnn_inductor.kernels.spmm import csr_matmul
 from gnn_inductor.kernels.spmm_triton import PADDING, WorkItems, padded_item_count, triton_spmm, work_items
 from gnn_inductor.testing import TOLERANCES, random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -247,10 +245,4 @@ def test_kernel_is_interpreted():
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
 def test_kernels_under_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).resolve())],
-        cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
-    report = result.stdout[-6000:] + result.stderr[-2000:]
-    assert result.returncode == 0, report
-    assert " passed" in result.stdout, report
+    rerun_under_interpreter(__file__)
