@@ -157,6 +157,20 @@ def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
+def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes,
+                 chans, cmask, score_scale, PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr):
+    """One tile of a row window: its key and value rows ``[TILE, C]``, edge ids ``[WINDOW, TILE]`` (-1: no
+    edge), and the scaled scores ``Q K^T`` (unmasked), shared by the forward and the query backward."""
+    cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
+    colmask = (cols >= 0)[:, None] & cmask[None, :]
+    key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
+    value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
+    eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
+    score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+    return key, value, eid, eid >= 0, score
+
+
+@triton.jit
 def _dot_forward_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
@@ -180,13 +194,9 @@ def _dot_forward_kernel(
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
-        cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
-        colmask = (cols >= 0)[:, None] & cmask[None, :]
-        key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
-        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
-        eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
-        has_edge = eid >= 0
-        score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+        key, value, eid, has_edge, score = _tile_scores(
+            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes, chans,
+            cmask, score_scale, PRECISION, WINDOW, TILE)
         score = tl.where(has_edge, score, float("-inf"))
         m_new = tl.maximum(m, tl.max(score, axis=1))
         # a row with no edge so far keeps m = -inf: shift by 0 there so exp gives 0, never nan
@@ -294,13 +304,9 @@ def _dot_backward_query_kernel(
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
-        cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
-        colmask = (cols >= 0)[:, None] & cmask[None, :]
-        key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
-        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
-        eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
-        has_edge = eid >= 0
-        score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+        key, value, eid, has_edge, score = _tile_scores(
+            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes, chans,
+            cmask, score_scale, PRECISION, WINDOW, TILE)
         p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
         grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
         if HAS_WEIGHT:
