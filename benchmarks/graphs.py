@@ -69,6 +69,58 @@ def grid(side: int, device="cpu") -> Graph:
     return Graph(f"grid-{side}x{side}", side * side, coalesce(both[0], both[1], side * side), "road-like")
 
 
+def sbm(num_nodes: int, community: int, num_edges: int, inside: float = 0.9, seed: int = 0,
+        device="cpu") -> Graph:
+    """Stochastic block model with dense communities hidden by a random node order: nodes in consecutive
+    communities of ``community`` nodes, ``inside`` of the ``num_edges / 2`` undirected draws between two
+    members of one community (uniformly chosen), the rest between any two nodes; then coalesced (both
+    directions, duplicates removed: a little fewer edges remain) and the node ids scrambled."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    draws = num_edges // 2
+    intra = int(draws * inside)
+    communities = num_nodes // community
+    which = torch.randint(0, communities, (intra,), generator=generator, device=device) * community
+    a = which + torch.randint(0, community, (intra,), generator=generator, device=device)
+    b = which + torch.randint(0, community, (intra,), generator=generator, device=device)
+    far = draws - intra
+    a = torch.cat([a, torch.randint(0, num_nodes, (far,), generator=generator, device=device)])
+    b = torch.cat([b, torch.randint(0, num_nodes, (far,), generator=generator, device=device)])
+    scramble = torch.randperm(num_nodes, generator=generator, device=device)
+    return Graph(f"sbm-{num_nodes}-c{community}", num_nodes, coalesce(scramble[a], scramble[b], num_nodes), "dense")
+
+
+def batched_random(num_graphs: int, nodes_per_graph: int, edges_per_graph: int, seed: int = 0,
+                   device="cpu") -> Graph:
+    """A batch of small random graphs in batch order (each graph's nodes consecutive, as PyG's DataLoader
+    concatenates them): ``edges_per_graph / 2`` undirected draws per graph, coalesced."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    draws = num_graphs * (edges_per_graph // 2)
+    base = torch.arange(num_graphs, device=device).repeat_interleave(edges_per_graph // 2) * nodes_per_graph
+    a = base + torch.randint(0, nodes_per_graph, (draws,), generator=generator, device=device)
+    b = base + torch.randint(0, nodes_per_graph, (draws,), generator=generator, device=device)
+    n = num_graphs * nodes_per_graph
+    return Graph(f"batch-{num_graphs}x{nodes_per_graph}", n, coalesce(a, b, n), "dense")
+
+
+TU_SETS = ("MUTAG", "PROTEINS", "ENZYMES", "AIDS", "Mutagenicity")
+
+
+def tu_batch(data_root: str, min_graphs: int = 10_000) -> Graph:
+    """The TU data sets of ``shared/data/TUDataset`` batched as PyG's DataLoader does (graphs one after
+    another, node ids consecutive), the whole collection repeated until it holds ``min_graphs`` graphs."""
+    pieces, offset, graphs = [], 0, 0
+    while graphs < min_graphs:
+        for name in TU_SETS:
+            raw = os.path.join(data_root, "TUDataset", name, "raw")
+            pairs = np.loadtxt(os.path.join(raw, f"{name}_A.txt"), delimiter=",", dtype=np.int64) - 1
+            indicator = np.loadtxt(os.path.join(raw, f"{name}_graph_indicator.txt"), dtype=np.int64)
+            pieces.append(torch.from_numpy(pairs) + offset)
+            offset += len(indicator)
+            graphs += int(indicator.max())
+    pairs = torch.cat(pieces)
+    return Graph(f"tu-batch-{graphs}", offset, coalesce(pairs[:, 0], pairs[:, 1], offset), "dense")
+
+
 def _edges_from_text(path: str, delimiter=None, skip: int = 0) -> np.ndarray:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -99,6 +151,8 @@ def real(name: str, data_root: str) -> Graph:
         "email-Enron": ("email-Enron.txt", None, 1),  # first line is a "nodes edges" header
         "MUSAE-github": ("git_edges.csv", ",", 1),
         "road-luxembourg-osm": ("road-luxembourg-osm.mtx", None, 1),  # first data line is the size line
+        "MUSAE-wikipedia-squirrel": ("squirrel_edges.csv", ",", 1),
+        "SNAP-facebook_combined": ("facebook_combined.txt", None, 0),
     }
     file, delimiter, skip = files[name]
     pairs = _edges_from_text(os.path.join(d, file), delimiter, skip)
@@ -106,4 +160,4 @@ def real(name: str, data_root: str) -> Graph:
 
 
 REAL_GRAPHS = ("Planetoid-Cora", "ca-AstroPh", "email-Enron", "MUSAE-github", "soc-Slashdot0902",
-               "road-luxembourg-osm")
+               "road-luxembourg-osm", "MUSAE-wikipedia-squirrel", "SNAP-facebook_combined")

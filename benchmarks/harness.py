@@ -108,6 +108,8 @@ def build(mode: str, layer: torch.nn.Module):
 MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cusparse": {"GNN_IO_SPMM": "cusparse"},
             "gnn_io_torch_sparse": {"GNN_IO_SPMM": "torch_sparse"},
             "gnn_io_all_heads": {"GNN_IO_ATTENTION_HEADS": "all"},
+            "gnn_io_csr": {"GNN_IO_ATTENTION_PATH": "csr"}, "gnn_io_block": {"GNN_IO_ATTENTION_PATH": "block"},
+            "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
@@ -172,6 +174,9 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
     finally:
         del model, layer
         torch._dynamo.reset()
+        from gnn_inductor.kernels import attention_paths
+
+        attention_paths.clear()  # block formats held for plans of this mode must not count in the next one's peak
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return record
@@ -188,6 +193,12 @@ def graph_suite(names: list, data_root: str, device) -> list:
             out.append(graph_lib.uniform(1 << 20, 16_000_000, seed=0, device=device))
         elif name == "grid-large":
             out.append(graph_lib.grid(1024, device=device))
+        elif name == "sbm-dense":  # issue 8: dense communities of 32 in random order, 262k nodes, ~6.8M edges
+            out.append(graph_lib.sbm(1 << 18, 32, 11_000_000, seed=0, device=device))
+        elif name == "batch-random":  # issue 8: 20,000 graphs of 50 nodes in batch order, ~16.8M edges
+            out.append(graph_lib.batched_random(20_000, 50, 1_000, seed=0, device=device))
+        elif name == "tu-batch":
+            out.append(graph_lib.tu_batch(data_root))
         elif name == "rmat-small":
             out.append(graph_lib.rmat(10, 8_000, seed=0, device=device))
         else:
@@ -288,6 +299,7 @@ def main(argv=None) -> int:
                         help="also: gnn_io_triton, gnn_io_cusparse, turbo_gnn (when installed)")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 for float32 matmuls (all modes)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
@@ -302,13 +314,16 @@ def main(argv=None) -> int:
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
     names = SUITE if args.graphs == "suite" else args.graphs.split(",")
     bandwidth = copy_bandwidth(device)
     meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "triton": _version("triton"), "torch_geometric": _version("torch_geometric"),
             "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "dtype": args.dtype, "features": args.features, "copy_gbps": bandwidth / 1e9}
+            "dtype": args.dtype + (" (TF32 allowed)" if args.tf32 else ""), "features": args.features, "copy_gbps": bandwidth / 1e9}
     records = []
     if args.isolate:
         records = _isolated_records(args, names)
@@ -347,7 +362,7 @@ def _isolated_records(args, names: list) -> list:
                 command = [sys.executable, "-m", "benchmarks.harness", "--graphs", name, "--layers", layer,
                            "--modes", args.modes, "--features", str(args.features), "--dtype", args.dtype,
                            "--reps", str(args.reps), "--device", args.device, "--data-root", args.data_root,
-                           "--out", out]
+                           "--out", out] + (["--tf32"] if args.tf32 else [])
                 child = subprocess.run(command, capture_output=True, text=True, check=False)
             done = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
             records.extend(done)

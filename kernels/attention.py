@@ -24,12 +24,13 @@ On CUDA (and on CPU under ``TRITON_INTERPRET=1``) the fused Triton kernels of
 ``kernels/attention_triton.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
 (TransformerConv) families; anything else, and every CPU call, runs the exact reference below
 (backward: recompute it under autograd). dtype: float32 accumulation; ``out`` is half precision when
-any input is.
+any input is. Which kernel runs for the dot-product family on CUDA (fused CSR, block-sparse
+Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attention_paths.py``.
 """
 from __future__ import annotations
 
 import torch
-from gnn_inductor.kernels import attention_triton
+from gnn_inductor.kernels import attention_paths, attention_triton
 from gnn_inductor.kernels._common import (
     ROLE_NAMES,
     edge_values,
@@ -39,6 +40,7 @@ from gnn_inductor.kernels._common import (
     segment_reduce,
 )
 from gnn_inductor.kernels.edge_softmax import softmax_csr
+from gnn_inductor.kernels.spmm_triton import work_items_op
 from torch import Tensor
 
 from gnn_inductor import edge_functions
@@ -75,6 +77,8 @@ def kernel_name(device_type: str, details: dict) -> str:
     form = attention_triton.recognise(details["score"], details["message"], roles)
     if isinstance(form, str):
         return f"reference (torch segment ops): edge functions not fused ({form})"
+    if form.family == "dot":
+        return f"{attention_triton.kernel_name(form.family)}; {attention_paths.kernel_name()}"
     return attention_triton.kernel_name(form.family)
 
 
@@ -105,8 +109,28 @@ def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col:
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
         if not isinstance(layout, str):
+            decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
+                                               items, max_edges)
+            if decision is not None and decision.path != "csr":
+                return attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
+                                                   message_key, eps, max_edges)
             return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
     return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps)
+
+
+def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges) -> tuple:
+    """``(decision or None, items, max_edges)``: the attention path for this graph (kernels/attention_paths.py);
+    None where only the CSR kernel is considered (CPU under the interpreter unless a path is forced)."""
+    if not rowptr.is_cuda and attention_paths.path_setting() == "auto":
+        return None, items, max_edges
+    if not items:
+        items, max_edges = list(work_items_op(rowptr, col, attention_triton.MAX_EDGES)), attention_triton.MAX_EDGES
+    dtype = attention_triton._out_dtype(args)
+
+    def forward_fn(candidate):
+        return attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
+                                           message_key, eps, max_edges)
+    return attention_paths.decide(layout, rowptr, col, perm, list(items), dtype, forward_fn), items, max_edges
 
 
 @attention_forward.register_fake
@@ -128,8 +152,14 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
         if not isinstance(layout, str):
-            grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
-                                              max_edges)
+            decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
+                                               items, max_edges)
+            if decision is not None and decision.path != "csr":
+                grads = attention_paths.run_backward(decision, layout, grad_out, out, lse, args, roles, rowptr, col,
+                                                     perm, score_key, message_key, needs_grad, max_edges)
+            else:
+                grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
+                                                  max_edges)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps),

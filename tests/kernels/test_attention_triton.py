@@ -371,7 +371,8 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
     first = len(rewrite_report.reports())
     torch.compile(model, backend="gnn_io")(*inputs)
     (rewrite,) = [w for r in rewrite_report.reports()[first:] for w in r.rewrites if w.pattern == "attention"]
-    assert kernel_name("cuda", rewrite.details) == attention_triton.kernel_name(family), \
+    # the dot family also names the per-graph path choice (CSR, block-sparse or hybrid)
+    assert kernel_name("cuda", rewrite.details).startswith(attention_triton.kernel_name(family)), \
         kernel_name("cuda", rewrite.details)
 
 

@@ -1,0 +1,223 @@
+"""Kernel-level probe for one GPU call: times and checks many variants of the SpMM and attention kernels
+against each other, prints a short table last (issue 8: block-sparse against CSR, node orders; issue 3:
+work-item order of the Triton SpMM against cuSPARSE).
+
+    python -m benchmarks.probe --parts build,spmm,attention [--graphs sbm-dense,batch-random,...]
+
+Parts:
+- ``build``: block-format build (and transposed build) time on the device per graph, tile statistics.
+- ``spmm``: fp32 ``A X`` (128 features) with cuSPARSE, and with the Triton SpMM whose work items run in
+  each candidate node order (the order lives in the item arrays: the output stays in the original order).
+- ``attention``: the TransformerConv dot-product attention (4 heads x 32 channels), forward+backward of
+  the CSR kernel (fp32, bf16) and of the block-sparse kernel (fp32 IEEE, TF32, bf16), rows windowed in
+  each candidate order; max relative error of each against the CSR fp32 result.
+
+Every row of the table is printed as JSON too (``{"probe": ...}``) for the calibration in ``gnn_inductor/cost.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from benchmarks.harness import graph_suite, median_ms
+from gnn_inductor import edge_functions, reorder
+from gnn_inductor.kernels import block_sparse, spmm_triton
+from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
+
+HEADS, CHANNELS, FEATURES = 4, 32, 128
+PARTITION_MAX_EDGES = 8_000_000
+aten = torch.ops.aten
+ROWS = []
+
+
+def emit(**row):
+    ROWS.append(row)
+    print(json.dumps({"probe": row}), flush=True)
+
+
+def _dot_score(a0, a1, a2):
+    return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), CHANNELS ** 0.5)
+
+
+def _dot_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1]))
+
+
+def edge_fn(f) -> str:
+    return edge_functions.register(torch.fx.symbolic_trace(f))
+
+
+def plan_of(graph, device):
+    src, dst = graph.edge_index.to(device)
+    return torch.ops.gnn_io.csr_plan(dst, src, graph.num_nodes, graph.num_nodes)
+
+
+def orders(plan, names, device):
+    """{name: (order on device, build seconds)} for the candidates available here."""
+    rowptr, col = plan[0].cpu(), plan[1].cpu()
+    out = {}
+    for name in names:
+        if name not in reorder.available_candidates():
+            continue
+        if name == "partition" and col.numel() > PARTITION_MAX_EDGES:
+            continue  # METIS into parts of 64 nodes took 489 s on RMAT 2^20 / 15.4M edges (CPU)
+        start = time.perf_counter()
+        order = reorder.CANDIDATES[name](rowptr, col)
+        out[name] = (order.to(device), time.perf_counter() - start)
+    return out
+
+
+def sync_ms(fn):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, (time.perf_counter() - start) * 1e3
+
+
+def part_build(graph, plan, device):
+    rowptr, col, _, perm = plan[:4]
+    build_block = lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes)  # noqa: E731
+    build_block()  # warm-up (allocator, kernels)
+    blocks, ms = sync_ms(build_block)
+    _, t_ms = sync_ms(lambda: block_sparse.transpose_block_format(blocks, graph.num_nodes))
+    emit(part="build", graph=graph.name, nodes=graph.num_nodes, edges=graph.num_edges, build_ms=round(ms, 1),
+         transpose_ms=round(t_ms, 1), **blocks.stats)
+
+
+def part_spmm(graph, plan, device, order_names):
+    from gnn_inductor.kernels import spmm_cusparse
+
+    rowptr, col, _, perm = plan[:4]
+    x = torch.randn(graph.num_nodes, FEATURES, device=device)
+    values = torch.rand(col.shape[0], device=device)
+    if spmm_cusparse.available():
+        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
+        emit(part="spmm", graph=graph.name, kernel="cusparse", order="none", ms=round(ms, 3))
+    items = spmm_triton.work_items(rowptr, spmm_triton.DEFAULT_MAX_EDGES)
+    reference = spmm_triton.triton_spmm(x, values, rowptr, col, items)
+    for name, (order, seconds) in orders(plan, order_names, device).items():
+        position = reorder.inverse_order(order)
+        by_order = torch.sort(position[items.row.long()], stable=True).indices
+        ordered = spmm_triton.WorkItems(*(t[by_order].contiguous() for t in items))
+        out = spmm_triton.triton_spmm(x, values, rowptr, col, ordered)
+        err = float((out - reference).abs().max() / reference.abs().max())
+        ms = median_ms(lambda: spmm_triton.triton_spmm(x, values, rowptr, col, ordered), reps=20)
+        stats = reorder.locality_stats(*reorder.permute_csr(rowptr, col, order)[:2])
+        emit(part="spmm", graph=graph.name, kernel="triton", order=name, ms=round(ms, 3), order_s=round(seconds, 2),
+             rel_err=err, block_ratio=round(stats["block_ratio"], 4), source_reuse=round(stats["source_reuse"], 4))
+
+
+def _rel_err(a, b):
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-30))
+
+
+def part_attention(graph, plan, device, order_names):
+    rowptr, col, row, perm = plan[:4]
+    score, message = edge_fn(_dot_score), edge_fn(_dot_message)
+    roles = [ROLE_SRC, ROLE_DST, ROLE_SRC]  # value, query, key
+    generator = torch.Generator(device=device).manual_seed(0)
+    base = [torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator) for _ in range(3)]
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+
+    def run_csr(args):
+        out = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16,
+                                                 items, 256)[0]
+        out.backward(grad.to(out.dtype))
+        return out
+
+    def leaves(dtype):
+        return [b.detach().to(dtype).requires_grad_() for b in base]
+
+    args = leaves(torch.float32)
+    ref = run_csr(args)
+    ref_grads = [a.grad for a in args]
+
+    def record(kernel, dtype_name, fn, args, order="none", extra=None):
+        out = fn(args)
+        errs = [_rel_err(out, ref)] + [_rel_err(a.grad, g) for a, g in zip(args, ref_grads)]
+        nan = bool(torch.isnan(out).any())
+
+        def step():
+            for a in args:
+                a.grad = None
+            fn(args)
+        ms = median_ms(step, reps=10)
+        emit(part="attention", graph=graph.name, edges=graph.num_edges, kernel=kernel, dtype=dtype_name, order=order,
+             ms=round(ms, 3), max_rel_err=max(errs), nan=nan, **(extra or {}))
+
+    record("csr", "fp32", run_csr, leaves(torch.float32))
+    record("csr", "bf16", run_csr, leaves(torch.bfloat16))
+    for name, (order, seconds) in orders(plan, order_names, device).items():
+        blocks, build_ms = sync_ms(lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes, order))
+        transposed, t_ms = sync_ms(lambda: block_sparse.transpose_block_format(blocks, graph.num_nodes, order))
+        extra = {"order_s": round(seconds, 2), "build_ms": round(build_ms + t_ms, 1), **blocks.stats}
+        for dtype_name, dtype, tf32 in (("fp32-ieee", torch.float32, False), ("tf32", torch.float32, True),
+                                        ("bf16", torch.bfloat16, False)):
+            def run_block(args, tf32=tf32, blocks=blocks, transposed=transposed):
+                out, _ = block_sparse.BlockSparseDotAttention.apply(blocks, transposed, perm, roles, score, message,
+                                                                    graph.num_nodes, 1e-16, tf32, *args)
+                out.backward(grad.to(out.dtype))
+                return out
+            record("block", dtype_name, run_block, leaves(dtype), name, extra)
+
+
+def table(rows) -> str:
+    lines = ["| part | graph | kernel | dtype | order | ms | err | notes |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        notes = {k: v for k, v in r.items() if k not in ("part", "graph", "kernel", "dtype", "order", "ms",
+                                                         "max_rel_err", "rel_err")}
+        err = r.get("max_rel_err", r.get("rel_err", ""))
+        lines.append(f"| {r['part']} | {r['graph']} | {r.get('kernel', '')} | {r.get('dtype', '')} | "
+                     f"{r.get('order', '')} | {r.get('ms', '')} | {err if err == '' else f'{err:.1e}'} | "
+                     f"{json.dumps(notes)} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parts", default="build,spmm,attention")
+    parser.add_argument("--graphs", default="sbm-dense,batch-random,tu-batch,MUSAE-wikipedia-squirrel,"
+                                            "SNAP-facebook_combined,rmat-arxiv,rmat-large")
+    parser.add_argument("--spmm-graphs", default="rmat-large,rmat-arxiv,sbm-dense")
+    parser.add_argument("--attention-graphs", default="sbm-dense,batch-random,tu-batch,MUSAE-wikipedia-squirrel,"
+                                                      "SNAP-facebook_combined,rmat-arxiv")
+    parser.add_argument("--orders", default="none,degree,rcm,partition")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    parts = args.parts.split(",")
+    order_names = args.orders.split(",")
+    data_root = os.environ.get("GNN_IO_DATA", "../shared/data")
+    names = list(dict.fromkeys(args.graphs.split(",")))
+    for name in names:
+        try:
+            (graph,) = graph_suite([name], data_root, device)
+            plan = plan_of(graph, device)
+            if "build" in parts:
+                part_build(graph, plan, device)
+            if "spmm" in parts and name in args.spmm_graphs.split(","):
+                part_spmm(graph, plan, device, order_names)
+            if "attention" in parts and name in args.attention_graphs.split(","):
+                part_attention(graph, plan, device, order_names)
+        except Exception as exc:  # noqa: BLE001  (one graph's failure is its row; the rest still runs)
+            emit(part="error", graph=name, error=f"{type(exc).__name__}: {exc}"[:300])
+        torch.cuda.empty_cache()
+    text = table(ROWS)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "probe.md"), "w") as f:
+            f.write(text + "\n")
+        with open(os.path.join(args.out, "probe.json"), "w") as f:
+            json.dump(ROWS, f, indent=1)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+r"""Which attention kernel runs, per graph and per row window: the fused CSR kernel, the block-sparse
+Tensor-Core kernel, or a hybrid of both (issue 8). Decided once per (graph plan, family, precision,
+heads x channels) at the first CUDA call, cached with the plan's tensors, and shown in the report.
+
+**Paths.** ``csr``: ``attention_triton`` over the plan's work items. ``block``: ``block_sparse`` (dot
+family, TransformerConv) over the block format: row windows of 16 destinations, tiles of 16 condensed
+source columns. ``hybrid``: each window goes to the kernel the cost model prefers for it; the block kernel
+runs over the chosen windows (forward, and the backward's query pass; the source pass over the transposed
+format of those windows' edges), the CSR kernels over the work items of the other rows. Both write
+disjoint rows of ``out`` / ``lse``, their gradients add up. ``block`` is ``hybrid`` with every window
+that has no duplicate edge on Tensor Cores (a window with a repeated (dst, src) pair always goes to CSR:
+one cell holds one edge).
+
+**Cost model** (forward + backward, calibrated on the H100 by ``python -m benchmarks.probe``; the
+constants and the measurements they come from are in :data:`CALIBRATION`), per head-channel unit of
+4 x 32:
+
+.. math::
+    t_\mathrm{csr}(w) = a \cdot E_w + b \cdot R_w, \qquad t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
+
+with ``E_w`` the edges, ``T_w`` the tiles and ``R_w`` the rows of window ``w``. A window runs on Tensor
+Cores where ``t_block(w) < t_csr(w)``, it has no duplicate pair and at most :data:`MAX_WINDOW_TILES`
+tiles (a hub window would serialise in one program; the CSR kernel splits hubs). With ``c/a`` about 12
+(TF32) and 7 (bf16), a window needs a tile fill above about 5% (TF32) or 3% (bf16) to go to the block
+kernel.
+
+**Precision.** The block kernel runs fp32 inputs only where the user allowed TF32
+(``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision("high")``),
+otherwise the CSR path runs: IEEE fp32 dots on Tensor Cores are 3x slower than TF32. fp16 / bf16 inputs
+run their dots in their dtype with fp32 accumulation.
+
+**Node order.** The rows of a window may be any rows: the block format is built along a node order held
+in its index arrays only (outputs and gradients stay in the user's order, no node tensor moves). The
+policy (``GNN_IO_REORDER``, ``gnn_inductor/reorder.py``) considers ``none``, ``degree``, ``rcm`` (and
+``partition`` where forced): an order is built when its predicted cost (:data:`ORDER_COST_US_PER_EDGE`
+times the edges) is below the best possible gain over the expected calls (``GNN_IO_EXPECTED_CALLS``,
+default 1000), and applied when ``expected_calls * (t_none - t_order) > build_ms``. When one is
+applied, the forward of both orders is timed once and the decision records predicted and measured gain.
+
+``GNN_IO_ATTENTION_PATH=auto|csr|block|hybrid`` forces a path (``block`` and ``hybrid`` also for fp32
+without TF32, with IEEE dots).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from gnn_inductor.kernels import block_sparse
+from gnn_inductor.kernels.spmm_triton import PADDING
+
+PATH_ENV = "GNN_IO_ATTENTION_PATH"
+PATHS = ("auto", "csr", "block", "hybrid")
+CALLS_ENV = "GNN_IO_EXPECTED_CALLS"
+DEFAULT_EXPECTED_CALLS = 1000
+MAX_WINDOW_TILES = 64
+MAX_PLANS = 8
+
+# Forward+backward nanoseconds at 4 heads x 32 channels, fitted on the H100 (torch 2.11, Triton 3.6) from
+# `python -m benchmarks.probe --parts attention` (docs/benchmarks/block_sparse/): the block constants from a
+# block model of 262k nodes / 6.8M edges in four orders (435k to 155k tiles: 13.0 to 5.6 ms TF32, 9.4 to
+# 4.6 ms bf16) and checked on 20,000 batched graphs (1M nodes, 16.3M edges, 283k tiles: predicted 13.1 /
+# 12.0 ms, measured 12.0 / 10.5 ms); the CSR ones from the same two graphs (15.5 and 37.6 ms fp32, 17.4 and
+# 45.7 ms bf16).
+CALIBRATION = {
+    "tf32": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 26.6, "block_per_row": 5.6},
+    "half": {"csr_per_edge": 2.80, "csr_per_row": 1.56, "block_per_tile": 17.4, "block_per_row": 7.1},
+    "ieee": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 90.0, "block_per_row": 5.6},
+}
+# Seconds of CPU/GPU work to build an order, per edge (measured on the device's CPU: rcm 0.07-0.26 us
+# per edge on the block model and RMAT 2^20; METIS into parts of 64 nodes 1.5 us per edge on the block
+# model, 13-32 us on RMAT graphs): only the predicted cost decides whether the order is tried at all.
+ORDER_COST_US_PER_EDGE = {"none": 0.0, "degree": 0.01, "rcm": 0.3, "partition": 15.0}
+AUTO_ORDERS = ("none", "degree", "rcm")
+
+
+def path_setting() -> str:
+    value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
+    if value not in PATHS:
+        raise ValueError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
+    return value
+
+
+def expected_calls() -> int:
+    return int(os.environ.get(CALLS_ENV, DEFAULT_EXPECTED_CALLS))
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """"half" for fp16/bf16 inputs, "tf32" for fp32 where the user allowed TF32, else "ieee"."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return "half"
+    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    return "tf32" if allowed else "ieee"
+
+
+@dataclass
+class PathDecision:
+    """What runs for one (graph, family, precision, width) and why (JSON-ready through :meth:`as_dict`)."""
+    path: str                       # "csr", "block" or "hybrid"
+    reason: str
+    family: str
+    precision: str
+    order: str = "none"
+    stats: dict = field(default_factory=dict)
+    predicted_ms: dict = field(default_factory=dict)
+    order_build_ms: dict = field(default_factory=dict)
+    measured_forward_ms: dict = field(default_factory=dict)
+    blocks: object = field(default=None, repr=False)       # BlockFormat restricted to the chosen windows
+    transposed: object = field(default=None, repr=False)
+    csr_items: list = field(default=None, repr=False)      # work items of the rows left to the CSR kernel
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "reason": self.reason, "family": self.family, "precision": self.precision,
+                "order": self.order, "stats": dict(self.stats),
+                "predicted_ms": {k: round(v, 3) for k, v in self.predicted_ms.items()},
+                "order_build_ms": {k: round(v, 1) for k, v in self.order_build_ms.items()},
+                "measured_forward_ms": {k: round(v, 3) for k, v in self.measured_forward_ms.items()}}
+
+
+class _PlanEntry:
+    """Block formats and decisions of one graph plan. Holds its rowptr/col (so their memory is not reused
+    while the entry lives) and their versions (an in-place change invalidates it)."""
+
+    def __init__(self, rowptr: Tensor, col: Tensor, perm: Tensor):
+        self.tensors = (rowptr, col, perm)
+        self.versions = tuple(t._version for t in self.tensors)
+        self.orders: dict = {}       # name -> (order tensor or None, build ms)
+        self.formats: dict = {}      # order name -> BlockFormat
+        self.decisions: dict = {}
+
+    def valid(self) -> bool:
+        return tuple(t._version for t in self.tensors) == self.versions
+
+
+_PLANS: "OrderedDict[tuple, _PlanEntry]" = OrderedDict()
+_DECISIONS: list = []
+
+
+def _entry(rowptr: Tensor, col: Tensor, perm: Tensor) -> _PlanEntry:
+    key = (str(rowptr.device), rowptr.data_ptr(), col.data_ptr(), perm.data_ptr(), rowptr.numel(), col.numel())
+    entry = _PLANS.get(key)
+    if entry is None or not entry.valid():
+        entry = _PLANS[key] = _PlanEntry(rowptr, col, perm)
+        while len(_PLANS) > MAX_PLANS:
+            _PLANS.popitem(last=False)
+    _PLANS.move_to_end(key)
+    return entry
+
+
+def decisions() -> list:
+    """Every decision taken in this process, newest last, as dicts (for the report)."""
+    return [d.as_dict() for d in _DECISIONS]
+
+
+def clear() -> None:
+    _PLANS.clear()
+    _DECISIONS.clear()
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _order(entry: _PlanEntry, name: str):
+    if name not in entry.orders:
+        from gnn_inductor import reorder
+
+        rowptr, col, _ = entry.tensors
+        if name == "none":
+            entry.orders[name] = (None, 0.0)
+        else:
+            _sync(rowptr.device)
+            start = time.perf_counter()
+            order = reorder.CANDIDATES[name](rowptr, col).to(rowptr.device)
+            _sync(rowptr.device)
+            entry.orders[name] = (order, (time.perf_counter() - start) * 1e3)
+    return entry.orders[name]
+
+
+def _format(entry: _PlanEntry, name: str) -> block_sparse.BlockFormat:
+    if name not in entry.formats:
+        rowptr, col, perm = entry.tensors
+        order, _ = _order(entry, name)
+        entry.formats[name] = block_sparse.build_block_format(rowptr, col, perm, rowptr.numel() - 1, order)
+    return entry.formats[name]
+
+
+def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: str, scale: float) -> tuple:
+    """``(csr_ms [W], block_ms [W], edges [W], tiles [W])`` per row window (module docstring)."""
+    k = CALIBRATION[precision]
+    rows = blocks.window_rows.long()
+    valid = rows >= 0
+    degree = (rowptr[1:] - rowptr[:-1]).long()
+    edges = torch.where(valid, degree[rows.clamp(min=0)], 0).sum(1)
+    row_count = valid.sum(1)
+    tiles = (blocks.tile_ptr[1:] - blocks.tile_ptr[:-1])
+    csr = (k["csr_per_edge"] * edges + k["csr_per_row"] * row_count) * scale * 1e-6
+    block = (k["block_per_tile"] * tiles + k["block_per_row"] * row_count) * scale * 1e-6
+    return csr, block, edges, tiles
+
+
+def _choose_windows(blocks, rowptr, precision, scale, path: str) -> tuple:
+    """``(chosen [W] bool, predicted {csr, block, hybrid} ms)`` for one block format."""
+    csr, block, _, tiles = window_costs(blocks, rowptr, precision, scale)
+    eligible = blocks.dense_ok & (tiles <= MAX_WINDOW_TILES) & (tiles > 0)
+    chosen = eligible if path == "block" else eligible & (block < csr)
+    predicted = {"csr": float(csr.sum()), "block": float(torch.where(eligible, block, csr).sum()),
+                 "hybrid": float(torch.where(chosen, block, csr).sum())}
+    return chosen, predicted
+
+
+def _restricted(blocks: block_sparse.BlockFormat, chosen: Tensor) -> block_sparse.BlockFormat:
+    return blocks._replace(dense_ok=chosen, dense_windows=torch.nonzero(chosen).flatten().to(torch.int32))
+
+
+def _csr_items(blocks, chosen: Tensor, items: list, num_rows: int) -> list:
+    """The plan's work items whose rows are not in a chosen window (padding items dropped)."""
+    on_block = torch.zeros(num_rows + 1, dtype=torch.bool, device=chosen.device)
+    rows = blocks.window_rows[chosen].flatten().long()
+    on_block[torch.where(rows >= 0, rows, num_rows)] = True
+    item_row, _, _, shared = items
+    keep = ~on_block[item_row.long()] & (shared != PADDING)
+    index = torch.nonzero(keep).flatten()
+    return [t.index_select(0, index).contiguous() for t in items]
+
+
+def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype: torch.dtype,
+           forward_fn=None) -> PathDecision:
+    """The path for this call's graph and attention (cached per plan); ``forward_fn(decision)`` runs the
+    forward of a candidate decision, for the one-off timing when a reordering is applied."""
+    form = layout.form
+    precision = precision_of(dtype)
+    setting = path_setting()
+    entry = _entry(rowptr, col, perm)
+    key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""))
+    if key in entry.decisions:
+        return entry.decisions[key]
+    decision = _decide(entry, layout, items, precision, setting, forward_fn)
+    entry.decisions[key] = decision
+    _DECISIONS.append(decision)
+    return decision
+
+
+def _not_block(layout, precision: str, setting: str) -> str | None:
+    if setting == "csr":
+        return f"{PATH_ENV}=csr"
+    if layout.form.family != "dot":
+        return f"{layout.form.family} family: no block-sparse kernel for it yet"
+    reason = block_sparse.dot_form_reason(layout)
+    if reason is not None:
+        return reason
+    if precision == "ieee" and setting == "auto":
+        return "fp32 inputs without TF32 allowed (torch.backends.cuda.matmul.allow_tf32): IEEE dots on Tensor " \
+               "Cores lose to the CSR kernel"
+    return None
+
+
+def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str, forward_fn) -> PathDecision:
+    from gnn_inductor import reorder
+
+    family = layout.form.family
+    reason = _not_block(layout, precision, setting)
+    if reason is not None:
+        return PathDecision("csr", reason, family, precision)
+    rowptr, col, _ = entry.tensors
+    num_rows, num_edges = rowptr.numel() - 1, col.numel()
+    scale = layout.heads * layout.channels / 128
+    mode = "block" if setting == "block" else "hybrid"
+
+    forced = reorder._forced()
+    if forced in ("off", "none"):
+        names = ["none"]
+    elif forced is not None:
+        names = [forced]
+    else:
+        names = ["none"]
+    candidates = {}
+    for name in names:
+        candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode)
+    if forced is None:
+        base = candidates["none"][1][mode]
+        calls = expected_calls()
+        for name in AUTO_ORDERS[1:]:
+            predicted_build_ms = ORDER_COST_US_PER_EDGE[name] * num_edges * 1e-3
+            if predicted_build_ms < calls * base * 0.9:
+                candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode)
+        best = min(candidates, key=lambda n: candidates[n][1][mode] * calls + _order(entry, n)[1])
+        if best != "none" and calls * (base - candidates[best][1][mode]) <= _order(entry, best)[1]:
+            best = "none"
+    else:
+        best = names[0]
+    chosen, predicted = candidates[best]
+    blocks = _format(entry, best)
+    n_chosen = int(chosen.sum())
+    stats = {"windows": blocks.stats["windows"], "tiles": blocks.stats["tiles"],
+             "mean_tile_fill": blocks.stats["mean_tile_fill"],
+             "duplicate_window_fraction": blocks.stats["duplicate_window_fraction"],
+             "block_windows": n_chosen, "format_bytes": _format_bytes(blocks)}
+    order_build = {n: _order(entry, n)[1] for n in candidates if n != "none"}
+    predicted_all = {f"{mode}[{n}]": c[1][mode] for n, c in candidates.items()}
+    predicted_all["csr"] = predicted["csr"]
+    if n_chosen == 0 or (setting == "auto" and predicted[mode] >= predicted["csr"]):
+        return PathDecision("csr", "cost model: the CSR kernel is predicted faster on every window"
+                            if n_chosen == 0 else "cost model: the CSR kernel is predicted faster",
+                            family, precision, "none", stats, predicted_all, order_build)
+    order, _ = _order(entry, best)
+    restricted = _restricted(blocks, chosen)
+    transposed = block_sparse.transpose_block_format(restricted, num_rows, order)
+    path = "block" if n_chosen == blocks.stats["windows"] else "hybrid"
+    csr_items = None if path == "block" else _csr_items(blocks, chosen, items, num_rows)
+    why = f"{PATH_ENV}={setting}" if setting != "auto" else \
+        f"cost model: {n_chosen} of {blocks.stats['windows']} windows predicted faster on Tensor Cores"
+    decision = PathDecision(path, why, family, precision, best, stats, predicted_all, order_build,
+                            blocks=restricted, transposed=transposed, csr_items=csr_items)
+    if best != "none" and forward_fn is not None and forced is None:
+        decision.measured_forward_ms = _measure_order_gain(entry, decision, forward_fn, layout, items, precision,
+                                                           scale, mode)
+    return decision
+
+
+def _format_bytes(blocks: block_sparse.BlockFormat) -> int:
+    return int(sum(t.numel() * t.element_size() for t in blocks[:7]))
+
+
+def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items, precision, scale, mode) -> dict:
+    """Forward time with the chosen order and without (median of 3 after one warm-up), once."""
+    rowptr = entry.tensors[0]
+    blocks = _format(entry, "none")
+    chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode)
+    plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=_restricted(blocks, chosen),
+                         csr_items=_csr_items(blocks, chosen, items, rowptr.numel() - 1))
+    out = {}
+    for name, candidate in (("none", plain), (decision.order, decision)):
+        times = []
+        for i in range(4):
+            _sync(rowptr.device)
+            start = time.perf_counter()
+            forward_fn(candidate)
+            _sync(rowptr.device)
+            if i:
+                times.append((time.perf_counter() - start) * 1e3)
+        out[name] = sorted(times)[1]
+    return out
+
+
+def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col: Tensor, perm: Tensor,
+                score_key: str, message_key: str, eps: float, max_edges: int) -> tuple:
+    """``(out, lse)`` of a ``block`` or ``hybrid`` decision: the block kernel over its windows, the CSR
+    kernel over the rest (disjoint rows, so the two results add)."""
+    from gnn_inductor.kernels import attention_triton
+
+    out, lse = block_sparse.dot_forward(args, roles, perm, score_key, message_key, decision.blocks,
+                                        rowptr.numel() - 1, eps, decision.precision == "tf32")
+    if decision.csr_items is not None and decision.csr_items[0].numel():
+        csr_out, csr_lse = attention_triton.forward(layout, rowptr, col, perm, eps, decision.csr_items, max_edges)
+        out += csr_out
+        lse += csr_lse
+    return out, lse
+
+
+def run_backward(decision: PathDecision, layout, grad_out: Tensor, out: Tensor, lse: Tensor, args, roles,
+                 rowptr: Tensor, col: Tensor, perm: Tensor, score_key: str, message_key: str, needs_grad,
+                 max_edges: int):
+    """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed), or None
+    when the block kernel cannot give one (an attention weight needs a gradient): the caller then runs the
+    reference backward."""
+    from gnn_inductor.kernels import attention_triton
+
+    if any(needs_grad[i] for i in layout.form.weights):
+        return None
+    grads = block_sparse.dot_backward(grad_out, out, lse, args, roles, perm, score_key, message_key,
+                                      decision.blocks, decision.transposed, needs_grad,
+                                      decision.precision == "tf32")
+    if decision.csr_items is not None and decision.csr_items[0].numel():
+        csr = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad,
+                                        decision.csr_items, max_edges)
+        grads = [a if b is None else (b if a is None else a + b) for a, b in zip(grads, csr)]
+    return grads
+
+
+def kernel_name() -> str:
+    return ("path per graph at the first call (cost model, kernels/attention_paths.py): fused CSR, "
+            "block-sparse Tensor-Core for the dot family in TF32/half, or a hybrid by row window")

@@ -1,0 +1,229 @@
+"""The attention path choice (kernels/attention_paths.py): the cost model and decisions on CPU, and the
+block / hybrid paths through ``gnn_io::attention_forward`` (forward and every gradient) against the float64
+reference, on CUDA or under Triton's interpreter (forced paths)."""
+import os
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention_paths, attention_triton, block_sparse
+from gnn_inductor.kernels.attention import attention_reference
+
+from gnn_inductor.testing import TOLERANCES
+from tests.kernels.interpreter import rerun_under_interpreter
+from tests.kernels.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, graph
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+aten = torch.ops.aten
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_paths_under_interpreter")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    attention_paths.clear()
+    for var in (attention_paths.PATH_ENV, attention_paths.CALLS_ENV, "GNN_IO_REORDER"):
+        monkeypatch.delenv(var, raising=False)
+    yield
+    attention_paths.clear()
+
+
+def community_graph(num_nodes=256, community=16, seed=0):
+    """Dense communities hidden by a random node order, plus a few edges between them."""
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.arange(num_nodes // community).repeat_interleave(community * 8) * community
+    a = base + torch.randint(0, community, base.shape, generator=generator)
+    b = base + torch.randint(0, community, base.shape, generator=generator)
+    a = torch.cat([a, torch.randint(0, num_nodes, (num_nodes // 4,), generator=generator)])
+    b = torch.cat([b, torch.randint(0, num_nodes, (num_nodes // 4,), generator=generator)])
+    scramble = torch.randperm(num_nodes, generator=generator)
+    keys = torch.unique(torch.cat([scramble[a] * num_nodes + scramble[b], scramble[b] * num_nodes + scramble[a]]))
+    return keys % num_nodes, keys // num_nodes  # src, dst
+
+
+def setup(src, dst, num_nodes, dtype=torch.float32, dropout=False):
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    args, roles, score, message = dot_inputs(num_nodes, src.numel(), dropout, dtype)
+    layout = attention_triton.prepare(args, roles, plan[3], score, message)
+    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], 256))
+    return plan, args, roles, score, message, layout, items
+
+
+# ---- the cost model and decisions (CPU, no kernel) ----
+
+def test_window_costs_follow_the_calibration():
+    src, dst = graph(40, 120, seed=1, hub_degree=30)
+    plan, *_ = setup(src, dst, 40)
+    blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
+    csr, block, edges, tiles = attention_paths.window_costs(blocks, plan[0], "half", 1.0)
+    k = attention_paths.CALIBRATION["half"]
+    rows = (blocks.window_rows >= 0).sum(1)
+    assert int(edges.sum()) == src.numel() and int(tiles.sum()) == blocks.stats["tiles"]
+    torch.testing.assert_close(csr, (k["csr_per_edge"] * edges + k["csr_per_row"] * rows) * 1e-6)
+    torch.testing.assert_close(block, (k["block_per_tile"] * tiles + k["block_per_row"] * rows) * 1e-6)
+
+
+def test_precision_classes():
+    assert attention_paths.precision_of(torch.bfloat16) == "half"
+    assert attention_paths.precision_of(torch.float16) == "half"
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert attention_paths.precision_of(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert attention_paths.precision_of(torch.float32) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_fp32_without_tf32_stays_on_csr(monkeypatch):
+    monkeypatch.setattr(attention_paths, "precision_of", lambda dtype: "ieee")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
+    assert decision.path == "csr" and "TF32" in decision.reason
+
+
+def test_other_families_stay_on_csr():
+    def gat_score(a0, a1, a2):
+        return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
+
+    def gat_message(alpha, a0, a1, a2):
+        return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+    src, dst = graph(20, 30)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, 20, 20)
+    args = [torch.randn(20, HEADS, CHANNELS), torch.randn(20, HEADS), torch.randn(20, HEADS)]
+    roles = [0, 0, 1]  # src, src, dst
+    layout = attention_triton.prepare(args, roles, plan[3], _fn(gat_score), _fn(gat_message))
+    assert layout.form.family == "gat"
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16)
+    assert decision.path == "csr" and "gat family" in decision.reason
+
+
+def test_dense_communities_go_to_tensor_cores_after_reordering(monkeypatch):
+    # hidden communities: the identity order fills tiles poorly; an order that brings communities together
+    # cuts the tiles, and with many expected calls the policy applies it (the cost model then picks block)
+    monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert decision.path in ("block", "hybrid"), decision.as_dict()
+    assert decision.order != "none", decision.as_dict()
+    tiles = {name: value for name, value in decision.predicted_ms.items() if name.startswith("hybrid[")}
+    assert tiles[f"hybrid[{decision.order}]"] < tiles["hybrid[none]"]
+    assert decision.stats["block_windows"] > 0 and decision.stats["format_bytes"] > 0
+    # cached per plan: the same object again, and listed once in the report's decisions
+    again = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert again is decision and len(attention_paths.decisions()) == 1
+    assert attention_paths.decisions()[0]["order"] == decision.order
+
+
+def test_one_call_never_pays_for_an_order(monkeypatch):
+    monkeypatch.setenv(attention_paths.CALLS_ENV, "1")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert decision.order == "none"
+
+
+def test_forced_paths_and_orders(monkeypatch):
+    src, dst = graph(40, 120, seed=1, hub_degree=30, duplicates=2)
+    plan, args, roles, score, message, layout, items = setup(src, dst, 40)
+    monkeypatch.setenv(attention_paths.PATH_ENV, "csr")
+    assert attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16).path == "csr"
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    monkeypatch.setenv("GNN_IO_REORDER", "degree")
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
+    # windows with a duplicate pair go to CSR even when block is forced: the path is a hybrid then
+    assert decision.path == "hybrid" and decision.order == "degree"
+    assert not bool(decision.blocks.dense_ok.all()) and decision.csr_items[0].numel() > 0
+    monkeypatch.setenv(attention_paths.PATH_ENV, "sometimes")
+    with pytest.raises(ValueError, match="GNN_IO_ATTENTION_PATH"):
+        attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
+
+
+def test_hub_windows_stay_on_csr(monkeypatch):
+    monkeypatch.setattr(attention_paths, "MAX_WINDOW_TILES", 1)
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    src, dst = graph(40, 60, seed=1, hub_degree=30)
+    plan, args, roles, score, message, layout, items = setup(src, dst, 40)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
+    blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
+    tiles = blocks.tile_ptr[1:] - blocks.tile_ptr[:-1]
+    assert torch.equal(decision.blocks.dense_ok, blocks.dense_ok & (tiles == 1))
+    # the CSR items hold exactly the rows of the other windows
+    on_csr = set(decision.csr_items[0].tolist())
+    for w in range(blocks.window_rows.shape[0]):
+        rows = [r for r in blocks.window_rows[w].tolist() if r >= 0 and plan[0][r + 1] > plan[0][r]]
+        assert all((r in on_csr) != bool(decision.blocks.dense_ok[w]) for r in rows), w
+
+
+# ---- the kernels through the op (CUDA, or the interpreter on CPU) ----
+
+@runs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("path", ["block", "hybrid", "hub"])
+def test_paths_match_reference(path, dtype, monkeypatch):
+    # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
+    # and the gradient of every input against the float64 reference on the whole graph
+    monkeypatch.setenv(attention_paths.PATH_ENV, "hybrid" if path == "hybrid" else "block")
+    monkeypatch.setitem(attention_paths.CALIBRATION, "ieee", {"csr_per_edge": 2.0, "csr_per_row": 1.0,
+                                                              "block_per_tile": 20.0, "block_per_row": 1.0})
+    num_nodes = 48
+    src, dst = graph(num_nodes, 80 if path == "hub" else 260, seed=6, hub_degree=40, duplicates=2)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    rowptr, col, row, perm = plan[:4]
+    if path == "hub":  # the window of the most tiles (the hub's) goes to CSR
+        tiles = block_sparse.build_block_format(rowptr, col, perm, num_nodes).tile_ptr.diff()
+        assert int(tiles.max()) > int(tiles.min())
+        monkeypatch.setattr(attention_paths, "MAX_WINDOW_TILES", int(tiles.max()) - 1)
+    args, roles, score, message = dot_inputs(num_nodes, src.numel(), False, dtype, seed=2)
+    grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(3)).to(dtype)
+    items = list(torch.ops.gnn_io.work_items(rowptr.to(DEVICE), col.to(DEVICE), 256))
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
+                                             perm.to(DEVICE), score, message, EPS, items, 256)[0]
+    out.backward(grad_out.to(DEVICE))
+    (decision,) = attention_paths._DECISIONS
+    assert decision.path == "hybrid", decision.as_dict()  # duplicates (and the hub) leave windows to CSR
+    assert 0 < decision.stats["block_windows"] < decision.stats["windows"]
+
+    wide = [a.double().requires_grad_() for a in args]
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    ref.backward(grad_out.double())
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(), rtol=4 * rtol,
+                               atol=4 * atol * max(1.0, float(ref.abs().max())))
+    for name, leaf, expected in zip(["value", "query", "key"], leaves, wide):
+        assert not torch.isnan(leaf.grad).any()
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
+                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+                                   msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
+@runs_kernel
+def test_dropout_weight_gradient_falls_back(monkeypatch):
+    # a keep-mask weight that needs a gradient: the block backward cannot give it, the reference runs
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    num_nodes = 32
+    src, dst = graph(num_nodes, 90, seed=2)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    rowptr, col, row, perm = plan[:4]
+    args, roles, score, message = dot_inputs(num_nodes, src.numel(), True, torch.float32)
+    args[3] = args[3].float()
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
+                                             perm.to(DEVICE), score, message, EPS, [], 0)[0]
+    out.sum().backward()
+    wide = [a.double().requires_grad_() for a in args]
+    attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS).sum().backward()
+    for leaf, expected in zip(leaves, wide):
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
+def test_paths_under_interpreter():
+    rerun_under_interpreter(__file__, select="paths_match or falls_back")
