@@ -1,0 +1,279 @@
+"""The block-sparse GAT and GATv2 kernels (kernels/block_sparse_gat.py) against the float64 CPU reference of
+gnn_io::attention: output, lse and every gradient.
+
+The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
+(``test_kernels_under_interpreter``; tests/kernels/test_spmm_triton.py says why a subprocess).
+"""
+import os
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention_triton, block_sparse_gat
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.attention import _reference_with_lse
+from gnn_inductor.kernels.block_sparse import BlockFormat, transpose_block_format
+from gnn_inductor.kernels.block_sparse_gat import (
+    BlockSparseGatAttention,
+    gat_backward,
+    gat_form_reason,
+    gat_forward,
+)
+
+from gnn_inductor import edge_functions
+from gnn_inductor.testing import TOLERANCES
+from tests.kernels.interpreter import rerun_under_interpreter
+from tests.kernels.test_block_sparse import dense_rows_of, graph, plan_and_blocks
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+NUM_NODES, HEADS, CHANNELS = 40, 2, 4
+EPS = 1e-16
+aten = torch.ops.aten
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_kernels_under_interpreter")
+
+
+def _fn(f):
+    return edge_functions.register(torch.fx.symbolic_trace(f))
+
+
+# GATConv / GATv2Conv edge functions as the backend cuts them (tests/kernels/test_attention_triton.py)
+def _gat_score(a0, a1, a2):
+    return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
+
+
+def _gat_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _gat_score_edge(a0, a1, a2, a3):
+    return aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a2), a3), 0.2)
+
+
+def _gat_message_edge(alpha, a0, a1, a2, a3):
+    return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _gat_dropout_score(a0, a1, a2, a3):
+    return aten.leaky_relu.default(aten.add.Tensor(a2, a3), 0.2)
+
+
+def _gat_dropout_message(alpha, a0, a1, a2, a3):
+    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a1), 2.0)
+    return aten.mul.Tensor(aten.unsqueeze.default(scaled, -1), a0)
+
+
+def _gat_two_src_score(a0, a1, a2, a3):
+    # two source-row terms (summed before the launch), another slope and a score scale
+    return aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a2), a3), 0.1), 0.5)
+
+
+def _gatv2_score(a0, a1, a2):
+    return aten.sum.dim_IntList(aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(a1, a0), 0.2), a2), [-1])
+
+
+def _gatv2_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(a0, aten.unsqueeze.default(alpha, -1))
+
+
+def _gatv2_score_edge(a0, a1, a2, a3):
+    inner = aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a0), a2), 0.2)
+    return aten.sum.dim_IntList(aten.mul.Tensor(inner, a3), [-1])
+
+
+def _gatv2_message_edge(alpha, a0, a1, a2, a3):
+    return aten.mul.Tensor(a0, aten.unsqueeze.default(alpha, -1))
+
+
+def _gatv2_dropout_score(a0, a1, a2, a3):
+    return aten.sum.dim_IntList(aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(a1, a0), 0.2), a2), [-1])
+
+
+def _gatv2_dropout_message(alpha, a0, a1, a2, a3):
+    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a3), 2.0)
+    return aten.mul.Tensor(a0, aten.unsqueeze.default(scaled, -1))
+
+
+V, P, ATT, MASK = "vector", "per-head", "att", "mask"
+# name: (score, message, family, [(role, kind)] of the arguments)
+CASES = {
+    "gat": (_gat_score, _gat_message, "gat", [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P)]),
+    "gat_edge": (_gat_score_edge, _gat_message_edge, "gat",
+                 [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P), (ROLE_EDGE, P)]),
+    "gat_dropout": (_gat_dropout_score, _gat_dropout_message, "gat",
+                    [(ROLE_SRC, V), (ROLE_EDGE, MASK), (ROLE_SRC, P), (ROLE_DST, P)]),
+    "gat_two_src": (_gat_two_src_score, _gat_message_edge, "gat",
+                    [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P), (ROLE_SRC, P)]),
+    "gatv2": (_gatv2_score, _gatv2_message, "gatv2", [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_DENSE, ATT)]),
+    "gatv2_edge": (_gatv2_score_edge, _gatv2_message_edge, "gatv2",
+                   [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_EDGE, V), (ROLE_DENSE, ATT)]),
+    "gatv2_dropout": (_gatv2_dropout_score, _gatv2_dropout_message, "gatv2",
+                      [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_DENSE, ATT), (ROLE_EDGE, MASK)]),
+}
+
+
+def make_args(kinds, num_edges, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    args = []
+    for role, kind in kinds:
+        rows = num_edges if role == ROLE_EDGE else NUM_NODES
+        if kind == V:
+            args.append(torch.randn(rows, HEADS, CHANNELS, generator=generator))
+        elif kind == P:
+            args.append(torch.randn(rows, HEADS, generator=generator))
+        elif kind == ATT:
+            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
+        else:
+            args.append(torch.rand(rows, HEADS, generator=generator) > 0.3)
+    return [a.to(dtype) if a.is_floating_point() else a for a in args]
+
+
+def case_inputs(name, graph_case, dtype, seed=0):
+    """(plan, blocks, transposed, args, roles, score key, message key) of a family case on a graph case."""
+    score_fn, message_fn, _, kinds = CASES[name]
+    src, dst = graph(NUM_NODES, 100, seed=seed + 2, hub_degree=30 if graph_case == "hub" else 0,
+                     duplicates=1 if graph_case == "duplicates" else 0)
+    order = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(seed + 1)) \
+        if graph_case == "order" else None
+    plan, blocks = plan_and_blocks(src, dst, NUM_NODES, order)
+    transposed = transpose_block_format(blocks, NUM_NODES, order)
+    args = make_args(kinds, src.numel(), dtype, seed=seed + 3)
+    return plan, blocks, transposed, args, [role for role, _ in kinds], _fn(score_fn), _fn(message_fn)
+
+
+def on_device(blocks):
+    return BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in blocks])
+
+
+def assert_close(actual, expected, dtype, name):
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(actual.cpu().double(), expected.double(), rtol=4 * rtol,
+                               atol=4 * atol * max(1.0, float(expected.abs().max())),
+                               msg=lambda m: f"{name}: {m}")
+
+
+# ---- the kernels (CUDA, or the interpreter on CPU) ----
+
+@runs_kernel
+@pytest.mark.parametrize("dtype", [
+    torch.float32, torch.float16,
+    # Triton 3.6's interpreter returns garbage for a bf16 tl.dot (fp16 is right): bf16 is checked on CUDA only
+    pytest.param(torch.bfloat16, marks=pytest.mark.skipif(INTERPRETED, reason="interpreter's bf16 tl.dot"))],
+    ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("graph_case", ["hub", "duplicates", "order"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_gat_matches_reference(name, graph_case, dtype):
+    # out and lse of the dense windows' rows (others 0), and every gradient against autograd through the float64
+    # reference whose output gradient is zero on rows of windows that are not dense_ok (the CSR path's edges)
+    plan, blocks, transposed, args, roles, score, message = case_inputs(name, graph_case, dtype)
+    rowptr, col, row, perm = plan[:4]
+    grad_out = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(dtype)
+
+    leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
+    out, lse = BlockSparseGatAttention.apply(on_device(blocks), on_device(transposed), perm.to(DEVICE), roles,
+                                             score, message, NUM_NODES, EPS, False, *leaves)
+    out.backward(grad_out.to(DEVICE))
+
+    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
+    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    dense = dense_rows_of(blocks, NUM_NODES)
+    ref.backward(grad_out.double() * dense[:, None, None])
+
+    assert dense.any()
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert_close(out.detach()[dense.to(DEVICE)], ref.detach().to(dtype)[dense], dtype, "output")
+    assert_close(lse[dense.to(DEVICE)], ref_lse[dense], dtype, "lse")
+    assert not out.detach().cpu()[~dense].any() and not lse.cpu()[~dense].any(), "rows left to the CSR kernel"
+    isolated = (rowptr[1:] - rowptr[:-1]) == 0
+    assert isolated.any() and not out.detach().cpu()[isolated].any() and not lse.cpu()[isolated].any()
+    if graph_case == "duplicates":
+        assert not dense.all()
+    if graph_case == "hub":  # a row window and a source window spanning several tiles
+        assert int((blocks.tile_ptr[1:] - blocks.tile_ptr[:-1]).max()) > 1
+        assert int((transposed.tile_ptr[1:] - transposed.tile_ptr[:-1]).max()) > 1
+
+    for i, (leaf, expected, role) in enumerate(zip(leaves, wide, roles)):
+        if not expected.is_floating_point():
+            assert leaf.grad is None
+            continue
+        assert leaf.grad is not None and leaf.grad.dtype == dtype, f"grad of argument {i}"
+        assert_close(leaf.grad, expected.grad, dtype, f"grad of argument {i} (role {role})")
+        assert expected.grad.abs().max() > 0.05, f"grad of argument {i} is not exercised"
+        if role == ROLE_DST and graph_case == "duplicates":
+            assert not leaf.grad.cpu()[~dense].any(), "destination rows left to the CSR backward"
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge"])
+def test_gat_backward_only_what_is_needed(name):
+    # needs_grad picks the gradients; a weight's gradient is refused with the way out
+    plan, blocks, transposed, args, roles, score, message = case_inputs(name, "hub", torch.float32)
+    blocks, transposed = on_device(blocks), on_device(transposed)
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS)
+    grad_out = torch.ones_like(out)
+    for picked in range(len(args)):
+        needs = [i == picked for i in range(len(args))]
+        grads = gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed, needs)
+        assert all((g is not None) == need for g, need in zip(grads, needs))
+        assert grads[picked].shape == args[picked].shape and grads[picked].abs().max() > 0
+    score_fn, message_fn, _, kinds = CASES["gat_dropout"]
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), torch.float32)]
+    score, message = _fn(score_fn), _fn(message_fn)
+    out, lse = gat_forward(args, [r for r, _ in kinds], perm, score, message, blocks, NUM_NODES, EPS)
+    weighted = [args[0], args[1].float(), *args[2:]]
+    with pytest.raises(ValueError, match="gradient of an attention weight"):
+        gat_backward(torch.ones_like(out), out, lse, weighted, [r for r, _ in kinds], perm, score, message, blocks,
+                     transposed, [True] * 4)
+
+
+# ---- recognition and refusals (every machine) ----
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cases_are_gat_families(name):
+    score_fn, message_fn, family, kinds = CASES[name]
+    roles = [role for role, _ in kinds]
+    form = attention_triton.recognise(_fn(score_fn), _fn(message_fn), roles)
+    assert not isinstance(form, str), form
+    assert form.family == family
+    layout = attention_triton.prepare(make_args(kinds, 7, torch.float32), roles, torch.arange(7), _fn(score_fn),
+                                      _fn(message_fn))
+    assert gat_form_reason(layout) is None
+
+
+def test_unsupported_forms_are_refused():
+    src, dst = graph(20, 30)
+    plan, blocks = plan_and_blocks(src, dst, 20)
+    perm = plan[3]
+    # an edge-role value term: per cell, not a TILE x C operand of P V
+    message = _fn(lambda alpha, a0, a1, a2, a3: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1),
+                                                                aten.add.Tensor(a0, a3)))
+    args = [torch.randn(20, HEADS, CHANNELS), torch.randn(20, HEADS), torch.randn(20, HEADS),
+            torch.randn(src.numel(), HEADS, CHANNELS)]
+    roles = [ROLE_SRC, ROLE_SRC, ROLE_DST, ROLE_EDGE]
+    score = _fn(lambda a0, a1, a2, a3: aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2))
+    with pytest.raises(ValueError, match="value term is not a source-row input"):
+        gat_forward(args, roles, perm, score, message, blocks, 20, EPS)
+    # the dot-product family is block_sparse.py's
+    dot_score = _fn(lambda a0, a1, a2: aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0))
+    dot_message = _fn(lambda alpha, a0, a1, a2: aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1])))
+    args = [torch.randn(20, HEADS, CHANNELS) for _ in range(3)]
+    with pytest.raises(ValueError, match="dot family"):
+        gat_forward(args, [ROLE_SRC, ROLE_DST, ROLE_SRC], perm, dot_score, dot_message, blocks, 20, EPS)
+
+
+# ---- the interpreter run ----
+
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+def test_kernel_is_interpreted():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert isinstance(block_sparse_gat._gat_forward_kernel, InterpretedFunction), \
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.block_sparse_gat is imported"
+
+
+@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
+def test_kernels_under_interpreter():
+    rerun_under_interpreter(__file__, select="matches_reference or only_what_is_needed or interpreted")
