@@ -8,9 +8,10 @@ Parts:
 - ``build``: block-format build (and transposed build) time on the device per graph, tile statistics.
 - ``spmm``: fp32 ``A X`` (128 features) with cuSPARSE, and with the Triton SpMM whose work items run in
   each candidate node order (the order lives in the item arrays: the output stays in the original order).
-- ``attention``: the TransformerConv dot-product attention (4 heads x 32 channels), forward+backward of
-  the CSR kernel (fp32, bf16) and of the block-sparse kernel (fp32 IEEE, TF32, bf16), rows windowed in
-  each candidate order; max relative error of each against the CSR fp32 result.
+- ``attention``: the GATConv, GATv2Conv and TransformerConv attentions (4 heads x 32 channels) through
+  ``gnn_io::attention_forward``, forward+backward, with the path forced: CSR (fp32, bf16), block
+  (TF32, bf16) in each candidate order, and the chooser's own pick (``auto``); max relative error of each
+  (output and every gradient) against the CSR fp32 result, and the decision's predicted times.
 
 Every row of the table is printed as JSON too (``{"probe": ...}``) for the calibration in ``gnn_inductor/cost.py``.
 """
@@ -26,8 +27,8 @@ import torch
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from benchmarks.harness import graph_suite, median_ms
 from gnn_inductor import edge_functions, reorder
-from gnn_inductor.kernels import block_sparse, spmm_triton
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels import attention_paths, block_sparse, spmm_triton
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_SRC
 
 HEADS, CHANNELS, FEATURES = 4, 32, 128
 PARTITION_MAX_EDGES = 8_000_000
@@ -114,67 +115,104 @@ def part_spmm(graph, plan, device, order_names):
 
 
 def _rel_err(a, b):
-    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-30))
+    return float((a.detach().float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-30))
 
 
-def part_attention(graph, plan, device, order_names):
+def _gat_score(a0, a1, a2):
+    return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
+
+
+def _gat_message(alpha, a0, a1, a2):
+    return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _gatv2_score(a0, a1, a2):
+    return aten.sum.dim_IntList(aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(a1, a0), 0.2), a2), [-1])
+
+
+def family_inputs(family, num_nodes, device, generator):
+    """(score key, message key, roles, float32 inputs) of a GATConv / GATv2Conv / TransformerConv attention."""
+    def vec(rows=num_nodes):
+        return torch.randn(rows, HEADS, CHANNELS, device=device, generator=generator)
+    if family == "dot":
+        return edge_fn(_dot_score), edge_fn(_dot_message), [ROLE_SRC, ROLE_DST, ROLE_SRC], [vec(), vec(), vec()]
+    if family == "gat":
+        scalars = [torch.randn(num_nodes, HEADS, device=device, generator=generator) for _ in range(2)]
+        return edge_fn(_gat_score), edge_fn(_gat_message), [ROLE_SRC, ROLE_SRC, ROLE_DST], [vec(), *scalars]
+    return (edge_fn(_gatv2_score), edge_fn(_gat_message), [ROLE_SRC, ROLE_DST, ROLE_DENSE],
+            [vec(), vec(), vec(1) * 0.2])
+
+
+def reset_decisions():
+    """Forget the path decisions (the orders and block formats of each plan stay cached)."""
+    for entry in attention_paths._PLANS.values():
+        entry.decisions.clear()
+    attention_paths._DECISIONS.clear()
+
+
+def part_attention(graph, plan, device, order_names, families):
     rowptr, col, row, perm = plan[:4]
-    score, message = edge_fn(_dot_score), edge_fn(_dot_message)
-    roles = [ROLE_SRC, ROLE_DST, ROLE_SRC]  # value, query, key
-    generator = torch.Generator(device=device).manual_seed(0)
-    base = [torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator) for _ in range(3)]
-    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    generator = torch.Generator(device=device).manual_seed(0)
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
+    orders_here = [n for n in order_names if n in reorder.available_candidates()
+                   and not (n == "partition" and graph.num_edges > PARTITION_MAX_EDGES)]
+    for family in families:
+        score, message, roles, base = family_inputs(family, graph.num_nodes, device, generator)
 
-    def run_csr(args):
-        out = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16,
-                                                 items, 256)[0]
-        out.backward(grad.to(out.dtype))
-        return out
+        def run(args):
+            out = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16,
+                                                     items, 256)[0]
+            out.backward(grad.to(out.dtype))
+            return out
 
-    def leaves(dtype):
-        return [b.detach().to(dtype).requires_grad_() for b in base]
+        def leaves(dtype):
+            return [b.detach().to(dtype).requires_grad_() for b in base]
 
-    args = leaves(torch.float32)
-    ref = run_csr(args)
-    ref_grads = [a.grad for a in args]
+        os.environ["GNN_IO_ATTENTION_PATH"] = "csr"
+        args = leaves(torch.float32)
+        ref = run(args)
+        ref_grads = [a.grad for a in args]
+        configs = [("csr", "fp32", "off"), ("csr", "bf16", "off")]
+        configs += [("block", p, o) for p in ("tf32", "bf16") for o in orders_here]
+        configs += [("auto", "tf32", "auto"), ("auto", "bf16", "auto")]
+        for path, precision, order in configs:
+            os.environ["GNN_IO_ATTENTION_PATH"] = path
+            os.environ["GNN_IO_REORDER"] = order
+            torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+            reset_decisions()
+            try:
+                args = leaves(torch.bfloat16 if precision == "bf16" else torch.float32)
+                out = run(args)
+                errs = [_rel_err(out, ref)] + [_rel_err(a.grad, g) for a, g in zip(args, ref_grads)]
+                decision = attention_paths._DECISIONS[-1].as_dict() if attention_paths._DECISIONS else {}
 
-    def record(kernel, dtype_name, fn, args, order="none", extra=None):
-        out = fn(args)
-        errs = [_rel_err(out, ref)] + [_rel_err(a.grad, g) for a, g in zip(args, ref_grads)]
-        nan = bool(torch.isnan(out).any())
-
-        def step():
-            for a in args:
-                a.grad = None
-            fn(args)
-        ms = median_ms(step, reps=10)
-        emit(part="attention", graph=graph.name, edges=graph.num_edges, kernel=kernel, dtype=dtype_name, order=order,
-             ms=round(ms, 3), max_rel_err=max(errs), nan=nan, **(extra or {}))
-
-    record("csr", "fp32", run_csr, leaves(torch.float32))
-    record("csr", "bf16", run_csr, leaves(torch.bfloat16))
-    for name, (order, seconds) in orders(plan, order_names, device).items():
-        blocks, build_ms = sync_ms(lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes, order))
-        transposed, t_ms = sync_ms(lambda: block_sparse.transpose_block_format(blocks, graph.num_nodes, order))
-        extra = {"order_s": round(seconds, 2), "build_ms": round(build_ms + t_ms, 1), **blocks.stats}
-        for dtype_name, dtype, tf32 in (("fp32-ieee", torch.float32, False), ("tf32", torch.float32, True),
-                                        ("bf16", torch.bfloat16, False)):
-            def run_block(args, tf32=tf32, blocks=blocks, transposed=transposed):
-                out, _ = block_sparse.BlockSparseDotAttention.apply(blocks, transposed, perm, roles, score, message,
-                                                                    graph.num_nodes, 1e-16, tf32, *args)
-                out.backward(grad.to(out.dtype))
-                return out
-            record("block", dtype_name, run_block, leaves(dtype), name, extra)
+                def step(args=args):
+                    for a in args:
+                        a.grad = None
+                    run(args)
+                ms = median_ms(step, reps=10)
+                emit(part="attention", graph=graph.name, edges=graph.num_edges, family=family, kernel=path,
+                     dtype=precision, order=decision.get("order", order), ms=round(ms, 3), max_rel_err=max(errs),
+                     nan=bool(torch.isnan(out).any()), chosen=decision.get("path", "csr"),
+                     predicted=decision.get("predicted_ms"), stats=decision.get("stats"),
+                     order_build_ms=decision.get("order_build_ms"), measured=decision.get("measured_forward_ms"))
+            except Exception as exc:  # noqa: BLE001  (a failing variant is a row)
+                emit(part="attention", graph=graph.name, family=family, kernel=path, dtype=precision, order=order,
+                     error=f"{type(exc).__name__}: {exc}"[:300])
+        for var in ("GNN_IO_ATTENTION_PATH", "GNN_IO_REORDER"):
+            os.environ.pop(var, None)
+        torch.set_float32_matmul_precision("highest")
 
 
 def table(rows) -> str:
-    lines = ["| part | graph | kernel | dtype | order | ms | err | notes |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| part | graph | family | kernel | dtype | order | ms | err | notes |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = {k: v for k, v in r.items() if k not in ("part", "graph", "kernel", "dtype", "order", "ms",
-                                                         "max_rel_err", "rel_err")}
+                                                         "max_rel_err", "rel_err", "family", "stats", "edges")}
         err = r.get("max_rel_err", r.get("rel_err", ""))
-        lines.append(f"| {r['part']} | {r['graph']} | {r.get('kernel', '')} | {r.get('dtype', '')} | "
+        lines.append(f"| {r['part']} | {r['graph']} | {r.get('family', '')} | {r.get('kernel', '')} | {r.get('dtype', '')} | "
                      f"{r.get('order', '')} | {r.get('ms', '')} | {err if err == '' else f'{err:.1e}'} | "
                      f"{json.dumps(notes)} |")
     return "\n".join(lines)
@@ -187,8 +225,9 @@ def main():
                                             "SNAP-facebook_combined,rmat-arxiv,rmat-large")
     parser.add_argument("--spmm-graphs", default="rmat-large,rmat-arxiv,sbm-dense")
     parser.add_argument("--attention-graphs", default="sbm-dense,batch-random,tu-batch,MUSAE-wikipedia-squirrel,"
-                                                      "SNAP-facebook_combined,rmat-arxiv")
-    parser.add_argument("--orders", default="none,degree,rcm,partition")
+                                                      "SNAP-facebook_combined,rmat-arxiv,rmat-large")
+    parser.add_argument("--orders", default="none,rcm,partition")
+    parser.add_argument("--families", default="dot,gat,gatv2")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -205,7 +244,7 @@ def main():
             if "spmm" in parts and name in args.spmm_graphs.split(","):
                 part_spmm(graph, plan, device, order_names)
             if "attention" in parts and name in args.attention_graphs.split(","):
-                part_attention(graph, plan, device, order_names)
+                part_attention(graph, plan, device, order_names, args.families.split(","))
         except Exception as exc:  # noqa: BLE001  (one graph's failure is its row; the rest still runs)
             emit(part="error", graph=name, error=f"{type(exc).__name__}: {exc}"[:300])
         torch.cuda.empty_cache()

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from gnn_inductor.kernels import block_sparse
+from gnn_inductor.kernels import block_sparse, block_sparse_gat
 from gnn_inductor.kernels.spmm_triton import PADDING
 
 PATH_ENV = "GNN_IO_ATTENTION_PATH"
@@ -66,11 +66,14 @@ MAX_PLANS = 8
 # 4.6 ms bf16) and checked on 20,000 batched graphs (1M nodes, 16.3M edges, 283k tiles: predicted 13.1 /
 # 12.0 ms, measured 12.0 / 10.5 ms); the CSR ones from the same two graphs (15.5 and 37.6 ms fp32, 17.4 and
 # 45.7 ms bf16).
-CALIBRATION = {
+_DOT = {
     "tf32": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 26.6, "block_per_row": 5.6},
     "half": {"csr_per_edge": 2.80, "csr_per_row": 1.56, "block_per_tile": 17.4, "block_per_row": 7.1},
     "ieee": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 90.0, "block_per_row": 5.6},
 }
+# GAT / GATv2: PROVISIONAL (the dot family's constants) until the probe measures them.
+CALIBRATION = {"dot": _DOT, "gat": {k: dict(v) for k, v in _DOT.items()},
+               "gatv2": {k: dict(v) for k, v in _DOT.items()}}
 # Seconds of CPU/GPU work to build an order, per edge (measured on the device's CPU: rcm 0.07-0.26 us
 # per edge on the block model and RMAT 2^20; METIS into parts of 64 nodes 1.5 us per edge on the block
 # model, 13-32 us on RMAT graphs): only the predicted cost decides whether the order is tried at all.
@@ -190,9 +193,10 @@ def _format(entry: _PlanEntry, name: str) -> block_sparse.BlockFormat:
     return entry.formats[name]
 
 
-def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: str, scale: float) -> tuple:
+def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: str, scale: float,
+                 family: str = "dot") -> tuple:
     """``(csr_ms [W], block_ms [W], edges [W], tiles [W])`` per row window (module docstring)."""
-    k = CALIBRATION[precision]
+    k = CALIBRATION[family][precision]
     rows = blocks.window_rows.long()
     valid = rows >= 0
     degree = (rowptr[1:] - rowptr[:-1]).long()
@@ -204,9 +208,9 @@ def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: st
     return csr, block, edges, tiles
 
 
-def _choose_windows(blocks, rowptr, precision, scale, path: str) -> tuple:
+def _choose_windows(blocks, rowptr, precision, scale, path: str, family: str) -> tuple:
     """``(chosen [W] bool, predicted {csr, block, hybrid} ms)`` for one block format."""
-    csr, block, _, tiles = window_costs(blocks, rowptr, precision, scale)
+    csr, block, _, tiles = window_costs(blocks, rowptr, precision, scale, family)
     eligible = blocks.dense_ok & (tiles <= MAX_WINDOW_TILES) & (tiles > 0)
     chosen = eligible if path == "block" else eligible & (block < csr)
     predicted = {"csr": float(csr.sum()), "block": float(torch.where(eligible, block, csr).sum()),
@@ -249,9 +253,10 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
 def _not_block(layout, precision: str, setting: str) -> str | None:
     if setting == "csr":
         return f"{PATH_ENV}=csr"
-    if layout.form.family != "dot":
-        return f"{layout.form.family} family: no block-sparse kernel for it yet"
-    reason = block_sparse.dot_form_reason(layout)
+    family = layout.form.family
+    if family not in CALIBRATION:
+        return f"{family} family: no block-sparse kernel for it"
+    reason = block_sparse.dot_form_reason(layout) if family == "dot" else block_sparse_gat.gat_form_reason(layout)
     if reason is not None:
         return reason
     if precision == "ieee" and setting == "auto":
@@ -281,14 +286,14 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
         names = ["none"]
     candidates = {}
     for name in names:
-        candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode)
+        candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family)
     if forced is None:
         base = candidates["none"][1][mode]
         calls = expected_calls()
         for name in AUTO_ORDERS[1:]:
             predicted_build_ms = ORDER_COST_US_PER_EDGE[name] * num_edges * 1e-3
             if predicted_build_ms < calls * base * 0.9:
-                candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode)
+                candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family)
         best = min(candidates, key=lambda n: candidates[n][1][mode] * calls + _order(entry, n)[1])
         if best != "none" and calls * (base - candidates[best][1][mode]) <= _order(entry, best)[1]:
             best = "none"
@@ -331,7 +336,7 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     """Forward time with the chosen order and without (median of 3 after one warm-up), once."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
-    chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode)
+    chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
     plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=_restricted(blocks, chosen),
                          csr_items=_csr_items(blocks, chosen, items, rowptr.numel() - 1))
     out = {}
@@ -354,8 +359,9 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
     kernel over the rest (disjoint rows, so the two results add)."""
     from gnn_inductor.kernels import attention_triton
 
-    out, lse = block_sparse.dot_forward(args, roles, perm, score_key, message_key, decision.blocks,
-                                        rowptr.numel() - 1, eps, decision.precision == "tf32")
+    forward = block_sparse.dot_forward if decision.family == "dot" else block_sparse_gat.gat_forward
+    out, lse = forward(args, roles, perm, score_key, message_key, decision.blocks, rowptr.numel() - 1, eps,
+                       decision.precision == "tf32")
     if decision.csr_items is not None and decision.csr_items[0].numel():
         csr_out, csr_lse = attention_triton.forward(layout, rowptr, col, perm, eps, decision.csr_items, max_edges)
         out += csr_out
@@ -373,9 +379,9 @@ def run_backward(decision: PathDecision, layout, grad_out: Tensor, out: Tensor, 
 
     if any(needs_grad[i] for i in layout.form.weights):
         return None
-    grads = block_sparse.dot_backward(grad_out, out, lse, args, roles, perm, score_key, message_key,
-                                      decision.blocks, decision.transposed, needs_grad,
-                                      decision.precision == "tf32")
+    backward = block_sparse.dot_backward if decision.family == "dot" else block_sparse_gat.gat_backward
+    grads = backward(grad_out, out, lse, args, roles, perm, score_key, message_key, decision.blocks,
+                     decision.transposed, needs_grad, decision.precision == "tf32")
     if decision.csr_items is not None and decision.csr_items[0].numel():
         csr = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad,
                                         decision.csr_items, max_edges)

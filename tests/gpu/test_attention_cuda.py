@@ -9,7 +9,7 @@ threshold (``attention_triton.MAX_EDGES``), isolated nodes, self loops and dupli
 """
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton
+from gnn_inductor.kernels import attention_paths, attention_triton
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention import attention_reference
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
@@ -26,6 +26,12 @@ FAMILY = {GATConv: "gat", GATv2Conv: "gatv2", TransformerConv: "dot"}
 @pytest.fixture(autouse=True)
 def strict_backend(monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
+
+
+def expected_kernel(layer) -> str:
+    """The report's kernel: the fused family, and for the dot family the per-graph path choice too."""
+    name = attention_triton.kernel_name(FAMILY[layer])
+    return f"{name}; {attention_paths.kernel_name()}" if FAMILY[layer] == "dot" else name
 
 
 def graph(seed=1):
@@ -47,15 +53,23 @@ LAYERS = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
 @pytest.mark.parametrize("layer, kwargs", LAYERS)
-def test_fused_layer_matches_eager(layer, kwargs, with_edge_attr, dtype):
+def test_fused_layer_matches_eager(layer, kwargs, with_edge_attr, dtype, monkeypatch):
     torch.manual_seed(0)
     x, edge_index, edge_attr = graph()
     edge_dim = EDGE_DIM if with_edge_attr else None
     model = layer(IN_CHANNELS, 32, edge_dim=edge_dim, dropout=0.0, **kwargs).to(CUDA, dtype).train()
     inputs = (x.to(dtype), edge_index) + ((edge_attr.to(dtype),) if with_edge_attr else ())
-    result = check_rewrites(model, *inputs, expect={"attention": 1, "near_miss": 0})
+    expect = {"attention": 1, "near_miss": 0}
+    if layer is GATConv and dtype == torch.bfloat16:
+        # Inductor's own compile of GATConv's bf16 backward crashes in Triton (a compile worker dies, on the
+        # H100 with torch 2.11): the backend's guard must catch it and run that graph op by op, correctly,
+        # with the reason in the report (the one near miss)
+        monkeypatch.delenv("GNN_IO_STRICT")
+        del expect["near_miss"]
+    result = check_rewrites(model, *inputs, expect=expect)
+    assert all(m.pattern == "inductor" for m in result.near_misses), result.near_misses
     kernels = [w["kernel"] for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "attention"]
-    assert kernels == [attention_triton.kernel_name(FAMILY[layer])], kernels
+    assert kernels == [expected_kernel(layer)], kernels
 
 
 @pytest.mark.parametrize("layer", [GATConv, TransformerConv], ids=["gat", "transformer"])
@@ -70,7 +84,7 @@ def test_attention_dropout_is_unbiased(layer):
         samples = torch.stack([compiled(x, edge_index) for _ in range(300)])
         expected = model.eval()(x, edge_index)
     kernels = [w.kernel for r in rewrite_report.reports()[first:] for w in r.rewrites if w.pattern == "attention"]
-    assert kernels == [attention_triton.kernel_name(FAMILY[layer])], kernels
+    assert kernels == [expected_kernel(layer)], kernels
     assert not torch.equal(samples[0], samples[1])
     error = (samples.mean(0) - expected).norm() / expected.norm()
     assert error < 0.1, f"mean of dropout samples is off by {error:.3f} (relative)"

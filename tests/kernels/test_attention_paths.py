@@ -58,7 +58,7 @@ def test_window_costs_follow_the_calibration():
     plan, *_ = setup(src, dst, 40)
     blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
     csr, block, edges, tiles = attention_paths.window_costs(blocks, plan[0], "half", 1.0)
-    k = attention_paths.CALIBRATION["half"]
+    k = attention_paths.CALIBRATION["dot"]["half"]
     rows = (blocks.window_rows >= 0).sum(1)
     assert int(edges.sum()) == src.numel() and int(tiles.sum()) == blocks.stats["tiles"]
     torch.testing.assert_close(csr, (k["csr_per_edge"] * edges + k["csr_per_row"] * rows) * 1e-6)
@@ -86,21 +86,23 @@ def test_fp32_without_tf32_stays_on_csr(monkeypatch):
     assert decision.path == "csr" and "TF32" in decision.reason
 
 
-def test_other_families_stay_on_csr():
+def test_unsupported_forms_stay_on_csr(monkeypatch):
+    # a GAT whose value is an edge-role input: the block kernels refuse it, the CSR kernel runs
     def gat_score(a0, a1, a2):
         return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
 
     def gat_message(alpha, a0, a1, a2):
         return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
 
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
     src, dst = graph(20, 30)
     plan = torch.ops.gnn_io.csr_plan(dst, src, 20, 20)
-    args = [torch.randn(20, HEADS, CHANNELS), torch.randn(20, HEADS), torch.randn(20, HEADS)]
-    roles = [0, 0, 1]  # src, src, dst
+    args = [torch.randn(src.numel(), HEADS, CHANNELS), torch.randn(20, HEADS), torch.randn(20, HEADS)]
+    roles = [2, 0, 1]  # edge, src, dst
     layout = attention_triton.prepare(args, roles, plan[3], _fn(gat_score), _fn(gat_message))
     assert layout.form.family == "gat"
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16)
-    assert decision.path == "csr" and "gat family" in decision.reason
+    assert decision.path == "csr" and "value" in decision.reason, decision.reason
 
 
 def test_dense_communities_go_to_tensor_cores_after_reordering(monkeypatch):
@@ -170,7 +172,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
     # and the gradient of every input against the float64 reference on the whole graph
     monkeypatch.setenv(attention_paths.PATH_ENV, "hybrid" if path == "hybrid" else "block")
-    monkeypatch.setitem(attention_paths.CALIBRATION, "ieee", {"csr_per_edge": 2.0, "csr_per_row": 1.0,
+    monkeypatch.setitem(attention_paths.CALIBRATION["dot"], "ieee", {"csr_per_edge": 2.0, "csr_per_row": 1.0,
                                                               "block_per_tile": 20.0, "block_per_row": 1.0})
     num_nodes = 48
     src, dst = graph(num_nodes, 80 if path == "hub" else 260, seed=6, hub_degree=40, duplicates=2)
@@ -205,6 +207,42 @@ def test_paths_match_reference(path, dtype, monkeypatch):
 
 
 @runs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("case", ["gat", "gat_edge", "gatv2", "gatv2_dropout"])
+def test_gat_paths_match_reference(case, dtype, monkeypatch):
+    # GAT and GATv2 through the op on the block path (duplicate windows on CSR): forward and every gradient
+    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    score_fn, message_fn, family, kinds = CASES[case]
+    src, dst = graph(NUM_NODES, 200, seed=7, hub_degree=30, duplicates=2)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
+    rowptr, col, row, perm = plan[:4]
+    args, roles = make_args(kinds, src.numel(), dtype, seed=4), [role for role, _ in kinds]
+    score, message = _fn(score_fn), _fn(message_fn)
+    grad_out = torch.randn(NUM_NODES, 2, 4, generator=torch.Generator().manual_seed(3)).to(dtype)
+    leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
+    out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
+                                             perm.to(DEVICE), score, message, EPS, [], 0)[0]
+    out.backward(grad_out.to(DEVICE))
+    (decision,) = attention_paths._DECISIONS
+    assert decision.family == family and decision.path == "hybrid", decision.as_dict()
+
+    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    ref.backward(grad_out.double())
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(), rtol=4 * rtol,
+                               atol=4 * atol * max(1.0, float(ref.abs().max())))
+    for i, (leaf, expected) in enumerate(zip(leaves, wide)):
+        if leaf.is_floating_point():
+            assert not torch.isnan(leaf.grad).any()
+            torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
+                                       atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+                                       msg=lambda m, i=i: f"grad of argument {i}: {m}")
+
+
+@runs_kernel
 def test_dropout_weight_gradient_falls_back(monkeypatch):
     # a keep-mask weight that needs a gradient: the block backward cannot give it, the reference runs
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
@@ -226,4 +264,4 @@ def test_dropout_weight_gradient_falls_back(monkeypatch):
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_paths_under_interpreter():
-    rerun_under_interpreter(__file__, select="paths_match or falls_back")
+    rerun_under_interpreter(__file__, select="paths_match or falls_back")  # gat_paths_match included
