@@ -51,9 +51,12 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, **kwargs):
     from torch._inductor import compile_fx as inductor
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
+    _compile_in_workers(example_inputs)
     try:
         return inductor.compile_fx_inner(gm, example_inputs, **kwargs)
     except Exception as exc:  # noqa: BLE001  (a compiler crash must not become the user's crash)
+        if "subprocess" in str(exc):
+            _reset_compile_workers()
         if _strict():
             raise
         reason = (f"Inductor failed to compile this graph ({type(exc).__name__}: "
@@ -62,6 +65,31 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, **kwargs):
             graph_report.near_misses.append(_report.NearMiss("inductor", reason,
                                                              {"source": "<graph>", "layer": None, "frames": []}))
         return _OpByOp(pristine)
+
+
+def _compile_in_workers(example_inputs) -> None:
+    """Make Inductor compile this graph's Triton kernels in its worker processes. Inductor compiles in
+    the calling process while its worker pool is still starting (the first compile of a process, or the
+    first after a worker died); a Triton crash there aborts the whole process (bf16 GATConv's backward
+    did, on the H100), where in a worker it is an exception :func:`_guarded_inner_compile` catches."""
+    if not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
+        return
+    try:
+        from torch._inductor.async_compile import AsyncCompile
+
+        AsyncCompile.wait_pool_ready(timeout=120)
+    except Exception:  # noqa: BLE001,S110  (no pool, e.g. one compile thread: Inductor compiles in process)
+        pass
+
+
+def _reset_compile_workers() -> None:
+    """After a compile worker died: a fresh pool for the next compile (the old one is broken)."""
+    try:
+        from torch._inductor.async_compile import shutdown_compile_workers
+
+        shutdown_compile_workers()
+    except Exception:  # noqa: BLE001,S110
+        pass
 
 
 class _OpByOp:

@@ -12,17 +12,19 @@ that has no duplicate edge on Tensor Cores (a window with a repeated (dst, src) 
 one cell holds one edge).
 
 **Cost model** (forward + backward, calibrated on the H100 by ``python -m benchmarks.probe``; the
-constants and the measurements they come from are in :data:`CALIBRATION`), per head-channel unit of
-4 x 32:
+constants and the measurements they come from are in :data:`CALIBRATION`, per family and precision),
+scaled by ``heads x channels / 128``:
 
 .. math::
     t_\mathrm{csr}(w) = a \cdot E_w + b \cdot R_w, \qquad t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
 
-with ``E_w`` the edges, ``T_w`` the tiles and ``R_w`` the rows of window ``w``. A window runs on Tensor
-Cores where ``t_block(w) < t_csr(w)``, it has no duplicate pair and at most :data:`MAX_WINDOW_TILES`
-tiles (a hub window would serialise in one program; the CSR kernel splits hubs). With ``c/a`` about 12
-(TF32) and 7 (bf16), a window needs a tile fill above about 5% (TF32) or 3% (bf16) to go to the block
-kernel.
+with ``E_w`` the edges, ``T_w`` the tiles and ``R_w`` the rows of window ``w``, plus a fixed cost per call
+for each kernel that runs. A window is eligible for Tensor Cores when it has no duplicate pair and at most
+:data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR kernel splits hubs).
+The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
+``t_block(w) < t_csr(w)``; the cheapest total wins. The CSR kernel's cost per row is high (about 20 ns at
+4 x 32: a program per (row, head) for a handful of edges), so low-degree windows with a few tiles go to
+Tensor Cores too.
 
 **Precision.** The block kernel runs fp32 inputs only where the user allowed TF32
 (``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision("high")``),
@@ -60,20 +62,28 @@ DEFAULT_EXPECTED_CALLS = 1000
 MAX_WINDOW_TILES = 64
 MAX_PLANS = 8
 
-# Forward+backward nanoseconds at 4 heads x 32 channels, fitted on the H100 (torch 2.11, Triton 3.6) from
-# `python -m benchmarks.probe --parts attention` (docs/benchmarks/block_sparse/): the block constants from a
-# block model of 262k nodes / 6.8M edges in four orders (435k to 155k tiles: 13.0 to 5.6 ms TF32, 9.4 to
-# 4.6 ms bf16) and checked on 20,000 batched graphs (1M nodes, 16.3M edges, 283k tiles: predicted 13.1 /
-# 12.0 ms, measured 12.0 / 10.5 ms); the CSR ones from the same two graphs (15.5 and 37.6 ms fp32, 17.4 and
-# 45.7 ms bf16).
-_DOT = {
-    "tf32": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 26.6, "block_per_row": 5.6},
-    "half": {"csr_per_edge": 2.80, "csr_per_row": 1.56, "block_per_tile": 17.4, "block_per_row": 7.1},
-    "ieee": {"csr_per_edge": 2.21, "csr_per_row": 1.56, "block_per_tile": 90.0, "block_per_row": 5.6},
+# Forward+backward cost at 4 heads x 32 channels on the H100 (torch 2.11, Triton 3.6), least-squares fits of
+# `python -m benchmarks.probe --parts build,attention` (docs/benchmarks/block_sparse/probe.md) through the op:
+# nanoseconds per edge / row / tile, milliseconds per call. CSR: six graphs (block model, 20,000 batched
+# graphs, TU batch, RMAT 2^17 and 2^20, squirrel). Block: the block model in three orders (435k to 155k
+# tiles) and the batched graphs. GATv2 has no entry: its block kernel (a 16 x 16 x C score tile per step)
+# measured 3 to 10 times slower than the CSR kernel on every graph, so it stays on CSR.
+_CSR_DOT = {"csr_per_edge": 0.91, "csr_per_row": 20.0, "csr_fixed_ms": 3.1}
+_CSR_DOT_HALF = {"csr_per_edge": 0.88, "csr_per_row": 28.4, "csr_fixed_ms": 3.05}
+_CSR_GAT = {"csr_per_edge": 0.38, "csr_per_row": 15.3, "csr_fixed_ms": 2.4}
+_CSR_GAT_HALF = {"csr_per_edge": 0.45, "csr_per_row": 19.7, "csr_fixed_ms": 2.3}
+CALIBRATION = {
+    "dot": {
+        "tf32": {**_CSR_DOT, "block_per_tile": 27.3, "block_per_row": 4.3, "block_fixed_ms": 0.56},
+        "half": {**_CSR_DOT_HALF, "block_per_tile": 18.3, "block_per_row": 5.2, "block_fixed_ms": 0.67},
+        "ieee": {**_CSR_DOT, "block_per_tile": 100.0, "block_per_row": 4.3, "block_fixed_ms": 0.56},
+    },
+    "gat": {
+        "tf32": {**_CSR_GAT, "block_per_tile": 25.7, "block_per_row": 3.3, "block_fixed_ms": 0.91},
+        "half": {**_CSR_GAT_HALF, "block_per_tile": 22.6, "block_per_row": 3.7, "block_fixed_ms": 0.99},
+        "ieee": {**_CSR_GAT, "block_per_tile": 95.0, "block_per_row": 3.3, "block_fixed_ms": 0.91},
+    },
 }
-# GAT / GATv2: PROVISIONAL (the dot family's constants) until the probe measures them.
-CALIBRATION = {"dot": _DOT, "gat": {k: dict(v) for k, v in _DOT.items()},
-               "gatv2": {k: dict(v) for k, v in _DOT.items()}}
 # Seconds of CPU/GPU work to build an order, per edge (measured on the device's CPU: rcm 0.07-0.26 us
 # per edge on the block model and RMAT 2^20; METIS into parts of 64 nodes 1.5 us per edge on the block
 # model, 13-32 us on RMAT graphs): only the predicted cost decides whether the order is tried at all.
@@ -193,10 +203,15 @@ def _format(entry: _PlanEntry, name: str) -> block_sparse.BlockFormat:
     return entry.formats[name]
 
 
+def _calibration(family: str) -> dict:
+    """The family's constants; a family without its own (GATv2, run only when forced) borrows GAT's."""
+    return CALIBRATION.get(family, CALIBRATION["gat"])
+
+
 def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: str, scale: float,
                  family: str = "dot") -> tuple:
     """``(csr_ms [W], block_ms [W], edges [W], tiles [W])`` per row window (module docstring)."""
-    k = CALIBRATION[family][precision]
+    k = _calibration(family)[precision]
     rows = blocks.window_rows.long()
     valid = rows >= 0
     degree = (rowptr[1:] - rowptr[:-1]).long()
@@ -210,12 +225,23 @@ def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: st
 
 def _choose_windows(blocks, rowptr, precision, scale, path: str, family: str) -> tuple:
     """``(chosen [W] bool, predicted {csr, block, hybrid} ms)`` for one block format."""
-    csr, block, _, tiles = window_costs(blocks, rowptr, precision, scale, family)
+    k = _calibration(family)[precision]
+    csr, block, edges, tiles = window_costs(blocks, rowptr, precision, scale, family)
     eligible = blocks.dense_ok & (tiles <= MAX_WINDOW_TILES) & (tiles > 0)
-    chosen = eligible if path == "block" else eligible & (block < csr)
-    predicted = {"csr": float(csr.sum()), "block": float(torch.where(eligible, block, csr).sum()),
-                 "hybrid": float(torch.where(chosen, block, csr).sum())}
-    return chosen, predicted
+
+    def total(on_block):
+        """Predicted ms: each kernel that runs adds its fixed cost per call."""
+        rest = ~on_block & (edges > 0)
+        return (float(torch.where(on_block, block, 0.0).sum()) + (k["block_fixed_ms"] if bool(on_block.any()) else 0.0)
+                + float(torch.where(rest, csr, 0.0).sum()) + (k["csr_fixed_ms"] if bool(rest.any()) else 0.0))
+    by_window = eligible & (block < csr)
+    predicted = {"csr": total(torch.zeros_like(eligible)), "block": total(eligible), "hybrid": total(by_window)}
+    # "hybrid": windows by their own cost, or every eligible window when that is cheaper overall (one kernel's
+    # fixed cost less)
+    if path == "block" or predicted["block"] <= predicted["hybrid"]:
+        predicted["hybrid"] = predicted["block"]
+        return eligible, predicted
+    return by_window, predicted
 
 
 def _restricted(blocks: block_sparse.BlockFormat, chosen: Tensor) -> block_sparse.BlockFormat:
@@ -254,8 +280,11 @@ def _not_block(layout, precision: str, setting: str) -> str | None:
     if setting == "csr":
         return f"{PATH_ENV}=csr"
     family = layout.form.family
-    if family not in CALIBRATION:
+    if family not in ("dot",) + block_sparse_gat.FAMILIES:
         return f"{family} family: no block-sparse kernel for it"
+    if family not in CALIBRATION and setting != "block":
+        return (f"{family} family: its block-sparse kernel measured 3-10x slower than the CSR kernel on the H100 "
+                f"(run it with {PATH_ENV}=block to compare)")
     reason = block_sparse.dot_form_reason(layout) if family == "dot" else block_sparse_gat.gat_form_reason(layout)
     if reason is not None:
         return reason

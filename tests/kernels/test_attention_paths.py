@@ -86,6 +86,20 @@ def test_fp32_without_tf32_stays_on_csr(monkeypatch):
     assert decision.path == "csr" and "TF32" in decision.reason
 
 
+def test_gatv2_runs_on_block_only_when_forced(monkeypatch):
+    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+
+    score_fn, message_fn, family, kinds = CASES["gatv2"]
+    src, dst = graph(NUM_NODES, 200, seed=7)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
+    args = make_args(kinds, src.numel(), torch.bfloat16)
+    layout = attention_triton.prepare(args, [r for r, _ in kinds], plan[3], _fn(score_fn), _fn(message_fn))
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16)
+    assert decision.path == "csr" and "slower" in decision.reason
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    assert attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16).path != "csr"
+
+
 def test_unsupported_forms_stay_on_csr(monkeypatch):
     # a GAT whose value is an edge-role input: the block kernels refuse it, the CSR kernel runs
     def gat_score(a0, a1, a2):
@@ -150,6 +164,7 @@ def test_forced_paths_and_orders(monkeypatch):
 def test_hub_windows_stay_on_csr(monkeypatch):
     monkeypatch.setattr(attention_paths, "MAX_WINDOW_TILES", 1)
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    monkeypatch.setenv("GNN_IO_REORDER", "off")
     src, dst = graph(40, 60, seed=1, hub_degree=30)
     plan, args, roles, score, message, layout, items = setup(src, dst, 40)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
@@ -172,8 +187,9 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
     # and the gradient of every input against the float64 reference on the whole graph
     monkeypatch.setenv(attention_paths.PATH_ENV, "hybrid" if path == "hybrid" else "block")
-    monkeypatch.setitem(attention_paths.CALIBRATION["dot"], "ieee", {"csr_per_edge": 2.0, "csr_per_row": 1.0,
-                                                              "block_per_tile": 20.0, "block_per_row": 1.0})
+    monkeypatch.setitem(attention_paths.CALIBRATION["dot"], "ieee", {
+        "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
+        "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
     num_nodes = 48
     src, dst = graph(num_nodes, 80 if path == "hub" else 260, seed=6, hub_degree=40, duplicates=2)
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
