@@ -330,6 +330,8 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
         best = names[0]
     chosen, predicted = candidates[best]
     blocks = _format(entry, best)
+    for name in [n for n in entry.formats if n != best]:  # the losing orders' formats: memory, not kept
+        del entry.formats[name]
     n_chosen = int(chosen.sum())
     stats = {"windows": blocks.stats["windows"], "tiles": blocks.stats["tiles"],
              "mean_tile_fill": blocks.stats["mean_tile_fill"],
@@ -379,6 +381,7 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
             if i:
                 times.append((time.perf_counter() - start) * 1e3)
         out[name] = sorted(times)[1]
+    entry.formats.pop("none", None)  # rebuilt for this timing only
     return out
 
 
