@@ -101,12 +101,20 @@ def reports(model=None) -> list:
     return mine if ids else list(_REPORTS)
 
 
+def _attention_paths() -> list:
+    """The attention path decisions taken at run time (kernels/attention_paths.py), newest last."""
+    from gnn_inductor.kernels import attention_paths
+
+    return attention_paths.decisions()
+
+
 def as_json(model=None) -> dict:
     chosen = reports(model)
     return {
         "graphs": [r.as_json() for r in chosen],
         "rewrites": [dict(graph_id=r.graph_id, **w.as_json()) for r in chosen for w in r.rewrites],
         "near_misses": [dict(graph_id=r.graph_id, **m.as_json()) for r in chosen for m in r.near_misses],
+        "attention_paths": _attention_paths(),
     }
 
 
@@ -118,7 +126,17 @@ def write_env_report() -> None:
 
 
 def format_text(model=None) -> str:
-    return "\n".join(format_text_for(reports(model)))
+    lines = format_text_for(reports(model))
+    for d in _attention_paths():
+        stats = d["stats"]
+        lines.append(f"attention path ({d['family']}, {d['precision']}): {d['path']}, order {d['order']} - {d['reason']}")
+        if stats:
+            lines.append(f"      {stats.get('block_windows', 0)} of {stats.get('windows')} row windows on Tensor Cores, "
+                         f"{stats.get('tiles')} tiles, fill {stats.get('mean_tile_fill')}, "
+                         f"format {stats.get('format_bytes', 0) / 2**20:.1f} MiB; predicted ms {d['predicted_ms']}"
+                         + (f"; order build ms {d['order_build_ms']}" if d["order_build_ms"] else "")
+                         + (f"; measured forward ms {d['measured_forward_ms']}" if d["measured_forward_ms"] else ""))
+    return "\n".join(lines)
 
 
 def format_text_for(chosen: list) -> list:

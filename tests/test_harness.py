@@ -45,7 +45,7 @@ def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
 
     monkeypatch.setattr(subprocess, "run", child)
     args = types.SimpleNamespace(modes="eager,gnn_io", layers="gcn", features=8, dtype="float32", reps=1,
-                                 device="cpu", data_root=".", isolate=True)
+                                 device="cpu", data_root=".", isolate=True, tf32=False)
     records = harness._isolated_records(args, ["rmat-small"])
     by_mode = {r["mode"]: r for r in records}
     assert by_mode["eager"]["fwdbwd_ms"] == 1.0 and "error" not in by_mode["eager"]

@@ -281,3 +281,17 @@ def test_dropout_weight_gradient_falls_back(monkeypatch):
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_paths_under_interpreter():
     rerun_under_interpreter(__file__, select="paths_match or falls_back")  # gat_paths_match included
+
+
+def test_report_lists_decisions(monkeypatch):
+    from gnn_inductor import rewrite_report
+
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    monkeypatch.setenv("GNN_IO_REORDER", "off")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    text = rewrite_report.format_text()
+    assert f"attention path (dot, half): {decision.path}, order none" in text
+    assert f"{decision.stats['block_windows']} of {decision.stats['windows']} row windows on Tensor Cores" in text
+    assert rewrite_report.as_json()["attention_paths"][-1]["path"] == decision.path
