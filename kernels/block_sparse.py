@@ -430,24 +430,30 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     return [g if g is None else g.to(a.dtype) for g, a in zip(grads, layout.args)]
 
 
-class BlockSparseDotAttention(torch.autograd.Function):
-    """``(out, lse) = apply(blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32,
-    *args)``: :func:`dot_forward` with :func:`dot_backward` as its backward (``lse`` not differentiable).
-    Only the rows of ``blocks``' ``dense_ok`` windows are computed, forward and backward."""
+def attention_function(name: str, forward_fn, backward_fn, doc: str) -> type:
+    """An autograd Function ``(out, lse) = apply(blocks, transposed, perm, roles, score_key, message_key, num_dst,
+    eps, allow_tf32, *args)`` over a block-sparse forward and backward pair (``lse`` not differentiable). Only
+    the rows of ``blocks``' ``dense_ok`` windows are computed, forward and backward."""
 
-    @staticmethod
     def forward(ctx, blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32, *args):
-        out, lse = dot_forward(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32)
+        out, lse = forward_fn(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32)
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(perm, out, lse, *args)
         ctx.meta = (blocks, transposed, roles, score_key, message_key, allow_tf32)
         return out, lse
 
-    @staticmethod
     def backward(ctx, grad_out, _grad_lse):
         blocks, transposed, roles, score_key, message_key, allow_tf32 = ctx.meta
         perm, out, lse, *args = ctx.saved_tensors
         needs_grad = list(ctx.needs_input_grad[9:])
-        grads = dot_backward(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
-                             needs_grad, allow_tf32)
+        grads = backward_fn(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
+                            needs_grad, allow_tf32)
         return (None,) * 9 + tuple(grads)
+
+    return type(name, (torch.autograd.Function,), {"__doc__": doc, "forward": staticmethod(forward),
+                                                    "backward": staticmethod(backward)})
+
+
+BlockSparseDotAttention = attention_function(
+    "BlockSparseDotAttention", dot_forward, dot_backward,
+    ":func:`dot_forward` with :func:`dot_backward` as its backward (see :func:`attention_function`).")

@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision
+from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision, attention_function
 from torch import Tensor
 
 FAMILIES = ("gat", "gatv2")
@@ -491,25 +491,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     return [g if g is None else g.to(a.dtype) for g, a in zip(grads, layout.args)]
 
 
-class BlockSparseGatAttention(torch.autograd.Function):
-    """``(out, lse) = apply(blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32,
-    *args)``: :func:`gat_forward` with :func:`gat_backward` as its backward (``lse`` not differentiable), for the
-    gat and gatv2 families. Only the rows of ``blocks``' ``dense_ok`` windows are computed, forward and
-    backward."""
-
-    @staticmethod
-    def forward(ctx, blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32, *args):
-        out, lse = gat_forward(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32)
-        ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(perm, out, lse, *args)
-        ctx.meta = (blocks, transposed, roles, score_key, message_key, allow_tf32)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_lse):
-        blocks, transposed, roles, score_key, message_key, allow_tf32 = ctx.meta
-        perm, out, lse, *args = ctx.saved_tensors
-        needs_grad = list(ctx.needs_input_grad[9:])
-        grads = gat_backward(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
-                             needs_grad, allow_tf32)
-        return (None,) * 9 + tuple(grads)
+BlockSparseGatAttention = attention_function(
+    "BlockSparseGatAttention", gat_forward, gat_backward,
+    ":func:`gat_forward` with :func:`gat_backward` as its backward, for the gat and gatv2 families "
+    "(see :func:`block_sparse.attention_function`).")
