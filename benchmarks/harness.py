@@ -110,6 +110,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_all_heads": {"GNN_IO_ATTENTION_HEADS": "all"},
             "gnn_io_csr": {"GNN_IO_ATTENTION_PATH": "csr"}, "gnn_io_block": {"GNN_IO_ATTENTION_PATH": "block"},
             "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
+            "gnn_io_spmm_cusparse": {"GNN_IO_SPMM_PATH": "cusparse"}, "gnn_io_spmm_block": {"GNN_IO_SPMM_PATH": "block"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
@@ -142,9 +143,14 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
     record = {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
               "edges": graph.num_edges}
     try:
+        def forward():
+            if "cg" in mode:
+                torch.compiler.cudagraph_mark_step_begin()  # CUDA-graph modes overwrite their outputs on replay
+            return model(x, edge_index)
+
         with torch.no_grad():
-            out = model(x, edge_index).clone()  # CUDA-graph modes overwrite their outputs on replay
-            record["fwd_ms"] = median_ms(lambda: model(x, edge_index), reps)
+            out = forward().clone()
+            record["fwd_ms"] = median_ms(forward, reps)
         x_grad = x.clone().requires_grad_(True)
         grad = torch.randn_like(out)
 
@@ -168,6 +174,12 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             ref = reference.float()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
         record["out"] = out.detach()
+        from gnn_inductor.kernels import attention_paths
+
+        picks = [f"{d['family']}:{d['path']}" + (f"[{d['order']}]" if d["order"] != "none" else "")
+                 for d in attention_paths.decisions()]
+        if picks:
+            record["paths"] = ",".join(sorted(set(picks)))
     except Exception as exc:  # a crash or OOM of one mode is a result, not the end of the run
         record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         traceback.print_exc(limit=2)
@@ -243,7 +255,7 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (18 + len(extra))]
+             "rel err | gnn_io path |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (19 + len(extra))]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -258,7 +270,7 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
-                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} |"
+                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | {g.get('paths', '-')} |"
                      + "".join(f" {t(modes[m]) if m in modes else '-'} |" for m in extra))
     return "\n".join(lines) + "\n"
 

@@ -22,13 +22,13 @@ import json
 import os
 import time
 
-import torch
-
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
-from benchmarks.harness import graph_suite, median_ms
-from gnn_inductor import edge_functions, reorder
+import torch
 from gnn_inductor.kernels import attention_paths, block_sparse, spmm_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_SRC
+
+from benchmarks.harness import graph_suite, median_ms
+from gnn_inductor import edge_functions, reorder
 
 HEADS, CHANNELS, FEATURES = 4, 32, 128
 PARTITION_MAX_EDGES = 8_000_000
@@ -83,7 +83,7 @@ def sync_ms(fn):
 
 def part_build(graph, plan, device):
     rowptr, col, _, perm = plan[:4]
-    build_block = lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes)  # noqa: E731
+    build_block = lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes)
     build_block()  # warm-up (allocator, kernels)
     blocks, ms = sync_ms(build_block)
     _, t_ms = sync_ms(lambda: block_sparse.transpose_block_format(blocks, graph.num_nodes))
@@ -100,6 +100,7 @@ def part_spmm(graph, plan, device, order_names):
     if spmm_cusparse.available():
         ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
         emit(part="spmm", graph=graph.name, kernel="cusparse", order="none", ms=round(ms, 3))
+    part_block_spmm(graph, plan, x, values, device)
     items = spmm_triton.work_items(rowptr, spmm_triton.DEFAULT_MAX_EDGES)
     reference = spmm_triton.triton_spmm(x, values, rowptr, col, items)
     for name, (order, seconds) in orders(plan, order_names, device).items():
@@ -112,6 +113,48 @@ def part_spmm(graph, plan, device, order_names):
         stats = reorder.locality_stats(*reorder.permute_csr(rowptr, col, order)[:2])
         emit(part="spmm", graph=graph.name, kernel="triton", order=name, ms=round(ms, 3), order_s=round(seconds, 2),
              rel_err=err, block_ratio=round(stats["block_ratio"], 4), source_reuse=round(stats["source_reuse"], 4))
+
+
+BLOCK_SPMM_LAUNCHES = [{"block_f": 128, "num_warps": 4, "num_stages": 3}, {"block_f": 64, "num_warps": 4, "num_stages": 3},
+                       {"block_f": 128, "num_warps": 8, "num_stages": 3}, {"block_f": 64, "num_warps": 2, "num_stages": 4},
+                       {"block_f": 32, "num_warps": 2, "num_stages": 4}]
+
+
+def part_block_spmm(graph, plan, x, values, device):
+    """The block-sparse SpMM (forward ``A X`` and the transposed ``A^T dY``) in fp32 IEEE, TF32 and bf16 with
+    each launch of :data:`BLOCK_SPMM_LAUNCHES`, against cuSPARSE (fp32) and torch.sparse (bf16)."""
+    from gnn_inductor.kernels import block_sparse_spmm as bss
+    from gnn_inductor.kernels.spmm import _csr_matmul_sum
+
+    rowptr, col = plan[:2]
+    start = time.perf_counter()
+    ids = torch.arange(col.numel(), device=device, dtype=torch.int32)
+    blocks = block_sparse.build_block_format(rowptr, col, ids, graph.num_nodes)
+    transposed = block_sparse.transpose_block_format(blocks, graph.num_nodes)
+    torch.cuda.synchronize()
+    build_s = time.perf_counter() - start
+    if blocks.dense_windows.numel() < blocks.window_rows.shape[0]:
+        emit(part="spmm", graph=graph.name, kernel="block", error="duplicate pairs: not all windows dense")
+        return
+    reference = _csr_matmul_sum(x, values, rowptr, col, None)
+    grad = torch.randn_like(x)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd, gd = x.to(dtype), grad.to(dtype)
+        ms = median_ms(lambda: _csr_matmul_sum(xd, values, rowptr, col, None), reps=20)
+        emit(part="spmm", graph=graph.name, kernel="csr-" + ("cusparse" if dtype == torch.float32 else "torch.sparse"),
+             dtype=str(dtype).split(".")[-1], order="none", ms=round(ms, 3))
+        for tf32 in ((False, True) if dtype == torch.float32 else (False,)):
+            for launch in BLOCK_SPMM_LAUNCHES:
+                bss.LAUNCH.update(launch)
+                out = bss.block_spmm_forward(xd, values, blocks, graph.num_nodes, tf32)
+                fwd = median_ms(lambda: bss.block_spmm_forward(xd, values, blocks, graph.num_nodes, tf32), reps=20)
+                bwd = median_ms(lambda: bss.block_spmm_backward(gd, xd, values, blocks, transposed, graph.num_nodes,
+                                                                tf32), reps=20)
+                emit(part="spmm", graph=graph.name, kernel="block", dtype=("tf32" if tf32 else str(dtype).split(".")[-1]),
+                     order="none", ms=round(fwd, 3), bwd_ms=round(bwd, 3), rel_err=_rel_err(out, reference),
+                     launch=dict(launch), edges_per_tile=round(col.numel() / blocks.tile_edge.shape[0], 1),
+                     build_s=round(build_s, 3))
+    bss.LAUNCH.update(BLOCK_SPMM_LAUNCHES[0])
 
 
 def _rel_err(a, b):

@@ -25,9 +25,8 @@ from __future__ import annotations
 import os
 
 import torch
-from torch import Tensor
-
 from gnn_inductor.kernels._common import segment_reduce
+from torch import Tensor
 
 SPMM_REDUCTIONS = ("sum", "mean")
 
@@ -96,8 +95,10 @@ def kernel_name(device_type: str, details: dict | None = None) -> str:
     from gnn_inductor.kernels import spmm_cusparse
 
     if binding == "cusparse" and spmm_cusparse.available():
-        return "cuSPARSE SpMM (nvmath-python: cached descriptors, timed algorithm), transposed CSR backward"
-    return "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward"
+        name = "cuSPARSE SpMM (nvmath-python: cached descriptors, timed algorithm), transposed CSR backward"
+    else:
+        name = "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward"
+    return f"{name}; {_paths().kernel_name()}"
 
 
 def sddmm(left: Tensor, right: Tensor, rowptr: Tensor, col: Tensor, row: Tensor) -> Tensor:
@@ -126,7 +127,27 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
          t_col: Tensor, items: list[Tensor], t_items: list[Tensor], reduce: str) -> Tensor:
     _check(x, values, col, reduce)
+    decision = _block_decision(x, values, rowptr, col, items, reduce)
+    if decision is not None:
+        return _paths().forward(decision, x, values, rowptr, reduce)
     return csr_matmul(x, values, rowptr, col, row, items, reduce)
+
+
+def _paths():
+    from gnn_inductor.kernels import (
+        spmm_paths,  # imports the block kernels, which import this module
+    )
+
+    return spmm_paths
+
+
+def _block_decision(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items, reduce: str):
+    """The block-sparse decision of this plan when the block kernel runs it (``kernels/spmm_paths.py``): on
+    CUDA with the default cuSPARSE binding and no Triton work items, or a forced path under the interpreter."""
+    if items or spmm_binding() != "cusparse" or not _paths().applies(x):
+        return None
+    decision = _paths().decide(x, values, rowptr, col, reduce)
+    return decision if decision.path == "block" else None
 
 
 @spmm.register_fake
@@ -139,6 +160,11 @@ def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor,
                   row: Tensor, t_rowptr: Tensor, t_col: Tensor, t_items: list[Tensor], reduce: str,
                   needs_grad: list[bool]) -> list[Tensor]:
     """``[dX, dvalues]``, an empty tensor where ``needs_grad`` is False."""
+    decision = _block_decision(x, values, rowptr, col, t_items, reduce)
+    if decision is not None:
+        grad_x, grad_values = _paths().backward(decision, grad_out, x, values, rowptr, reduce, needs_grad)
+        return [grad_x if needs_grad[0] else x.new_empty((0,)),
+                grad_values.to(values.dtype) if needs_grad[1] else values.new_empty((0,))]
     scale = _row_scale(rowptr, reduce, grad_out)
     grad = grad_out if scale is None else grad_out * scale
     grad_x = csr_matmul(grad, t_values, t_rowptr, t_col, None, t_items) if needs_grad[0] else x.new_empty((0,))

@@ -1,0 +1,151 @@
+r"""Which kernel runs ``gnn_io::spmm`` on CUDA: cuSPARSE over the CSR, or the block-sparse Tensor-Core
+kernel of ``kernels/block_sparse_spmm.py``, decided once per graph plan.
+
+The block kernel gathers a ``TILE x F`` slab of ``X`` per tile (16 rows) where cuSPARSE gathers one row per
+edge, so it moves fewer bytes exactly when a tile holds more than a few edges: locally dense graphs
+(batched small graphs, communities in a good node order). The decision, per (plan, dtype, feature width):
+
+1. ``GNN_IO_SPMM_PATH=auto|cusparse|block`` (default ``auto``); ``block`` forces it where it can run.
+2. The block format of the plan is built on the device (destination rows in windows of 16 in the
+   plan's order, ``kernels/block_sparse.py``); it is kept only when every window is ``dense_ok`` (no
+   duplicate ``(dst, src)`` pair: one cell cannot hold two edges; such graphs stay on cuSPARSE) and the
+   mean edges per tile reach :data:`MIN_EDGES_PER_TILE`. A tile's 16 columns are distinct sources with
+   at least one edge each, so a tile holds 16 edges or more; 16 means each gathered row serves one edge
+   (a scattered sparse graph: the block kernel gathers as many rows as cuSPARSE, plus the empty cells),
+   24 that each serves 1.5 on average.
+3. Both forwards are timed once (median of 5 after a warm-up) and the block path is taken only when it
+   is at least :data:`MIN_GAIN` faster: a measured choice, so the pick costs at most the timing noise
+   against the better of the two. fp32 features use TF32 dots only where the user allowed TF32
+   (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE otherwise.
+
+The decision is cached with the plan (``attention_paths``' per-plan entries: same lifetime, same
+invalidation on an in-place change) and listed in the rewrite report with the attention decisions
+(family ``spmm``: statistics, format memory, the two measured forwards). The backward runs on the
+transposed block format (built once, when the block path is taken): no atomics.
+
+On CPU the op keeps its exact segment-sum path; under ``TRITON_INTERPRET=1`` a forced ``block`` runs the
+kernel there too (tests).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+from gnn_inductor.kernels import attention_paths, block_sparse, block_sparse_spmm
+from torch import Tensor
+
+PATH_ENV = "GNN_IO_SPMM_PATH"
+PATHS = ("auto", "cusparse", "block")
+MIN_EDGES_PER_TILE = 24.0
+MIN_GAIN = 0.05
+
+
+def path_setting() -> str:
+    value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
+    if value not in PATHS:
+        raise ValueError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
+    return value
+
+
+def applies(x: Tensor) -> bool:
+    """Whether the path choice is made for this call: CUDA, or the Triton interpreter with a forced path."""
+    from gnn_inductor.kernels import attention_triton
+
+    if x.is_cuda:
+        return True
+    return attention_triton.INTERPRETED and x.device.type == "cpu" and path_setting() == "block"
+
+
+def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str) -> attention_paths.PathDecision:
+    """The SpMM path for this plan, dtype and width (cached with the plan)."""
+    setting = path_setting()
+    precision = attention_paths.precision_of(x.dtype)
+    entry = attention_paths._entry(rowptr, col, col)
+    key = ("spmm", precision, x.dtype, x[0].numel() if x.shape[0] else 0, setting)
+    if key not in entry.decisions:
+        decision = _decide(x, values, rowptr, col, reduce, setting, precision)
+        entry.decisions[key] = decision
+        attention_paths._DECISIONS.append(decision)
+    return entry.decisions[key]
+
+
+def _decide(x, values, rowptr, col, reduce, setting, precision) -> attention_paths.PathDecision:
+    def csr(reason, **extra):
+        return attention_paths.PathDecision("csr", reason, "spmm", precision, **extra)
+
+    if setting == "cusparse":
+        return csr(f"{PATH_ENV}=cusparse")
+    if col.numel() == 0 or x.shape[0] == 0:
+        return csr("graph without edges")
+    start = time.perf_counter()
+    arange = torch.arange(col.numel(), device=col.device, dtype=torch.int32)
+    blocks = block_sparse.build_block_format(rowptr, col, arange, x.shape[0])
+    build_ms = (time.perf_counter() - start) * 1e3
+    tiles = int(blocks.tile_edge.shape[0])
+    stats = {"edges": int(col.numel()), "tiles": tiles, "edges_per_tile": round(col.numel() / max(tiles, 1), 2),
+             "windows": int(blocks.window_rows.shape[0]), "dense_windows": int(blocks.dense_windows.shape[0]),
+             "format_mb": round(attention_paths._format_bytes(blocks) / 2**20, 1), "build_ms": round(build_ms, 1)}
+    if stats["dense_windows"] < stats["windows"]:
+        return csr("duplicate (dst, src) pairs: a window cell holds one edge", stats=stats)
+    if setting == "auto" and stats["edges_per_tile"] < MIN_EDGES_PER_TILE:
+        return csr(f"{stats['edges_per_tile']} edges per 16 x 16 tile (< {MIN_EDGES_PER_TILE}): the block kernel "
+                   "would gather about as many rows as cuSPARSE", stats=stats)
+    transposed = block_sparse.transpose_block_format(blocks, x.shape[0])
+    block = attention_paths.PathDecision("block", f"{PATH_ENV}=block", "spmm", precision, stats=stats,
+                                         blocks=blocks, transposed=transposed)
+    if setting == "block":
+        return block
+    from gnn_inductor.kernels.spmm import csr_matmul
+
+    measured = {"cusparse": _time(lambda: csr_matmul(x, values, rowptr, col, None, (), reduce), x.device),
+                "block": _time(lambda: forward(block, x, values, rowptr, reduce), x.device)}
+    if measured["block"] < (1 - MIN_GAIN) * measured["cusparse"]:
+        block.reason = (f"block kernel measured {measured['cusparse'] / measured['block']:.2f}x faster than "
+                        f"cuSPARSE ({stats['edges_per_tile']} edges per tile)")
+        block.measured_forward_ms = measured
+        return block
+    return csr(f"cuSPARSE measured faster or within {MIN_GAIN:.0%} ({stats['edges_per_tile']} edges per tile)",
+               stats=stats, measured_forward_ms=measured)
+
+
+def _time(fn, device, reps: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        attention_paths._sync(device)
+        start = time.perf_counter()
+        fn()
+        attention_paths._sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _row_scale(rowptr: Tensor, reduce: str) -> Tensor | None:
+    if reduce == "sum":
+        return None
+    return (rowptr[1:] - rowptr[:-1]).clamp(min=1).float().reciprocal()
+
+
+def _allow_tf32(decision) -> bool:
+    return decision.precision == "tf32"
+
+
+def forward(decision, x: Tensor, values: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
+    """``Y = s * (A x)`` on the block kernel (every window is dense: the whole output)."""
+    return block_sparse_spmm.block_spmm_forward(x, values, decision.blocks, rowptr.numel() - 1,
+                                                _allow_tf32(decision), _row_scale(rowptr, reduce))
+
+
+def backward(decision, grad_out: Tensor, x: Tensor, values: Tensor, rowptr: Tensor, reduce: str,
+             needs_grad: list) -> tuple:
+    """``(dX or None, dvalues or None)`` over the transposed block format."""
+    return block_sparse_spmm.block_spmm_backward(
+        grad_out, x, values, decision.blocks, decision.transposed, x.shape[0], _allow_tf32(decision),
+        _row_scale(rowptr, reduce), need_values_grad=bool(needs_grad[1]), need_x_grad=bool(needs_grad[0]))
+
+
+def kernel_name() -> str:
+    return ("path per graph at the first call (kernels/spmm_paths.py): cuSPARSE, or the block-sparse "
+            "Tensor-Core SpMM where the graph is locally dense and it measured faster")

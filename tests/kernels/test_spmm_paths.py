@@ -1,0 +1,133 @@
+"""The SpMM path choice (kernels/spmm_paths.py): ``gnn_io::spmm`` through the block-sparse kernel when it is
+forced or chosen, against the op's exact CPU path (output, features' and values' gradients), and the
+decisions' rules (duplicates, sparse tiles, the setting).
+
+The kernel runs on CUDA when there is a GPU and on CPU under Triton's interpreter in a subprocess
+(``test_kernels_under_interpreter``); the decision rules that need no kernel run on CPU directly.
+"""
+import os
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention_paths, spmm_paths
+
+from gnn_inductor.testing import TOLERANCES
+from tests.kernels.interpreter import rerun_under_interpreter
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+ops = torch.ops.gnn_io
+NUM_NODES = 48
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_kernels_under_interpreter")
+
+
+def batched_graph(duplicates: bool = False, seed: int = 0):
+    """Three dense little graphs side by side (locally dense: many edges per tile), self loops, an isolated
+    node, a hub inside the first graph, and a duplicated edge when asked."""
+    g = torch.Generator().manual_seed(seed)
+    src, dst = [], []
+    for first, size in ((0, 20), (20, 16), (36, 11)):
+        mask = torch.rand(size, size, generator=g) < 0.5
+        s, d = mask.nonzero().unbind(1)
+        src.append(s + first)
+        dst.append(d + first)
+    src.append(torch.arange(1, 20))  # node 0: a hub of its graph
+    dst.append(torch.zeros(19, dtype=torch.long))
+    src, dst = torch.cat(src), torch.cat(dst)
+    pairs = torch.unique(torch.stack([src, dst]), dim=1)  # coalesced: no duplicate pair
+    src, dst = pairs[0], pairs[1]
+    if duplicates:
+        src, dst = torch.cat([src, src[:1]]), torch.cat([dst, dst[:1]])
+    return src, dst  # node 47 has no edge
+
+
+def plan_of(src, dst, device):
+    return ops.csr_plan(dst.to(device), src.to(device), NUM_NODES, NUM_NODES)
+
+
+def spmm_with_grads(x, w, plan, reduce):
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
+    x, w = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    values = w.index_select(0, perm)
+    out = ops.spmm(x, values, values.index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col, [], [], reduce)
+    grad = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out)
+    out.backward(grad)
+    return out.detach(), x.grad, w.grad
+
+
+@pytest.fixture
+def path(monkeypatch):
+    def set_path(value):
+        monkeypatch.setenv(spmm_paths.PATH_ENV, value)
+        attention_paths.clear()
+    yield set_path
+    attention_paths.clear()
+
+
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_forced_block_path_matches_exact_op(path, reduce):
+    device = torch.device("cpu" if INTERPRETED else "cuda")
+    src, dst = batched_graph()
+    x = torch.randn(NUM_NODES, 24, dtype=torch.float64).float()
+    w = torch.rand(src.numel()) + 0.1
+    path("cusparse")  # on CPU: the exact segment-sum path
+    expected = spmm_with_grads(x.double(), w.double(), plan_of(src, dst, "cpu"), reduce)
+    path("block")
+    actual = spmm_with_grads(x.to(device), w.to(device), plan_of(src, dst, device), reduce)
+    (decision,) = [d for d in attention_paths.decisions() if d["family"] == "spmm"]
+    assert decision["path"] == "block" and decision["stats"]["edges_per_tile"] > 16
+    rtol, atol = TOLERANCES[torch.float32]
+    for name, a, e in zip(("out", "dX", "dvalues"), actual, expected):
+        assert torch.isfinite(a).all(), name
+        torch.testing.assert_close(a.cpu().double(), e, rtol=rtol, atol=atol * e.abs().max().item(), msg=name)
+
+
+@runs_kernel
+def test_duplicate_edges_stay_on_cusparse(path):
+    device = torch.device("cpu" if INTERPRETED else "cuda")
+    src, dst = batched_graph(duplicates=True)
+    x, w = torch.randn(NUM_NODES, 8), torch.rand(src.numel()) + 0.1
+    path("cusparse")
+    expected = spmm_with_grads(x.double(), w.double(), plan_of(src, dst, "cpu"), "sum")
+    path("block")
+    actual = spmm_with_grads(x.to(device), w.to(device), plan_of(src, dst, device), "sum")
+    (decision,) = [d for d in attention_paths.decisions() if d["family"] == "spmm"]
+    assert decision["path"] == "csr" and "duplicate" in decision["reason"]
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu().double(), e, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_keeps_sparse_graphs_on_cusparse(path):
+    """A random sparse graph has about one edge per tile column: no kernel is timed, cuSPARSE stays."""
+    path("auto")
+    g = torch.Generator().manual_seed(1)
+    n = 2000
+    src, dst = torch.randint(0, n, (3 * n,), generator=g), torch.randint(0, n, (3 * n,), generator=g)
+    pairs = torch.unique(torch.stack([src, dst]), dim=1)
+    rowptr, col, *_ = ops.csr_plan(pairs[1], pairs[0], n, n)
+    decision = spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum")
+    assert decision.path == "csr" and "edges per 16 x 16 tile" in decision.reason
+    assert decision.stats["edges_per_tile"] < spmm_paths.MIN_EDGES_PER_TILE
+    # cached with the plan: the same object on the next call
+    assert spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum") is decision
+
+
+def test_setting_is_checked(path):
+    path("fastest")
+    with pytest.raises(ValueError, match="GNN_IO_SPMM_PATH"):
+        spmm_paths.path_setting()
+
+
+def test_cpu_without_interpreter_keeps_exact_path(path):
+    path("block")
+    if INTERPRETED:
+        pytest.skip("the interpreter runs the kernel on CPU")
+    assert not spmm_paths.applies(torch.randn(3, 2))
+
+
+@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
+def test_kernels_under_interpreter():
+    rerun_under_interpreter(__file__, select="forced or duplicate")
