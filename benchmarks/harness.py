@@ -255,7 +255,7 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err | gnn_io path |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (19 + len(extra))]
+             "rel err | err vs fp32 (eager / gnn_io) | gnn_io path |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (20 + len(extra))]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -270,7 +270,8 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
-                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | {g.get('paths', '-')} |"
+                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
+                     f"{_fmt(e.get('err_vs_fp32'), 5)} / {_fmt(g.get('err_vs_fp32'), 5)} | {g.get('paths', '-')} |"
                      + "".join(f" {t(modes[m]) if m in modes else '-'} |" for m in extra))
     return "\n".join(lines) + "\n"
 
@@ -346,10 +347,13 @@ def main(argv=None) -> int:
         graph.edge_index = graph.edge_index.cpu()
         for layer in args.layers.split(","):
             reference = None
+            exact = float32_reference(layer, graph, args.features, dtype, device)
             for mode in args.modes.split(","):
                 r = run_case(layer, graph, mode, args.features, dtype, device, args.reps, reference)
                 if mode == "eager" and "out" in r:
                     reference = r["out"]
+                if exact is not None and "out" in r:
+                    r["err_vs_fp32"] = float((r["out"].float() - exact).norm() / exact.norm().clamp_min(1e-30))
                 fwd, total = min_bytes(layer, graph.num_nodes, graph.num_edges, args.features,
                                        torch.finfo(dtype).bits // 8)
                 r["roofline_ms"] = total / bandwidth * 1e3 if bandwidth == bandwidth else None
@@ -360,6 +364,21 @@ def main(argv=None) -> int:
     table = write_outputs(records, meta, args.out)
     print(table)
     return 0
+
+
+def float32_reference(layer_name: str, graph, features: int, dtype, device):
+    """For half-precision runs: the eager layer's output in float32 from the same half-precision inputs and
+    weights as every mode's (same seed as :func:`_run_case`), for each mode's ``err_vs_fp32`` (issue 8's
+    accuracy bound: gnn_io's bf16 error against PyG eager's own). None for float32 runs."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    torch.manual_seed(0)
+    x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
+    layer = make_layer(layer_name, features).to(device=device, dtype=dtype).float()
+    with torch.no_grad():
+        out = layer(x.float(), graph.edge_index.to(device)).float()
+    del layer
+    return out
 
 
 def _isolated_records(args, names: list) -> list:
