@@ -158,8 +158,10 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                 grads = attention_paths.run_backward(decision, layout, grad_out, out, lse, args, roles, rowptr, col,
                                                      perm, score_key, message_key, needs_grad, max_edges)
             else:
+                by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
+                    if attention_triton.backward_variant() == "split" else None
                 grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
-                                                  max_edges)
+                                                  max_edges, by_src=by_src)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps),

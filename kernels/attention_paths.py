@@ -135,8 +135,9 @@ class PathDecision:
 
 
 class _PlanEntry:
-    """Block formats and decisions of one graph plan. Holds its rowptr/col (so their memory is not reused
-    while the entry lives) and their versions (an in-place change invalidates it)."""
+    """Block formats, decisions and the transposed CSR (split attention backward) of one graph plan. Holds
+    its rowptr/col (so their memory is not reused while the entry lives) and their versions (an in-place
+    change invalidates it)."""
 
     def __init__(self, rowptr: Tensor, col: Tensor, perm: Tensor):
         self.tensors = (rowptr, col, perm)
@@ -144,6 +145,7 @@ class _PlanEntry:
         self.orders: dict = {}       # name -> (order tensor or None, build ms)
         self.formats: dict = {}      # order name -> BlockFormat
         self.decisions: dict = {}
+        self.csr_by_src: dict = {}   # (num_src, max_edges) -> attention_triton.SourceCSR (split backward)
 
     def valid(self) -> bool:
         return tuple(t._version for t in self.tensors) == self.versions

@@ -29,9 +29,27 @@ Each term reaches the edge through its role (src, dst or edge; ``att`` is dense)
 
 Backward recomputes the scores from the saved ``lse`` (``alpha_e = exp(s_e - lse_i)``, ``eps`` dropped, a
 relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, FlashAttention's delta):
-``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Gradients of dst-role inputs are reduced in registers per
-block; src- and edge-role gradients are float32 ``atomic_add`` into per-argument buffers, the dense
-``att`` gradient goes to 32 slots to keep atomics off one address.
+``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Two variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
+(read at each call, :func:`backward_variant`):
+
+- ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): ``D [N, H]`` once
+  (:func:`_delta_kernel`), then two launches of :func:`_split_backward_kernel`, per (work item, head).
+  The **dst pass** walks the CSR's work items and writes the gradients of dst-role arguments (summed in
+  registers over the whole item: one store per item, an atomic only for the items of a hub row), of
+  edge-role ones (plain stores: each edge id is one address) and GATv2's dense ``att`` (32 slots, as
+  below). The **src pass** walks the transposed CSR (:class:`SourceCSR`: rows are sources, each with its
+  edges' destinations and edge ids, and its own degree-split work items), recomputes each edge's score
+  from the destination's terms, ``lse_i``, ``D_i`` and ``dout_i``, and writes the src-role gradients the
+  same way, once per item. :func:`source_csr` builds the transposed CSR once per graph (a stable sort of
+  ``E``) and caches it with the graph's plan entry in kernels/attention_paths.py. Per-head programs only
+  (the all-heads setting below picks the forward's, and the atomic backward's, program shape).
+- ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
+  block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
+  edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
+  one address. It also runs where the split one cannot: for the hybrid block/CSR path
+  (``attention_paths.run_backward`` passes only the rows left to the CSR kernel, and a src pass over all
+  of a source's edges would count those into block rows twice), when :func:`backward` gets no
+  :class:`SourceCSR`, and when one pass would write the gradients of more than four distinct arguments.
 
 Degree split: one program per (work item, head) (or per work item for every head, with
 ``GNN_IO_ATTENTION_HEADS=all``: :func:`heads_variant`, docs/attention.md), items from
@@ -48,12 +66,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.spmm_triton import work_items_op
+from gnn_inductor.kernels.spmm_triton import WorkItems, work_items, work_items_op
 from torch import Tensor
 
 from gnn_inductor import edge_functions
@@ -68,6 +87,9 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
+BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
+BACKWARD_VARIANTS = ("split", "atomic")
+_MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
 AUTOTUNE_CONFIGS = [
@@ -536,6 +558,202 @@ def _backward_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
+# The split backward (default, GNN_IO_ATTENTION_BACKWARD=split)
+# ---------------------------------------------------------------------------------------------
+# One kernel, two passes: MAJOR = ROLE_DST walks the CSR's work items (rows are destinations), MAJOR = ROLE_SRC
+# the work items of the transposed CSR (:class:`SourceCSR`, rows are sources). Either pass recomputes each
+# edge's score, alpha and ds exactly as :func:`_backward_kernel`, and writes the gradients of up to four
+# arguments (G0..G3: a buffer, its role, and how often the argument is a score term (T), a value term (V) and
+# the dot query (Q): an argument in two places, such as GATv2's x_l or TransformerConv's edge embedding, gets
+# the sum once). Arguments of the pass's row role (dst, resp. src) are summed in registers over the whole
+# item and written once (an atomic only for an item of a hub row: ``shared == 1``); edge-role arguments (dst
+# pass only) are plain stores, every edge id being its own address.
+
+@triton.jit
+def _combine_grads(T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, grad_terms, grad_value, grad_query):
+    """``T * grad_terms + V * grad_value + Q * grad_query`` without the zero terms."""
+    if T > 0:
+        total = grad_terms * T
+        if V > 0:
+            total += grad_value * V
+        if Q > 0:
+            total += grad_query * Q
+    elif V > 0:
+        total = grad_value * V
+        if Q > 0:
+            total += grad_query * Q
+    else:
+        total = grad_query * Q
+    return total
+
+
+@triton.jit
+def _store_edge_grad(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, KIND: tl.constexpr,
+                     eid, h, num_heads, head_dim, chans, emask, tile_mask, grad_terms, grad_value, grad_query):
+    """An edge-role gradient of one block of edges: plain stores (each edge id is written by one program)."""
+    if R == 2:
+        rows = eid.to(tl.int64)
+        total = _combine_grads(T, V, Q, grad_terms, grad_value, grad_query)
+        if KIND == 0 and T > 0:
+            tl.store(ptr + rows * num_heads + h, total, mask=emask)
+        else:
+            tl.store(ptr + (rows[:, None] * num_heads + h) * head_dim + chans[None, :], total, mask=tile_mask)
+
+
+@triton.jit
+def _write_row_grad(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, KIND: tl.constexpr,
+                    MAJOR: tl.constexpr, row, shared, h, num_heads, head_dim, chans, cmask, sum_terms, sum_value,
+                    sum_query):
+    """A row-role gradient, summed over the whole item: stored by a row's only item, added by a hub's items;
+    padding items (``shared == 2``) write nothing."""
+    if R == MAJOR:
+        total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
+        if KIND == 0 and T > 0:
+            offsets = row.to(tl.int64) * num_heads + h
+            if shared == 0:
+                tl.store(ptr + offsets, total)
+            elif shared == 1:
+                tl.atomic_add(ptr + offsets, total)
+        else:
+            offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
+            if shared == 0:
+                tl.store(ptr + offsets, total, mask=cmask)
+            elif shared == 1:
+                tl.atomic_add(ptr + offsets, total, mask=cmask)
+
+
+@triton.jit
+def _delta_kernel(grad_out_ptr, out_ptr, delta_ptr, num_rows, head_dim, BLOCK_R: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    """``delta[r] = sum_c grad_out[r, c] * out[r, c]`` over the (node, head) rows ``r`` of ``[N * H, C]``."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    chans = tl.arange(0, BLOCK_C)
+    rmask = rows < num_rows
+    mask = rmask[:, None] & (chans < head_dim)[None, :]
+    offsets = rows.to(tl.int64)[:, None] * head_dim + chans[None, :]
+    grad = tl.load(grad_out_ptr + offsets, mask=mask, other=0).to(tl.float32)
+    out = tl.load(out_ptr + offsets, mask=mask, other=0).to(tl.float32)
+    tl.store(delta_ptr + rows, tl.sum(grad * out, axis=1), mask=rmask)
+
+
+@triton.jit
+def _split_backward_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
+        num_heads, head_dim, slope, score_scale, message_scale,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
+        G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
+        G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
+        G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
+        G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
+        ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
+        DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One (work item, head) of one pass of the split backward (see above). ``other_ptr`` holds the edges'
+    other endpoint (sources in the dst pass, destinations in the src pass) and ``eid_ptr`` their edge ids;
+    ``ROW_*`` say which gradient kinds a row-role output needs summed, ``EDGE_Q`` whether the dot query's
+    is needed at all, ``GATT`` whether GATv2's ``att`` gradient is (dst pass only)."""
+    item = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    shared = tl.load(item_shared_ptr + item)
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    if MAJOR == 1:  # one destination per item: its dout, D and lse once
+        node_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
+        grad_row = tl.load(grad_out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)[None, :]
+        delta_row = tl.load(delta_ptr + row.to(tl.int64) * num_heads + h)
+        lse_row = tl.load(lse_ptr + row.to(tl.int64) * num_heads + h)
+    if KIND == 1:
+        att = tl.load(q + h * qh + chans * qc, mask=cmask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_C], dtype=tl.float32)
+    grad_att = tl.zeros([BLOCK_C], dtype=tl.float32)
+    if KIND == 0:
+        acc_terms = tl.zeros([BLOCK_E], dtype=tl.float32)
+    else:
+        acc_terms = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
+    acc_value = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
+    acc_query = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
+
+    for block_start in range(start, end, BLOCK_E):
+        if MAJOR == 1:
+            emask, src, dst, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
+        else:
+            emask, dst, src, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
+        tile_mask = emask[:, None] & cmask[None, :]
+        if MAJOR == 1:
+            grad_rows = grad_row
+            delta = delta_row
+            lse = lse_row
+        else:  # every edge its own destination
+            dst_heads = dst.to(tl.int64) * num_heads + h
+            grad_rows = tl.load(grad_out_ptr + dst_heads[:, None] * head_dim + chans[None, :], mask=tile_mask,
+                                other=0).to(tl.float32)
+            delta = tl.load(delta_ptr + dst_heads, mask=emask, other=0)
+            lse = tl.load(lse_ptr + dst_heads, mask=emask, other=0)
+        score, terms, query = _score(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                                     q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
+                                     slope, score_scale)
+        alpha = tl.where(emask, tl.exp(score - lse), 0.0)
+        weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+        value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+
+        grad_value = (alpha * weight)[:, None] * grad_rows
+        grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=1) - delta) * score_scale
+        if KIND == 0:
+            grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
+        elif KIND == 1:
+            grad_terms = grad_score[:, None] * att[None, :] * tl.where(terms > 0, 1.0, slope)
+            if GATT:
+                grad_att += tl.sum(grad_score[:, None] * tl.where(terms > 0, terms, terms * slope), axis=0)
+        else:
+            grad_terms = grad_score[:, None] * query
+        if EDGE_Q:
+            grad_query = grad_score[:, None] * terms
+        else:
+            grad_query = grad_value  # no output reads it
+
+        if ROW_T:
+            acc_terms += grad_terms
+        if ROW_V:
+            acc_value += grad_value
+        if ROW_Q:
+            acc_query += grad_query
+        _store_edge_grad(g0, G0R, G0T, G0V, G0Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
+                         grad_terms, grad_value, grad_query)
+        _store_edge_grad(g1, G1R, G1T, G1V, G1Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
+                         grad_terms, grad_value, grad_query)
+        _store_edge_grad(g2, G2R, G2T, G2V, G2Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
+                         grad_terms, grad_value, grad_query)
+        _store_edge_grad(g3, G3R, G3T, G3V, G3Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
+                         grad_terms, grad_value, grad_query)
+
+    sum_terms = tl.sum(acc_terms, axis=0)
+    sum_value = tl.sum(acc_value, axis=0)
+    sum_query = tl.sum(acc_query, axis=0)
+    _write_row_grad(g0, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
+                    sum_terms, sum_value, sum_query)
+    _write_row_grad(g1, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
+                    sum_terms, sum_value, sum_query)
+    _write_row_grad(g2, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
+                    sum_terms, sum_value, sum_query)
+    _write_row_grad(g3, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
+                    sum_terms, sum_value, sum_query)
+    if GATT:
+        dense_slot = (item % DENSE_SLOTS).to(tl.int64)
+        tl.atomic_add(gatt + (dense_slot * num_heads + h) * head_dim + chans, grad_att, mask=cmask)
+
+
+# ---------------------------------------------------------------------------------------------
 # All heads in one program (opt-in: GNN_IO_ATTENTION_HEADS=all)
 # ---------------------------------------------------------------------------------------------
 # One program per work item walks the row's edges once for every head: the CSR indices are read once,
@@ -942,45 +1160,162 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
     return view_grad.sum_to_size(arg.shape)
 
 
+def backward_variant() -> str:
+    """Which backward the op runs: ``"split"`` (default) or ``"atomic"``, from the
+    ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring)."""
+    variant = os.environ.get(BACKWARD_ENV) or "split"
+    if variant not in BACKWARD_VARIANTS:
+        raise ValueError(f"{BACKWARD_ENV}={variant!r}: set it to one of {', '.join(BACKWARD_VARIANTS)} "
+                         "(or leave it unset)")
+    return variant
+
+
+class SourceCSR(NamedTuple):
+    """The CSR transposed for the split backward's src pass: rows are source nodes, each row's edges
+    in CSR order (a stable sort by source)."""
+    rowptr: Tensor   # [num_src + 1] int64
+    dst: Tensor      # [E] the destination of each edge (col's dtype)
+    eid: Tensor      # [E] its edge id, perm[position in the CSR] (what edge-role arguments are indexed by)
+    items: WorkItems  # work items of these rows, at most ``max_edges`` edges each
+
+
+def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, max_edges: int) -> SourceCSR:
+    """:class:`SourceCSR` of the CSR ``(rowptr, col, perm)``: a stable sort of the ``E`` sources and a
+    histogram, on ``rowptr``'s device; edges whose source is ``>= num_src`` are left out (no row)."""
+    num_dst, num_edges = rowptr.numel() - 1, col.numel()
+    degree = (rowptr[1:] - rowptr[:-1]).long()
+    dst_of_position = torch.repeat_interleave(torch.arange(num_dst, device=rowptr.device, dtype=col.dtype), degree,
+                                              output_size=num_edges)
+    position = torch.sort(col, stable=True).indices
+    counts = torch.bincount(col.long(), minlength=num_src)[:num_src]
+    t_rowptr = torch.zeros(num_src + 1, dtype=torch.long, device=rowptr.device)
+    torch.cumsum(counts, 0, out=t_rowptr[1:])
+    return SourceCSR(t_rowptr, dst_of_position.index_select(0, position), perm.index_select(0, position),
+                     work_items(t_rowptr, max_edges))
+
+
+def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_edges: int = 0) -> SourceCSR:
+    """The graph's :class:`SourceCSR` for ``layout``'s source rows, built at the first call and cached with
+    the graph's plan entry (kernels/attention_paths.py: it lives, and is invalidated, with the plan)."""
+    from gnn_inductor.kernels import attention_paths
+
+    num_src = max((view.shape[0] for i, view in layout.views.items() if layout.roles[i] == ROLE_SRC), default=0)
+    key = (num_src, max_edges or MAX_EDGES)
+    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    if key not in cache:
+        cache[key] = build_source_csr(rowptr, col, perm, *key)
+    return cache[key]
+
+
+def _grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:
+    """``(argument, role, T, V, Q)`` for each argument of a role in ``pass_roles`` that needs a gradient:
+    how often it is a score term, a value term, and whether it is the dot query."""
+    query = (form.query,) if form.family == "dot" else ()
+    outputs = []
+    for i in dict.fromkeys(form.score_terms + query + form.value_terms):
+        if needs_grad[i] and roles[i] in pass_roles:
+            outputs.append((i, roles[i], form.score_terms.count(i), form.value_terms.count(i), int(i in query)))
+    return outputs
+
+
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
-             variant: str | None = None):
+             variant: str | None = None, by_src: SourceCSR | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), or None when a weight
-    (a factor of alpha) needs one: those run the reference backward."""
-    form, heads, channels = layout.form, layout.heads, layout.channels
+    (a factor of alpha) needs one: those run the reference backward.
+
+    With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, per head; without it the
+    atomic one, per head or for all heads at once (``variant``, default :func:`heads_variant`). The split
+    backward needs every row's items: a caller passing a subset of rows (the hybrid path's ``csr_items``)
+    must pass no ``by_src``, or a source's edges into the other rows would be counted too.
+    """
+    form, channels = layout.form, layout.channels
     if any(needs_grad[i] for i in form.weights):
         return None
+    query = (form.query,) if form.query is not None else ()
+    buffers = {}
+    for i in dict.fromkeys(form.score_terms + query + form.value_terms):
+        if needs_grad[i]:
+            view = layout.views[i]
+            rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
+            buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=rowptr.device)
+    if not buffers:
+        return [None] * len(layout.args)
+    (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
+    dst_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
+    src_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
+    if by_src is None or max(len(dst_outputs), len(src_outputs)) > _MAX_GRAD_OUTPUTS:
+        _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
+                         variant)
+    else:
+        config = {**launch_config(form.family, channels), **(config or {})}
+        grad_out = grad_out.contiguous()
+        delta = _delta(grad_out, out.contiguous(), config["block_c"])
+        att_grad = buffers.get(form.query) if form.family == "gatv2" else None
+        if dst_outputs or att_grad is not None:
+            _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
+                        col, perm, grad_out, lse, delta, config)
+        if src_outputs:
+            _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
+                        lse, delta, config)
+    result = [None] * len(layout.args)
+    for i, grad in buffers.items():
+        result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
+    return result
+
+
+def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
+    """One launch of :func:`_split_backward_kernel`: the dst pass (``major == ROLE_DST``) or the src pass."""
+    form = layout.form
+    pointers, constexprs = _common_slots(layout)
+    slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
+    grads, specs = [], {}
+    for k, output in enumerate(slots):
+        i, role, t, v, q = output if output is not None else (None, _NONE, 0, 0, 0)
+        grads.append(lse if i is None else buffers[i])
+        specs.update({f"G{k}R": role, f"G{k}T": t, f"G{k}V": v, f"G{k}Q": q})
+    row_outputs = [o for o in outputs if o[1] == major]
+    flags = {"ROW_T": any(o[2] for o in row_outputs), "ROW_V": any(o[3] for o in row_outputs),
+             "ROW_Q": any(o[4] for o in row_outputs), "EDGE_Q": any(o[4] for o in outputs),
+             "GATT": att_grad is not None}
+    if not items[0].shape[0]:
+        return
+    _split_backward_kernel[(items[0].shape[0], layout.heads)](
+        *items, other, eid, *pointers, lse, delta, grad_out, *grads, lse if att_grad is None else att_grad,
+        layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale,
+        **constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
+        BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+
+
+def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:
+    """``D = <dout, out>`` over channels, float32 ``[N, H]``, from contiguous ``[N, H, C]`` tensors."""
+    num_dst, heads, channels = out.shape
+    delta = torch.empty((num_dst, heads), dtype=torch.float32, device=out.device)
+    block_r = max(1, 2048 // block_c)
+    if delta.numel():
+        _delta_kernel[(triton.cdiv(delta.numel(), block_r),)](grad_out, out, delta, delta.numel(), channels,
+                                                                BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return delta
+
+
+def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tensor, lse: Tensor, col: Tensor,
+                     perm: Tensor, items, config: dict | None, variant: str | None) -> None:
+    """The one-pass backward: src- and edge-role gradients are float32 atomics of every edge block."""
+    form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
     defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels)
     config = {**defaults, **(config or {})}
-    (item_row, item_start, item_end, _), _ = _items(rowptr, col, items, max_edges)
-    device = rowptr.device
-    vector = form.family != "gat"
-
-    buffers = {}
-
-    def buffer(i: int | None, is_vector: bool):
-        if i is None or not needs_grad[i]:
-            return None
-        if i not in buffers:
-            view = layout.views[i]
-            rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
-            buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=device)
-        return buffers[i]
-
+    item_row, item_start, item_end = items
     s = _padded(form.score_terms, _MAX_SCORE_TERMS)
     v = _padded(form.value_terms, _MAX_VALUE_TERMS)
-    grads = [buffer(s[0], vector), buffer(s[1], vector), buffer(s[2], vector), buffer(form.query, True),
-             buffer(v[0], True), buffer(v[1], True)]
-    if not buffers:
-        return [None] * len(layout.args)
-    dummy = lse
+    grads = [buffers.get(i) for i in (s[0], s[1], s[2], form.query, v[0], v[1])]
     flags = {"GS0": grads[0] is not None, "GS1": grads[1] is not None, "GS2": grads[2] is not None,
-                 "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
+             "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
     pointers, constexprs = _common_slots(layout)
     if item_row.shape[0]:
         kernel_args = (item_row, item_start, item_end, col, perm, *pointers, out, lse, grad_out.contiguous(),
-                       *[dummy if g is None else g for g in grads], heads, channels, form.negative_slope,
+                       *[lse if g is None else g for g in grads], heads, channels, form.negative_slope,
                        form.score_scale, form.message_scale)
         if all_heads:
             _backward_all_heads_kernel[(item_row.shape[0],)](
@@ -990,13 +1325,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
             _backward_kernel[(item_row.shape[0], heads)](
                 *kernel_args, **constexprs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
                 BLOCK_C=config["block_c"], num_warps=config["num_warps"])
-    result = [None] * len(layout.args)
-    for i, grad in buffers.items():
-        result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
-    return result
 
 
 def kernel_name(family: str) -> str:
     heads = ", all heads per program (forward)" if heads_variant() == "all" else ""
-    return f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work items"
-
+    backward = "split backward (dst pass, src pass over the transposed CSR)" if backward_variant() == "split" else \
+        "atomic backward"
+    return (f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work "
+            f"items, {backward}")

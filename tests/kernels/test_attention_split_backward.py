@@ -1,0 +1,264 @@
+"""The split backward of the fused CSR attention (kernels/attention_triton.py, ``GNN_IO_ATTENTION_BACKWARD``):
+a dst pass over the CSR and a src pass over the transposed CSR, against the atomic backward and the float64
+reference of gnn_io::attention.
+
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
+(``test_kernels_under_interpreter``); there they also count the interpreter's atomic operations. The graph has a
+destination hub and a source hub, both split into several work items (``MAX_EDGES = 8``), isolated nodes, self
+loops and duplicate edges. The transposed CSR and its cache are plain torch and run everywhere.
+"""
+import os
+
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention_paths, attention_triton
+from gnn_inductor.kernels._common import ROLE_SRC
+from gnn_inductor.kernels.attention import attention_reference
+
+from gnn_inductor.testing import random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
+from tests.kernels.test_attention_triton import (
+    CASES,
+    CHANNELS,
+    EPS,
+    HEADS,
+    NUM_NODES,
+    V,
+    _fn,
+    assert_close,
+    grads_of,
+    make_args,
+)
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+MAX_EDGES = 8            # below both hubs' degrees: each spans several work items
+NO_SPLIT_MAX_EDGES = 64  # above every degree: no hub item, so the split backward needs no atomic at all
+SOURCE_HUB, SOURCE_HUB_DEGREE = 1, 20
+aten = torch.ops.aten
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_kernels_under_interpreter")
+interpreter_only = pytest.mark.skipif(not INTERPRETED, reason="counts the interpreter's atomics: run under it")
+
+
+@pytest.fixture(scope="module")
+def plan():
+    """The seven CSR plan tensors of a graph with node 0 receiving 30 extra edges and node 1 sending 20."""
+    src, dst = random_graph(NUM_NODES, 50, seed=3, hub_degree=30, num_isolated=3)
+    hub_targets = torch.randint(0, NUM_NODES - 3, (SOURCE_HUB_DEGREE,), generator=torch.Generator().manual_seed(5))
+    src = torch.cat([src, torch.full((SOURCE_HUB_DEGREE,), SOURCE_HUB)])
+    dst = torch.cat([dst, hub_targets])
+    plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
+    in_degree, out_degree = plan[0].diff(), plan[4].diff()
+    assert in_degree.max() > 3 * MAX_EDGES and out_degree.max() > 2 * MAX_EDGES
+    assert max(in_degree.max(), out_degree.max()) <= NO_SPLIT_MAX_EDGES
+    assert (in_degree[-3:] == 0).all() and (out_degree[-3:] == 0).all()
+    return plan
+
+
+def _case(name):
+    score_fn, message_fn, _, kinds = CASES[name]
+    return _fn(score_fn), _fn(message_fn), [role for role, _ in kinds], kinds
+
+
+def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDGES):
+    """``(out, grads)`` of gnn_io::attention with the ``mode`` backward, on DEVICE."""
+    score, message, roles, kinds = _case(name)
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, mode)
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], max_edges))
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), dtype)]
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    return grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items, max_edges),
+                    args, grad)
+
+
+def reference_grads(plan, name, dtype=torch.float32):
+    score, message, roles, kinds = _case(name)
+    wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, plan[1].numel(), dtype)]
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).double()
+    return grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), wide, grad)[1]
+
+
+@pytest.fixture
+def atomics(monkeypatch):
+    """The interpreter's atomic read-modify-write operations (one per ``tl.atomic_add`` executed), counted."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    calls = []
+    original = InterpreterBuilder.create_atomic_rmw
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(InterpreterBuilder, "create_atomic_rmw", counting)
+    return calls
+
+
+def _no_atomic_kernels(monkeypatch):
+    """Make launching either atomic backward kernel fail."""
+    class NotLaunched:
+        def __getitem__(self, grid):
+            raise AssertionError("the split backward launched an atomic backward kernel")
+    monkeypatch.setattr(attention_triton, "_backward_kernel", NotLaunched())
+    monkeypatch.setattr(attention_triton, "_backward_all_heads_kernel", NotLaunched())
+
+
+# ---- the kernels (CUDA, or the interpreter on CPU) ----
+
+@runs_kernel
+@pytest.mark.parametrize("name", list(CASES))
+def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
+    """Every family (GAT with and without an edge term and with a dropout keep-mask, GATv2, TransformerConv
+    with ``v_j + e_ij``): fp32 gradients of both backwards against the float64 reference, and of each other."""
+    _, atomic = run_op(plan, name, "atomic", monkeypatch)
+    _no_atomic_kernels(monkeypatch)
+    _, split = run_op(plan, name, "split", monkeypatch)
+    for i, (s, a, r) in enumerate(zip(split, atomic, reference_grads(plan, name))):
+        if r is None:
+            assert s is None and a is None
+            continue
+        assert s.dtype == torch.float32 and torch.isfinite(s).all(), f"grad of argument {i}"
+        assert_close(s, r, torch.float32, f"split grad of argument {i}")
+        assert_close(s, a, torch.float32, f"split against atomic, argument {i}")
+        if s.shape[0] == NUM_NODES:
+            assert not s[-3:].any(), f"isolated nodes get no gradient (argument {i})"
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
+def test_split_half_precision(plan, name, monkeypatch):
+    """bf16 inputs, float32 accumulation: within 4x the bf16 tolerance of gnn_inductor.testing.TOLERANCES
+    (rtol 6.4e-2, atol 6.4e-2 times the largest reference gradient) of the reference given the bf16 inputs."""
+    _, split = run_op(plan, name, "split", monkeypatch, torch.bfloat16)
+    for i, (s, r) in enumerate(zip(split, reference_grads(plan, name, torch.bfloat16))):
+        if r is not None:
+            assert s.dtype == torch.bfloat16 and torch.isfinite(s).all(), f"grad of argument {i}"
+            assert_close(s, r, torch.bfloat16, f"bf16 split grad of argument {i}")
+
+
+@runs_kernel
+def test_weight_needing_a_gradient_runs_the_reference(plan, monkeypatch):
+    """A float attention weight with requires_grad: the fused backward declines (None), the op's gradients come
+    from the reference."""
+    score, message, roles, kinds = _case("gat_dropout")
+    args = make_args(kinds, plan[1].numel())
+    args[1] = args[1].float() * 2.0
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    layout = attention_triton.prepare([a.to(DEVICE) for a in args], roles, on_device[3], score, message)
+    by_src = attention_triton.source_csr(layout, *on_device[:2], on_device[3], MAX_EDGES)
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+    out, lse = attention_triton.forward(layout, on_device[0], on_device[1], on_device[3], EPS)
+    assert attention_triton.backward(layout, grad.to(DEVICE), out, lse, on_device[0], on_device[1], on_device[3],
+                                     [True] * len(args), by_src=by_src) is None
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    _, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS),
+                        [a.to(DEVICE) for a in args], grad.to(DEVICE))
+    _, ref = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), args, grad)
+    for i, (g, r) in enumerate(zip(grads, ref)):
+        assert_close(g, r, torch.float32, f"grad of argument {i}")
+
+
+@interpreter_only
+@pytest.mark.parametrize("name", ["gat_edge", "transformer_edge"])
+def test_split_needs_no_atomics_without_hubs(plan, name, atomics, monkeypatch):
+    """No row spans two work items: the split backward runs no atomic at all (GATv2's ``att`` slots aside,
+    hence these two families), the atomic one some."""
+    run_op(plan, name, "atomic", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    assert atomics, "the atomic backward must count atomics (else this test cannot fail)"
+    atomics.clear()
+    _no_atomic_kernels(monkeypatch)
+    run_op(plan, name, "split", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    assert not atomics, f"{len(atomics)} atomics in the split backward of a graph without hub items"
+
+
+@interpreter_only
+def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
+    """With hubs split into several items: one atomic per (hub item, head, row-role argument), nothing else
+    (TransformerConv with edge features: the query in the dst pass, key and value in the src pass)."""
+    score, message, roles, kinds = _case("transformer_edge")
+    args = make_args(kinds, plan[1].numel())
+    layout = attention_triton.prepare(args, roles, plan[3], score, message)
+    by_src = attention_triton.source_csr(layout, plan[0], plan[1], plan[3], MAX_EDGES)
+    dst_hub_items = int((torch.ops.gnn_io.work_items(plan[0], plan[1], MAX_EDGES)[3] == 1).sum())
+    src_hub_items = int((by_src.items.shared == 1).sum())
+    assert dst_hub_items >= 4 and src_hub_items >= 3
+    run_op(plan, "transformer_edge", "split", monkeypatch)
+    assert len(atomics) == HEADS * (dst_hub_items * 1 + src_hub_items * 2)
+
+
+# Five distinct source-role arguments need gradients: more than one pass of the split backward writes.
+def _many_sources_score(a0, a1, a2, a3, a4):
+    return aten.sum.dim_IntList(aten.mul.Tensor(a0, aten.add.Tensor(aten.add.Tensor(a1, a2), a3)), [-1])
+
+
+def _many_sources_message(alpha, a0, a1, a2, a3, a4):
+    return aten.mul.Tensor(a4, aten.view.default(alpha, [-1, HEADS, 1]))
+
+
+@runs_kernel
+def test_more_outputs_than_slots_run_the_atomic_backward(plan, monkeypatch):
+    score, message = _fn(_many_sources_score), _fn(_many_sources_message)
+    roles = [ROLE_SRC] * 5
+    args = make_args([(ROLE_SRC, V)] * 5, plan[1].numel())
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+    _, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS),
+                        [a.to(DEVICE) for a in args], grad.to(DEVICE))
+    wide = [a.double() for a in args]
+    _, ref = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), wide, grad.double())
+    for i, (g, r) in enumerate(zip(grads, ref)):
+        assert_close(g, r, torch.float32, f"grad of argument {i}")
+
+
+# ---- the transposed CSR, its cache and the switch (every machine) ----
+
+def test_source_csr_is_the_transposed_plan(plan):
+    """Rows are sources, edges in CSR order within a row: exactly csr_plan's own transposed arrays; the source
+    hub spans several items covering its row."""
+    rowptr, col, _, perm, t_rowptr, t_col, t_perm = plan
+    by_src = attention_triton.build_source_csr(rowptr, col, perm, NUM_NODES, MAX_EDGES)
+    assert torch.equal(by_src.rowptr, t_rowptr.long())
+    assert torch.equal(by_src.dst, t_col)
+    assert torch.equal(by_src.eid, perm[t_perm])
+    row, start, end, shared = by_src.items
+    hub = row == SOURCE_HUB
+    assert int(hub.sum()) > 2 and torch.equal(shared == 1, t_rowptr.diff()[row.long()] > MAX_EDGES)
+    assert int(start[hub].min()) == int(t_rowptr[SOURCE_HUB]) and int(end[hub].max()) == int(t_rowptr[SOURCE_HUB + 1])
+    assert bool((end - start <= MAX_EDGES).all()) and int((end - start).sum()) == col.numel()
+
+
+def test_source_csr_is_cached_with_the_plan(plan):
+    score, message, roles, kinds = _case("transformer")
+    layout = attention_triton.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
+    rowptr, col, _, perm = [t.clone() for t in plan[:4]]
+    first = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is first
+    assert attention_triton.source_csr(layout, rowptr, col, perm, 2 * MAX_EDGES) is not first
+    col.add_(0)  # an in-place change invalidates the plan entry, and the transposed CSR with it
+    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not first
+    cached = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    attention_paths.clear()
+    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not cached
+
+
+def test_backward_variant_defaults_to_split(monkeypatch):
+    monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
+    assert attention_triton.backward_variant() == "split"
+    assert "split backward" in attention_triton.kernel_name("dot")
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "atomic")
+    assert attention_triton.backward_variant() == "atomic"
+    assert "atomic backward" in attention_triton.kernel_name("dot")
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "fast")
+    with pytest.raises(ValueError, match="split, atomic"):
+        attention_triton.backward_variant()
+
+
+# ---- the interpreter run ----
+
+@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
+def test_kernels_under_interpreter():
+    rerun_under_interpreter(__file__)
