@@ -122,7 +122,7 @@ def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
             continue
         assert s.dtype == torch.float32 and torch.isfinite(s).all(), f"grad of argument {i}"
         assert_close(s, r, torch.float32, f"split grad of argument {i}")
-        assert_close(s, a, torch.float32, f"split against atomic, argument {i}")
+        assert_close(s, a.double().cpu(), torch.float32, f"split against atomic, argument {i}")
         if s.shape[0] == NUM_NODES:
             assert not s[-3:].any(), f"isolated nodes get no gradient (argument {i})"
 
@@ -259,6 +259,6 @@ def test_backward_variant_defaults_to_split(monkeypatch):
 
 # ---- the interpreter run ----
 
-@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
+@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__)

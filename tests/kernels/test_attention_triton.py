@@ -302,7 +302,7 @@ def test_variants_mix(plan, forward_variant, backward_variant):
     default = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
                                         variant="per_head")
     for i, (g, r) in enumerate(zip(mixed, default)):
-        assert_close(g, r, torch.float32, f"grad of argument {i}")
+        assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
 
 
 def test_heads_variant_is_opt_in(monkeypatch):
@@ -386,6 +386,6 @@ def test_kernel_is_interpreted():
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention_triton is imported"
 
 
-@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
+@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__)
