@@ -478,6 +478,20 @@ def _add_vector_grad(ptr, ROLE: tl.constexpr, src, dst, eid, h, num_heads, head_
 
 
 @triton.jit
+def _weight_and_value(w0, w0r, w0h, W0: tl.constexpr, v0, v0r, v0h, v0c, V0: tl.constexpr, v1, v1r, v1h, v1c,
+                      V1: tl.constexpr, src, dst, eid, h, chans, emask, tile_mask, message_scale,
+                      BLOCK_E: tl.constexpr):
+    """Backward's per-edge factor of alpha (``message_scale`` times the keep-mask weight) and value tile."""
+    weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
+    if W0 >= 0:
+        weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+    value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
+    if V1 >= 0:
+        value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+    return weight, value
+
+
+@triton.jit
 def _backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
@@ -514,12 +528,8 @@ def _backward_kernel(
                                      q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
                                      slope, score_scale)
         alpha = tl.where(emask, tl.exp(score - lse), 0.0)
-        weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
-        value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
-        if V1 >= 0:
-            value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+        weight, value = _weight_and_value(w0, w0r, w0h, W0, v0, v0r, v0h, v0c, V0, v1, v1r, v1h, v1c, V1,
+                                          src, dst, eid, h, chans, emask, tile_mask, message_scale, BLOCK_E)
 
         grad_value = (alpha * weight)[:, None] * grad_row[None, :]
         if GV0:
@@ -700,12 +710,8 @@ def _split_backward_kernel(
                                      q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
                                      slope, score_scale)
         alpha = tl.where(emask, tl.exp(score - lse), 0.0)
-        weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
-        value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
-        if V1 >= 0:
-            value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
+        weight, value = _weight_and_value(w0, w0r, w0h, W0, v0, v0r, v0h, v0c, V0, v1, v1r, v1h, v1c, V1,
+                                          src, dst, eid, h, chans, emask, tile_mask, message_scale, BLOCK_E)
 
         grad_value = (alpha * weight)[:, None] * grad_rows
         grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=1) - delta) * score_scale
