@@ -123,9 +123,11 @@ def _time(fn, device, reps: int = 5) -> float:
 
 
 def _row_scale(rowptr: Tensor, reduce: str) -> Tensor | None:
-    if reduce == "sum":
-        return None
-    return (rowptr[1:] - rowptr[:-1]).clamp(min=1).float().reciprocal()
+    """The op's own row scale (``kernels/spmm.py``), float32 and flat, as the block kernels read it."""
+    from gnn_inductor.kernels.spmm import _row_scale as op_row_scale
+
+    scale = op_row_scale(rowptr, reduce, rowptr.new_empty((0,), dtype=torch.float32))
+    return None if scale is None else scale.view(-1)
 
 
 def _allow_tf32(decision) -> bool:
