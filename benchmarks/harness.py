@@ -4,7 +4,8 @@ process, forward and forward+backward, peak memory, plan build time and a roofli
     python -m benchmarks.harness --layers gcn,sage_mean,gin --graphs suite --out docs/benchmarks
 
 Times are medians of ``--reps`` runs timed with CUDA events after warm-up, on random (never zero)
-inputs; peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
+inputs, each forward+backward starting with every gradient set to None (as ``optimizer.zero_grad()``
+leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
 parameters and gradients included). The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
 ``results.md`` and ``speedup.png`` to ``--out``.
@@ -155,7 +156,14 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         x_grad = x.clone().requires_grad_(True)
         grad = torch.randn_like(out)
 
+        params = list(layer.parameters())
+
         def step():
+            # A training step starts from no gradients, as after optimizer.zero_grad() (set_to_none=True, the
+            # default): backward then stores each gradient instead of adding it to the previous step's.
+            x_grad.grad = None
+            for p in params:
+                p.grad = None
             if "cg" in mode:
                 torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier outputs are dead
             model(x_grad, edge_index).backward(grad)

@@ -26,7 +26,7 @@ torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
 
 
-def _inner_compile(gm, example_inputs, graph_report=None):
+def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None):
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
@@ -35,14 +35,37 @@ def _inner_compile(gm, example_inputs, graph_report=None):
     # default backend), which replay the whole step with one launch: for small graphs, where the
     # per-call CPU work is larger than the GPU work.
     options = {"fx_graph_cache": False}
-    if os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1":
+    if _cuda_graphs():
         options["triton.cudagraphs"] = True
+    if static_inputs is None:
+        static_inputs = _parameter_positions(example_inputs)
+    inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),
+                              num_inputs=len(example_inputs))
     with inductor_config.patch(options):
-        return compile_fx(gm, example_inputs,
-                          inner_compile=functools.partial(_guarded_inner_compile, graph_report=graph_report))
+        return compile_fx(gm, example_inputs, inner_compile=inner)
 
 
-def _guarded_inner_compile(gm, example_inputs, graph_report=None, **kwargs):
+def _parameter_positions(example_inputs) -> list:
+    return [i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)]
+
+
+def _with_static_inputs(kwargs: dict, example_inputs, static_inputs, num_inputs) -> dict:
+    """Under CUDA graphs, mark the forward's parameters and graph-plan tensors as static inputs.
+
+    Inductor takes the static inputs of a Dynamo graph from Dynamo's metadata, which the rewritten graph
+    no longer carries, and the plan tensors are the backend's own inputs: unmarked, CUDA graph trees
+    would copy every parameter and the whole CSR into the graph's pool at each replay, and per-plan
+    caches would hold those copies. Marked, a replay reads them in place and a new plan (or a moved
+    parameter) re-records. The forward's inputs are the graph's inputs in order (the count is checked;
+    when AOTAutograd changed them, nothing is marked and Inductor's default applies); the backward's
+    saved tensors are static already."""
+    if kwargs.get("is_backward") or not static_inputs or len(example_inputs) != num_inputs:
+        return kwargs
+    marked = set(kwargs.get("static_input_idxs") or ()) | set(static_inputs)
+    return {**kwargs, "static_input_idxs": sorted(marked)}
+
+
+def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=(), num_inputs=-1, **kwargs):
     """Inductor's own per-graph compile (forward, and the backward when it is first needed), except
     that a crash of Inductor or Triton while compiling (bf16 GATConv's backward crashes a compile
     worker in Triton's LLVM lowering, on torch.compile's default backend too) leaves that graph to
@@ -51,6 +74,8 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, **kwargs):
     from torch._inductor import compile_fx as inductor
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
+    if _cuda_graphs():
+        kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)
     try:
         return inductor.compile_fx_inner(gm, example_inputs, **kwargs)
@@ -145,6 +170,10 @@ def _edge_count(example_inputs: list):
     return max(counts) if counts else None
 
 
+def _cuda_graphs() -> bool:
+    return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
+
+
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
     return os.environ.get("GNN_IO_STRICT", "0") == "1"
@@ -171,7 +200,9 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
     cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
-    compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report)
+    plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
+    compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report,
+                              _parameter_positions(example_inputs) + plan_inputs)
     positions = hoisted.input_positions
     _report.add(graph_report)
 

@@ -18,6 +18,8 @@ Kernels walk edges in CSR order (sorted by destination, stable), given by the pl
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 
 import torch
 from torch import Tensor
@@ -127,3 +129,39 @@ def recompute_grads(reference, args: list, grad_out: Tensor, needs_grad: list) -
         else:
             result.append(None)
     return result
+
+
+def cuda_graphs_requested() -> bool:
+    """``GNN_IO_CUDAGRAPHS=1``: the backend compiles with Inductor's CUDA graph trees (gnn_inductor/backend.py)."""
+    return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
+
+
+def outside_graph_pool(build, device):
+    """``build()``, with what it allocates kept out of a CUDA-graph memory pool.
+
+    Per-plan caches (block formats, the transposed CSR of the split attention backward, cuSPARSE
+    workspaces) are built at an op's first call. Under ``GNN_IO_CUDAGRAPHS=1`` that call is Inductor's
+    CUDA-graph warm-up, during which every allocation of the calling thread goes to the graph's private
+    pool: a tensor kept there outlives the step and later replays would overwrite it (cudagraph trees
+    refuse it: "tensors in the cudagraph pool not tracked as outputs"). The pool takes the calling thread's
+    allocations only, so the build runs on a worker thread, on the caller's stream (same order of work),
+    and the caller waits for it. Without CUDA graphs, or while a graph is being captured, it runs in place.
+    """
+    if getattr(device, "type", device) != "cuda" or not cuda_graphs_requested() or \
+            torch.cuda.is_current_stream_capturing():
+        return build()
+    stream, box = torch.cuda.current_stream(device), {}
+
+    def work():
+        try:
+            with torch.cuda.device(device), torch.cuda.stream(stream), torch.no_grad():
+                box["value"] = build()
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller's thread)
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="gnn_io-plan-build")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -53,6 +53,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor.kernels import block_sparse, block_sparse_gat
+from gnn_inductor.kernels._common import outside_graph_pool
 from gnn_inductor.kernels.spmm_triton import PADDING
 
 PATH_ENV = "GNN_IO_ATTENTION_PATH"
@@ -272,7 +273,8 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
     key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""))
     if key in entry.decisions:
         return entry.decisions[key]
-    decision = _decide(entry, layout, items, precision, setting, forward_fn)
+    decision = outside_graph_pool(lambda: _decide(entry, layout, items, precision, setting, forward_fn),
+                                  rowptr.device)
     entry.decisions[key] = decision
     _DECISIONS.append(decision)
     return decision

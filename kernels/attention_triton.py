@@ -71,7 +71,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.spmm_triton import WorkItems, work_items, work_items_op
 from torch import Tensor
 
@@ -1209,7 +1209,7 @@ def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_e
     key = (num_src, max_edges or MAX_EDGES)
     cache = attention_paths._entry(rowptr, col, perm).csr_by_src
     if key not in cache:
-        cache[key] = build_source_csr(rowptr, col, perm, *key)
+        cache[key] = outside_graph_pool(lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
     return cache[key]
 
 

@@ -35,6 +35,7 @@ from collections import OrderedDict
 
 import numpy as np
 import torch
+from gnn_inductor.kernels._common import outside_graph_pool
 from torch import Tensor
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -210,7 +211,7 @@ def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> Ten
         while len(_ENTRIES) > MAX_ENTRIES:
             _ENTRIES.popitem(last=False)
         entry._point(features, out, values, rowptr, col)
-        entry.choose(handle, x.device)
+        outside_graph_pool(lambda: entry.choose(handle, x.device), x.device)  # the kept workspace
         entry.analysed = (weakref.ref(rowptr), weakref.ref(col), (rowptr._version, col._version))
     else:
         _ENTRIES.move_to_end(key)

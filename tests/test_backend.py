@@ -122,7 +122,7 @@ def test_bfloat16_models_accumulate_in_float32(make, expect):
                    expect=expect)
 
 
-def test_cost_model_thresholds(monkeypatch):
+def test_spmm_threshold_follows_its_environment_variable(monkeypatch):
     from gnn_inductor.cost import spmm_declined
 
     monkeypatch.delenv("GNN_IO_FORCE", raising=False)
@@ -198,3 +198,53 @@ def test_cost_model_thresholds(monkeypatch):
         monkeypatch.delenv("GNN_IO_FORCE")
     monkeypatch.setenv("GNN_IO_GS_MIN_EDGES", "5")
     assert cost.gather_scatter_declined("cuda", 10) is None
+
+
+def test_cuda_graph_mode_marks_parameters_and_plan_tensors_static(monkeypatch):
+    """GNN_IO_CUDAGRAPHS=1: the forward graph's parameters and graph-plan inputs reach Inductor as static
+    inputs (CUDA graph trees then neither copy them at each replay nor let per-plan caches hold pool
+    memory); the backward's static inputs are Inductor's own. Recorded through Inductor's per-graph
+    compile, which on CPU runs the same way (CUDA graphs themselves only apply to CUDA graphs)."""
+    import torch._inductor.compile_fx as inductor
+
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        seen.append((len(example_inputs), tuple(kwargs.get("static_input_idxs") or ()), kwargs.get("is_backward")))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = GCNConv(6, 6)
+    x = torch.randn(40, 6, requires_grad=True)
+    out = torch.compile(conv, backend="gnn_io")(x, random_graph(40, 150, hub_degree=60))
+    out.sum().backward()
+    forward = [s for s in seen if not s[2]]
+    backward = [s for s in seen if s[2]]
+    assert len(forward) == 1 and len(backward) == 1, seen
+    num_inputs, static, _ = forward[0]
+    # weight, bias and at least the plan's CSR (rowptr, col, values...): the trailing inputs
+    assert num_inputs - 1 in static and len(static) >= 2 + 3, forward
+    assert all(0 <= i < num_inputs for i in static)
+    torch.testing.assert_close(out, conv(x, random_graph(40, 150, hub_degree=60)))
+    torch._dynamo.reset()
+
+
+def test_static_inputs_leave_the_backward_and_changed_signatures_alone():
+    from gnn_inductor.backend import _with_static_inputs
+
+    inputs = [object()] * 5
+    assert _with_static_inputs({"static_input_idxs": [0]}, inputs, (1, 4), 5)["static_input_idxs"] == [0, 1, 4]
+    assert _with_static_inputs({"static_input_idxs": [0], "is_backward": True}, inputs, (1, 4), 5) == \
+        {"static_input_idxs": [0], "is_backward": True}
+    assert _with_static_inputs({"static_input_idxs": [0]}, inputs, (1, 4), 6) == {"static_input_idxs": [0]}
+
+
+def test_plan_builds_run_in_place_without_cuda_graphs():
+    from gnn_inductor.kernels._common import outside_graph_pool
+
+    assert outside_graph_pool(lambda: 7, torch.device("cpu")) == 7
+    with pytest.raises(ValueError, match="boom"):
+        outside_graph_pool(lambda: (_ for _ in ()).throw(ValueError("boom")), torch.device("cpu"))
