@@ -36,7 +36,11 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None):
     # per-call CPU work is larger than the GPU work.
     options = {"fx_graph_cache": False}
     if _cuda_graphs():
+        # Graphs with symbolic-shape inputs stay off CUDA graphs: on the H100, GCNConv and GATConv (whose self
+        # loops give the plan a data-dependent size) failed after a no_grad forward with "accessing tensor
+        # output of CUDAGraphs that has been overwritten"; :func:`_rewrite_and_compile` reports it.
         options["triton.cudagraphs"] = True
+        options["triton.cudagraph_skip_dynamic_graphs"] = True
     if static_inputs is None:
         static_inputs = _parameter_positions(example_inputs)
     inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),
@@ -200,6 +204,11 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
     cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
+    if num_sizes and _cuda_graphs():
+        graph_report.near_misses.append(_report.NearMiss(
+            "cuda_graphs", f"GNN_IO_CUDAGRAPHS=1 not applied to this graph: its plan has {num_sizes} data-dependent "
+            "size(s) (self loops found by nonzero), and such graphs failed under CUDA graph trees after a no_grad "
+            "call; it runs without CUDA graphs", {"source": "<graph>", "layer": None, "frames": []}))
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report,
                               _parameter_positions(example_inputs) + plan_inputs)

@@ -34,6 +34,9 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
     edge_index = random_graph(400, 4000, seed=3, hub_degree=1500).to(device)
     layer = LAYERS[name]().to(device)
     model = torch.compile(layer, backend="gnn_io")
+    with torch.no_grad():  # an inference call first (its own graph), as an evaluation loop would make
+        torch.compiler.cudagraph_mark_step_begin()
+        model(torch.randn(400, 32, device=device), edge_index)
     for step in range(4):
         x = torch.randn(400, 32, device=device)
         grad = torch.randn(400, 32, device=device)
