@@ -75,6 +75,55 @@ def _(dst, src, num_dst, num_src):
     return rowptr, edges(), edges(), edges(), t_rowptr, edges(), edges()
 
 
+@torch.library.custom_op("gnn_io::self_loop_csr", mutates_args=())
+def self_loop_csr(rowptr: Tensor, col: Tensor, values: Tensor, t_rowptr: Tensor, t_col: Tensor,
+                  t_values: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    r"""The CSR of ``A + s I`` (and of its transpose) for a square plan, with ``s`` left open.
+
+    Each row ``i`` gets one more entry, first in the row, in column ``i`` (kept apart from any self
+    loop the graph already has, so duplicates add up as a sum should). Returns ``(rowptr, col, row,
+    diag, base, t_rowptr, t_col, t_row, t_diag, t_base)``: the offsets, columns and rows of the new CSR
+    (``E + n`` entries), ``diag`` marks the added entries, ``base`` holds ``values`` at the old
+    entries and 0 at the added ones; ``t_*`` the same for ``A^T + s I`` from ``t_values``. The values of
+    ``A + s I`` are then ``where(diag, s, base)``: one elementwise op per call for a scale that
+    changes (GIN's ``1 + eps``), nothing when it is structure. Built once per graph (the plan)."""
+    if rowptr.numel() != t_rowptr.numel():
+        raise ValueError(f"self_loop_csr needs a square plan, got {rowptr.numel() - 1} rows and "
+                         f"{t_rowptr.numel() - 1} columns")
+    parts = _with_diagonal(rowptr, col, values) + _with_diagonal(t_rowptr, t_col, t_values)
+    return tuple(p.to(rowptr.dtype) if i % 5 < 3 else p for i, p in enumerate(parts))
+
+
+def _with_diagonal(rowptr: Tensor, col: Tensor, values: Tensor) -> tuple:
+    n, device = rowptr.numel() - 1, rowptr.device
+    rowptr = rowptr.long()
+    nodes = torch.arange(n, device=device)
+    row = torch.repeat_interleave(nodes, rowptr[1:] - rowptr[:-1], output_size=col.numel())
+    new_rowptr = rowptr + torch.arange(n + 1, device=device)
+    slot = torch.arange(col.numel(), device=device) + row + 1   # every row up to this one gained an entry
+    first = new_rowptr[:-1]
+    new_col = torch.empty(col.numel() + n, dtype=torch.long, device=device)
+    new_col[slot], new_col[first] = col.long(), nodes
+    new_row = torch.empty_like(new_col)
+    new_row[slot], new_row[first] = row, nodes
+    diag = torch.ones(col.numel() + n, dtype=torch.bool, device=device)
+    diag[slot] = False
+    base = values.new_zeros(col.numel() + n)
+    base[slot] = values
+    return new_rowptr, new_col, new_row, diag, base
+
+
+@self_loop_csr.register_fake
+def _(rowptr, col, values, t_rowptr, t_col, t_values):
+    size = col.shape[0] + rowptr.shape[0] - 1
+
+    def part(ptr, vals):
+        return (ptr.new_empty(ptr.shape), ptr.new_empty((size,)), ptr.new_empty((size,)),
+                ptr.new_empty((size,), dtype=torch.bool), vals.new_empty((size,)))
+
+    return part(rowptr, values) + part(t_rowptr, t_values)
+
+
 def degree_stats(rowptr: Tensor) -> dict:
     """Node/edge counts and in-degree profile of a plan, for the rewrite report."""
     deg = rowptr[1:] - rowptr[:-1]

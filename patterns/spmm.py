@@ -32,6 +32,7 @@ from gnn_inductor.kernels.spmm import spmm_binding
 from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
 from gnn_inductor.kernels._common import ROLE_SRC
 from gnn_inductor.rewrite import Pattern
+from gnn_inductor.rewrite_report import source_of
 
 COVERS = ("scatter(x.index_select(0, src), dst, 'sum'|'mean')",
           "scatter(edge_weight.view(-1, 1) * x_j, dst, 'sum'|'mean')")
@@ -104,16 +105,96 @@ def replace(agg, ctx):
         values = ctx.call(aten.mul.Tensor, (values, _inverse_degree(ctx, plan, dtype, before)), before)
         reduce = "sum"
     t_values = ctx.call(aten.index_select.default, (values, 0, plan.t_perm), before)
+    csr = (values, t_values, plan.rowptr, plan.col, plan.row, plan.t_rowptr, plan.t_col)
+    details = {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}
+    self_term = _self_term(agg, table, ctx)
+    if isinstance(self_term, str):
+        details["self_term"] = self_term
+    elif self_term is not None:
+        total, scale = self_term
+        before = total
+        csr = _with_self_term(csr, scale, ctx, before)
+        details["self_term"] = f"folded into the CSR as a diagonal ({total.target}, {source_of(total)['source']})"
     items, t_items = [], []
     if spmm_binding() == "triton":  # other devices ignore the items; built here, they are checked in CI too
-        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, plan.col, MAX_EDGES), before, 4)
-        t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.t_rowptr, plan.t_col, MAX_EDGES), before, 4)
-    new = ctx.call(torch.ops.gnn_io.spmm.default, (table, values, t_values, plan.rowptr, plan.col, plan.row,
-                                                   plan.t_rowptr, plan.t_col, items, t_items, reduce),
-                   before)
-    ctx.record("spmm", "gnn_io.spmm", agg.scatter.node,
-               {"reduce": agg.scatter.reduce, "weighted": agg.weight is not None}, plan.rowptr)
+        items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (csr[2], csr[3], MAX_EDGES), before, 4)
+        t_items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (csr[5], csr[6], MAX_EDGES), before, 4)
+    new = ctx.call(torch.ops.gnn_io.spmm.default, (table, *csr, items, t_items, reduce), before)
+    if isinstance(self_term, tuple):
+        self_term[0].replace_all_uses_with(new)  # the sum is this op now; the old one dies with the scatter
+    ctx.record("spmm", "gnn_io.spmm", agg.scatter.node, details, csr[2])
     return new
+
+
+def _self_term(agg, table: Node, ctx):
+    """GIN's ``aggregate + (1 + eps) * x`` (either order of both the sum and the product, or a bare ``+ x``)
+    on a square graph: ``(sum node, scale)`` with ``scale`` a number or a one-element tensor node, when it can
+    join the SpMM as a diagonal; a string saying why not when the shape is there but it cannot; else None."""
+    result = agg.scatter.result
+    if len(result.users) != 1:
+        return None
+    (total,) = result.users
+    if total.target != aten.add.Tensor or len(total.args) != 2 or total.kwargs.get("alpha", 1) != 1:
+        return None
+    other = total.args[1] if total.args[0] is result else total.args[0]
+    scale = _scale_of(other, table)
+    if scale is None:
+        return None
+    rv, tv = val(result), val(total)
+    if not same_size(val(table).shape[0], rv.shape[0]) or tuple(tv.shape) != tuple(rv.shape) or tv.dtype != rv.dtype:
+        return None
+    if isinstance(scale, Node) and _needs_grad(scale):
+        return ("self term not folded: its scale needs a gradient (GIN train_eps=True), which the SpMM's "
+                "edge-value gradient would compute over every edge; Inductor adds it instead")
+    if agg.weight is not None and agg.weight not in ctx.structure:
+        return "self term not folded: the edge weights are computed per call"
+    return total, scale
+
+
+def _needs_grad(node: Node) -> bool:
+    """Whether ``node`` is computed from a graph input that requires grad (the canonical tracer marks each
+    placeholder's ``requires_grad``)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder" and n.meta.get("requires_grad", True):
+            return True
+        stack.extend(n.all_input_nodes)
+    return False
+
+
+def _scale_of(node, table: Node):
+    """``s`` when ``node`` is ``s * table`` (``s`` a number or a one-element floating tensor), 1.0 when it is the
+    table itself, else None."""
+    if node is table:
+        return 1.0
+    if not isinstance(node, Node) or node.target != aten.mul.Tensor or len(node.args) != 2:
+        return None
+    for a, b in (node.args, reversed(node.args)):
+        if a is table and (isinstance(b, (int, float)) and not isinstance(b, bool) or _one_number(b)):
+            return b
+    return None
+
+
+def _one_number(node) -> bool:
+    """A floating tensor of one element, 0-dim or ``[1]`` (PyG's GIN ``eps`` buffer)."""
+    v = val(node) if isinstance(node, Node) else None
+    return isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() <= 1 and \
+        all(same_size(s, 1) for s in v.shape)
+
+
+def _with_self_term(csr: tuple, scale, ctx, before: Node) -> tuple:
+    """The SpMM arguments of ``A + scale * I``: ``gnn_io::self_loop_csr`` (structure, once per graph) and the
+    values ``where(diag, scale, base)`` (per call unless ``scale`` is structure too)."""
+    values, t_values, rowptr, col, _, t_rowptr, t_col = csr
+    rowptr, col, row, diag, base, t_rowptr, t_col, _, t_diag, t_base = ctx.call_parts(
+        torch.ops.gnn_io.self_loop_csr.default, (rowptr, col, values, t_rowptr, t_col, t_values), before, 10)
+    values, t_values = (ctx.call(aten.where.self, (d, scale, b), before) if isinstance(scale, Node) else
+                        ctx.call(aten.where.ScalarSelf, (d, scale, b), before) for d, b in ((diag, base), (t_diag, t_base)))
+    return values, t_values, rowptr, col, row, t_rowptr, t_col
 
 
 def _inverse_degree(ctx, plan, dtype, before) -> Node:

@@ -72,13 +72,17 @@ def test_sage_conv(graph, dgl_graph, aggregator, family, reduce):
     assert reductions(result, family) == [reduce]
 
 
+@pytest.mark.parametrize("learn_eps", [True, False], ids=["learn_eps", "fixed_eps"])
 @pytest.mark.parametrize("aggregator,family", [("sum", "spmm"), ("max", "gather_scatter")])
-def test_gin_conv(graph, dgl_graph, aggregator, family):
+def test_gin_conv(graph, dgl_graph, aggregator, family, learn_eps):
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(graph.in_channels, 16), nn.ReLU(), nn.Linear(16, OUT_CHANNELS))
-    model = GINConv(mlp, aggregator, learn_eps=True)
+    model = GINConv(mlp, aggregator, init_eps=0.25, learn_eps=learn_eps)
     result = check_rewrites(model, dgl_graph, graph.x, expect=only(**{family: 1}))
     assert reductions(result, family) == [aggregator]
+    if family == "spmm":  # DGL writes (1 + eps) * feat_dst + neigh: the folded self term, unless eps learns
+        (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "spmm"]
+        assert rewrite["details"]["self_term"].startswith("self term not folded" if learn_eps else "folded")
 
 
 def test_edge_conv(graph, dgl_graph):

@@ -52,6 +52,8 @@ ZOO = [
     ("gcn_plain", lambda: pyg.GCNConv(16, 16, normalize=False, add_self_loops=False), {"spmm": 1}),
     ("sage_mean", lambda: pyg.SAGEConv(16, 16, aggr="mean"), {"spmm": 1}),
     ("gin", lambda: pyg.GINConv(torch.nn.Linear(16, 16)), {"spmm": 1}),
+    ("gin_eps", lambda: pyg.GINConv(torch.nn.Linear(16, 16), eps=0.3), {"spmm": 1}),   # self term folded
+    ("gin_train_eps", lambda: pyg.GINConv(torch.nn.Linear(16, 16), eps=0.3, train_eps=True), {"spmm": 1}),
     ("graphconv", lambda: pyg.GraphConv(16, 16, aggr="add"), {"spmm": 1}),
     ("sage_max", lambda: pyg.SAGEConv(16, 16, aggr="max"), {"gather_scatter": 1}),
     ("gat", lambda: pyg.GATConv(16, 4, heads=4), {"attention": 1}),

@@ -95,6 +95,43 @@ def test_spmm(graph, dtype, reduce, weighted):
         close(gw, rw)
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_spmm_with_self_loop_csr(graph, dtype, reduce):
+    """``A X + s X`` through ``self_loop_csr`` (GIN's folded self term): outputs and gradients as eager,
+    on a graph that already has self loops (the added diagonal must not merge with them)."""
+    src, dst, plan = graph
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
+    assert bool((src == dst).any())
+    x = torch.randn(NUM_NODES, 5, dtype=dtype)
+    w = torch.rand(src.numel(), dtype=dtype) + 0.1
+    scale = 1.7
+    values = w.index_select(0, perm)
+    if reduce == "mean":
+        values = values / (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(dtype).index_select(0, row)
+    parts = ops.self_loop_csr(rowptr, col, values, t_rowptr, t_col, values.index_select(0, t_perm))
+    rowptr2, col2, row2, diag, base, t_rowptr2, t_col2, t_row2, t_diag, t_base = parts
+    assert rowptr2.numel() == NUM_NODES + 1 and col2.numel() == src.numel() + NUM_NODES
+    assert torch.equal(col2[diag], torch.arange(NUM_NODES)) and torch.equal(row2[diag], torch.arange(NUM_NODES))
+    assert torch.equal(t_col2[t_diag], torch.arange(NUM_NODES)) and torch.equal(t_row2, torch.sort(t_row2).values)
+    assert torch.equal(base[~diag], values) and not base[diag].any()
+
+    def ours(x):
+        v, t_v = torch.where(diag, scale, base), torch.where(t_diag, scale, t_base)
+        return ops.spmm(x, v, t_v, rowptr2, col2, row2, t_rowptr2, t_col2, [], [], "sum")
+
+    def eager(x):
+        return scatter_eager(x.index_select(0, src) * w.view(-1, 1), dst, NUM_NODES, reduce) + scale * x
+
+    assert_same_function(ours, eager, x)
+
+
+def test_self_loop_csr_needs_square_plan():
+    plan = ops.csr_plan(torch.tensor([0, 1]), torch.tensor([2, 0]), 2, 3)
+    values = torch.ones(2)
+    with pytest.raises(ValueError, match="square"):
+        ops.self_loop_csr(plan[0], plan[1], values, plan[4], plan[5], values)
+
+
 def assert_same_function(ours, eager, *tensors):
     """Same outputs and same gradients for every input."""
     out, grads = grads_of(ours, *tensors)
@@ -178,6 +215,7 @@ def test_opcheck(graph):
     t_w = w.detach()[t_perm]
     key = _register(lambda x_j, x_i: torch.tanh(x_j - x_i))
     torch.library.opcheck(ops.csr_plan.default, (dst, src, NUM_NODES, NUM_NODES))
+    torch.library.opcheck(ops.self_loop_csr.default, (rowptr, col, w.detach(), t_rowptr, t_col, t_w))
     torch.library.opcheck(ops.spmm.default, (x, w, t_w, rowptr, col, row, t_rowptr, t_col, [], [], "mean"))
     torch.library.opcheck(ops.gather_scatter.default, ([x, x], [ROLE_SRC, ROLE_DST], *plan[:4], key, "max"))
     s = torch.randn(src.numel(), 2, dtype=torch.float64, requires_grad=True)

@@ -96,12 +96,30 @@ def test_graph_conv_edge_weight(graph):
     assert rewrites(result, "spmm")[0]["details"]["weighted"] is True
 
 
-def test_gin_conv(graph):
+@pytest.mark.parametrize("train_eps", [False, True], ids=["fixed_eps", "train_eps"])
+def test_gin_conv(graph, train_eps):
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(graph.in_channels, 16), nn.ReLU(), nn.Linear(16, OUT_CHANNELS))
-    model = GINConv(mlp, train_eps=True)
+    model = GINConv(mlp, eps=0.25, train_eps=train_eps)
     result = check_rewrites(model, graph.x, graph.edge_index, expect=only(spmm=1))
     assert_reduce(result, "spmm", "sum")
+    self_term = rewrites(result, "spmm")[0]["details"]["self_term"]
+    # a fixed (1 + eps) x joins the SpMM as a diagonal of the cached CSR; a trained eps stays with Inductor,
+    # whose eps gradient is one dot product instead of an SDDMM over every edge
+    assert self_term.startswith("self term not folded: its scale needs a gradient" if train_eps else "folded")
+
+
+def test_gin_conv_folded_eps_follows_the_buffer(graph):
+    """The folded scale is read per call: changing GIN's eps buffer changes the output as in eager."""
+    torch.manual_seed(0)
+    model = GINConv(nn.Linear(graph.in_channels, OUT_CHANNELS), eps=0.5)
+    compiled = torch.compile(model, backend="gnn_io")
+    first = compiled(graph.x, graph.edge_index)
+    torch.testing.assert_close(first, model(graph.x, graph.edge_index), rtol=1e-5, atol=1e-5)
+    model.eps.fill_(-0.75)
+    second = compiled(graph.x, graph.edge_index)
+    torch.testing.assert_close(second, model(graph.x, graph.edge_index), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(first, second)
 
 
 # ---------------------------------------------------------------------------------------------
