@@ -49,6 +49,23 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
     }[name]()
 
 
+class DenseFloor(torch.nn.Module):
+    """The layer's dense work alone (mode ``dense_floor``): each of its linear maps applied to the node
+    features, summed, with no aggregation. Forward+backward runs the same GEMMs in the same precision as
+    the layer (one per map forward, two backward), so no implementation of the layer can beat it; it is
+    the measured part of a target that message passing cannot touch. With several maps the sum adds
+    ``k - 1`` elementwise adds (SAGEConv's own ``lin_l(.) + lin_r(x)`` is one)."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        from torch_geometric.nn.dense.linear import Linear
+
+        self.maps = torch.nn.ModuleList(m for m in layer.modules() if isinstance(m, (torch.nn.Linear, Linear)))
+
+    def forward(self, x, edge_index):
+        return sum(m(x) for m in self.maps)
+
+
 def min_bytes(layer: str, num_nodes: int, num_edges: int, features: int, elem: int) -> tuple:
     """Least bytes moved by (forward, forward+backward): the dense transform reads X and writes H,
     the aggregation reads H once, the CSR (int64 col + values + rowptr) once, and writes Y; the
@@ -139,6 +156,9 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
 
         layer = TurboLayer(layer_name, features, edge_index, graph.num_nodes).to(device=device, dtype=dtype)
         model, reference = layer, None  # different normalisation on directed graphs: no rel_err
+    elif mode == "dense_floor":
+        layer = DenseFloor(make_layer(layer_name, features)).to(device=device, dtype=dtype)
+        model, reference = layer, None  # not the layer's function
     else:
         layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
         model = build(mode, layer)
@@ -222,6 +242,9 @@ def graph_suite(names: list, data_root: str, device) -> list:
             out.append(graph_lib.tu_batch(data_root))
         elif name == "rmat-small":
             out.append(graph_lib.rmat(10, 8_000, seed=0, device=device))
+        elif name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
+            scale, edges = name.split("-")[1:]
+            out.append(graph_lib.rmat(int(scale), int(edges), seed=0, device=device))
         else:
             out.append(graph_lib.real(name, data_root))
     return out
@@ -318,7 +341,8 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", default="gcn,sage_mean,gin")
     parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
     parser.add_argument("--modes", default="eager,inductor,gnn_io",
-                        help="also: gnn_io_triton, gnn_io_cusparse, turbo_gnn (when installed)")
+                        help="also: gnn_io_triton, gnn_io_cusparse, turbo_gnn (when installed), dense_floor (the "
+                             "layer's GEMMs alone, DenseFloor)")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 for float32 matmuls (all modes)")

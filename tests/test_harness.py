@@ -59,3 +59,13 @@ def test_isolated_run_end_to_end(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert {r["mode"] for r in data["results"]} == {"eager", "gnn_io"}
     assert not any("error" in r for r in data["results"])
+
+
+def test_dense_floor_runs_the_layers_linear_maps():
+    import torch
+
+    for layer, count in (("gcn", 1), ("sage_mean", 2), ("gin", 1), ("transformer", 4)):
+        floor = harness.DenseFloor(harness.make_layer(layer, 8))
+        assert len(floor.maps) == count, layer
+        x = torch.randn(5, 8)
+        torch.testing.assert_close(floor(x, None), sum(m(x) for m in floor.maps))
