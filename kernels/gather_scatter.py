@@ -17,6 +17,13 @@ when ``phi`` lowers and no argument is float64; otherwise, and on every other de
 segment reference below. The optional ``t_plan = [t_rowptr, t_col, t_perm]`` (the transposed CSR),
 ``items`` and ``t_items`` (work items of the CSR and of its transpose, ``gnn_io::gather_scatter_items``)
 come from the graph plan; the kernels compute them when they are not given.
+
+``gnn_io::gather_scatter`` is CompositeImplicitAutograd over ``gnn_io::gather_scatter_forward``,
+which returns ``(out, arg)`` and owns the autograd formula: for max/min on the Triton path, when
+gradients are wanted, ``arg`` (int32, ``out``'s shape, 4 bytes per output element) is the CSR
+position of the one edge whose message is each result (-1 where none is), saved for the backward,
+which then walks only the rows it leaves open (``GNN_IO_MAXMIN_BACKWARD=walk``: no arg, every edge
+walked as before). The gradients are the same either way.
 """
 from __future__ import annotations
 
@@ -53,12 +60,15 @@ def kernel_name(device_type: str, details: dict) -> str:
     return KERNEL.get(device_type, KERNEL["cpu"])
 
 
+def _on_kernel_device(rowptr: Tensor) -> bool:
+    """CUDA tensors, or CPU tensors under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
+    return rowptr.is_cuda or (os.environ.get("TRITON_INTERPRET") == "1"
+                              and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
+
+
 def _runs_fused(args, roles, rowptr: Tensor, fn_key: str) -> bool:
-    """The Triton path: CUDA tensors (or CPU tensors under the Triton interpreter when
-    ``GNN_IO_TRITON_ON_CPU=1``, for the tests) and a message the generator lowers."""
-    on_device = rowptr.is_cuda or (os.environ.get("TRITON_INTERPRET") == "1"
-                                   and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
-    return on_device and fused.unsupported_reason(args, roles, fn_key) is None
+    """The Triton path: tensors on the kernels' device and a message the generator lowers."""
+    return _on_kernel_device(rowptr) and fused.unsupported_reason(args, roles, fn_key) is None
 
 
 def _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items) -> fused.Plan:
@@ -71,42 +81,69 @@ def _out_dtype(args, roles, fn_key) -> torch.dtype:
     return half or fused.lowering(fn_key, fused._specs(args, roles)).message_dtype
 
 
-@torch.library.custom_op("gnn_io::gather_scatter", mutates_args=(), schema=(
+_lib = torch.library.Library("gnn_io", "FRAGMENT")
+_lib.define("gather_scatter(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
+            "str fn_key, str reduce, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor")
+
+
+def _gather_scatter(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
+    """The op (CompositeImplicitAutograd): :func:`gather_scatter_forward`'s ``out``, its forward asked
+    for the max/min arg where the backward will use it (gradients wanted, on the kernels' device,
+    ``GNN_IO_MAXMIN_BACKWARD`` not ``walk``; decided here, above autograd, where it is known)."""
+    with_arg = (reduce in ("max", "min") and _on_kernel_device(rowptr) and torch.is_grad_enabled()
+                and any(a.requires_grad for a in args) and fused.maxmin_backward() == "arg")
+    return gather_scatter_forward(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items,
+                                  t_items)[0]
+
+
+_lib.impl("gather_scatter", _gather_scatter, "CompositeImplicitAutograd")
+
+
+@torch.library.custom_op("gnn_io::gather_scatter_forward", mutates_args=(), schema=(
     "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, str reduce, "
-    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor"))
-def gather_scatter(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
-                   perm: Tensor, fn_key: str, reduce: str, t_plan: list[Tensor] | None = None,
-                   items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> Tensor:
+    "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> (Tensor, Tensor)"))
+def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
+                           perm: Tensor, fn_key: str, reduce: str, with_arg: bool,
+                           t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
+                           t_items: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """``(out, arg)``. With ``with_arg``, ``arg`` is the max/min arg (int32, ``out``'s shape: the CSR
+    position of the one edge whose message is the result, -1 where there is none, see
+    ``kernels/gather_scatter_triton.py``; all -1 where the reference ran); else it is empty."""
     check_reduce(reduce)
+    num_dst = rowptr.shape[0] - 1
     if not _runs_fused(args, roles, rowptr, fn_key):
-        return gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
+        out = gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
+        return out, torch.full(out.shape if with_arg else (0,), -1, dtype=torch.int32, device=out.device)
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
-    out = fused.forward(args, roles, plan, fn_key, reduce)
     shape = fused.lowering(fn_key, fused._specs(args, roles)).message_shape
-    return out.reshape(rowptr.shape[0] - 1, *shape).to(_out_dtype(args, roles, fn_key))
+    arg = torch.full((num_dst, *shape) if with_arg else (0,), -1, dtype=torch.int32, device=rowptr.device)
+    out = fused.forward(args, roles, plan, fn_key, reduce, arg=arg if with_arg else None)
+    return out.reshape(num_dst, *shape).to(_out_dtype(args, roles, fn_key)), arg
 
 
-@gather_scatter.register_fake
-def _(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
+@gather_scatter_forward.register_fake
+def _(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan=None, items=None, t_items=None):
     messages = edge_functions.lookup(fn_key)(*fake_edge_values(args, roles, col.shape[0]))
-    return messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
+    out = messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
+    return out, out.new_empty(out.shape if with_arg else (0,), dtype=torch.int32)
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_backward", mutates_args=(), schema=(
     "(Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, "
-    "str reduce, bool[] needs_grad, Tensor? out=None, Tensor[]? t_plan=None, Tensor[]? items=None, "
-    "Tensor[]? t_items=None) -> Tensor[]"))
+    "str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, Tensor[]? t_plan=None, "
+    "Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
 def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                             row: Tensor, perm: Tensor, fn_key: str, reduce: str, needs_grad: list[bool],
-                            out: Tensor | None = None, t_plan: list[Tensor] | None = None,
-                            items: list[Tensor] | None = None,
+                            out: Tensor | None = None, arg: Tensor | None = None,
+                            t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
                             t_items: list[Tensor] | None = None) -> list[Tensor]:
     """Gradient for each argument (an empty tensor where ``needs_grad`` is False); ``out`` is the
-    forward result (max/min ties are found against it when it is float32, else recomputed)."""
+    forward result (max/min ties are found against it when it is float32, else recomputed), ``arg``
+    the forward's max/min arg (the pairs with an edge there need no walk; None: every edge walked)."""
     if _runs_fused(args, roles, rowptr, fn_key):
         plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
         saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
-        grads = fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved)
+        grads = fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg)
     else:
         grads = recompute_grads(
             lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
@@ -115,34 +152,37 @@ def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[in
 
 
 @gather_scatter_backward.register_fake
-def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, t_plan=None, items=None,
-      t_items=None):
+def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None, t_plan=None,
+      items=None, t_items=None):
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan, items, t_items = inputs
+    args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items, t_items = inputs
+    out, arg = output
+    ctx.mark_non_differentiable(arg)
     extras = [list(t_plan or []), list(items or []), list(t_items or [])]
-    ctx.save_for_backward(*args, rowptr, col, row, perm, output, *extras[0], *extras[1], *extras[2])
-    ctx.meta = (len(args), roles, fn_key, reduce, [None if e is None else len(e) for e in (t_plan, items, t_items)])
+    ctx.save_for_backward(*args, rowptr, col, row, perm, out, arg, *extras[0], *extras[1], *extras[2])
+    ctx.meta = (len(args), roles, fn_key, reduce, with_arg,
+                [None if e is None else len(e) for e in (t_plan, items, t_items)])
     ctx.needs = [bool(a.requires_grad) for a in args]
 
 
-def _backward(ctx, grad_out):
-    num_args, roles, fn_key, reduce, extra_sizes = ctx.meta
+def _backward(ctx, grad_out, _grad_arg):
+    num_args, roles, fn_key, reduce, with_arg, extra_sizes = ctx.meta
     saved = list(ctx.saved_tensors)
-    args, (rowptr, col, row, perm, out) = saved[:num_args], saved[num_args:num_args + 5]
-    rest = saved[num_args + 5:]
+    args, (rowptr, col, row, perm, out, arg) = saved[:num_args], saved[num_args:num_args + 6]
+    rest = saved[num_args + 6:]
     extras = []
     for size in extra_sizes:
         extras.append(None if size is None else rest[:size])
         rest = rest[size or 0:]
     grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs, out,
-                                    *extras)
+                                    arg if with_arg else None, *extras)
     # the dispatcher drops trailing arguments equal to their defaults; backward answers the others only
     passed = max((i + 1 for i, size in enumerate(extra_sizes) if size is not None), default=0)
     no_grads = [None if size is None else [None] * size for size in extra_sizes[:passed]]
-    return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 7, *no_grads
+    return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 8, *no_grads
 
 
-gather_scatter.register_autograd(_backward, setup_context=_setup)
+gather_scatter_forward.register_autograd(_backward, setup_context=_setup)

@@ -23,6 +23,16 @@ degree first) or ``atomic_max``/``atomic_min`` on float32 (the rows of shared it
 to -inf/+inf by a tiny prefill kernel). Hub sums are so order-nondeterministic in the last bits;
 max/min are exact.
 
+**The max/min arg.** Asked for (``with_arg``: the op does when gradients are wanted, unless
+``GNN_IO_MAXMIN_BACKWARD=walk``), the max/min forward also writes an int32 ``arg [num_dst, F]``:
+the CSR position (index into ``col``) of the one edge whose message is the result of that (node,
+feature), or -1 where no single edge is: ties (two or more messages equal to the result), a result
+of 0 (the zero base ties with it, below), empty rows, NaN results and every row of a hub (its items
+meet through atomics and none sees the whole row). Next to each accumulator lane's best message the
+kernel keeps the position of the edge holding it (-2 once two edges hold it, -1 before the lane's
+first edge), one int32 ``[BLOCK_E, BLOCK_F]`` tile more; after the loop, the lanes at the row's
+result tell whether exactly one edge holds it.
+
 **Backward.** The cotangent of a message is ``g_e = dY_i`` (sum), ``dY_i / deg_i`` (mean) or, for
 max/min, ``[phi_e == out_i] dY_i / count_i`` with ``count_i`` the number of tied messages per
 (node, feature): PyG's ``scatter_reduce`` semantics, ties share the gradient equally (and, as there,
@@ -37,6 +47,18 @@ edges whose message reached the output (about one per output element, not one pe
 feature). EDGE arguments are stored per edge; DENSE arguments summed per program into one of
 ``DENSE_SLOTS`` partial rows (spreading the atomics) and summed on the host. Arguments broadcast
 over features (an edge weight ``[E, 1]``) sum over the features they are broadcast over too.
+
+**Max/min backward with the arg** (the default). A pair whose arg is an edge has ``count_i = 1``
+and a nonzero result, so that edge takes the whole ``dY_i`` and no walk is needed to find it: the
+*arg kernel* (``BLOCK_E`` rows x ``BLOCK_F`` features per program) loads each such pair's edge
+inputs by the arg (one edge per element: the SRC row ``col[arg]``, the EDGE row ``perm[arg]``, the
+pair's DST row, DENSE), evaluates the VJP of ``phi`` there with cotangent ``dY_i`` and adds into the
+gradients: SRC rows and partial layouts by atomics (one per pair, as the walk's), full EDGE and
+DST elements by plain stores (they have no other writer), DENSE into the slots. The count kernel
+(hub rows) and the gradient kernel run as before for the other pairs only: the gradient kernel
+narrows its feature mask to the pairs whose arg is negative and skips the item where none is left,
+so it walks the rows with ties, zero results or a split only. The two kernels write disjoint
+elements of full-layout gradients and add into the others, in either order.
 
 Launch: grid ``(num_items, cdiv(F, BLOCK_F))``; ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` from
 :data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). ``max_edges``
@@ -74,6 +96,8 @@ AUTOTUNE_CONFIGS = [
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
 DENSE_SLOTS = 64       # partial rows of a dense argument's gradient (programs add into item % DENSE_SLOTS)
+MAXMIN_BACKWARD_ENV = "GNN_IO_MAXMIN_BACKWARD"
+MAXMIN_BACKWARDS = ("arg", "walk")
 # Every atomic is relaxed: they only combine partial results, ordering comes from the kernel boundaries.
 
 
@@ -119,10 +143,11 @@ def _(rowptr, col):
 
 @dataclass(frozen=True)
 class KernelSpec:
-    kind: str            # "forward", "count" or "grad"
+    kind: str            # "forward", "count", "grad" or "arg"
     walk: str            # "dst" (CSR) or "src" (transposed CSR)
     reduce: str
     grads: tuple = ()    # argument indices whose gradients this kernel writes
+    with_arg: bool = False  # max/min: the forward writes the arg, the gradient walk skips the pairs it resolves
 
 
 _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
@@ -130,39 +155,36 @@ _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
 
 def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     params = [f"A{i}" for i in range(len(lowered.layouts))] + [f"G{i}" for i in spec.grads]
-    return params + ["RES", "COT", "CNT", "rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end",
+    if spec.kind == "arg":
+        return params + ["COT", "ARG", "nbr", "perm", "num_rows", "num_features", "BLOCK_E: tl.constexpr",
+                         "BLOCK_F: tl.constexpr"]
+    return params + ["RES", "COT", "CNT", "ARG", "rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end",
                      "item_shared", "num_features", "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
 
 
 def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
-    """Source of one ``triton.jit`` kernel named ``kernel`` (module docstring for the walks)."""
+    """Source of one ``triton.jit`` kernel named ``kernel`` (module docstring for the walks and the
+    arg kernel)."""
     M = lowered.message_shape
     layouts = lowered.layouts
     kinds = [layout.kind(M) for layout in layouts]
     node_role = ROLE_DST if spec.walk == "dst" else ROLE_SRC
+    max_like = spec.reduce in ("max", "min")
+    needs_edge = any(layout.role == ROLE_EDGE for layout in layouts)
     L = []
     add = L.append
     add("@triton.jit")
     add(f"def kernel({', '.join(_signature(lowered, spec))}):")
     body = []
     b = body.append
-    b("item = tl.program_id(0)")
-    b("f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)")
-    b("fmask = f < num_features")
-    b("node = tl.load(item_row + item).to(tl.int64)")
-    b("start = tl.load(item_start + item)")
-    b("end = tl.load(item_end + item)")
-    b("shared = tl.load(item_shared + item)")
-    for i, layout in enumerate(layouts):
-        offsets = codegen.layout_offsets(layout, M, "f")
-        if offsets is not None:
-            b(f"off{i} = {offsets}")
 
     def off(i):
         return {"full": "f", "scalar": None, "partial": f"off{i}"}[kinds[i]]
 
-    def load(i, index, emask):
-        """Tile of argument i at node/edge ``index`` (a [BLOCK_E] vector, a scalar or None for dense)."""
+    def load(i, index, emask, tile=False):
+        """Tile of argument i at node/edge ``index``: None for dense, a scalar (``emask`` None), a
+        [BLOCK_E] vector (one per tile row, ``emask`` its mask) or, ``tile``, a [BLOCK_E, BLOCK_F] tile
+        of them (one per (row, feature) pair, ``emask`` its 2-D mask)."""
         layout, o = layouts[i], off(i)
         row = layout.numel
 
@@ -172,6 +194,9 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             if o is None:
                 return conv(f"tl.load(A{i})")
             return conv(f"tl.load(A{i} + {o}[None, :], mask=fmask[None, :], other=0)")
+        if tile:
+            at = index if o is None else f"{index} * {row} + {o}[None, :]"
+            return conv(f"tl.load(A{i} + {at}, mask={emask}, other=0)")
         if emask is None:  # one node for the whole item
             if o is None:
                 return conv(f"tl.load(A{i} + {index} * {row})")
@@ -180,13 +205,98 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             return conv(f"tl.load(A{i} + {index}, mask={emask}, other=0)") + "[:, None]"
         return conv(f"tl.load(A{i} + {index}[:, None] * {row} + {o}[None, :], mask=m2, other=0)")
 
+    def contribution(i):
+        """Argument i's contribution of the pairs in ``live`` (a [BLOCK_E, BLOCK_F] tile)."""
+        return f"tl.where(live, {lowered.vjp_results[i]} + zero, 0.0)"
+
+    def add_grad(i, index, emask=None, store=False):
+        """The line adding the contributions ``c{i}`` into ``G{i}`` at node/edge ``index``: a [BLOCK_E]
+        vector (one per tile row, ``emask`` its mask) or, without ``emask``, a [BLOCK_E, BLOCK_F] tile
+        (one per pair). ``store`` where the full-layout gradient element has no other writer (an edge's,
+        a destination row's in the arg kernel); else relaxed atomics issued for the live pairs, a scalar
+        argument's summed over the features first when the index is per row."""
+        row, o = layouts[i].numel, off(i)
+        at = index if emask is None else f"{index}[:, None]"
+        if store:
+            return f"tl.store(G{i} + {at} * {row} + f[None, :], c{i}, mask=live)"
+        if o is None and emask is not None:
+            return f"tl.atomic_add(G{i} + {index}, tl.sum(c{i}, axis=1), mask={emask}, sem='relaxed')"
+        target = at if o is None else f"{at} * {row} + {o}[None, :]"
+        return f"tl.atomic_add(G{i} + {target}, c{i}, mask=live, sem='relaxed')"
+
+    def dense_grad(i):
+        """Lines adding ``r{i}`` (the program's sum over its rows) into one of the ``DENSE_SLOTS`` partial
+        rows of a dense argument's gradient."""
+        row = layouts[i].numel
+        lines = [f"slot{i} = (item % {DENSE_SLOTS}) * {row}"]
+        if kinds[i] == "scalar":
+            lines.append(f"tl.atomic_add(G{i} + slot{i}, tl.sum(r{i}, axis=0), sem='relaxed')")
+        else:
+            lines.append(f"tl.atomic_add(G{i} + slot{i} + {off(i)}, r{i}, mask=fmask, sem='relaxed')")
+        return lines
+
+    b("item = tl.program_id(0)")
+    b("f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)")
+    b("fmask = f < num_features")
+    for i, layout in enumerate(layouts):
+        offsets = codegen.layout_offsets(layout, M, "f")
+        if offsets is not None:
+            b(f"off{i} = {offsets}")
+
+    if spec.kind == "arg":
+        # BLOCK_E destination rows x BLOCK_F features, each pair's one edge (its arg) or none
+        b("node = (item * BLOCK_E + tl.arange(0, BLOCK_E)).to(tl.int64)")
+        b("rmask = node < num_rows")
+        b("offsets = node[:, None] * num_features + f[None, :]")
+        b("k = tl.load(ARG + offsets, mask=rmask[:, None] & fmask[None, :], other=-1)")
+        b("live = k >= 0")
+        b("m2 = live")  # what the row loads read
+        if any(layout.role == ROLE_SRC for layout in layouts):
+            b("other = tl.load(nbr + k, mask=live, other=0).to(tl.int64)")
+        if needs_edge:
+            b("edge = tl.load(perm + k, mask=live, other=0).to(tl.int64)")
+        b("g = tl.load(COT + offsets, mask=live, other=0.0)")
+        b("zero = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
+        tiles = {ROLE_SRC: "other", ROLE_EDGE: "edge"}
+        for i, layout in enumerate(layouts):
+            if layout.role == ROLE_DENSE:
+                b(f"a{i} = {load(i, None, None)}")
+            elif layout.role == ROLE_DST:
+                b(f"a{i} = {load(i, 'node', 'rmask')}")
+            else:
+                b(f"a{i} = {load(i, tiles[layout.role], 'live', tile=True)}")
+        body.extend(lowered.vjp)
+        for i in spec.grads:
+            role = layouts[i].role
+            b(f"c{i} = {contribution(i)}")
+            if role == ROLE_DENSE:
+                b(f"r{i} = tl.sum(c{i}, axis=0)")
+                body.extend(dense_grad(i))
+            elif role == ROLE_DST:
+                b(add_grad(i, "node", "rmask", store=kinds[i] == "full"))
+            else:
+                b(add_grad(i, tiles[role], store=kinds[i] == "full" and role == ROLE_EDGE))
+        L.extend("    " + line for line in body)
+        return "\n".join(L) + "\n"
+
+    b("node = tl.load(item_row + item).to(tl.int64)")
+    b("start = tl.load(item_start + item)")
+    b("end = tl.load(item_end + item)")
+    b("shared = tl.load(item_shared + item)")
+    tracks_arg = spec.kind == "forward" and spec.with_arg and max_like
+    skips_arg = spec.kind == "grad" and spec.with_arg and max_like
+    if skips_arg:
+        # the pairs whose arg is an edge are the arg kernel's: the walk keeps the others' features only,
+        # and runs (everything below) only where one is left
+        b("fmask = fmask & (tl.load(ARG + node * num_features + f, mask=fmask, other=0) < 0)")
+    walked_from = len(body)
+
     # loop-invariant loads: the item's node and dense arguments
     for i, layout in enumerate(layouts):
         if layout.role == ROLE_DENSE:
             b(f"a{i} = {load(i, None, None)}")
         elif layout.role == node_role:
             b(f"a{i} = {load(i, 'node', None)}")
-    max_like = spec.reduce in ("max", "min")
     if spec.walk == "dst":
         if spec.kind == "grad":
             b("cot = tl.load(COT + node * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
@@ -195,6 +305,10 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
     init = {"sum": "0.0", "mean": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[spec.reduce]
     if spec.kind == "forward":
         b(f"acc = tl.full([BLOCK_E, BLOCK_F], {init}, tl.float32)")
+        if tracks_arg:
+            # per lane (tile row, feature): CSR position of the one edge at the lane's best so far, -2 where
+            # two or more are, -1 before the lane's first edge
+            b("best_at = tl.full([BLOCK_E, BLOCK_F], -1, tl.int32)")
     elif spec.kind == "count":
         b("acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     accumulated = [i for i in spec.grads if layouts[i].role in (node_role, ROLE_DENSE)]
@@ -206,7 +320,6 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         """One block of the item's edges: indices, per-edge argument tiles."""
         lines = ["k = block_start + tl.arange(0, BLOCK_E)", "emask = k < end", "m2 = emask[:, None] & fmask[None, :]",
                  "other = tl.load(nbr + k, mask=emask, other=0).to(tl.int64)"]
-        needs_edge = any(layout.role == ROLE_EDGE for layout in layouts)
         if spec.walk == "dst":
             if needs_edge:
                 lines.append("edge = tl.load(perm + k, mask=emask, other=0).to(tl.int64)")
@@ -247,6 +360,10 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             c("acc = acc + tl.where(m2, msg, 0.0)")
         else:
             fold = "tl.maximum" if spec.reduce == "max" else "tl.minimum"
+            if tracks_arg:
+                beyond = ">" if spec.reduce == "max" else "<"
+                c(f"best_at = tl.where(m2 & (msg {beyond} acc), k[:, None], "
+                  "tl.where(m2 & (msg == acc), -2, best_at))")
             c(f"acc = {fold}(acc, tl.where(m2, msg, {init}))")
     elif spec.kind == "count":
         c("acc = acc + tl.where(m2 & (msg == res), 1.0, 0.0)")
@@ -259,23 +376,15 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         c("g = tl.where(live, cot, 0.0)")
         loop.extend(lowered.vjp)
         for i in spec.grads:
-            contribution = f"tl.where(live, {lowered.vjp_results[i]} + zero, 0.0)"
-            row = layouts[i].numel
             if i in accumulated:
-                c(f"acc{i} = acc{i} + {contribution}")
+                c(f"acc{i} = acc{i} + {contribution(i)}")
                 continue
             # an edge argument (one write per edge), or a node of the other end of the edge (atomics,
             # issued only for live edges: for max/min about one per output element)
-            index = "edge" if layouts[i].role == ROLE_EDGE else "other"
-            c(f"c{i} = {contribution}")
-            if kinds[i] == "full" and index == "edge":
-                c(f"tl.store(G{i} + edge[:, None] * {row} + f[None, :], c{i}, mask=m2)")
-            elif kinds[i] == "full":
-                c(f"tl.atomic_add(G{i} + other[:, None] * {row} + f[None, :], c{i}, mask=live, sem='relaxed')")
-            elif kinds[i] == "scalar":
-                c(f"tl.atomic_add(G{i} + {index}, tl.sum(c{i}, axis=1), mask=emask, sem='relaxed')")
-            else:
-                c(f"tl.atomic_add(G{i} + {index}[:, None] * {row} + off{i}[None, :], c{i}, mask=live, sem='relaxed')")
+            role = layouts[i].role
+            c(f"c{i} = {contribution(i)}")
+            c(add_grad(i, "edge" if role == ROLE_EDGE else "other", "emask",
+                       store=kinds[i] == "full" and role == ROLE_EDGE))
     if spec.kind == "count":  # only hub rows: light rows count their ties in the gradient kernel
         b("end = tl.where(shared == 1, end, start)")
     b("for block_start in range(start, end, BLOCK_E):")
@@ -290,6 +399,12 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         if spec.kind == "forward" and spec.reduce == "mean":
             b("degree = tl.load(rowptr + node + 1) - tl.load(rowptr + node)")
             b("result = result / tl.maximum(degree, 1).to(tl.float32)")
+        if tracks_arg:
+            # edges at the result per lane: 1, 2 standing for two or more, 0; the arg is the position of the
+            # row's one edge there, -1 for ties, for the zero base's tie (result 0) and where no lane holds it
+            b("at_best = acc == result[None, :]")
+            b("held = tl.sum(tl.where(at_best, tl.where(best_at >= 0, 1, tl.where(best_at == -2, 2, 0)), 0), axis=0)")
+            b("arg = tl.where((held == 1) & (result != 0.0), tl.max(tl.where(at_best, best_at, -1), axis=0), -1)")
         atomic = {"max": "tl.atomic_max", "min": "tl.atomic_min"}.get(spec.reduce, "tl.atomic_add")
         if spec.kind == "count":
             atomic = "tl.atomic_add"
@@ -300,15 +415,13 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
         if spec.kind == "forward":
             b("elif shared == 0:")
             b(f"    tl.store({target} + offsets, result, mask=fmask)")
+            if tracks_arg:  # a hub row's items keep the -1 the host filled in
+                b("    tl.store(ARG + offsets, arg, mask=fmask)")
     for i in accumulated:
         row = layouts[i].numel
         b(f"r{i} = tl.sum(acc{i}, axis=0)")
         if layouts[i].role == ROLE_DENSE:
-            b(f"slot{i} = (item % {DENSE_SLOTS}) * {row}")
-            if kinds[i] == "scalar":
-                b(f"tl.atomic_add(G{i} + slot{i}, tl.sum(r{i}, axis=0), sem='relaxed')")
-            else:
-                b(f"tl.atomic_add(G{i} + slot{i} + {off(i)}, r{i}, mask=fmask, sem='relaxed')")
+            body.extend(dense_grad(i))
         elif kinds[i] == "full":
             b("if shared == 1:")
             b(f"    tl.atomic_add(G{i} + node * {row} + f, r{i}, mask=fmask, sem='relaxed')")
@@ -318,6 +431,9 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             b(f"tl.atomic_add(G{i} + node, tl.sum(r{i}, axis=0), sem='relaxed')")
         else:
             b(f"tl.atomic_add(G{i} + node * {row} + off{i}, r{i}, mask=fmask, sem='relaxed')")
+    if skips_arg:
+        walked = ["    " + line for line in body[walked_from:]]
+        body[walked_from:] = ["if tl.max(fmask.to(tl.int32), axis=0) > 0:", *walked]
     L.extend("    " + line for line in body)
     return "\n".join(L) + "\n"
 
@@ -396,12 +512,12 @@ def _block_f(num_features: int, launch) -> int:
     return launch["block_f"] or max(16, min(MAX_BLOCK_F, triton.next_power_of_2(num_features)))
 
 
-def _launch(kernel, lowered, items, tensors, num_features, launch):
+def _launch(kernel, num_programs: int, tensors, num_features, launch):
+    """``kernel`` on the grid ``(num_programs, cdiv(F, BLOCK_F))`` (work items, or row blocks for the arg kernel)."""
     block_f = _block_f(num_features, launch)
-    num_items = items[0].shape[0]
-    if num_items == 0 or num_features == 0:
+    if num_programs == 0 or num_features == 0:
         return
-    grid = (num_items, triton.cdiv(num_features, block_f))
+    grid = (num_programs, triton.cdiv(num_features, block_f))
     kernel[grid](*tensors, num_features, BLOCK_E=launch["block_e"], BLOCK_F=block_f, num_warps=launch["num_warps"])
 
 
@@ -434,8 +550,10 @@ def make_plan(rowptr, col, row, perm, num_src: int, t_rowptr=None, t_col=None, t
     return Plan(rowptr, col, row, perm, t_rowptr, t_col, t_perm, tuple(items), tuple(t_items))
 
 
-def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None) -> Tensor:
-    """``out`` of the op as float32 ``[num_dst, F]`` (the caller casts and reshapes)."""
+def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None, arg=None) -> Tensor:
+    """``out`` of the op as float32 ``[num_dst, F]`` (the caller casts and reshapes). ``arg``: for
+    max/min, an int32 tensor of ``num_dst * F`` elements filled with -1, where the kernel writes the
+    arg of the light rows (module docstring)."""
     launch = launch or LAUNCH
     lowered = lowering(fn_key, _specs(args, roles))
     num_features = math.prod(lowered.message_shape)
@@ -448,10 +566,23 @@ def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None) -> T
         _prefill_kernel()[(triton.cdiv(num_items, 64),)](
             out, plan.items[0], plan.items[3], num_items, num_features,
             float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64, BLOCK_F=_block_f(num_features, launch))
-    kernel = _kernel(lowered, KernelSpec("forward", "dst", reduce))
-    tensors = [*_prepare(args, roles), out, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
-    _launch(kernel, lowered, plan.items, tensors, num_features, launch)
+    with_arg = arg is not None and reduce in ("max", "min")
+    kernel = _kernel(lowered, KernelSpec("forward", "dst", reduce, with_arg=with_arg))
+    tensors = [*_prepare(args, roles), out, out, out, arg if with_arg else out, plan.rowptr, plan.col, plan.col,
+               plan.perm, *plan.items]
+    _launch(kernel, plan.items[0].shape[0], tensors, num_features, launch)
     return out
+
+
+def maxmin_backward() -> str:
+    """How the max/min backward finds the edges that reached the output: ``"arg"`` (default: the
+    forward saves the arg, module docstring) or ``"walk"`` (no arg, every edge walked), from the
+    ``GNN_IO_MAXMIN_BACKWARD`` environment variable, read when the op's forward runs (or is traced)."""
+    variant = os.environ.get(MAXMIN_BACKWARD_ENV) or "arg"
+    if variant not in MAXMIN_BACKWARDS:
+        raise ValueError(f"{MAXMIN_BACKWARD_ENV}={variant!r}: set it to one of {', '.join(MAXMIN_BACKWARDS)} "
+                         "(or leave it unset)")
+    return variant
 
 
 def _grad_walks(layouts, needs_grad, reduce: str) -> dict:
@@ -459,7 +590,8 @@ def _grad_walks(layouts, needs_grad, reduce: str) -> dict:
     atomics), DST by destination; EDGE and DENSE ride along with the walk that runs anyway (by
     destination when there is no SRC gradient). Max/min: everything by destination, where the
     output and cotangent rows are loaded once per item, and SRC rows get atomics only from the
-    edges whose message is the max/min (about one per output element)."""
+    edges whose message is the max/min (about one per output element); the arg kernel, when it
+    runs, writes the same gradients."""
     wanted = [i for i, (layout, need) in enumerate(zip(layouts, needs_grad)) if need and not layout.is_bool]
     if reduce in ("max", "min"):
         return {"src": (), "dst": tuple(wanted)}
@@ -474,9 +606,11 @@ def _grad_walks(layouts, needs_grad, reduce: str) -> dict:
 
 
 def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str, needs_grad, out=None,
-             launch=None) -> list:
+             arg=None, launch=None) -> list:
     """Gradients of the arguments flagged in ``needs_grad`` (None for the others), in their dtypes.
-    ``out`` is the forward result (float32, ``[num_dst, F]``) for max/min; recomputed when None."""
+    ``out`` is the forward result (float32, ``[num_dst, F]``) for max/min; recomputed when None.
+    ``arg`` is the forward's max/min arg (int32, ``num_dst * F`` elements): the pairs with an edge
+    there take the arg kernel, the walks only the others; None walks every edge."""
     launch = launch or LAUNCH
     lowered = lowering(fn_key, _specs(args, roles))
     layouts = lowered.layouts
@@ -493,12 +627,14 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
             out.reshape(num_dst, num_features).float()
         count = torch.zeros_like(res)  # ties of hub rows (the gradient kernel counts light rows itself)
         kernel = _kernel(lowered, KernelSpec("count", "dst", reduce))
-        tensors = [*_prepare(args, roles), res, count, count, plan.rowptr, plan.col, plan.col, plan.perm,
+        tensors = [*_prepare(args, roles), res, count, count, count, plan.rowptr, plan.col, plan.col, plan.perm,
                    *plan.items]
-        _launch(kernel, lowered, plan.items, tensors, num_features, launch)
+        _launch(kernel, plan.items[0].shape[0], tensors, num_features, launch)
     cot, res = cot.contiguous(), res.contiguous()
     if reduce not in ("max", "min"):
         count = cot  # unused
+    with_arg = arg is not None and reduce in ("max", "min")
+    arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else cot  # cot: unused
     prepared = _prepare(args, roles)
     grads = {}
     for i, layout in enumerate(layouts):
@@ -508,23 +644,29 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
             else:
                 shape = (args[i].shape[0], layout.numel)
             grads[i] = torch.zeros(shape, dtype=torch.float32, device=device)
-    for walk, indices in _grad_walks(layouts, needs_grad, reduce).items():
+    walks = _grad_walks(layouts, needs_grad, reduce)
+    for walk, indices in walks.items():
         if not indices:
             continue
-        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices))
+        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg))
         if walk == "dst":
             index = [plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
             items = plan.items
         else:
             index = [plan.t_rowptr, plan.t_col, plan.t_perm, plan.perm, *plan.t_items]
             items = plan.t_items
-        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, *index]
-        _launch(kernel, lowered, items, tensors, num_features, launch)
+        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, *index]
+        _launch(kernel, items[0].shape[0], tensors, num_features, launch)
+    if with_arg and walks["dst"]:
+        # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
+        kernel = _kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"]))
+        tensors = [*prepared, *(grads[i] for i in walks["dst"]), cot, arg, plan.col, plan.perm, num_dst]
+        _launch(kernel, triton.cdiv(num_dst, launch["block_e"]), tensors, num_features, launch)
     result = []
-    for i, arg in enumerate(args):
+    for i, a in enumerate(args):
         if i not in grads:
             result.append(None)
             continue
         grad = grads[i].sum(0) if layouts[i].role == ROLE_DENSE else grads[i]
-        result.append(grad.reshape(arg.shape).to(arg.dtype))
+        result.append(grad.reshape(a.shape).to(a.dtype))
     return result

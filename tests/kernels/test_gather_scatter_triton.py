@@ -5,7 +5,10 @@ The codegen tests run everywhere (no kernel runs). The kernel tests run through 
 there is a GPU, and on CPU tensors under Triton's interpreter: ``test_kernels_under_interpreter``
 reruns this file in a subprocess with ``TRITON_INTERPRET=1`` and ``GNN_IO_TRITON_ON_CPU=1`` (the op's
 switch that sends CPU tensors down the Triton path), at small sizes. The graph has isolated nodes,
-self loops, duplicate edges and a hub above the split threshold (``GNN_IO_GS_MAX_EDGES=8``).
+self loops, duplicate edges and a hub above the split threshold (``GNN_IO_GS_MAX_EDGES=8``). The
+max/min tests also check the forward's arg (the one edge at each result) and the backward that uses
+it against the reference, against the full walk (``GNN_IO_MAXMIN_BACKWARD=walk``) and against a
+deliberately wrong arg.
 """
 import os
 
@@ -16,7 +19,7 @@ import torch.nn.functional as F
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, gather_scatter_triton
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, edge_values
 from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
 from gnn_inductor.kernels.spmm_triton import PADDING
 from gnn_inductor.testing import TOLERANCES, random_graph
@@ -291,6 +294,246 @@ def test_opcheck_with_plan_items(plan):
     torch.library.opcheck(torch.ops.gnn_io.gather_scatter.default,
                           (args, roles, rowptr, col, row, perm, key, "mean", [t_rowptr, t_col, t_perm], items, t_items),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+# ---- max/min: the arg saved by the forward, and the backward that uses it ----
+
+ARG_MESSAGES = ("identity", "relu_edge", "leaky_dst")  # SRC only; an EDGE argument; DST and partial EDGE ones
+# edges per tile row: the default, and 2, where the light rows (up to MAX_EDGES) hold several edges per lane
+BLOCK_E = [gather_scatter_triton.LAUNCH["block_e"], 2]
+
+
+def _valued_inputs(specs, values, seed=0):
+    """Inputs of ``specs``: ``random`` (ties only from the graph's duplicate edges), ``integer`` (in
+    [-2, 2]: ties everywhere) or ``nonpositive`` (in {-2, -1, 0}: negative rows, results of exactly 0)."""
+    args = _inputs(specs, torch.float32, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    if values == "integer":
+        return [torch.randint(-2, 3, a.shape, generator=generator).double() for a in args]
+    if values == "nonpositive":
+        return [-torch.randint(0, 3, a.shape, generator=generator).double() for a in args]
+    return args
+
+
+def _grad_out(key, args, roles, seed=0):
+    lowered = gather_scatter_triton.lowering(key, gather_scatter_triton._specs([a.float() for a in args], roles))
+    return torch.randn(NUM_NODES, *lowered.message_shape, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)
+
+
+def _assert_within(actual, expected):
+    """float32 within 1e-5, relative to the largest expected element."""
+    expected = expected.detach().double().cpu()
+    torch.testing.assert_close(actual.detach().double().cpu(), expected, rtol=1e-5,
+                               atol=1e-5 * max(1.0, float(expected.abs().max())))
+
+
+def _expected_arg(args, roles, plan, key, reduce) -> torch.Tensor:
+    """The arg by brute force on the CPU: per (row, feature), the CSR position of the one edge whose
+    message equals the result; -1 for ties, results of 0 (the zero base ties), empty rows, hub rows."""
+    rowptr, col, row, perm = (p.cpu() for p in plan[:4])
+    args = [a.float() for a in args]
+    messages = edge_functions.lookup(key)(*edge_values(args, roles, col, row, perm)).reshape(col.numel(), -1)
+    out = gather_scatter_reference(args, roles, rowptr, col, row, perm, key, reduce).reshape(NUM_NODES, -1)
+    hits = (messages == out.index_select(0, row)).long()
+    count = torch.zeros_like(out, dtype=torch.long).index_add_(0, row, hits)
+    position = torch.zeros_like(count).index_add_(0, row, hits * torch.arange(col.numel())[:, None])
+    expected = torch.where((count == 1) & (out != 0), position, -1)
+    item_row, _, _, shared = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
+    expected[item_row[shared == 1]] = -1
+    return expected.int()
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The ``KernelSpec`` of every kernel the op launches while the test runs."""
+    specs, kernel = [], gather_scatter_triton._kernel
+    monkeypatch.setattr(gather_scatter_triton, "_kernel",
+                        lambda lowered, spec: specs.append(spec) or kernel(lowered, spec))
+    return specs
+
+
+def _forward_with_arg(args, roles, plan, key, reduce):
+    rowptr, col, row, perm, *t_plan = plan
+    return torch.ops.gnn_io.gather_scatter_forward([a.float().to(DEVICE) for a in args], roles, rowptr, col, row,
+                                                   perm, key, reduce, True, t_plan)
+
+
+def _backward_with(args, roles, plan, key, reduce, grad_out, out, arg):
+    rowptr, col, row, perm, *t_plan = plan
+    return torch.ops.gnn_io.gather_scatter_backward(
+        grad_out.float().to(DEVICE), [a.float().to(DEVICE) for a in args], roles, rowptr, col, row, perm, key, reduce,
+        [True] * len(args), out, arg, t_plan)
+
+
+@runs_kernel
+@pytest.mark.parametrize("block_e", BLOCK_E)
+@pytest.mark.parametrize("values", ["random", "integer", "nonpositive"])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("message", ARG_MESSAGES)
+def test_forward_arg_is_the_one_edge_at_the_result(plan, message, reduce, values, block_e, monkeypatch):
+    """Exactly the brute-force arg: duplicate edges, integer ties (across lanes and, with 2 edges per
+    tile row, within one), zero results, the isolated nodes and the split hub all get -1, every other
+    pair the CSR position of its edge."""
+    monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
+    fn, specs = MESSAGES[message]
+    key, roles = _key(fn), [role for role, _ in specs]
+    args = _valued_inputs(specs, values)
+    out, arg = _forward_with_arg(args, roles, plan, key, reduce)
+    assert arg.dtype == torch.int32 and arg.shape == out.shape
+    expected = _expected_arg(args, roles, plan, key, reduce)
+    assert torch.equal(arg.reshape(NUM_NODES, -1).cpu(), expected)
+    assert bool((expected < 0).any())
+    if message != "relu_edge" or values != "nonpositive":  # there every message is relu(<= 0) = 0: all ties
+        assert bool((expected >= 0).any())
+
+
+@runs_kernel
+@pytest.mark.parametrize("block_e", BLOCK_E)
+@pytest.mark.parametrize("values", ["random", "integer", "nonpositive"])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("message", ARG_MESSAGES)
+def test_arg_backward_matches_the_reference(plan, message, reduce, values, block_e, launched, monkeypatch):
+    """Through the op with autograd: the forward saves the arg, the arg kernel and the narrowed walk
+    together give the reference's gradients (ties shared, the zero base's share, hub rows)."""
+    monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
+    fn, specs = MESSAGES[message]
+    key, roles = _key(fn), [role for role, _ in specs]
+    args = _valued_inputs(specs, values)
+    grad_out = _grad_out(key, args, roles)
+    out, grads = _run([a.float().to(DEVICE) for a in args], roles, plan, key, reduce, grad_out.to(DEVICE))
+    ref, ref_grads = _reference(args, roles, plan, key, reduce, grad_out)
+    _assert_within(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    assert any(s.kind == "forward" and s.with_arg for s in launched)
+    assert any(s.kind == "arg" for s in launched) and any(s.kind == "grad" and s.with_arg for s in launched)
+
+
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("message", list(MESSAGES))
+def test_arg_and_walk_backwards_agree(plan, message, reduce, monkeypatch, launched):
+    """``GNN_IO_MAXMIN_BACKWARD=walk`` (no arg, every edge walked) and the arg path: the same gradients,
+    up to the order of the float32 atomics."""
+    fn, specs = MESSAGES[message]
+    key, roles = _key(fn), [role for role, _ in specs]
+    args = [a.float().to(DEVICE) for a in _valued_inputs(specs, "integer", seed=4)]
+    grad_out = _grad_out(key, args, roles, seed=4).to(DEVICE)
+    _, by_arg = _run(args, roles, plan, key, reduce, grad_out)
+    assert any(s.kind == "arg" for s in launched)
+    launched.clear()
+    monkeypatch.setenv("GNN_IO_MAXMIN_BACKWARD", "walk")
+    _, by_walk = _run(args, roles, plan, key, reduce, grad_out)
+    assert not any(s.with_arg or s.kind == "arg" for s in launched)
+    for a, w in zip(by_arg, by_walk):
+        assert bool(w.abs().max() > 0)
+        torch.testing.assert_close(a, w, rtol=1e-6, atol=1e-6)
+
+
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_a_wrong_arg_moves_the_gradient(plan, reduce):
+    """The backward takes the arg at its word: pointing one pair at another edge of its row moves that
+    pair's whole dY from the right source row to that edge's source (what the reference tests catch)."""
+    key = _key(lambda x_j: x_j)
+    args = _valued_inputs([(S, (6,))], "random", seed=5)
+    grad_out = _grad_out(key, args, [S], seed=5)
+    out, arg = _forward_with_arg(args, [S], plan, key, reduce)
+    (gx,) = _backward_with(args, [S], plan, key, reduce, grad_out, out, arg)
+    _, (rx,) = _reference(args, [S], plan, key, reduce, grad_out)
+    _assert_within(gx, rx)
+    rowptr, col = plan[0].cpu(), plan[1].cpu()
+    flat = arg.reshape(NUM_NODES, -1).cpu()
+    node, feature, position = next((i, f, int(flat[i, f])) for i in range(NUM_NODES) for f in range(6)
+                                   if flat[i, f] >= 0 and col[rowptr[i]:rowptr[i + 1]].unique().numel() > 1)
+    other = next(p for p in range(int(rowptr[node]), int(rowptr[node + 1])) if col[p] != col[position])
+    wrong = flat.clone()
+    wrong[node, feature] = other
+    (gw,) = _backward_with(args, [S], plan, key, reduce, grad_out, out, wrong.reshape(arg.shape).to(DEVICE))
+    moved = torch.zeros(NUM_NODES, 6, dtype=torch.float64)
+    moved[col[other], feature] += grad_out[node, feature]
+    moved[col[position], feature] -= grad_out[node, feature]
+    assert not torch.allclose(gw.cpu().double(), rx)
+    _assert_within(gw, rx + moved)
+
+
+@runs_kernel
+def test_pairs_with_an_arg_are_not_walked(plan):
+    """The walk finds the edges at a result by comparing messages with ``out``; pairs whose arg is an
+    edge must not need that: with ``out`` NaN there, the gradients stay right (the full walk's lose them)."""
+    key = _key(lambda x_j, e: torch.relu(x_j + e))
+    specs = [(S, (6,)), (E, (6,))]
+    roles = [S, E]
+    args = _valued_inputs(specs, "integer", seed=6)
+    grad_out = _grad_out(key, args, roles, seed=6)
+    out, arg = _forward_with_arg(args, roles, plan, key, "max")
+    resolved = arg >= 0
+    assert bool(resolved.any()) and bool((~resolved).any())
+    poisoned = torch.where(resolved, float("nan"), out)
+    grads = _backward_with(args, roles, plan, key, "max", grad_out, poisoned, arg)
+    _, ref_grads = _reference(args, roles, plan, key, "max", grad_out)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    walked = _backward_with(args, roles, plan, key, "max", grad_out, poisoned, None)
+    assert not torch.allclose(walked[0].cpu().double(), ref_grads[0])
+
+
+@runs_kernel
+def test_the_forward_makes_the_arg_only_for_a_backward_that_uses_it(plan, monkeypatch, launched):
+    """Max/min with gradients wanted; not for sum, inputs without gradients, ``no_grad`` or the walk."""
+    key = _key(lambda x_j: x_j)
+    x = torch.randn(NUM_NODES, 6, device=DEVICE)
+    rowptr, col, row, perm, *t_plan = plan
+
+    def with_arg(reduce="max", requires_grad=True):
+        launched.clear()
+        torch.ops.gnn_io.gather_scatter([x.clone().requires_grad_(requires_grad)], [S], rowptr, col, row, perm, key,
+                                        reduce, t_plan)
+        (spec,) = [s for s in launched if s.kind == "forward"]
+        return spec.with_arg
+
+    assert with_arg() and with_arg("min")
+    assert not with_arg(requires_grad=False) and not with_arg("sum")
+    with torch.no_grad():
+        assert not with_arg()
+    monkeypatch.setenv("GNN_IO_MAXMIN_BACKWARD", "walk")
+    assert not with_arg()
+    monkeypatch.setenv("GNN_IO_MAXMIN_BACKWARD", "edges")
+    with pytest.raises(ValueError, match="GNN_IO_MAXMIN_BACKWARD"):
+        with_arg()
+
+
+@runs_kernel
+def test_opcheck_forward_with_arg(plan):
+    key = _key(lambda x_j, x_i: F.leaky_relu(x_j - x_i, 0.2))
+    x = torch.randn(NUM_NODES, 6, device=DEVICE, requires_grad=True)
+    rowptr, col, row, perm, *t_plan = plan
+    torch.library.opcheck(torch.ops.gnn_io.gather_scatter_forward.default,
+                          ([x, x], [S, D], rowptr, col, row, perm, key, "max", True, t_plan),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@runs_kernel
+def test_compiled_max_keeps_the_arg_backward(plan, launched):
+    """Under ``torch.compile`` (AOTAutograd tracing the CompositeImplicitAutograd op, the fake
+    implementations giving the arg's shape) the backward still takes the arg path, with the eager gradients."""
+    key = _key(lambda x_j, e: torch.relu(x_j + e))
+    rowptr, col, row, perm, *t_plan = plan
+    args = [a.float().to(DEVICE) for a in _valued_inputs([(S, (6,)), (E, (6,))], "integer", seed=7)]
+    grad_out = _grad_out(key, args, [S, E], seed=7).float().to(DEVICE)
+
+    def layer(x, e):
+        return torch.ops.gnn_io.gather_scatter([x, e], [S, E], rowptr, col, row, perm, key, "max", t_plan)
+
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    compiled = torch.autograd.grad(torch.compile(layer, backend="aot_eager", fullgraph=True)(*leaves), leaves,
+                                   grad_out)
+    assert any(s.kind == "arg" for s in launched)
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    eager = torch.autograd.grad(layer(*leaves), leaves, grad_out)
+    for c, e in zip(compiled, eager):
+        torch.testing.assert_close(c, e)
 
 
 # ---- the interpreter run ----
