@@ -345,6 +345,12 @@ def _expected_arg(args, roles, plan, key, reduce) -> torch.Tensor:
 
 
 @pytest.fixture
+def arg_backward(monkeypatch):
+    """The saved-arg max/min backward (opt-in: measured slower than the walk on the H100, docs/reductions.md)."""
+    monkeypatch.setenv("GNN_IO_MAXMIN_BACKWARD", "arg")
+
+
+@pytest.fixture
 def launched(monkeypatch):
     """The ``KernelSpec`` of every kernel the op launches while the test runs."""
     specs, kernel = [], gather_scatter_triton._kernel
@@ -371,7 +377,7 @@ def _backward_with(args, roles, plan, key, reduce, grad_out, out, arg):
 @pytest.mark.parametrize("values", ["random", "integer", "nonpositive"])
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("message", ARG_MESSAGES)
-def test_forward_arg_is_the_one_edge_at_the_result(plan, message, reduce, values, block_e, monkeypatch):
+def test_forward_arg_is_the_one_edge_at_the_result(arg_backward, plan, message, reduce, values, block_e, monkeypatch):
     """Exactly the brute-force arg: duplicate edges, integer ties (across lanes and, with 2 edges per
     tile row, within one), zero results, the isolated nodes and the split hub all get -1, every other
     pair the CSR position of its edge."""
@@ -393,7 +399,7 @@ def test_forward_arg_is_the_one_edge_at_the_result(plan, message, reduce, values
 @pytest.mark.parametrize("values", ["random", "integer", "nonpositive"])
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("message", ARG_MESSAGES)
-def test_arg_backward_matches_the_reference(plan, message, reduce, values, block_e, launched, monkeypatch):
+def test_arg_backward_matches_the_reference(arg_backward, plan, message, reduce, values, block_e, launched, monkeypatch):
     """Through the op with autograd: the forward saves the arg, the arg kernel and the narrowed walk
     together give the reference's gradients (ties shared, the zero base's share, hub rows)."""
     monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
@@ -413,7 +419,7 @@ def test_arg_backward_matches_the_reference(plan, message, reduce, values, block
 @runs_kernel
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("message", list(MESSAGES))
-def test_arg_and_walk_backwards_agree(plan, message, reduce, monkeypatch, launched):
+def test_arg_and_walk_backwards_agree(arg_backward, plan, message, reduce, monkeypatch, launched):
     """``GNN_IO_MAXMIN_BACKWARD=walk`` (no arg, every edge walked) and the arg path: the same gradients,
     up to the order of the float32 atomics."""
     fn, specs = MESSAGES[message]
@@ -433,7 +439,7 @@ def test_arg_and_walk_backwards_agree(plan, message, reduce, monkeypatch, launch
 
 @runs_kernel
 @pytest.mark.parametrize("reduce", ["max", "min"])
-def test_a_wrong_arg_moves_the_gradient(plan, reduce):
+def test_a_wrong_arg_moves_the_gradient(arg_backward, plan, reduce):
     """The backward takes the arg at its word: pointing one pair at another edge of its row moves that
     pair's whole dY from the right source row to that edge's source (what the reference tests catch)."""
     key = _key(lambda x_j: x_j)
@@ -459,7 +465,7 @@ def test_a_wrong_arg_moves_the_gradient(plan, reduce):
 
 
 @runs_kernel
-def test_pairs_with_an_arg_are_not_walked(plan):
+def test_pairs_with_an_arg_are_not_walked(arg_backward, plan):
     """The walk finds the edges at a result by comparing messages with ``out``; pairs whose arg is an
     edge must not need that: with ``out`` NaN there, the gradients stay right (the full walk's lose them)."""
     key = _key(lambda x_j, e: torch.relu(x_j + e))
@@ -480,7 +486,7 @@ def test_pairs_with_an_arg_are_not_walked(plan):
 
 
 @runs_kernel
-def test_the_forward_makes_the_arg_only_for_a_backward_that_uses_it(plan, monkeypatch, launched):
+def test_the_forward_makes_the_arg_only_for_a_backward_that_uses_it(arg_backward, plan, monkeypatch, launched):
     """Max/min with gradients wanted; not for sum, inputs without gradients, ``no_grad`` or the walk."""
     key = _key(lambda x_j: x_j)
     x = torch.randn(NUM_NODES, 6, device=DEVICE)
@@ -505,7 +511,7 @@ def test_the_forward_makes_the_arg_only_for_a_backward_that_uses_it(plan, monkey
 
 
 @runs_kernel
-def test_opcheck_forward_with_arg(plan):
+def test_opcheck_forward_with_arg(arg_backward, plan):
     key = _key(lambda x_j, x_i: F.leaky_relu(x_j - x_i, 0.2))
     x = torch.randn(NUM_NODES, 6, device=DEVICE, requires_grad=True)
     rowptr, col, row, perm, *t_plan = plan
@@ -515,7 +521,7 @@ def test_opcheck_forward_with_arg(plan):
 
 
 @runs_kernel
-def test_compiled_max_keeps_the_arg_backward(plan, launched):
+def test_compiled_max_keeps_the_arg_backward(arg_backward, plan, launched):
     """Under ``torch.compile`` (AOTAutograd tracing the CompositeImplicitAutograd op, the fake
     implementations giving the arg's shape) the backward still takes the arg path, with the eager gradients."""
     key = _key(lambda x_j, e: torch.relu(x_j + e))
