@@ -174,6 +174,22 @@ def _edge_count(example_inputs: list):
     return max(counts) if counts else None
 
 
+def _attention_declined(ctx, device: str) -> list:
+    """Near misses for a graph whose rewrites are all fused attention the cost model declines (float32 on
+    a small graph, ``cost.attention_declined``); empty when any rewrite stays. Decided per graph: the edge
+    softmax was rewritten before the family was known, so the graph goes to Inductor as Dynamo captured it."""
+    from gnn_inductor import cost
+
+    if not ctx.rewrites or any(r.pattern != "attention" for r in ctx.rewrites):
+        return []
+    tf32 = torch.get_float32_matmul_precision() != "highest"
+    reasons = [cost.attention_declined(device, ctx.num_edges_hint, r.details.get("family"), r.details.get("dtype"),
+                                       tf32) for r in ctx.rewrites]
+    if not all(reasons):
+        return []
+    return [_report.NearMiss("attention", reason, r.source) for r, reason in zip(ctx.rewrites, reasons)]
+
+
 def _cuda_graphs() -> bool:
     return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
 
@@ -188,6 +204,11 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
                                                num_edges_hint=_edge_count(example_inputs)))
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
+    declined = _attention_declined(ctx, device)
+    if declined:  # the whole graph is what torch.compile's default runs, faster at this size
+        graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
+        _report.add(graph_report)
+        return _inner_compile(gm, list(example_inputs), graph_report)
     for rewrite in ctx.rewrites:
         rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)

@@ -11,8 +11,12 @@ shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-
 and 15.4M edges (14.5 against 54 ms); below ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to
 Inductor. The crossover between the two measured sizes is not pinned down more finely.
 
+Fused attention in float32 (no TF32) has a threshold for the dot-product family (TransformerConv) only;
+the backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
+since its edge softmax was rewritten before the family was known.
+
 ``GNN_IO_FORCE=1`` rewrites whatever matches, whatever the size (for tests and comparisons);
-``GNN_IO_SPMM_MIN_EDGES`` and ``GNN_IO_GS_MIN_EDGES`` move the thresholds.
+``GNN_IO_SPMM_MIN_EDGES``, ``GNN_IO_GS_MIN_EDGES`` and ``GNN_IO_ATTENTION_MIN_EDGES`` move the thresholds.
 """
 from __future__ import annotations
 
@@ -23,6 +27,17 @@ from typing import Optional
 # edges and win from 4M; GCN wins from 0.2M on (its normalisation is hoisted either way).
 SPMM_MIN_EDGES_CUDA = 2_000_000
 GATHER_SCATTER_MIN_EDGES_CUDA = 250_000
+
+
+# Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100 (docs/benchmarks/session6 and
+# session7, forward+backward, 128 features, 4 heads): TransformerConv on RMAT 2^17 / 1.1M edges, Inductor 4.26 ms
+# against 5.28 ms; on RMAT 2^18 / 4.2M edges, 89.86 against 10.44 ms (8.6x ours), and 8x at 15.4M edges. The
+# threshold sits between the two measured sizes. GATConv is never declined although Inductor won at 1.1M edges
+# (3.03 against 4.10 ms): Inductor's float32 GAT kernels failed to launch ("CUDA driver error: invalid argument")
+# at 4.2M and 15.4M edges, and where that starts is not known; a slower run beats a crash. GATv2 won at 1.1M
+# edges already (7.81 against 9.83 ms). Half precision and TF32 are never declined (Inductor's bf16 GATConv
+# crashes; the block-sparse path is chosen there).
+ATTENTION_MIN_EDGES_CUDA = {"dot": 2_000_000}
 
 
 def spmm_min_edges() -> int:
@@ -55,3 +70,16 @@ def _declined(device_type: str, num_edges: Optional[int], threshold: int, variab
                 "gather-scatter is as fast at this size, so the aggregation is left to it (structure work "
                 "stays in the graph plan)")
     return None
+
+
+def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
+                       tf32: bool) -> Optional[str]:
+    """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
+    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` sets one for every family)."""
+    threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
+    if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
+        threshold = int(os.environ["GNN_IO_ATTENTION_MIN_EDGES"])
+    if threshold is None or dtype != "float32" or tf32:
+        return None
+    reason = _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES")
+    return reason and reason.replace("fused gather-scatter", f"kernels (float32 {family} attention)")

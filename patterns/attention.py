@@ -22,7 +22,7 @@ per-edge math; those aggregations are left to the gather-scatter family, with th
 kept as its own op.
 """
 import torch
-from gnn_inductor.kernels.attention_triton import MAX_EDGES
+from gnn_inductor.kernels.attention_triton import MAX_EDGES, recognise
 
 from gnn_inductor.graph_match import (
     NotAnEdgeFunction,
@@ -88,8 +88,11 @@ def replace(agg, ctx):
         max_edges = MAX_EDGES
     new = ctx.call(torch.ops.gnn_io.attention.default,
                    (tensors, roles, *plan.walk, score_key, message_key, eps, items, max_edges), before=before)
+    form = recognise(score_key, message_key, roles)
     ctx.record("attention", "gnn_io.attention", agg.scatter.node,
-               {"roles": list(roles), "score": score_key, "message": message_key}, plan.rowptr)
+               {"roles": list(roles), "score": score_key, "message": message_key,
+                "family": None if isinstance(form, str) else form.family,
+                "dtype": str(val(agg.scatter.node).dtype).removeprefix("torch.")}, plan.rowptr)
     return new
 
 

@@ -248,3 +248,34 @@ def test_plan_builds_run_in_place_without_cuda_graphs():
     assert outside_graph_pool(lambda: 7, torch.device("cpu")) == 7
     with pytest.raises(ValueError, match="boom"):
         outside_graph_pool(lambda: (_ for _ in ()).throw(ValueError("boom")), torch.device("cpu"))
+
+
+def test_attention_cost_model():
+    """Float32 dot-product attention (TransformerConv) below its edge threshold is left to Inductor on CUDA;
+    GAT, GATv2, half precision, TF32 and other devices never are."""
+    from gnn_inductor import cost
+
+    for family, threshold in cost.ATTENTION_MIN_EDGES_CUDA.items():
+        assert "cost model" in cost.attention_declined("cuda", threshold - 1, family, "float32", False)
+        assert cost.attention_declined("cuda", threshold, family, "float32", False) is None
+        assert cost.attention_declined("cuda", 10, family, "bfloat16", False) is None
+        assert cost.attention_declined("cuda", 10, family, "float32", True) is None
+        assert cost.attention_declined("cpu", 10, family, "float32", False) is None
+    for family in ("gat", "gatv2"):  # Inductor's float32 GAT kernels failed to launch from 4.2M edges: never declined
+        assert cost.attention_declined("cuda", 10, family, "float32", False) is None
+
+
+def test_declined_attention_graph_goes_to_inductor_whole(monkeypatch):
+    """A graph whose only rewrites are declined attention runs as torch.compile's default would (no gnn_io
+    op, no plan), is still correct, and the report says why for each layer."""
+    from gnn_inductor import cost
+    from torch_geometric.nn import GATConv
+
+    monkeypatch.setattr(cost, "attention_declined", lambda device, edges, family, dtype, tf32:
+                        f"cost model: {family} {dtype} at {edges} edges")
+    torch.manual_seed(0)
+    edge_index = random_graph(40, 160, hub_degree=60)
+    result = check_rewrites(GATConv(6, 3, heads=2), torch.randn(40, 6), edge_index,
+                            expect={"attention": 0, "edge_softmax": 0, "near_miss": 1})
+    assert result.near_misses[0].reason == f"cost model: gat float32 at {edge_index.shape[1]} edges"
+    assert result.report["graphs"][0]["hoisted_structure_nodes"] == 0
