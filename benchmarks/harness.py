@@ -8,7 +8,8 @@ inputs, each forward+backward starting with every gradient set to None (as ``opt
 leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
 parameters and gradients included). The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
-``results.md`` and ``speedup.png`` to ``--out``.
+``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
+by a time limit keeps what it measured, the chart at the end.
 """
 from __future__ import annotations
 
@@ -130,6 +131,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_csr": {"GNN_IO_ATTENTION_PATH": "csr"}, "gnn_io_block": {"GNN_IO_ATTENTION_PATH": "block"},
             "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
             "gnn_io_spmm_cusparse": {"GNN_IO_SPMM_PATH": "cusparse"}, "gnn_io_spmm_block": {"GNN_IO_SPMM_PATH": "block"},
+            "gnn_io_maxmin_walk": {"GNN_IO_MAXMIN_BACKWARD": "walk"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
@@ -254,7 +256,7 @@ SUITE = ["Planetoid-Cora", "ca-AstroPh", "MUSAE-github", "soc-Slashdot0902", "ro
          "rmat-arxiv", "grid-large", "uniform-large", "rmat-large"]
 
 
-def write_outputs(records: list, meta: dict, out_dir: str) -> str:
+def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True) -> str:
     os.makedirs(out_dir, exist_ok=True)
     clean = [{k: v for k, v in r.items() if k != "out"} for r in records]
     with open(os.path.join(out_dir, "results.json"), "w") as f:
@@ -262,6 +264,8 @@ def write_outputs(records: list, meta: dict, out_dir: str) -> str:
     table = markdown_table(clean, meta)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(table)
+    if not with_chart:
+        return table
     try:
         chart(clean, os.path.join(out_dir, "speedup.png"))
     except Exception as exc:  # matplotlib missing: the table is the result
@@ -371,8 +375,11 @@ def main(argv=None) -> int:
             "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
             "dtype": args.dtype + (" (TF32 allowed)" if args.tf32 else ""), "features": args.features, "copy_gbps": bandwidth / 1e9}
     records = []
+    def keep(records_so_far):  # after every case: a run cut off by a time limit keeps what it measured
+        write_outputs(records_so_far, meta, args.out, with_chart=False)
+
     if args.isolate:
-        records = _isolated_records(args, names)
+        records = _isolated_records(args, names, keep)
         table = write_outputs(records, meta, args.out)
         print(table)
         return 0
@@ -393,6 +400,7 @@ def main(argv=None) -> int:
                 r.pop("out", None)
                 records.append(r)
                 print(json.dumps({k: v for k, v in r.items()}), flush=True)
+                keep(records)
             reference = None
     table = write_outputs(records, meta, args.out)
     print(table)
@@ -414,10 +422,11 @@ def float32_reference(layer_name: str, graph, features: int, dtype, device):
     return out
 
 
-def _isolated_records(args, names: list) -> list:
+def _isolated_records(args, names: list, keep=lambda records: None) -> list:
     """Records of every (graph, layer) case, each run by a child harness process. The child prints one
     JSON line per finished mode, so a child that dies mid-case still gives the modes it finished;
-    the others get an ``error`` record with the exit status and the last line of its stderr."""
+    the others get an ``error`` record with the exit status and the last line of its stderr. ``keep``
+    gets the records so far after each case."""
     records = []
     modes = args.modes.split(",")
     for name in names:
@@ -440,6 +449,7 @@ def _isolated_records(args, names: list) -> list:
                                     "nodes": template.get("nodes"), "edges": template.get("edges"),
                                     "error": reason})
             print(f"{name} {layer}: {len(done)}/{len(modes)} modes finished", flush=True)
+            keep(records)
     return records
 
 

@@ -69,3 +69,30 @@ def test_dense_floor_runs_the_layers_linear_maps():
         assert len(floor.maps) == count, layer
         x = torch.randn(5, 8)
         torch.testing.assert_close(floor(x, None), sum(m(x) for m in floor.maps))
+
+
+def test_an_interrupted_run_keeps_the_cases_it_finished(monkeypatch, tmp_path):
+    """Results are written after every case: a run killed by a time limit (here: interrupted at its second
+    case) still leaves the first case's numbers in results.json and results.md."""
+    import subprocess
+    import types
+
+    import pytest
+
+    calls = []
+
+    def child(command, **kwargs):
+        calls.append(command)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        record = {"layer": "gcn", "graph": "rmat-10-8000", "mode": "gnn_io", "nodes": 1024, "edges": 8000,
+                  "fwdbwd_ms": 2.5}
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(record) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", child)
+    with pytest.raises(KeyboardInterrupt):
+        harness.main(["--device", "cpu", "--graphs", "rmat-small", "--layers", "gcn,gin", "--modes", "gnn_io",
+                      "--reps", "1", "--isolate", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["layer"], r["fwdbwd_ms"]) for r in data["results"]] == [("gcn", 2.5)]
+    assert "| rmat-10-8000 |" in (tmp_path / "results.md").read_text()
