@@ -62,24 +62,28 @@ def gather_scatter_declined(device_type: str, num_edges: Optional[int]) -> Optio
     return _declined(device_type, num_edges, gather_scatter_min_edges(), "GNN_IO_GS_MIN_EDGES")
 
 
-def _declined(device_type: str, num_edges: Optional[int], threshold: int, variable: str) -> Optional[str]:
+_AGGREGATION_LEFT = ("Inductor's fused gather-scatter is as fast at this size, so the aggregation is left to it "
+                     "(structure work stays in the graph plan)")
+
+
+def _declined(device_type: str, num_edges: Optional[int], threshold: int, variable: str,
+              outcome: str = _AGGREGATION_LEFT) -> Optional[str]:
     if device_type != "cuda" or forced() or num_edges is None:
         return None
     if num_edges < threshold:
-        return (f"cost model: {num_edges} edges < {threshold} ({variable}); Inductor's fused "
-                "gather-scatter is as fast at this size, so the aggregation is left to it (structure work "
-                "stays in the graph plan)")
+        return f"cost model: {num_edges} edges < {threshold} ({variable}); {outcome}"
     return None
 
 
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool) -> Optional[str]:
     """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
-    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` sets one for every family)."""
+    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` moves the threshold of every family that has one)."""
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
         threshold = int(os.environ["GNN_IO_ATTENTION_MIN_EDGES"])
     if threshold is None or dtype != "float32" or tf32:
         return None
-    reason = _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES")
-    return reason and reason.replace("fused gather-scatter", f"kernels (float32 {family} attention)")
+    return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",
+                     f"Inductor's own code for float32 {family} attention is faster at this size, so the whole "
+                     "graph goes to it as Dynamo captured it")
