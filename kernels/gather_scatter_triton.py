@@ -49,8 +49,8 @@ feature). EDGE arguments are stored per edge; DENSE arguments summed per program
 ``DENSE_SLOTS`` partial rows (spreading the atomics) and summed on the host. Arguments broadcast
 over features (an edge weight ``[E, 1]``) sum over the features they are broadcast over too.
 
-**Max/min backward with the arg** (the default). A pair whose arg is an edge has ``count_i = 1``
-and a nonzero result, so that edge takes the whole ``dY_i`` and no walk is needed to find it: the
+**Max/min backward with the arg** (opt-in with the arg above; the walk just described is the
+default). A pair whose arg is an edge has ``count_i = 1`` and a nonzero result, so that edge takes the whole ``dY_i`` and no walk is needed to find it: the
 *arg kernel* (``BLOCK_E`` rows x ``BLOCK_F`` features per program) loads each such pair's edge
 inputs by the arg (one edge per element: the SRC row ``col[arg]``, the EDGE row ``perm[arg]``, the
 pair's DST row, DENSE), evaluates the VJP of ``phi`` there with cotangent ``dY_i`` and adds into the
