@@ -8,6 +8,10 @@ Parts:
 - ``build``: block-format build (and transposed build) time on the device per graph, tile statistics.
 - ``spmm``: fp32 ``A X`` (128 features) with cuSPARSE, and with the Triton SpMM whose work items run in
   each candidate node order (the order lives in the item arrays: the output stays in the original order).
+- ``spmm_sweep``: the Triton SpMM's launch parameters (feature slice, edge block, warps, item size) against
+  cuSPARSE, fp32 ``A X``.
+- ``attn_launch``: the CSR attention kernels' launch parameters (edge block, warps, item size), forward and
+  split backward timed apart, per family, fp32, each checked against the default launch.
 - ``attention``: the GATConv, GATv2Conv and TransformerConv attentions (4 heads x 32 channels) through
   ``gnn_io::attention_forward``, forward+backward, with the path forced: CSR (fp32, bf16), block
   (TF32, bf16) in each candidate order, and the chooser's own pick (``auto``); max relative error of each
@@ -248,6 +252,77 @@ def part_attention(graph, plan, device, order_names, families):
         torch.set_float32_matmul_precision("highest")
 
 
+SPMM_SWEEP = [dict(block_f=f, block_e=e, num_warps=w) for f in (32, 64, 128)
+              for e, w in ((4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4))]
+
+
+def part_spmm_sweep(graph, plan, device):
+    """The Triton SpMM's launch parameters (feature slice, edge block, warps) against cuSPARSE, fp32 ``A X``."""
+    from gnn_inductor.kernels import spmm_cusparse
+
+    rowptr, col = plan[:2]
+    x = torch.randn(graph.num_nodes, FEATURES, device=device)
+    values = torch.rand(col.shape[0], device=device)
+    if spmm_cusparse.available():
+        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
+        emit(part="spmm_sweep", graph=graph.name, kernel="cusparse", ms=round(ms, 3))
+    for max_edges in (256, 64):
+        items = spmm_triton.work_items(rowptr, max_edges)
+        reference = spmm_triton.triton_spmm(x, values, rowptr, col, items)
+        for launch in SPMM_SWEEP:
+            out = spmm_triton.triton_spmm(x, values, rowptr, col, items, **launch)
+            err = float((out - reference).abs().max() / reference.abs().max())
+            ms = median_ms(lambda: spmm_triton.triton_spmm(x, values, rowptr, col, items, **launch), reps=20)
+            emit(part="spmm_sweep", graph=graph.name, kernel="triton", ms=round(ms, 3), rel_err=err,
+                 max_edges=max_edges, **launch)
+
+
+ATTENTION_SWEEP = [(4, 1), (8, 1), (8, 2), (16, 1), (16, 2), (32, 2), (32, 4)]
+
+
+def part_attention_launch(graph, plan, device, families, max_edges_list=(256, 64)):
+    """The CSR attention kernels' launch parameters, fp32: forward alone and the split backward alone,
+    per family, each against the default launch (``launch_config``)."""
+    from gnn_inductor.kernels import attention_triton as at
+
+    rowptr, col, _, perm = plan[:4]
+    generator = torch.Generator(device=device).manual_seed(0)
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
+    for family in families:
+        score, message, roles, args = family_inputs(family, graph.num_nodes, device, generator)
+        layout = at.prepare(args, roles, perm, score, message)
+        needs = [True] * len(args)
+        reference = None
+        for max_edges in max_edges_list:
+            items = list(torch.ops.gnn_io.work_items(rowptr, col, max_edges))
+            by_src = at.source_csr(layout, rowptr, col, perm, max_edges)
+            launches = [None] + [dict(block_e=e, num_warps=w) for e, w in ATTENTION_SWEEP]
+            for launch in launches:
+                try:
+                    def fwd():
+                        return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
+                                          variant="per_head")
+                    out, lse = fwd()
+
+                    def bwd():
+                        return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
+                                           config=launch, variant="per_head", by_src=by_src)
+                    grads = bwd()
+                    if reference is None:
+                        reference = (out, grads)
+                    errs = [_rel_err(out, reference[0])] + [_rel_err(g, r) for g, r in zip(grads, reference[1])
+                                                           if g is not None]
+                    f_ms = median_ms(fwd, reps=10)
+                    b_ms = median_ms(bwd, reps=10)
+                    emit(part="attn_launch", graph=graph.name, family=family, kernel="csr", dtype="fp32",
+                         order=f"max_edges={max_edges}", ms=round(f_ms + b_ms, 3), fwd_ms=round(f_ms, 3),
+                         bwd_ms=round(b_ms, 3), max_rel_err=max(errs), launch=launch or "default")
+                except Exception as exc:  # noqa: BLE001
+                    emit(part="attn_launch", graph=graph.name, family=family, kernel="csr",
+                         order=f"max_edges={max_edges}", launch=launch or "default",
+                         error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 def table(rows) -> str:
     lines = ["| part | graph | family | kernel | dtype | order | ms | err | notes |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -286,6 +361,10 @@ def main():
                 part_build(graph, plan, device)
             if "spmm" in parts and name in args.spmm_graphs.split(","):
                 part_spmm(graph, plan, device, order_names)
+            if "spmm_sweep" in parts and name in args.spmm_graphs.split(","):
+                part_spmm_sweep(graph, plan, device)
+            if "attn_launch" in parts and name in args.attention_graphs.split(","):
+                part_attention_launch(graph, plan, device, args.families.split(","))
             if "attention" in parts and name in args.attention_graphs.split(","):
                 part_attention(graph, plan, device, order_names, args.families.split(","))
         except Exception as exc:  # noqa: BLE001  (one graph's failure is its row; the rest still runs)
