@@ -972,11 +972,27 @@ def _backward_all_heads_kernel(
 # Launchers
 # ---------------------------------------------------------------------------------------------
 
-def launch_config(family: str, head_dim: int) -> dict:
-    """Block sizes by head dim: the whole head in one tile row (``BLOCK_C``), about 1024 tile elements."""
+# Per-head launch: (tile elements, warps) by family and phase, measured on the H100 (fp32, 4 heads x 32
+# channels, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M edges; docs/benchmarks/session8/): most rows of a power-law
+# graph have a handful of edges, so small edge blocks on one warp keep the lanes busy and many programs in
+# flight. The former rule (about 1024 elements, 32 x 32 on 4 warps) took 1.4-2.0x longer on both graphs.
+PER_HEAD_LAUNCH = {
+    ("gat", "forward"): (256, 1), ("gatv2", "forward"): (256, 1), ("dot", "forward"): (128, 1),
+    ("gat", "backward"): (256, 2), ("gatv2", "backward"): (128, 1), ("dot", "backward"): (128, 1),
+}
+
+
+def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
+    """Block sizes by family, phase and head dim: the whole head in one tile row (``BLOCK_C``, a power of two
+    of at least 16) and ``BLOCK_E`` edges, ``BLOCK_E * BLOCK_C`` near the measured tile of
+    :data:`PER_HEAD_LAUNCH` (``BLOCK_E`` between 2 and 32). ``phase``: ``"forward"``, ``"backward"`` (the split
+    backward) or ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
     block_c = max(16, triton.next_power_of_2(head_dim))
-    block_e = max(8, min(32, 1024 // block_c))
-    return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
+    if phase == "atomic":
+        block_e = max(8, min(32, 1024 // block_c))
+        return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
+    tile, warps = PER_HEAD_LAUNCH[(family, phase)]
+    return {"block_e": max(2, min(32, tile // block_c)), "block_c": block_c, "num_warps": warps}
 
 
 def all_heads_launch_config(heads: int, head_dim: int) -> dict:
@@ -1254,7 +1270,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
                          variant)
     else:
-        config = {**launch_config(form.family, channels), **(config or {})}
+        config = {**launch_config(form.family, channels, "backward"), **(config or {})}
         grad_out = grad_out.contiguous()
         delta = _delta(grad_out, out.contiguous(), config["block_c"])
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
@@ -1310,7 +1326,7 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
     """The one-pass backward: src- and edge-role gradients are float32 atomics of every edge block."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
-    defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels)
+    defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels, "atomic")
     config = {**defaults, **(config or {})}
     item_row, item_start, item_end = items
     s = _padded(form.score_terms, _MAX_SCORE_TERMS)
