@@ -85,6 +85,7 @@ _NONE = -1               # role of an unused argument slot
 _MAX_SCORE_TERMS, _MAX_VALUE_TERMS, _MAX_WEIGHTS = 3, 2, 1
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
+LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before session 8 (comparisons, debugging)
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
@@ -988,7 +989,7 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
     :data:`PER_HEAD_LAUNCH` (``BLOCK_E`` between 2 and 32). ``phase``: ``"forward"``, ``"backward"`` (the split
     backward) or ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
     block_c = max(16, triton.next_power_of_2(head_dim))
-    if phase == "atomic":
+    if phase == "atomic" or os.environ.get(LAUNCH_ENV) == "legacy":
         block_e = max(8, min(32, 1024 // block_c))
         return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
     tile, warps = PER_HEAD_LAUNCH[(family, phase)]
