@@ -23,11 +23,12 @@ def child(layer_name: str, graph_name: str) -> None:
     layer = make_layer(layer_name, 128).to(device)
     model = torch.compile(layer, backend="gnn_io")
     x = torch.randn(graph.num_nodes, 128, device=device, requires_grad=True)
-    reference = layer(x, graph.edge_index)
+    edge_index = graph.edge_index.to(device)
+    reference = layer(x, edge_index)
     reference.sum().backward()
     ref_grad = x.grad
     x.grad = None
-    out = model(x, graph.edge_index)
+    out = model(x, edge_index)
     torch.cuda.synchronize()
     print("forward ok", float((out - reference).abs().max()), flush=True)
     out.sum().backward()
@@ -35,7 +36,7 @@ def child(layer_name: str, graph_name: str) -> None:
     print("backward ok", float((x.grad - ref_grad).abs().max()), flush=True)
     for _ in range(3):
         x.grad = None
-        model(x, graph.edge_index).sum().backward()
+        model(x, edge_index).sum().backward()
     torch.cuda.synchronize()
     print("repeat ok", flush=True)
 

@@ -277,10 +277,11 @@ def part_spmm_sweep(graph, plan, device):
                  max_edges=max_edges, **launch)
 
 
-ATTENTION_SWEEP = [(4, 1), (8, 1), (8, 2), (16, 1), (16, 2), (32, 2), (32, 4)]
+ATTENTION_SWEEP = [("per_head", e, w) for e, w in ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4))]
+ATTENTION_SWEEP += [("all", e, w) for e, w in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (16, 4))]
 
 
-def part_attention_launch(graph, plan, device, families, max_edges_list=(256, 64)):
+def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
     """The CSR attention kernels' launch parameters, fp32: forward alone and the split backward alone,
     per family, each against the default launch (``launch_config``)."""
     from gnn_inductor.kernels import attention_triton as at
@@ -296,17 +297,18 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256, 64
         for max_edges in max_edges_list:
             items = list(torch.ops.gnn_io.work_items(rowptr, col, max_edges))
             by_src = at.source_csr(layout, rowptr, col, perm, max_edges)
-            launches = [None] + [dict(block_e=e, num_warps=w) for e, w in ATTENTION_SWEEP]
-            for launch in launches:
+            launches = [("per_head", None)] + [(v, dict(block_e=e, num_warps=w)) for v, e, w in ATTENTION_SWEEP]
+            for variant, launch in launches:
                 try:
                     def fwd():
                         return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
-                                          variant="per_head")
+                                          variant=variant)
                     out, lse = fwd()
 
                     def bwd():
                         return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
-                                           config=launch, variant="per_head", by_src=by_src)
+                                           config=launch if variant == "per_head" else None, variant=variant,
+                                           by_src=by_src)
                     grads = bwd()
                     if reference is None:
                         reference = (out, grads)
@@ -316,10 +318,10 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256, 64
                     b_ms = median_ms(bwd, reps=10)
                     emit(part="attn_launch", graph=graph.name, family=family, kernel="csr", dtype="fp32",
                          order=f"max_edges={max_edges}", ms=round(f_ms + b_ms, 3), fwd_ms=round(f_ms, 3),
-                         bwd_ms=round(b_ms, 3), max_rel_err=max(errs), launch=launch or "default")
+                         bwd_ms=round(b_ms, 3), max_rel_err=max(errs), variant=variant, launch=launch or "default")
                 except Exception as exc:  # noqa: BLE001
                     emit(part="attn_launch", graph=graph.name, family=family, kernel="csr",
-                         order=f"max_edges={max_edges}", launch=launch or "default",
+                         order=f"max_edges={max_edges}", variant=variant, launch=launch or "default",
                          error=f"{type(exc).__name__}: {exc}"[:300])
 
 
