@@ -18,6 +18,20 @@ def child(layer_name: str, graph_name: str) -> None:
     from benchmarks.harness import graph_suite, make_layer
 
     device = torch.device("cuda")
+    if os.environ.get("CRASH_DEBUG_TRACE_GRADS"):
+        from gnn_inductor.kernels import attention as attention_op
+
+        impl = attention_op.attention_backward._init_fn
+
+        def traced(grad_out, args, *rest):
+            grads = impl(grad_out, args, *rest)
+            for i, (a, g) in enumerate(zip(args, grads)):
+                print(f"grad {i}: arg {tuple(a.shape)} {a.stride()} off {a.storage_offset()} ptr%16 {a.data_ptr() % 16}"
+                      f" | grad {tuple(g.shape)} {g.stride()} off {g.storage_offset()} ptr%16 {g.data_ptr() % 16}"
+                      f" {g.dtype}", flush=True)
+            print(f"grad_out {tuple(grad_out.shape)} {grad_out.stride()} ptr%16 {grad_out.data_ptr() % 16}", flush=True)
+            return grads
+        attention_op.attention_backward.register_kernel("cuda")(traced)
     (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
     torch.manual_seed(0)
     layer = make_layer(layer_name, 128).to(device)
