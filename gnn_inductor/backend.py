@@ -34,7 +34,11 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None):
     # GNN_IO_CUDAGRAPHS=1: Inductor's CUDA graph trees (what mode="reduce-overhead" turns on for the
     # default backend), which replay the whole step with one launch: for small graphs, where the
     # per-call CPU work is larger than the GPU work.
-    options = {"fx_graph_cache": False}
+    # Inductor's 3-D tiled reductions (``triton.max_tiles`` defaults to 3 when its coalescing analysis is on,
+    # documented there as "experimental and may have bugs") faulted with "CUDA driver error: misaligned address"
+    # on the H100 in GATConv's backward (the attention-vector gradient, a y/x/r0-tiled reduction over 2708
+    # Cora nodes, float32). The rewritten graphs keep 2 tiles; GNN_IO_INDUCTOR_MAX_TILES overrides.
+    options = {"fx_graph_cache": False, "triton.max_tiles": _max_tiles()}
     if _cuda_graphs():
         # Graphs with symbolic-shape inputs stay off CUDA graphs: on the H100, GCNConv and GATConv (whose self
         # loops give the plan a data-dependent size) failed after a no_grad forward with "accessing tensor
@@ -47,6 +51,13 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None):
                               num_inputs=len(example_inputs))
     with inductor_config.patch(options):
         return compile_fx(gm, example_inputs, inner_compile=inner)
+
+
+def _max_tiles() -> int:
+    value = os.environ.get("GNN_IO_INDUCTOR_MAX_TILES", "2").strip()
+    if value not in ("1", "2", "3"):
+        raise ValueError(f"GNN_IO_INDUCTOR_MAX_TILES={value!r}: set it to 1, 2 or 3 (Inductor's triton.max_tiles)")
+    return int(value)
 
 
 def _parameter_positions(example_inputs) -> list:

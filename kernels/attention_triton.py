@@ -51,8 +51,9 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
   of a source's edges would count those into block rows twice), when :func:`backward` gets no
   :class:`SourceCSR`, and when one pass would write the gradients of more than four distinct arguments.
 
-Degree split: one program per (work item, head) (or per work item for every head, with
-``GNN_IO_ATTENTION_HEADS=all``: :func:`heads_variant`, docs/attention.md), items from
+Degree split: the forward runs one program per work item for every head (default; one per (work item,
+head) with ``GNN_IO_ATTENTION_HEADS=per_head``: :func:`heads_variant`, docs/attention.md), the split
+backward one per (work item, head); items from
 :func:`gnn_inductor.kernels.spmm_triton.work_items` (at most ``max_edges`` edges each; the plan builds
 them once per graph). A light row's single item writes ``out`` and ``lse``; the items of a hub write
 their partial ``(m, l, acc)`` to a compact slot buffer (at most ``2 * ceil(E / max_edges)`` slots, a
@@ -996,21 +997,36 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
     return {"block_e": max(2, min(32, tile // block_c)), "block_c": block_c, "num_warps": warps}
 
 
-def all_heads_launch_config(heads: int, head_dim: int) -> dict:
-    """Block sizes of the all-heads forward: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded
-    up to a power of two), about 2048 tile elements; not measured yet."""
+# All-heads forward: (tile elements, warps) by family, measured on the H100 as PER_HEAD_LAUNCH (4 x 32: the
+# forward took 3.1 / 3.5 / 4.0 ms for GAT / GATv2 / TransformerConv on RMAT 2^20 against 4.4 / 5.1 / 5.4 ms
+# per head, and 0.47 / 0.52-0.59 / 0.53 ms against 0.68 / 0.69 / 0.73 ms on RMAT 2^17).
+ALL_HEADS_FORWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
+
+
+def all_heads_launch_config(heads: int, head_dim: int, family: str | None = None) -> dict:
+    """Block sizes of the all-heads kernels: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded up
+    to a power of two). With ``family`` (the forward): ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C``
+    near the measured tile of :data:`ALL_HEADS_FORWARD_LAUNCH` (``BLOCK_E`` between 2 and 32), the warps
+    scaled with the tile. Without (the all-heads atomic backward, not re-measured): about 2048 elements."""
     block_h, block_c = triton.next_power_of_2(heads), triton.next_power_of_2(head_dim)
     width = block_h * block_c
+    if family is not None and os.environ.get(LAUNCH_ENV) != "legacy":
+        tile, warps = ALL_HEADS_FORWARD_LAUNCH[family]
+        block_e = max(2, min(32, tile // width))
+        warps = min(8, warps * max(1, block_e * width // tile))
+        return {"block_e": block_e, "block_h": block_h, "block_c": block_c, "num_warps": warps}
     block_e = max(8, min(32, 2048 // width))
     tile = block_e * width
     return {"block_e": block_e, "block_h": block_h, "block_c": block_c,
             "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
 
 
-def heads_variant() -> str:
-    """Which forward runs: ``"per_head"`` (default, grid ``(items, H)``) or ``"all"`` (grid ``(items,)``),
-    from the ``GNN_IO_ATTENTION_HEADS`` environment variable, read at each call."""
-    variant = os.environ.get(HEADS_ENV) or "per_head"
+def heads_variant(default: str = "all") -> str:
+    """Which kernel runs: ``"all"`` (grid ``(items,)``, one program walks an item's edges once for every head)
+    or ``"per_head"`` (grid ``(items, H)``), from the ``GNN_IO_ATTENTION_HEADS`` environment variable, read
+    at each call; unset, ``default``: the forward runs all heads per program (measured faster, session 8),
+    the atomic backward per head (its all-heads form is not measured)."""
+    variant = os.environ.get(HEADS_ENV) or default
     if variant not in HEADS_VARIANTS:
         raise ValueError(f"{HEADS_ENV}={variant!r}: set it to one of {', '.join(HEADS_VARIANTS)} (or leave it unset)")
     return variant
@@ -1134,7 +1150,8 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     the per-head or all-heads kernel (default: :func:`heads_variant`)."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
-    defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels)
+    defaults = all_heads_launch_config(heads, channels, form.family) if all_heads else \
+        launch_config(form.family, channels)
     config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     num_dst, device = rowptr.shape[0] - 1, rowptr.device
@@ -1248,7 +1265,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     (a factor of alpha) needs one: those run the reference backward.
 
     With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, per head; without it the
-    atomic one, per head or for all heads at once (``variant``, default :func:`heads_variant`). The split
+    atomic one, per head or for all heads at once (``variant``, default per head: :func:`heads_variant`). The split
     backward needs every row's items: a caller passing a subset of rows (the hybrid path's ``csr_items``)
     must pass no ``by_src``, or a source's edges into the other rows would be counted too.
     """
@@ -1326,7 +1343,7 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
                      perm: Tensor, items, config: dict | None, variant: str | None) -> None:
     """The one-pass backward: src- and edge-role gradients are float32 atomics of every edge block."""
     form, heads, channels = layout.form, layout.heads, layout.channels
-    all_heads = (variant or heads_variant()) == "all"
+    all_heads = (variant or heads_variant(default="per_head")) == "all"
     defaults = all_heads_launch_config(heads, channels) if all_heads else launch_config(form.family, channels, "atomic")
     config = {**defaults, **(config or {})}
     item_row, item_start, item_end = items

@@ -279,3 +279,37 @@ def test_declined_attention_graph_goes_to_inductor_whole(monkeypatch):
                             expect={"attention": 0, "edge_softmax": 0, "near_miss": 1})
     assert result.near_misses[0].reason == f"cost model: gat float32 at {edge_index.shape[1]} edges"
     assert result.report["graphs"][0]["hoisted_structure_nodes"] == 0
+
+
+@pytest.mark.parametrize("setting, expected", [(None, 2), ("3", 3)])
+def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, expected):
+    """Inductor's 3-tile reductions faulted ("misaligned address") in GATConv's backward on the H100, so the
+    backend compiles its graphs with ``triton.max_tiles = 2`` unless GNN_IO_INDUCTOR_MAX_TILES says otherwise,
+    forward and backward alike."""
+    import torch._inductor.compile_fx as inductor
+    from torch._inductor import config as inductor_config
+    from torch_geometric.nn import GATConv
+
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        seen.append((kwargs.get("is_backward", False), inductor_config.triton.max_tiles))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    if setting is None:
+        monkeypatch.delenv("GNN_IO_INDUCTOR_MAX_TILES", raising=False)
+    else:
+        monkeypatch.setenv("GNN_IO_INDUCTOR_MAX_TILES", setting)
+    torch.manual_seed(0)
+    check_rewrites(GATConv(8, 4, heads=2), torch.randn(30, 8), random_graph(30, 120), expect={"attention": 1})
+    assert {backward for backward, _ in seen} == {False, True}, seen
+    assert all(tiles == expected for _, tiles in seen), seen
+
+
+def test_bad_max_tiles_setting_is_a_clear_error(monkeypatch):
+    from gnn_inductor import backend
+
+    monkeypatch.setenv("GNN_IO_INDUCTOR_MAX_TILES", "7")
+    with pytest.raises(ValueError, match="GNN_IO_INDUCTOR_MAX_TILES"):
+        backend._max_tiles()

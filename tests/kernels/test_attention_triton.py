@@ -305,12 +305,14 @@ def test_variants_mix(plan, forward_variant, backward_variant):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
 
 
-def test_heads_variant_is_opt_in(monkeypatch):
+def test_heads_variant_defaults_to_all_heads_forward(monkeypatch):
     monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
-    assert attention_triton.heads_variant() == "per_head"
-    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
     assert attention_triton.heads_variant() == "all"
+    assert attention_triton.heads_variant(default="per_head") == "per_head"  # the atomic backward's default
     assert "all heads" in attention_triton.kernel_name("gat")
+    monkeypatch.setenv(attention_triton.HEADS_ENV, "per_head")
+    assert attention_triton.heads_variant() == "per_head"
+    assert "all heads" not in attention_triton.kernel_name("gat")
     monkeypatch.setenv(attention_triton.HEADS_ENV, "every")
     with pytest.raises(ValueError, match="per_head, all"):
         attention_triton.heads_variant()
