@@ -11,8 +11,8 @@ shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-
 and 15.4M edges (14.5 against 54 ms); below ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to
 Inductor. The crossover between the two measured sizes is not pinned down more finely.
 
-Fused attention in float32 (no TF32) has a threshold for the dot-product family (TransformerConv) only;
-the backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
+Fused attention in float32 (no TF32) has a threshold per family (TransformerConv, GATConv, GATv2Conv); the
+backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
 since its edge softmax was rewritten before the family was known.
 
 ``GNN_IO_FORCE=1`` rewrites whatever matches, whatever the size (for tests and comparisons);
@@ -29,15 +29,20 @@ SPMM_MIN_EDGES_CUDA = 2_000_000
 GATHER_SCATTER_MIN_EDGES_CUDA = 250_000
 
 
-# Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100 (docs/benchmarks/session6 and
-# session7, forward+backward, 128 features, 4 heads): TransformerConv on RMAT 2^17 / 1.1M edges, Inductor 4.26 ms
-# against 5.28 ms; on RMAT 2^18 / 4.2M edges, 89.86 against 10.44 ms (8.6x ours), and 8x at 15.4M edges. The
-# threshold sits between the two measured sizes. GATConv is never declined although Inductor won at 1.1M edges
-# (3.03 against 4.10 ms): Inductor's float32 GAT kernels failed to launch ("CUDA driver error: invalid argument")
-# at 4.2M and 15.4M edges, and where that starts is not known; a slower run beats a crash. GATv2 won at 1.1M
-# edges already (7.81 against 9.83 ms). Half precision and TF32 are never declined (Inductor's bf16 GATConv
-# crashes; the block-sparse path is chosen there).
-ATTENTION_MIN_EDGES_CUDA = {"dot": 2_000_000}
+# Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100, forward+backward, 128 features,
+# 4 heads (docs/benchmarks/session8, after the session-8 launch retune). Small graphs are bound by per-call CPU
+# work (custom-op dispatch, launches), where Inductor's fused code wins; large ones by memory, where ours wins:
+# - TransformerConv: Inductor wins from Cora (2.13 against 5.63 ms) to RMAT 2^17 / 1.1M edges (4.38 against
+#   5.59); ours 8.6x ahead at 4.2M edges (session 7). Threshold 2M, between the measured sizes.
+# - GATConv: Inductor wins up to 1.1M edges (Cora 1.74 against 3.10, soc-Slashdot 2.87 against 3.84, RMAT 2^17
+#   3.00 against 3.46) but failed to launch at 4.2M and 15.4M edges ("CUDA driver error: invalid argument",
+#   session 7), and where that starts is not known: the threshold stays at 1.5M, just above the largest size
+#   Inductor was seen to run, and above it ours runs (a slower run beats a crash).
+# - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
+#   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
+# Half precision and TF32 are never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen
+# there).
+ATTENTION_MIN_EDGES_CUDA = {"dot": 2_000_000, "gat": 1_500_000, "gatv2": 500_000}
 
 
 def spmm_min_edges() -> int:
