@@ -279,6 +279,8 @@ def part_spmm_sweep(graph, plan, device):
 
 ATTENTION_SWEEP = [("per_head", e, w) for e, w in ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4))]
 ATTENTION_SWEEP += [("all", e, w) for e, w in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (16, 4))]
+# the all-heads split backward (GNN_IO_ATTENTION_BACKWARD=split_all): the launch applies to the backward only
+ATTENTION_SWEEP += [("split_all", e, w) for e, w in ((2, 1), (2, 2), (2, 4), (4, 2), (4, 4), (8, 4))]
 
 
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
@@ -301,14 +303,21 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
             for variant, launch in launches:
                 try:
                     def fwd():
+                        if variant == "split_all":
+                            return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges)
                         return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
                                           variant=variant)
                     out, lse = fwd()
 
                     def bwd():
-                        return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
-                                           config=launch if variant == "per_head" else None, variant=variant,
-                                           by_src=by_src)
+                        if variant == "split_all":
+                            os.environ[at.BACKWARD_ENV] = "split_all"
+                        try:
+                            return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
+                                               config=launch if variant in ("per_head", "split_all") else None,
+                                               variant=None if variant == "split_all" else variant, by_src=by_src)
+                        finally:
+                            os.environ.pop(at.BACKWARD_ENV, None)
                     grads = bwd()
                     if reference is None:
                         reference = (out, grads)

@@ -90,7 +90,7 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
-BACKWARD_VARIANTS = ("split", "atomic")
+BACKWARD_VARIANTS = ("split", "split_all", "atomic")
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -635,6 +635,167 @@ def _write_row_grad(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: t
 
 
 @triton.jit
+def _store_edge_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
+                           KIND: tl.constexpr, eid, heads, num_heads, head_dim, chans, score_mask, tile_mask,
+                           grad_terms, grad_value, grad_query):
+    """:func:`_store_edge_grad` for every head at once: ``eid`` is ``[BLOCK_E, 1]``, the gradients
+    ``[BLOCK_E, BLOCK_H(, BLOCK_C)]``."""
+    if R == 2:
+        rows = eid.to(tl.int64) * num_heads + heads[None, :]
+        total = _combine_grads(T, V, Q, grad_terms, grad_value, grad_query)
+        if KIND == 0 and T > 0:
+            tl.store(ptr + rows, total, mask=score_mask)
+        else:
+            tl.store(ptr + rows[:, :, None] * head_dim + chans[None, None, :], total, mask=tile_mask)
+
+
+@triton.jit
+def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
+                          KIND: tl.constexpr, MAJOR: tl.constexpr, row, shared, heads, hmask, num_heads, head_dim,
+                          chans, node_mask, sum_terms, sum_value, sum_query):
+    """:func:`_write_row_grad` for every head at once (sums ``[BLOCK_H(, BLOCK_C)]``)."""
+    if R == MAJOR:
+        total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
+        node_heads = row.to(tl.int64) * num_heads + heads
+        if KIND == 0 and T > 0:
+            if shared == 0:
+                tl.store(ptr + node_heads, total, mask=hmask)
+            elif shared == 1:
+                tl.atomic_add(ptr + node_heads, total, mask=hmask)
+        else:
+            offsets = node_heads[:, None] * head_dim + chans[None, :]
+            if shared == 0:
+                tl.store(ptr + offsets, total, mask=node_mask)
+            elif shared == 1:
+                tl.atomic_add(ptr + offsets, total, mask=node_mask)
+
+
+@triton.jit
+def _split_backward_all_heads_kernel(
+        item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
+        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
+        num_heads, head_dim, slope, score_scale, message_scale,
+        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
+        G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
+        G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
+        G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
+        G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
+        ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
+        DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One work item of one pass of the split backward for every head at once (``GNN_IO_ATTENTION_BACKWARD=
+    split_all``): the formulas of :func:`_split_backward_kernel` on ``[BLOCK_E, BLOCK_H(, BLOCK_C)]`` tiles, the
+    item's CSR indices read once instead of once per head. Padded heads load zeros, get ``alpha = 0`` and are
+    masked out at every store."""
+    item = tl.program_id(0)
+    row = tl.load(item_row_ptr + item)
+    start = tl.load(item_start_ptr + item)
+    end = tl.load(item_end_ptr + item)
+    shared = tl.load(item_shared_ptr + item)
+    heads = tl.arange(0, BLOCK_H)
+    hmask = heads < num_heads
+    chans = tl.arange(0, BLOCK_C)
+    cmask = chans < head_dim
+    head_row = heads[None, :]
+    head_tile = heads[None, :, None]
+    node_mask = hmask[:, None] & cmask[None, :]
+    if MAJOR == 1:  # one destination per item: its dout, D and lse once, for every head
+        node_heads = row.to(tl.int64) * num_heads + heads
+        grad_row = tl.load(grad_out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
+                           other=0).to(tl.float32)[None, :, :]
+        delta_row = tl.load(delta_ptr + node_heads, mask=hmask, other=0)[None, :]
+        lse_row = tl.load(lse_ptr + node_heads, mask=hmask, other=0)[None, :]
+    if KIND == 1:
+        att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
+    else:
+        att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
+    grad_att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
+    if KIND == 0:
+        acc_terms = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
+    else:
+        acc_terms = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
+    acc_value = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
+    acc_query = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
+
+    for block_start in range(start, end, BLOCK_E):
+        if MAJOR == 1:
+            emask, src, dst, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
+        else:
+            emask, dst, src, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
+        src, dst, eid = src[:, None], dst[:, None], eid[:, None]
+        score_mask = emask[:, None] & hmask[None, :]
+        tile_mask = score_mask[:, :, None] & cmask[None, None, :]
+        if MAJOR == 1:
+            grad_rows = grad_row
+            delta = delta_row
+            lse = lse_row
+        else:  # every edge its own destination
+            dst_heads = dst.to(tl.int64) * num_heads + head_row
+            grad_rows = tl.load(grad_out_ptr + dst_heads[:, :, None] * head_dim + chans[None, None, :],
+                                mask=tile_mask, other=0).to(tl.float32)
+            delta = tl.load(delta_ptr + dst_heads, mask=score_mask, other=0)
+            lse = tl.load(lse_ptr + dst_heads, mask=score_mask, other=0)
+        score, terms, query = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+                                           q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
+                                           score_mask, tile_mask, slope, score_scale)
+        alpha = tl.where(score_mask, tl.exp(score - lse), 0.0)
+        weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
+        if W0 >= 0:
+            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
+
+        grad_value = (alpha * weight)[:, :, None] * grad_rows
+        grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=2) - delta) * score_scale
+        if KIND == 0:
+            grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
+        elif KIND == 1:
+            grad_terms = grad_score[:, :, None] * att[None, :, :] * tl.where(terms > 0, 1.0, slope)
+            if GATT:
+                grad_att += tl.sum(grad_score[:, :, None] * tl.where(terms > 0, terms, terms * slope), axis=0)
+        else:
+            grad_terms = grad_score[:, :, None] * query
+        if EDGE_Q:
+            grad_query = grad_score[:, :, None] * terms
+        else:
+            grad_query = grad_value  # no output reads it
+
+        if ROW_T:
+            acc_terms += grad_terms
+        if ROW_V:
+            acc_value += grad_value
+        if ROW_Q:
+            acc_query += grad_query
+        _store_edge_grad_heads(g0, G0R, G0T, G0V, G0Q, KIND, eid, heads, num_heads, head_dim, chans, score_mask,
+                               tile_mask, grad_terms, grad_value, grad_query)
+        _store_edge_grad_heads(g1, G1R, G1T, G1V, G1Q, KIND, eid, heads, num_heads, head_dim, chans, score_mask,
+                               tile_mask, grad_terms, grad_value, grad_query)
+        _store_edge_grad_heads(g2, G2R, G2T, G2V, G2Q, KIND, eid, heads, num_heads, head_dim, chans, score_mask,
+                               tile_mask, grad_terms, grad_value, grad_query)
+        _store_edge_grad_heads(g3, G3R, G3T, G3V, G3Q, KIND, eid, heads, num_heads, head_dim, chans, score_mask,
+                               tile_mask, grad_terms, grad_value, grad_query)
+
+    sum_terms = tl.sum(acc_terms, axis=0)
+    sum_value = tl.sum(acc_value, axis=0)
+    sum_query = tl.sum(acc_query, axis=0)
+    _write_row_grad_heads(g0, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+                          chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g1, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+                          chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g2, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+                          chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g3, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+                          chans, node_mask, sum_terms, sum_value, sum_query)
+    if GATT:
+        dense_slot = (item % DENSE_SLOTS).to(tl.int64)
+        tl.atomic_add(gatt + (dense_slot * num_heads + heads[:, None]) * head_dim + chans[None, :], grad_att,
+                      mask=node_mask)
+
+
+@triton.jit
 def _delta_kernel(grad_out_ptr, out_ptr, delta_ptr, num_rows, head_dim, BLOCK_R: tl.constexpr,
                   BLOCK_C: tl.constexpr):
     """``delta[r] = sum_c grad_out[r, c] * out[r, c]`` over the (node, head) rows ``r`` of ``[N * H, C]``."""
@@ -1021,6 +1182,21 @@ def all_heads_launch_config(heads: int, head_dim: int, family: str | None = None
             "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
 
 
+# The all-heads split backward (opt-in): not measured on a GPU yet; the forward's tile size as a starting point.
+SPLIT_ALL_HEADS_LAUNCH = (256, 2)
+
+
+def split_all_heads_launch_config(heads: int, head_dim: int) -> dict:
+    """Block sizes of :func:`_split_backward_all_heads_kernel` (``GNN_IO_ATTENTION_BACKWARD=split_all``):
+    ``BLOCK_E = clamp(256 // (BLOCK_H * BLOCK_C), 2, 32)``, 2 warps scaled with the tile; unmeasured."""
+    block_h, block_c = triton.next_power_of_2(heads), max(16, triton.next_power_of_2(head_dim))
+    tile, warps = SPLIT_ALL_HEADS_LAUNCH
+    width = block_h * block_c
+    block_e = max(2, min(32, tile // width))
+    return {"block_e": block_e, "block_h": block_h, "block_c": block_c,
+            "num_warps": min(8, warps * max(1, block_e * width // tile))}
+
+
 def heads_variant(default: str = "all") -> str:
     """Which kernel runs: ``"all"`` (grid ``(items,)``, one program walks an item's edges once for every head)
     or ``"per_head"`` (grid ``(items, H)``), from the ``GNN_IO_ATTENTION_HEADS`` environment variable, read
@@ -1201,7 +1377,8 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"split"`` (default) or ``"atomic"``, from the
+    """Which backward the op runs: ``"split"`` (default), ``"split_all"`` (the split backward with one program
+    per work item for every head: opt-in, not measured on a GPU yet) or ``"atomic"``, from the
     ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring)."""
     variant = os.environ.get(BACKWARD_ENV) or "split"
     if variant not in BACKWARD_VARIANTS:
@@ -1288,16 +1465,19 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
                          variant)
     else:
-        config = {**launch_config(form.family, channels, "backward"), **(config or {})}
+        all_heads = backward_variant() == "split_all"
+        defaults = split_all_heads_launch_config(layout.heads, channels) if all_heads else \
+            launch_config(form.family, channels, "backward")
+        config = {**defaults, **(config or {})}
         grad_out = grad_out.contiguous()
         delta = _delta(grad_out, out.contiguous(), config["block_c"])
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
         if dst_outputs or att_grad is not None:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
-                        col, perm, grad_out, lse, delta, config)
+                        col, perm, grad_out, lse, delta, config, all_heads)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
-                        lse, delta, config)
+                        lse, delta, config, all_heads)
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
@@ -1305,8 +1485,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
-    """One launch of :func:`_split_backward_kernel`: the dst pass (``major == ROLE_DST``) or the src pass."""
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, all_heads: bool = False) -> None:
+    """One launch of :func:`_split_backward_kernel` (per head) or :func:`_split_backward_all_heads_kernel`: the
+    dst pass (``major == ROLE_DST``) or the src pass."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
@@ -1321,11 +1502,14 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
              "GATT": att_grad is not None}
     if not items[0].shape[0]:
         return
-    _split_backward_kernel[(items[0].shape[0], layout.heads)](
-        *items, other, eid, *pointers, lse, delta, grad_out, *grads, lse if att_grad is None else att_grad,
-        layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale,
-        **constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
-        BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+    args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads, lse if att_grad is None else att_grad,
+            layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
+    meta = dict(**constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
+                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+    if all_heads:
+        _split_backward_all_heads_kernel[(items[0].shape[0],)](*args, **meta, BLOCK_H=config["block_h"])
+    else:
+        _split_backward_kernel[(items[0].shape[0], layout.heads)](*args, **meta)
 
 
 def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:
@@ -1369,7 +1553,9 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
 
 def kernel_name(family: str) -> str:
     heads = ", all heads per program (forward)" if heads_variant() == "all" else ""
-    backward = "split backward (dst pass, src pass over the transposed CSR)" if backward_variant() == "split" else \
-        "atomic backward"
+    variant = backward_variant()
+    backward = "atomic backward" if variant == "atomic" else \
+        "split backward (dst pass, src pass over the transposed CSR" + \
+        (", all heads per program)" if variant == "split_all" else ")")
     return (f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work "
             f"items, {backward}")

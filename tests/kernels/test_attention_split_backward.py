@@ -108,14 +108,18 @@ def _no_atomic_kernels(monkeypatch):
 
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
 
+SPLIT_MODES = ["split", "split_all"]  # per head, and every head in one program
+
+
 @runs_kernel
+@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", list(CASES))
-def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
+def test_split_matches_atomic_and_reference(plan, name, mode, monkeypatch):
     """Every family (GAT with and without an edge term and with a dropout keep-mask, GATv2, TransformerConv
     with ``v_j + e_ij``): fp32 gradients of both backwards against the float64 reference, and of each other."""
     _, atomic = run_op(plan, name, "atomic", monkeypatch)
     _no_atomic_kernels(monkeypatch)
-    _, split = run_op(plan, name, "split", monkeypatch)
+    _, split = run_op(plan, name, mode, monkeypatch)
     for i, (s, a, r) in enumerate(zip(split, atomic, reference_grads(plan, name))):
         if r is None:
             assert s is None and a is None
@@ -128,11 +132,12 @@ def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
 
 
 @runs_kernel
+@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-def test_split_half_precision(plan, name, monkeypatch):
+def test_split_half_precision(plan, name, mode, monkeypatch):
     """bf16 inputs, float32 accumulation: within 4x the bf16 tolerance of gnn_inductor.testing.TOLERANCES
     (rtol 6.4e-2, atol 6.4e-2 times the largest reference gradient) of the reference given the bf16 inputs."""
-    _, split = run_op(plan, name, "split", monkeypatch, torch.bfloat16)
+    _, split = run_op(plan, name, mode, monkeypatch, torch.bfloat16)
     for i, (s, r) in enumerate(zip(split, reference_grads(plan, name, torch.bfloat16))):
         if r is not None:
             assert s.dtype == torch.bfloat16 and torch.isfinite(s).all(), f"grad of argument {i}"
@@ -162,22 +167,25 @@ def test_weight_needing_a_gradient_runs_the_reference(plan, monkeypatch):
 
 
 @interpreter_only
+@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", ["gat_edge", "transformer_edge"])
-def test_split_needs_no_atomics_without_hubs(plan, name, atomics, monkeypatch):
+def test_split_needs_no_atomics_without_hubs(plan, name, mode, atomics, monkeypatch):
     """No row spans two work items: the split backward runs no atomic at all (GATv2's ``att`` slots aside,
     hence these two families), the atomic one some."""
     run_op(plan, name, "atomic", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
     assert atomics, "the atomic backward must count atomics (else this test cannot fail)"
     atomics.clear()
     _no_atomic_kernels(monkeypatch)
-    run_op(plan, name, "split", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    run_op(plan, name, mode, monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
     assert not atomics, f"{len(atomics)} atomics in the split backward of a graph without hub items"
 
 
 @interpreter_only
-def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
+@pytest.mark.parametrize("mode, per_item", [("split", HEADS), ("split_all", 1)])
+def test_split_atomics_only_for_hub_items(plan, mode, per_item, atomics, monkeypatch):
     """With hubs split into several items: one atomic per (hub item, head, row-role argument), nothing else
-    (TransformerConv with edge features: the query in the dst pass, key and value in the src pass)."""
+    (TransformerConv with edge features: the query in the dst pass, key and value in the src pass); the
+    all-heads kernel adds every head's row in one atomic."""
     score, message, roles, kinds = _case("transformer_edge")
     args = make_args(kinds, plan[1].numel())
     layout = attention_triton.prepare(args, roles, plan[3], score, message)
@@ -185,8 +193,8 @@ def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
     dst_hub_items = int((torch.ops.gnn_io.work_items(plan[0], plan[1], MAX_EDGES)[3] == 1).sum())
     src_hub_items = int((by_src.items.shared == 1).sum())
     assert dst_hub_items >= 4 and src_hub_items >= 3
-    run_op(plan, "transformer_edge", "split", monkeypatch)
-    assert len(atomics) == HEADS * (dst_hub_items * 1 + src_hub_items * 2)
+    run_op(plan, "transformer_edge", mode, monkeypatch)
+    assert len(atomics) == per_item * (dst_hub_items * 1 + src_hub_items * 2)
 
 
 # Five distinct source-role arguments need gradients: more than one pass of the split backward writes.
@@ -249,11 +257,16 @@ def test_backward_variant_defaults_to_split(monkeypatch):
     monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
     assert attention_triton.backward_variant() == "split"
     assert "split backward" in attention_triton.kernel_name("dot")
+    assert "all heads per program)" not in attention_triton.kernel_name("dot")
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
+    assert attention_triton.backward_variant() == "split_all"
+    assert "split backward (dst pass, src pass over the transposed CSR, all heads per program)" in \
+        attention_triton.kernel_name("dot")
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, "atomic")
     assert attention_triton.backward_variant() == "atomic"
     assert "atomic backward" in attention_triton.kernel_name("dot")
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, "fast")
-    with pytest.raises(ValueError, match="split, atomic"):
+    with pytest.raises(ValueError, match="split, split_all, atomic"):
         attention_triton.backward_variant()
 
 
