@@ -310,14 +310,17 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
                     out, lse = fwd()
 
                     def bwd():
-                        if variant == "split_all":
-                            os.environ[at.BACKWARD_ENV] = "split_all"
+                        saved = os.environ.get(at.BACKWARD_ENV)
+                        os.environ[at.BACKWARD_ENV] = "split_all" if variant == "split_all" else "split"
                         try:
                             return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
                                                config=launch if variant in ("per_head", "split_all") else None,
                                                variant=None if variant == "split_all" else variant, by_src=by_src)
                         finally:
-                            os.environ.pop(at.BACKWARD_ENV, None)
+                            if saved is None:
+                                os.environ.pop(at.BACKWARD_ENV)
+                            else:
+                                os.environ[at.BACKWARD_ENV] = saved
                     grads = bwd()
                     if reference is None:
                         reference = (out, grads)

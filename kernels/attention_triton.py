@@ -688,7 +688,11 @@ def _split_backward_all_heads_kernel(
     """One work item of one pass of the split backward for every head at once (``GNN_IO_ATTENTION_BACKWARD=
     split_all``): the formulas of :func:`_split_backward_kernel` on ``[BLOCK_E, BLOCK_H(, BLOCK_C)]`` tiles, the
     item's CSR indices read once instead of once per head. Padded heads load zeros, get ``alpha = 0`` and are
-    masked out at every store."""
+    masked out at every store.
+
+    It repeats the per-head kernel's body line for line on one more tile axis (as the forward pair does). Both
+    stay only until the GPU measurement picks one: the survivor covers the other case (this kernel at
+    ``BLOCK_H = 1`` with the head from ``program_id(1)`` is the per-head kernel), and the loser is deleted."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -1164,15 +1168,21 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
 ALL_HEADS_FORWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
 
 
-def all_heads_launch_config(heads: int, head_dim: int, family: str | None = None) -> dict:
+# The all-heads split backward (opt-in): not measured on a GPU yet; the forward's tile size as a starting point.
+SPLIT_ALL_HEADS_LAUNCH = (256, 2)
+
+
+def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = None, min_block_c: int = 1) -> dict:
     """Block sizes of the all-heads kernels: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded up
-    to a power of two). With ``family`` (the forward): ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C``
-    near the measured tile of :data:`ALL_HEADS_FORWARD_LAUNCH` (``BLOCK_E`` between 2 and 32), the warps
-    scaled with the tile. Without (the all-heads atomic backward, not re-measured): about 2048 elements."""
-    block_h, block_c = triton.next_power_of_2(heads), triton.next_power_of_2(head_dim)
+    to a power of two, ``BLOCK_C`` at least ``min_block_c``). With ``measured = (tile elements, warps)`` (the
+    forward's :data:`ALL_HEADS_FORWARD_LAUNCH`, the split backward's :data:`SPLIT_ALL_HEADS_LAUNCH`):
+    ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C`` near that tile (``BLOCK_E`` between 2 and 32), the
+    warps scaled with the tile. Without (the all-heads atomic backward, not re-measured) or with
+    ``GNN_IO_ATTENTION_LAUNCH=legacy``: about 2048 elements."""
+    block_h, block_c = triton.next_power_of_2(heads), max(min_block_c, triton.next_power_of_2(head_dim))
     width = block_h * block_c
-    if family is not None and os.environ.get(LAUNCH_ENV) != "legacy":
-        tile, warps = ALL_HEADS_FORWARD_LAUNCH[family]
+    if measured is not None and os.environ.get(LAUNCH_ENV) != "legacy":
+        tile, warps = measured
         block_e = max(2, min(32, tile // width))
         warps = min(8, warps * max(1, block_e * width // tile))
         return {"block_e": block_e, "block_h": block_h, "block_c": block_c, "num_warps": warps}
@@ -1180,21 +1190,6 @@ def all_heads_launch_config(heads: int, head_dim: int, family: str | None = None
     tile = block_e * width
     return {"block_e": block_e, "block_h": block_h, "block_c": block_c,
             "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
-
-
-# The all-heads split backward (opt-in): not measured on a GPU yet; the forward's tile size as a starting point.
-SPLIT_ALL_HEADS_LAUNCH = (256, 2)
-
-
-def split_all_heads_launch_config(heads: int, head_dim: int) -> dict:
-    """Block sizes of :func:`_split_backward_all_heads_kernel` (``GNN_IO_ATTENTION_BACKWARD=split_all``):
-    ``BLOCK_E = clamp(256 // (BLOCK_H * BLOCK_C), 2, 32)``, 2 warps scaled with the tile; unmeasured."""
-    block_h, block_c = triton.next_power_of_2(heads), max(16, triton.next_power_of_2(head_dim))
-    tile, warps = SPLIT_ALL_HEADS_LAUNCH
-    width = block_h * block_c
-    block_e = max(2, min(32, tile // width))
-    return {"block_e": block_e, "block_h": block_h, "block_c": block_c,
-            "num_warps": min(8, warps * max(1, block_e * width // tile))}
 
 
 def heads_variant(default: str = "all") -> str:
@@ -1326,7 +1321,7 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     the per-head or all-heads kernel (default: :func:`heads_variant`)."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
-    defaults = all_heads_launch_config(heads, channels, form.family) if all_heads else \
+    defaults = all_heads_launch_config(heads, channels, ALL_HEADS_FORWARD_LAUNCH[form.family]) if all_heads else \
         launch_config(form.family, channels)
     config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
@@ -1466,7 +1461,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                          variant)
     else:
         all_heads = backward_variant() == "split_all"
-        defaults = split_all_heads_launch_config(layout.heads, channels) if all_heads else \
+        # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
+        defaults = all_heads_launch_config(layout.heads, channels, SPLIT_ALL_HEADS_LAUNCH, min_block_c=16) \
+            if all_heads else \
             launch_config(form.family, channels, "backward")
         config = {**defaults, **(config or {})}
         grad_out = grad_out.contiguous()
