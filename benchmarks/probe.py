@@ -279,13 +279,14 @@ def part_spmm_sweep(graph, plan, device):
 
 ATTENTION_SWEEP = [("per_head", e, w) for e, w in ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (32, 4))]
 ATTENTION_SWEEP += [("all", e, w) for e, w in ((2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (16, 4))]
-# the all-heads split backward (GNN_IO_ATTENTION_BACKWARD=split_all): the launch applies to the backward only
-ATTENTION_SWEEP += [("split_all", e, w) for e, w in ((2, 1), (2, 2), (2, 4), (4, 2), (4, 4), (8, 4))]
+# the split backward (all heads per program): the launch applies to the backward only; the forward rows above
+# run it at its default launch (SPLIT_BACKWARD_LAUNCH)
+ATTENTION_SWEEP += [("split", e, w) for e, w in ((2, 1), (2, 2), (2, 4), (4, 2), (4, 4), (8, 4))]
 
 
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
-    """The CSR attention kernels' launch parameters, fp32: forward alone and the split backward alone,
-    per family, each against the default launch (``launch_config``)."""
+    """The CSR attention kernels' launch parameters, fp32: forward alone (rows ``per_head`` and ``all``) and the
+    split backward alone (rows ``split``), per family, each against the default launch."""
     from gnn_inductor.kernels import attention_triton as at
 
     rowptr, col, _, perm = plan[:4]
@@ -303,24 +304,15 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
             for variant, launch in launches:
                 try:
                     def fwd():
-                        if variant == "split_all":
+                        if variant == "split":
                             return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges)
                         return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
                                           variant=variant)
                     out, lse = fwd()
 
-                    def bwd():
-                        saved = os.environ.get(at.BACKWARD_ENV)
-                        os.environ[at.BACKWARD_ENV] = "split_all" if variant == "split_all" else "split"
-                        try:
-                            return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
-                                               config=launch if variant in ("per_head", "split_all") else None,
-                                               variant=None if variant == "split_all" else variant, by_src=by_src)
-                        finally:
-                            if saved is None:
-                                os.environ.pop(at.BACKWARD_ENV)
-                            else:
-                                os.environ[at.BACKWARD_ENV] = saved
+                    def bwd():  # by_src: the split backward, whatever GNN_IO_ATTENTION_BACKWARD says
+                        return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
+                                           config=launch if variant == "split" else None, by_src=by_src)
                     grads = bwd()
                     if reference is None:
                         reference = (out, grads)

@@ -16,6 +16,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
+from gnn_inductor import linear_fusion
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
@@ -210,6 +211,19 @@ def _strict() -> bool:
     return os.environ.get("GNN_IO_STRICT", "0") == "1"
 
 
+def _fuse_linears(aten_gm: torch.fx.GraphModule, graph_report) -> None:
+    """One GEMM for the linear maps of a shared input (gnn_inductor/linear_fusion.py), in graphs the backend
+    rewrote; each fused group is listed in the report as a rewrite."""
+    if not graph_report.rewrites or not linear_fusion.enabled():
+        return
+    for group in linear_fusion.fuse_shared_input_linears(aten_gm):
+        widths = " + ".join(str(w) for w in group["widths"])
+        graph_report.rewrites.append(_report.Rewrite(
+            "shared_input_linears", "aten::addmm / aten::mm (weights concatenated)", group["source"],
+            {"weights": group["weights"], "widths": group["widths"]},
+            kernel=f"one GEMM of {len(group['widths'])} maps ({widths} output columns), Inductor/cuBLAS"))
+
+
 def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
@@ -225,6 +239,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
     graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
     insert_index_checks(aten_gm, ctx)
+    _fuse_linears(aten_gm, graph_report)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:
         _report.add(graph_report)

@@ -104,8 +104,11 @@ def canonicalize(gm: GraphModule) -> GraphModule:
     _detach_factories(aten_gm)
     # make_fx traces below autograd: carry each input's requires_grad over for the structure analysis
     dynamo_inputs = fake_inputs(gm)
-    for node, example in zip([n for n in aten_gm.graph.nodes if n.op == "placeholder"], dynamo_inputs):
+    dynamo_names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example, name in zip([n for n in aten_gm.graph.nodes if n.op == "placeholder"], dynamo_inputs,
+                                   dynamo_names):
         node.meta["requires_grad"] = bool(getattr(example, "requires_grad", False))
+        node.meta["dynamo_name"] = name  # e.g. L_self_modules_lin_key_parameters_weight_, for the report
     return aten_gm
 
 

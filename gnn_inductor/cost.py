@@ -32,17 +32,17 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 250_000
 # Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100, forward+backward, 128 features,
 # 4 heads (docs/benchmarks/session8, after the session-8 launch retune). Small graphs are bound by per-call CPU
 # work (custom-op dispatch, launches), where Inductor's fused code wins; large ones by memory, where ours wins:
-# - TransformerConv: Inductor wins from Cora (2.13 against 5.63 ms) to RMAT 2^17 / 1.1M edges (4.38 against
-#   5.59); ours 8.6x ahead at 4.2M edges (session 7). Threshold 2M, between the measured sizes.
-# - GATConv: Inductor wins up to 1.1M edges (Cora 1.74 against 3.10, soc-Slashdot 2.87 against 3.84, RMAT 2^17
-#   3.00 against 3.46) but failed to launch at 4.2M and 15.4M edges ("CUDA driver error: invalid argument",
-#   session 7), and where that starts is not known: the threshold stays at 1.5M, just above the largest size
-#   Inductor was seen to run, and above it ours runs (a slower run beats a crash).
+# - TransformerConv: Inductor wins from Cora (2.13 against 5.63 ms) to ca-AstroPh (2.27 against 4.70); ours
+#   8.6x ahead at 4.2M edges (session 7). Session 9's all-heads split backward moved the crossover: at RMAT 2^17
+#   / 1.1M edges ours takes 3.55 ms against Inductor's 4.32 (session 8: 5.59 against 4.38). Threshold 1M.
+# - GATConv: Inductor wins on the small graphs (Cora 1.74 against 3.10) and failed to launch at 4.2M and 15.4M
+#   edges ("CUDA driver error: invalid argument", session 7). At RMAT 2^17 / 1.1M edges ours now takes 2.64 ms
+#   against 3.11 (session 9; 3.46 against 3.00 before the split backward changed). Threshold 1M.
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
 # Half precision and TF32 are never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen
 # there).
-ATTENTION_MIN_EDGES_CUDA = {"dot": 2_000_000, "gat": 1_500_000, "gatv2": 500_000}
+ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_000_000, "gatv2": 500_000}
 
 
 def spmm_min_edges() -> int:

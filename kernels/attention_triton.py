@@ -33,16 +33,17 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
 (read at each call, :func:`backward_variant`):
 
 - ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): ``D [N, H]`` once
-  (:func:`_delta_kernel`), then two launches of :func:`_split_backward_kernel`, per (work item, head).
-  The **dst pass** walks the CSR's work items and writes the gradients of dst-role arguments (summed in
-  registers over the whole item: one store per item, an atomic only for the items of a hub row), of
-  edge-role ones (plain stores: each edge id is one address) and GATv2's dense ``att`` (32 slots, as
-  below). The **src pass** walks the transposed CSR (:class:`SourceCSR`: rows are sources, each with its
-  edges' destinations and edge ids, and its own degree-split work items), recomputes each edge's score
-  from the destination's terms, ``lse_i``, ``D_i`` and ``dout_i``, and writes the src-role gradients the
-  same way, once per item. :func:`source_csr` builds the transposed CSR once per graph (a stable sort of
-  ``E``) and caches it with the graph's plan entry in kernels/attention_paths.py. Per-head programs only
-  (the all-heads setting below picks the forward's, and the atomic backward's, program shape).
+  (:func:`_delta_kernel`), then two launches of :func:`_split_backward_all_heads_kernel`, one program per
+  work item for every head (the item's indices read once, not once per head: measured faster on the H100,
+  :data:`SPLIT_BACKWARD_LAUNCH`). The **dst pass** walks the CSR's work items and writes the gradients of
+  dst-role arguments (summed in registers over the whole item: one store per item for every head, an atomic
+  only for the items of a hub row), of edge-role ones (plain stores: each edge id is one address) and
+  GATv2's dense ``att`` (32 slots, as below). The **src pass** walks the transposed CSR
+  (:class:`SourceCSR`: rows are sources, each with its edges' destinations and edge ids, and its own
+  degree-split work items), recomputes each edge's score from the destination's terms, ``lse_i``, ``D_i``
+  and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
+  the transposed CSR once per graph (a stable sort of ``E``) and caches it with the graph's plan entry in
+  kernels/attention_paths.py.
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
   block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
   edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
@@ -52,10 +53,10 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
   :class:`SourceCSR`, and when one pass would write the gradients of more than four distinct arguments.
 
 Degree split: the forward runs one program per work item for every head (default; one per (work item,
-head) with ``GNN_IO_ATTENTION_HEADS=per_head``: :func:`heads_variant`, docs/attention.md), the split
-backward one per (work item, head); items from
-:func:`gnn_inductor.kernels.spmm_triton.work_items` (at most ``max_edges`` edges each; the plan builds
-them once per graph). A light row's single item writes ``out`` and ``lse``; the items of a hub write
+head) with ``GNN_IO_ATTENTION_HEADS=per_head``: :func:`heads_variant`, docs/attention.md; that setting
+also picks the atomic backward's program shape), the split backward one per work item for every head;
+items from :func:`gnn_inductor.kernels.spmm_triton.work_items` (at most ``max_edges`` edges each; the plan
+builds them once per graph). A light row's single item writes ``out`` and ``lse``; the items of a hub write
 their partial ``(m, l, acc)`` to a compact slot buffer (at most ``2 * ceil(E / max_edges)`` slots, a
 size-only bound) and :func:`_combine_kernel` merges each hub's slots.
 
@@ -90,7 +91,7 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
-BACKWARD_VARIANTS = ("split", "split_all", "atomic")
+BACKWARD_VARIANTS = ("split", "atomic")
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -573,13 +574,14 @@ def _backward_kernel(
 # The split backward (default, GNN_IO_ATTENTION_BACKWARD=split)
 # ---------------------------------------------------------------------------------------------
 # One kernel, two passes: MAJOR = ROLE_DST walks the CSR's work items (rows are destinations), MAJOR = ROLE_SRC
-# the work items of the transposed CSR (:class:`SourceCSR`, rows are sources). Either pass recomputes each
-# edge's score, alpha and ds exactly as :func:`_backward_kernel`, and writes the gradients of up to four
-# arguments (G0..G3: a buffer, its role, and how often the argument is a score term (T), a value term (V) and
-# the dot query (Q): an argument in two places, such as GATv2's x_l or TransformerConv's edge embedding, gets
-# the sum once). Arguments of the pass's row role (dst, resp. src) are summed in registers over the whole
-# item and written once (an atomic only for an item of a hub row: ``shared == 1``); edge-role arguments (dst
-# pass only) are plain stores, every edge id being its own address.
+# the work items of the transposed CSR (:class:`SourceCSR`, rows are sources). One program takes a work item
+# for every head, on [BLOCK_E, BLOCK_H(, BLOCK_C)] tiles (the shaped indices of the all-heads section below).
+# Either pass recomputes each edge's score, alpha and ds exactly as :func:`_backward_kernel`, and writes the
+# gradients of up to four arguments (G0..G3: a buffer, its role, and how often the argument is a score term (T),
+# a value term (V) and the dot query (Q): an argument in two places, such as GATv2's x_l or TransformerConv's
+# edge embedding, gets the sum once). Arguments of the pass's row role (dst, resp. src) are summed in registers
+# over the whole item and written once for every head (an atomic only for an item of a hub row:
+# ``shared == 1``); edge-role arguments (dst pass only) are plain stores, every edge id being its own address.
 
 @triton.jit
 def _combine_grads(T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, grad_terms, grad_value, grad_query):
@@ -600,46 +602,11 @@ def _combine_grads(T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, grad_terms
 
 
 @triton.jit
-def _store_edge_grad(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, KIND: tl.constexpr,
-                     eid, h, num_heads, head_dim, chans, emask, tile_mask, grad_terms, grad_value, grad_query):
-    """An edge-role gradient of one block of edges: plain stores (each edge id is written by one program)."""
-    if R == 2:
-        rows = eid.to(tl.int64)
-        total = _combine_grads(T, V, Q, grad_terms, grad_value, grad_query)
-        if KIND == 0 and T > 0:
-            tl.store(ptr + rows * num_heads + h, total, mask=emask)
-        else:
-            tl.store(ptr + (rows[:, None] * num_heads + h) * head_dim + chans[None, :], total, mask=tile_mask)
-
-
-@triton.jit
-def _write_row_grad(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr, KIND: tl.constexpr,
-                    MAJOR: tl.constexpr, row, shared, h, num_heads, head_dim, chans, cmask, sum_terms, sum_value,
-                    sum_query):
-    """A row-role gradient, summed over the whole item: stored by a row's only item, added by a hub's items;
-    padding items (``shared == 2``) write nothing."""
-    if R == MAJOR:
-        total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
-        if KIND == 0 and T > 0:
-            offsets = row.to(tl.int64) * num_heads + h
-            if shared == 0:
-                tl.store(ptr + offsets, total)
-            elif shared == 1:
-                tl.atomic_add(ptr + offsets, total)
-        else:
-            offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
-            if shared == 0:
-                tl.store(ptr + offsets, total, mask=cmask)
-            elif shared == 1:
-                tl.atomic_add(ptr + offsets, total, mask=cmask)
-
-
-@triton.jit
 def _store_edge_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
                            KIND: tl.constexpr, eid, heads, num_heads, head_dim, chans, score_mask, tile_mask,
                            grad_terms, grad_value, grad_query):
-    """:func:`_store_edge_grad` for every head at once: ``eid`` is ``[BLOCK_E, 1]``, the gradients
-    ``[BLOCK_E, BLOCK_H(, BLOCK_C)]``."""
+    """An edge-role gradient of one block of edges, every head: plain stores (each edge id is written by one
+    program); ``eid`` is ``[BLOCK_E, 1]``, the gradients ``[BLOCK_E, BLOCK_H(, BLOCK_C)]``."""
     if R == 2:
         rows = eid.to(tl.int64) * num_heads + heads[None, :]
         total = _combine_grads(T, V, Q, grad_terms, grad_value, grad_query)
@@ -653,7 +620,8 @@ def _store_edge_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexp
 def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
                           KIND: tl.constexpr, MAJOR: tl.constexpr, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query):
-    """:func:`_write_row_grad` for every head at once (sums ``[BLOCK_H(, BLOCK_C)]``)."""
+    """A row-role gradient, summed over the whole item (``[BLOCK_H(, BLOCK_C)]``): stored by a row's only item,
+    added by a hub's items, one atomic for every head; padding items (``shared == 2``) write nothing."""
     if R == MAJOR:
         total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
         node_heads = row.to(tl.int64) * num_heads + heads
@@ -685,14 +653,13 @@ def _split_backward_all_heads_kernel(
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
         ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
         DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One work item of one pass of the split backward for every head at once (``GNN_IO_ATTENTION_BACKWARD=
-    split_all``): the formulas of :func:`_split_backward_kernel` on ``[BLOCK_E, BLOCK_H(, BLOCK_C)]`` tiles, the
-    item's CSR indices read once instead of once per head. Padded heads load zeros, get ``alpha = 0`` and are
-    masked out at every store.
-
-    It repeats the per-head kernel's body line for line on one more tile axis (as the forward pair does). Both
-    stay only until the GPU measurement picks one: the survivor covers the other case (this kernel at
-    ``BLOCK_H = 1`` with the head from ``program_id(1)`` is the per-head kernel), and the loser is deleted."""
+    """One work item of one pass of the split backward (see above), every head at once: the item's CSR indices,
+    and in the dst pass its row's ``dout``, ``D`` and ``lse``, are read once for all heads, and a row gradient is
+    one store (or one hub atomic) for all heads. That beat one program per (item, head) on the H100 by 1.2-1.5x
+    (:data:`SPLIT_BACKWARD_LAUNCH`). ``other_ptr`` holds the edges' other endpoint (sources in the dst pass,
+    destinations in the src pass) and ``eid_ptr`` their edge ids; ``ROW_*`` say which gradient kinds a row-role
+    output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
+    gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -813,121 +780,8 @@ def _delta_kernel(grad_out_ptr, out_ptr, delta_ptr, num_rows, head_dim, BLOCK_R:
     tl.store(delta_ptr + rows, tl.sum(grad * out, axis=1), mask=rmask)
 
 
-@triton.jit
-def _split_backward_kernel(
-        item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
-        s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
-        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
-        num_heads, head_dim, slope, score_scale, message_scale,
-        KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
-        G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
-        G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
-        G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
-        G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
-        ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
-        DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One (work item, head) of one pass of the split backward (see above). ``other_ptr`` holds the edges'
-    other endpoint (sources in the dst pass, destinations in the src pass) and ``eid_ptr`` their edge ids;
-    ``ROW_*`` say which gradient kinds a row-role output needs summed, ``EDGE_Q`` whether the dot query's
-    is needed at all, ``GATT`` whether GATv2's ``att`` gradient is (dst pass only)."""
-    item = tl.program_id(0)
-    h = tl.program_id(1)
-    row = tl.load(item_row_ptr + item)
-    start = tl.load(item_start_ptr + item)
-    end = tl.load(item_end_ptr + item)
-    shared = tl.load(item_shared_ptr + item)
-    chans = tl.arange(0, BLOCK_C)
-    cmask = chans < head_dim
-    if MAJOR == 1:  # one destination per item: its dout, D and lse once
-        node_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
-        grad_row = tl.load(grad_out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)[None, :]
-        delta_row = tl.load(delta_ptr + row.to(tl.int64) * num_heads + h)
-        lse_row = tl.load(lse_ptr + row.to(tl.int64) * num_heads + h)
-    if KIND == 1:
-        att = tl.load(q + h * qh + chans * qc, mask=cmask, other=0).to(tl.float32)
-    else:
-        att = tl.zeros([BLOCK_C], dtype=tl.float32)
-    grad_att = tl.zeros([BLOCK_C], dtype=tl.float32)
-    if KIND == 0:
-        acc_terms = tl.zeros([BLOCK_E], dtype=tl.float32)
-    else:
-        acc_terms = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
-    acc_value = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
-    acc_query = tl.zeros([BLOCK_E, BLOCK_C], dtype=tl.float32)
-
-    for block_start in range(start, end, BLOCK_E):
-        if MAJOR == 1:
-            emask, src, dst, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
-        else:
-            emask, dst, src, eid = _edge_tile(block_start, end, other_ptr, eid_ptr, row, NEED_EID, BLOCK_E)
-        tile_mask = emask[:, None] & cmask[None, :]
-        if MAJOR == 1:
-            grad_rows = grad_row
-            delta = delta_row
-            lse = lse_row
-        else:  # every edge its own destination
-            dst_heads = dst.to(tl.int64) * num_heads + h
-            grad_rows = tl.load(grad_out_ptr + dst_heads[:, None] * head_dim + chans[None, :], mask=tile_mask,
-                                other=0).to(tl.float32)
-            delta = tl.load(delta_ptr + dst_heads, mask=emask, other=0)
-            lse = tl.load(lse_ptr + dst_heads, mask=emask, other=0)
-        score, terms, query = _score(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
-                                     q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
-                                     slope, score_scale)
-        alpha = tl.where(emask, tl.exp(score - lse), 0.0)
-        weight, value = _weight_and_value(w0, w0r, w0h, W0, v0, v0r, v0h, v0c, V0, v1, v1r, v1h, v1c, V1,
-                                          src, dst, eid, h, chans, emask, tile_mask, message_scale, BLOCK_E)
-
-        grad_value = (alpha * weight)[:, None] * grad_rows
-        grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=1) - delta) * score_scale
-        if KIND == 0:
-            grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
-        elif KIND == 1:
-            grad_terms = grad_score[:, None] * att[None, :] * tl.where(terms > 0, 1.0, slope)
-            if GATT:
-                grad_att += tl.sum(grad_score[:, None] * tl.where(terms > 0, terms, terms * slope), axis=0)
-        else:
-            grad_terms = grad_score[:, None] * query
-        if EDGE_Q:
-            grad_query = grad_score[:, None] * terms
-        else:
-            grad_query = grad_value  # no output reads it
-
-        if ROW_T:
-            acc_terms += grad_terms
-        if ROW_V:
-            acc_value += grad_value
-        if ROW_Q:
-            acc_query += grad_query
-        _store_edge_grad(g0, G0R, G0T, G0V, G0Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
-                         grad_terms, grad_value, grad_query)
-        _store_edge_grad(g1, G1R, G1T, G1V, G1Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
-                         grad_terms, grad_value, grad_query)
-        _store_edge_grad(g2, G2R, G2T, G2V, G2Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
-                         grad_terms, grad_value, grad_query)
-        _store_edge_grad(g3, G3R, G3T, G3V, G3Q, KIND, eid, h, num_heads, head_dim, chans, emask, tile_mask,
-                         grad_terms, grad_value, grad_query)
-
-    sum_terms = tl.sum(acc_terms, axis=0)
-    sum_value = tl.sum(acc_value, axis=0)
-    sum_query = tl.sum(acc_query, axis=0)
-    _write_row_grad(g0, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
-                    sum_terms, sum_value, sum_query)
-    _write_row_grad(g1, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
-                    sum_terms, sum_value, sum_query)
-    _write_row_grad(g2, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
-                    sum_terms, sum_value, sum_query)
-    _write_row_grad(g3, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, h, num_heads, head_dim, chans, cmask,
-                    sum_terms, sum_value, sum_query)
-    if GATT:
-        dense_slot = (item % DENSE_SLOTS).to(tl.int64)
-        tl.atomic_add(gatt + (dense_slot * num_heads + h) * head_dim + chans, grad_att, mask=cmask)
-
-
 # ---------------------------------------------------------------------------------------------
-# All heads in one program (opt-in: GNN_IO_ATTENTION_HEADS=all)
+# All heads in one program (the default forward, GNN_IO_ATTENTION_HEADS; the split backward above uses it too)
 # ---------------------------------------------------------------------------------------------
 # One program per work item walks the row's edges once for every head: the CSR indices are read once,
 # each neighbour's H x C features come in as one [BLOCK_E, BLOCK_H, BLOCK_C] tile (contiguous for a
@@ -1139,26 +993,23 @@ def _backward_all_heads_kernel(
 # Launchers
 # ---------------------------------------------------------------------------------------------
 
-# Per-head launch: (tile elements, warps) by family and phase, measured on the H100 (fp32, 4 heads x 32
+# Per-head forward launch: (tile elements, warps) by family, measured on the H100 (fp32, 4 heads x 32
 # channels, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M edges; docs/benchmarks/session8/): most rows of a power-law
 # graph have a handful of edges, so small edge blocks on one warp keep the lanes busy and many programs in
 # flight. The former rule (about 1024 elements, 32 x 32 on 4 warps) took 1.4-2.0x longer on both graphs.
-PER_HEAD_LAUNCH = {
-    ("gat", "forward"): (256, 1), ("gatv2", "forward"): (256, 1), ("dot", "forward"): (128, 1),
-    ("gat", "backward"): (256, 2), ("gatv2", "backward"): (128, 1), ("dot", "backward"): (128, 1),
-}
+PER_HEAD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 1), "dot": (128, 1)}
 
 
 def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
-    """Block sizes by family, phase and head dim: the whole head in one tile row (``BLOCK_C``, a power of two
-    of at least 16) and ``BLOCK_E`` edges, ``BLOCK_E * BLOCK_C`` near the measured tile of
-    :data:`PER_HEAD_LAUNCH` (``BLOCK_E`` between 2 and 32). ``phase``: ``"forward"``, ``"backward"`` (the split
-    backward) or ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
+    """Block sizes of the per-head kernels by family, phase and head dim: the whole head in one tile row
+    (``BLOCK_C``, a power of two of at least 16) and ``BLOCK_E`` edges. ``phase``: ``"forward"``
+    (``BLOCK_E * BLOCK_C`` near the measured tile of :data:`PER_HEAD_LAUNCH`, ``BLOCK_E`` between 2 and 32) or
+    ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
     block_c = max(16, triton.next_power_of_2(head_dim))
     if phase == "atomic" or os.environ.get(LAUNCH_ENV) == "legacy":
         block_e = max(8, min(32, 1024 // block_c))
         return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
-    tile, warps = PER_HEAD_LAUNCH[(family, phase)]
+    tile, warps = PER_HEAD_LAUNCH[family]
     return {"block_e": max(2, min(32, tile // block_c)), "block_c": block_c, "num_warps": warps}
 
 
@@ -1168,14 +1019,18 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
 ALL_HEADS_FORWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
 
 
-# The all-heads split backward (opt-in): not measured on a GPU yet; the forward's tile size as a starting point.
-SPLIT_ALL_HEADS_LAUNCH = (256, 2)
+# The split backward (all heads per program): (tile elements, warps) by family, measured on the H100 in session 9
+# (fp32, 4 heads x 32 channels, RMAT 2^20 / 15.4M edges; the backward alone, benchmarks/probe.py attn_launch). At
+# these launches (2 edges per block at 4 x 32) it took 5.25 / 8.77 / 8.94 ms for GAT / GATv2 / TransformerConv
+# (GAT on 2 warps: 5.53 ms) against 7.69 / 12.07 / 10.67 ms for the former per-head split backward at its
+# default launch; whole layers, forward and backward, 13.78 / 20.41 / 25.90 ms against 16.24 / 24.30 / 27.61 ms.
+SPLIT_BACKWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
 
 
 def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = None, min_block_c: int = 1) -> dict:
     """Block sizes of the all-heads kernels: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded up
     to a power of two, ``BLOCK_C`` at least ``min_block_c``). With ``measured = (tile elements, warps)`` (the
-    forward's :data:`ALL_HEADS_FORWARD_LAUNCH`, the split backward's :data:`SPLIT_ALL_HEADS_LAUNCH`):
+    forward's :data:`ALL_HEADS_FORWARD_LAUNCH`, the split backward's :data:`SPLIT_BACKWARD_LAUNCH`):
     ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C`` near that tile (``BLOCK_E`` between 2 and 32), the
     warps scaled with the tile. Without (the all-heads atomic backward, not re-measured) or with
     ``GNN_IO_ATTENTION_LAUNCH=legacy``: about 2048 elements."""
@@ -1372,10 +1227,12 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"split"`` (default), ``"split_all"`` (the split backward with one program
-    per work item for every head: opt-in, not measured on a GPU yet) or ``"atomic"``, from the
-    ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring)."""
+    """Which backward the op runs: ``"split"`` (default) or ``"atomic"``, from the ``GNN_IO_ATTENTION_BACKWARD``
+    environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
+    ``"split"``: it named the all-heads split backward while it was opt-in, and old commands still set it."""
     variant = os.environ.get(BACKWARD_ENV) or "split"
+    if variant == "split_all":
+        return "split"
     if variant not in BACKWARD_VARIANTS:
         raise ValueError(f"{BACKWARD_ENV}={variant!r}: set it to one of {', '.join(BACKWARD_VARIANTS)} "
                          "(or leave it unset)")
@@ -1436,10 +1293,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), or None when a weight
     (a factor of alpha) needs one: those run the reference backward.
 
-    With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, per head; without it the
-    atomic one, per head or for all heads at once (``variant``, default per head: :func:`heads_variant`). The split
-    backward needs every row's items: a caller passing a subset of rows (the hybrid path's ``csr_items``)
-    must pass no ``by_src``, or a source's edges into the other rows would be counted too.
+    With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, for all heads at once;
+    without it the atomic one, per head or for all heads at once (``variant``, default per head:
+    :func:`heads_variant`). The split backward needs every row's items: a caller passing a subset of rows (the
+    hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
+    counted too.
     """
     form, channels = layout.form, layout.channels
     if any(needs_grad[i] for i in form.weights):
@@ -1460,21 +1318,18 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
                          variant)
     else:
-        all_heads = backward_variant() == "split_all"
         # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
-        defaults = all_heads_launch_config(layout.heads, channels, SPLIT_ALL_HEADS_LAUNCH, min_block_c=16) \
-            if all_heads else \
-            launch_config(form.family, channels, "backward")
+        defaults = all_heads_launch_config(layout.heads, channels, SPLIT_BACKWARD_LAUNCH[form.family], min_block_c=16)
         config = {**defaults, **(config or {})}
         grad_out = grad_out.contiguous()
         delta = _delta(grad_out, out.contiguous(), config["block_c"])
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
         if dst_outputs or att_grad is not None:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
-                        col, perm, grad_out, lse, delta, config, all_heads)
+                        col, perm, grad_out, lse, delta, config)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
-                        lse, delta, config, all_heads)
+                        lse, delta, config)
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
@@ -1482,9 +1337,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, all_heads: bool = False) -> None:
-    """One launch of :func:`_split_backward_kernel` (per head) or :func:`_split_backward_all_heads_kernel`: the
-    dst pass (``major == ROLE_DST``) or the src pass."""
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
+    """One launch of :func:`_split_backward_all_heads_kernel`: the dst pass (``major == ROLE_DST``) or the src
+    pass."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
@@ -1501,12 +1356,9 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
         return
     args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads, lse if att_grad is None else att_grad,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
-    meta = dict(**constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
-                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
-    if all_heads:
-        _split_backward_all_heads_kernel[(items[0].shape[0],)](*args, **meta, BLOCK_H=config["block_h"])
-    else:
-        _split_backward_kernel[(items[0].shape[0], layout.heads)](*args, **meta)
+    _split_backward_all_heads_kernel[(items[0].shape[0],)](
+        *args, **constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
+        BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
 
 
 def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:
@@ -1550,9 +1402,7 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
 
 def kernel_name(family: str) -> str:
     heads = ", all heads per program (forward)" if heads_variant() == "all" else ""
-    variant = backward_variant()
-    backward = "atomic backward" if variant == "atomic" else \
-        "split backward (dst pass, src pass over the transposed CSR" + \
-        (", all heads per program)" if variant == "split_all" else ")")
+    backward = "atomic backward" if backward_variant() == "atomic" else \
+        "split backward (dst pass, src pass over the transposed CSR, all heads per program)"
     return (f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work "
             f"items, {backward}")

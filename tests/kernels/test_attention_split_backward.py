@@ -108,18 +108,14 @@ def _no_atomic_kernels(monkeypatch):
 
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
 
-SPLIT_MODES = ["split", "split_all"]  # per head, and every head in one program
-
-
 @runs_kernel
-@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", list(CASES))
-def test_split_matches_atomic_and_reference(plan, name, mode, monkeypatch):
+def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
     """Every family (GAT with and without an edge term and with a dropout keep-mask, GATv2, TransformerConv
     with ``v_j + e_ij``): fp32 gradients of both backwards against the float64 reference, and of each other."""
     _, atomic = run_op(plan, name, "atomic", monkeypatch)
     _no_atomic_kernels(monkeypatch)
-    _, split = run_op(plan, name, mode, monkeypatch)
+    _, split = run_op(plan, name, "split", monkeypatch)
     for i, (s, a, r) in enumerate(zip(split, atomic, reference_grads(plan, name))):
         if r is None:
             assert s is None and a is None
@@ -132,16 +128,26 @@ def test_split_matches_atomic_and_reference(plan, name, mode, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-def test_split_half_precision(plan, name, mode, monkeypatch):
+def test_split_half_precision(plan, name, monkeypatch):
     """bf16 inputs, float32 accumulation: within 4x the bf16 tolerance of gnn_inductor.testing.TOLERANCES
     (rtol 6.4e-2, atol 6.4e-2 times the largest reference gradient) of the reference given the bf16 inputs."""
-    _, split = run_op(plan, name, mode, monkeypatch, torch.bfloat16)
+    _, split = run_op(plan, name, "split", monkeypatch, torch.bfloat16)
     for i, (s, r) in enumerate(zip(split, reference_grads(plan, name, torch.bfloat16))):
         if r is not None:
             assert s.dtype == torch.bfloat16 and torch.isfinite(s).all(), f"grad of argument {i}"
             assert_close(s, r, torch.bfloat16, f"bf16 split grad of argument {i}")
+
+
+@runs_kernel
+def test_split_all_is_the_split_backward(plan, monkeypatch):
+    """``split_all``, the all-heads split backward's name while it was opt-in, still selects the split backward:
+    no atomic kernel, the same gradients bit for bit (no hub items: no atomic add to reorder on a GPU)."""
+    _no_atomic_kernels(monkeypatch)
+    _, split = run_op(plan, "gat_edge", "split", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    _, split_all = run_op(plan, "gat_edge", "split_all", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    for i, (s, a) in enumerate(zip(split, split_all)):
+        assert torch.equal(s, a), f"grad of argument {i}"
 
 
 @runs_kernel
@@ -167,25 +173,23 @@ def test_weight_needing_a_gradient_runs_the_reference(plan, monkeypatch):
 
 
 @interpreter_only
-@pytest.mark.parametrize("mode", SPLIT_MODES)
 @pytest.mark.parametrize("name", ["gat_edge", "transformer_edge"])
-def test_split_needs_no_atomics_without_hubs(plan, name, mode, atomics, monkeypatch):
+def test_split_needs_no_atomics_without_hubs(plan, name, atomics, monkeypatch):
     """No row spans two work items: the split backward runs no atomic at all (GATv2's ``att`` slots aside,
     hence these two families), the atomic one some."""
     run_op(plan, name, "atomic", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
     assert atomics, "the atomic backward must count atomics (else this test cannot fail)"
     atomics.clear()
     _no_atomic_kernels(monkeypatch)
-    run_op(plan, name, mode, monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
+    run_op(plan, name, "split", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
     assert not atomics, f"{len(atomics)} atomics in the split backward of a graph without hub items"
 
 
 @interpreter_only
-@pytest.mark.parametrize("mode, per_item", [("split", HEADS), ("split_all", 1)])
-def test_split_atomics_only_for_hub_items(plan, mode, per_item, atomics, monkeypatch):
-    """With hubs split into several items: one atomic per (hub item, head, row-role argument), nothing else
-    (TransformerConv with edge features: the query in the dst pass, key and value in the src pass); the
-    all-heads kernel adds every head's row in one atomic."""
+def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
+    """With hubs split into several items: one atomic per (hub item, row-role argument), every head's row in
+    one, nothing else (TransformerConv with edge features: the query in the dst pass, key and value in the
+    src pass)."""
     score, message, roles, kinds = _case("transformer_edge")
     args = make_args(kinds, plan[1].numel())
     layout = attention_triton.prepare(args, roles, plan[3], score, message)
@@ -193,8 +197,8 @@ def test_split_atomics_only_for_hub_items(plan, mode, per_item, atomics, monkeyp
     dst_hub_items = int((torch.ops.gnn_io.work_items(plan[0], plan[1], MAX_EDGES)[3] == 1).sum())
     src_hub_items = int((by_src.items.shared == 1).sum())
     assert dst_hub_items >= 4 and src_hub_items >= 3
-    run_op(plan, "transformer_edge", mode, monkeypatch)
-    assert len(atomics) == per_item * (dst_hub_items * 1 + src_hub_items * 2)
+    run_op(plan, "transformer_edge", "split", monkeypatch)
+    assert len(atomics) == dst_hub_items * 1 + src_hub_items * 2
 
 
 # Five distinct source-role arguments need gradients: more than one pass of the split backward writes.
@@ -256,17 +260,22 @@ def test_source_csr_is_cached_with_the_plan(plan):
 def test_backward_variant_defaults_to_split(monkeypatch):
     monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
     assert attention_triton.backward_variant() == "split"
-    assert "split backward" in attention_triton.kernel_name("dot")
-    assert "all heads per program)" not in attention_triton.kernel_name("dot")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
-    assert attention_triton.backward_variant() == "split_all"
     assert "split backward (dst pass, src pass over the transposed CSR, all heads per program)" in \
         attention_triton.kernel_name("dot")
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, "atomic")
     assert attention_triton.backward_variant() == "atomic"
     assert "atomic backward" in attention_triton.kernel_name("dot")
+
+
+def test_split_all_is_a_synonym_and_other_values_raise(monkeypatch):
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
+    assert attention_triton.backward_variant() == "split"
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    name = attention_triton.kernel_name("dot")
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
+    assert attention_triton.kernel_name("dot") == name
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, "fast")
-    with pytest.raises(ValueError, match="split, split_all, atomic"):
+    with pytest.raises(ValueError, match="split, atomic"):
         attention_triton.backward_variant()
 
 

@@ -251,15 +251,13 @@ def test_opcheck_fused(plan):
 # ---- the all-heads forward (GNN_IO_ATTENTION_HEADS=all) ----
 
 @runs_kernel
-@pytest.mark.parametrize("backward", ["split", "split_all"])
 @pytest.mark.parametrize("heads, channels", [(1, 4), (4, 4), (3, 5)], ids=["1x4", "4x4", "3x5_padded"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_all_heads_matches_reference(plan, name, heads, channels, backward, monkeypatch):
-    """Output, lse and gradients of the one-program-per-item kernels (hub split and combined, isolated nodes 0),
-    with the split backward per head and for all heads at once; 2 heads: the half-precision and mixing tests
-    below."""
+def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
+    """Output, lse and gradients of the one-program-per-item kernels, forward and split backward (hub split and
+    combined, isolated nodes 0); 2 heads: the half-precision and mixing tests below."""
     monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward)
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
     assert (items[3] == 1).sum() > 2, "the hub must span several items"
@@ -312,10 +310,10 @@ def test_heads_variant_defaults_to_all_heads_forward(monkeypatch):
     monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
     assert attention_triton.heads_variant() == "all"
     assert attention_triton.heads_variant(default="per_head") == "per_head"  # the atomic backward's default
-    assert "all heads" in attention_triton.kernel_name("gat")
+    assert "all heads per program (forward)" in attention_triton.kernel_name("gat")
     monkeypatch.setenv(attention_triton.HEADS_ENV, "per_head")
     assert attention_triton.heads_variant() == "per_head"
-    assert "all heads" not in attention_triton.kernel_name("gat")
+    assert "all heads per program (forward)" not in attention_triton.kernel_name("gat")
     monkeypatch.setenv(attention_triton.HEADS_ENV, "every")
     with pytest.raises(ValueError, match="per_head, all"):
         attention_triton.heads_variant()

@@ -1,0 +1,135 @@
+"""One GEMM for the linear maps that read the same node features.
+
+TransformerConv projects ``x`` four times (query, key, value, skip) and GATv2Conv twice (``lin_l``,
+``lin_r``), each a ``[N, F] x [F, F_out]`` GEMM that reads all of ``x`` and, in the backward, adds its
+own ``dX`` term. On a large graph these maps are most of the layer's dense time. Concatenating the
+weights gives one ``[N, F] x [F, sum F_out]`` GEMM: ``x`` is read once, the backward's ``dX`` is one
+GEMM with inner size ``sum F_out`` instead of ``k`` GEMMs and ``k - 1`` additions, and ``dW`` is one
+GEMM whose rows are the separate weights' gradients.
+
+The pass works on the canonical ATen graph (``gnn_inductor.canonical``) after the message-passing
+rewrites, so the pattern matchers never see it. A member is ``mm(x, t(W))`` or ``addmm(b, x, t(W))``
+with ``x`` 2-D and ``W`` (and ``b``) graph inputs (parameters); members are grouped by ``x``, by whether they
+have a bias, and by dtype. Each member's output becomes a column slice of the fused result: a strided
+view, which the fused kernels and Inductor read through its strides. ``GNN_IO_FUSE_LINEARS=0`` turns the
+pass off.
+
+Only groups of at least :data:`MIN_GROUP` maps are fused. The backward pays for the fusion with one copy:
+the members' output gradients are concatenated into the fused GEMM's ``[N, sum F_out]`` gradient. Measured
+on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer, session 9):
+TransformerConv's four maps fused 25.00 ms against 25.80 unfused; GATv2Conv's two 20.41 against 20.06.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+
+import torch
+from torch.fx import GraphModule, Node
+
+aten = torch.ops.aten
+ENV = "GNN_IO_FUSE_LINEARS"
+MIN_GROUP = 3   # maps per fused GEMM (module docstring: two measured slower, four faster)
+
+
+def enabled() -> bool:
+    value = os.environ.get(ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
+
+
+def _transposed_weight(node) -> Node | None:
+    """``W`` when ``node`` is ``t(W)`` or ``permute(W, [1, 0])`` of a 2-D graph input."""
+    if not isinstance(node, Node) or node.op != "call_function":
+        return None
+    if node.target is aten.t.default or (node.target is aten.permute.default and list(node.args[1]) == [1, 0]):
+        weight = node.args[0]
+        if isinstance(weight, Node) and weight.op == "placeholder" and _val(weight) is not None \
+                and _val(weight).dim() == 2:
+            return weight
+    return None
+
+
+def _val(node):
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _member(node: Node):
+    """``(x, W, bias or None)`` of a linear map node, else None."""
+    if node.op != "call_function":
+        return None
+    if node.target is aten.mm.default:
+        bias, (x, wt) = None, node.args
+    elif node.target is aten.addmm.default and not node.kwargs and len(node.args) == 3:
+        bias, x, wt = node.args
+        if not isinstance(bias, Node) or bias.op != "placeholder" or _val(bias) is None or _val(bias).dim() != 1:
+            return None
+    else:
+        return None
+    weight = _transposed_weight(wt)
+    if weight is None or _val(x) is None or _val(x).dim() != 2 or _val(node) is None:
+        return None
+    if _val(weight).dtype != _val(x).dtype:
+        return None
+    return x, weight, bias
+
+
+def fuse_shared_input_linears(gm: GraphModule) -> list:
+    """Fuse each group of at least :data:`MIN_GROUP` linear maps of the same input (module docstring) in place. Returns
+    one ``{"source", "weights", "widths"}`` per fused group, in graph order (``source``: the first
+    member's place in the user's code, as the rewrite report gives it)."""
+    from gnn_inductor.rewrite_report import source_of
+
+    groups = defaultdict(list)
+    for node in gm.graph.nodes:
+        member = _member(node)
+        if member is not None:
+            x, weight, bias = member
+            groups[(x, bias is None, _val(x).dtype, _val(x).device)].append((node, weight, bias))
+    fused = []
+    for (x, no_bias, _, _), members in groups.items():
+        if len(members) < MIN_GROUP:
+            continue
+        first = members[0][0]
+        source = source_of(first)
+        widths = [_val(weight).shape[0] for _, weight, _ in members]
+        with gm.graph.inserting_before(first):
+            weight = _call(gm, aten.cat.default, ([w for _, w, _ in members], 0))
+            weight_t = _call(gm, aten.t.default, (weight,))
+            if no_bias:
+                out = _call(gm, aten.mm.default, (x, weight_t))
+            else:
+                bias = _call(gm, aten.cat.default, ([b for _, _, b in members], 0))
+                out = _call(gm, aten.addmm.default, (bias, x, weight_t))
+            out.meta["stack_trace"] = first.meta.get("stack_trace")
+            start = 0
+            for (node, _, _), width in zip(members, widths):
+                piece = _call(gm, aten.slice.Tensor, (out, 1, start, start + width))
+                piece.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+                node.replace_all_uses_with(piece)
+                start += width
+        for node, _, _ in members:
+            gm.graph.erase_node(node)
+        fused.append({"source": source, "weights": [_name(w) for _, w, _ in members], "widths": widths})
+    if fused:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return fused
+
+
+def _name(placeholder: Node) -> str:
+    """``lin_key.weight`` from Dynamo's ``L_self_modules_lin_key_parameters_weight_``; the node name otherwise."""
+    name = placeholder.meta.get("dynamo_name", placeholder.name)
+    name = re.sub(r"^[Ll]_(self_)?", "", name).rstrip("_")
+    return name.replace("modules_", "").replace("_parameters_", ".")
+
+
+def _call(gm: GraphModule, target, args) -> Node:
+    """A new node with its fake value (``meta["val"]``) computed from its inputs' fake values."""
+    node = gm.graph.call_function(target, args)
+    fake_args = torch.fx.node.map_arg(args, lambda n: n.meta["val"])
+    node.meta["val"] = target(*fake_args)
+    return node

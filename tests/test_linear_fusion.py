@@ -1,0 +1,82 @@
+"""One GEMM for the linear maps of a shared input (gnn_inductor/linear_fusion.py): which maps are fused, the
+fused graph computes the same values, and the layers that have such maps stay correct, gradients included."""
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch_geometric.nn import GATConv, GATv2Conv, SAGEConv, TransformerConv
+
+from gnn_inductor import linear_fusion
+from gnn_inductor.testing import check_rewrites, random_graph
+
+aten = torch.ops.aten
+
+
+def _maps(x, y, w1, w2, w3, w4, w5, w6, b1, b2, b3, w7):
+    a = torch.nn.functional.linear(x, w1, b1)      # fused with b, c (same x, bias)
+    b = torch.nn.functional.linear(x, w2, b2)
+    c = torch.nn.functional.linear(x, w3, b3)
+    d = torch.nn.functional.linear(x, w4)          # fused with e, f (same x, no bias)
+    e = torch.nn.functional.linear(x, w5)
+    f = torch.nn.functional.linear(x, w6)
+    g = torch.nn.functional.linear(y, w7)          # alone: another input
+    h = torch.nn.functional.linear(y, w7 * 2)      # same input as g, but its weight is computed: not a member
+    return a, b, c, d, e, f, g, h
+
+
+def _inputs():
+    torch.manual_seed(0)
+    return [torch.randn(7, 5), torch.randn(7, 5), torch.randn(3, 5), torch.randn(4, 5), torch.randn(2, 5),
+            torch.randn(6, 5), torch.randn(1, 5), torch.randn(2, 5), torch.randn(3), torch.randn(4), torch.randn(2),
+            torch.randn(3, 5)]
+
+
+def test_groups_by_input_and_bias_and_keeps_the_values():
+    inputs = _inputs()
+    gm = make_fx(_maps, tracing_mode="fake")(*inputs)
+    expected = _maps(*inputs)
+    groups = linear_fusion.fuse_shared_input_linears(gm)
+    assert sorted(g["widths"] for g in groups) == [[3, 4, 2], [6, 1, 2]]
+    matmuls = [n for n in gm.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    assert len(matmuls) == 4  # two fused GEMMs, and the other input's two maps
+    for got, want in zip(gm(*inputs), expected):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_groups_below_the_minimum_stay_apart():
+    def two_maps(x, w1, w2):
+        return torch.nn.functional.linear(x, w1), torch.nn.functional.linear(x, w2)
+
+    gm = make_fx(two_maps, tracing_mode="fake")(torch.randn(4, 3), torch.randn(2, 3), torch.randn(5, 3))
+    assert linear_fusion.MIN_GROUP == 3
+    assert linear_fusion.fuse_shared_input_linears(gm) == []
+
+
+@pytest.mark.parametrize("make, maps", [
+    (lambda: TransformerConv(12, 5, heads=3), 4),                          # query, key, value, skip
+    (lambda: TransformerConv(12, 5, heads=2, root_weight=False), 3),
+])
+def test_layers_with_shared_input_maps_are_fused_and_correct(make, maps):
+    torch.manual_seed(0)
+    edge_index = random_graph(40, 200, hub_degree=30)
+    x = torch.randn(40, 12, requires_grad=True)
+    result = check_rewrites(make(), x, edge_index, expect={"attention": 1, "shared_input_linears": 1})
+    fused = [r for g in result.report["graphs"] for r in g["rewrites"] if r["pattern"] == "shared_input_linears"]
+    assert len(fused[0]["details"]["widths"]) == maps
+    assert all(name.endswith(".weight") and name.startswith("lin_") for name in fused[0]["details"]["weights"])
+
+
+@pytest.mark.parametrize("make", [lambda: GATConv(12, 5, heads=3), lambda: SAGEConv(12, 7, aggr="max"),
+                                  lambda: GATv2Conv(12, 5, heads=3)])  # GATv2's two maps: below MIN_GROUP
+def test_layers_without_shared_input_maps_are_left_alone(make):
+    torch.manual_seed(0)
+    check_rewrites(make(), torch.randn(40, 12), random_graph(40, 200), expect={"shared_input_linears": 0})
+
+
+def test_switched_off_by_its_environment_variable(monkeypatch):
+    monkeypatch.setenv(linear_fusion.ENV, "0")
+    torch.manual_seed(0)
+    check_rewrites(TransformerConv(12, 5, heads=3), torch.randn(40, 12), random_graph(40, 200),
+                   expect={"attention": 1, "shared_input_linears": 0})
+    monkeypatch.setenv(linear_fusion.ENV, "yes")
+    with pytest.raises(ValueError, match="GNN_IO_FUSE_LINEARS"):
+        linear_fusion.enabled()
