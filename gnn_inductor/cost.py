@@ -7,9 +7,9 @@ structure work (self loops, normalisation, CSR) is hoisted into the graph plan e
 
 The fused gather-scatter kernels (SAGEConv max, GINEConv, any pointwise message) have the same
 shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-3.2 ms against
-1.4-1.9 ms forward+backward, launch and dispatch bound) and won on 1.1M edges (2.93 against 3.52 ms)
-and 15.4M edges (14.5 against 54 ms); below ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to
-Inductor. The crossover between the two measured sizes is not pinned down more finely.
+1.4-1.9 ms forward+backward, launch and dispatch bound), were split at 1.1M edges (one graph won, one
+lost: session 9) and won from 4.2M edges on (13.7 against 53 ms at 15.4M); below
+``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to Inductor.
 
 Fused attention in float32 (no TF32) has a threshold per family (TransformerConv, GATConv, GATv2Conv); the
 backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
@@ -26,7 +26,13 @@ from typing import Optional
 # Measured on the H100 (docs/benchmarks/results.md): SAGE-mean and GIN lose to Inductor at 0.2M-1.1M
 # edges and win from 4M; GCN wins from 0.2M on (its normalisation is hoisted either way).
 SPMM_MIN_EDGES_CUDA = 2_000_000
-GATHER_SCATTER_MIN_EDGES_CUDA = 250_000
+# Session 9 (H100, SAGEConv max, harness latency per step): ours lost at ca-AstroPh / 396k edges (2.51 against
+# 1.39 ms), MUSAE-github / 578k (2.19 against 1.85) and RMAT 2^17 / 1.1M (3.89 against 3.37), won at
+# soc-Slashdot0902 / 1.1M (2.05 against 3.01) and from 4.2M edges on (grid 11.45 against 15.68, RMAT 2^20 13.70
+# against 53.39). Mid-size graphs are bound by the ops' per-call CPU work (cProfile, benchmarks/cpu_profile.py:
+# 2.3 ms of CPU per step against Inductor's 0.9 at RMAT 2^17, where the GPU work is 1.6 ms), so a latency
+# measured step by step loses there even where the pipelined throughput wins (2.30 against 3.16 ms per step).
+GATHER_SCATTER_MIN_EDGES_CUDA = 2_000_000
 
 
 # Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100, forward+backward, 128 features,
@@ -36,13 +42,14 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 250_000
 #   8.6x ahead at 4.2M edges (session 7). Session 9's all-heads split backward moved the crossover: at RMAT 2^17
 #   / 1.1M edges ours takes 3.55 ms against Inductor's 4.32 (session 8: 5.59 against 4.38). Threshold 1M.
 # - GATConv: Inductor wins on the small graphs (Cora 1.74 against 3.10) and failed to launch at 4.2M and 15.4M
-#   edges ("CUDA driver error: invalid argument", session 7). At RMAT 2^17 / 1.1M edges ours now takes 2.64 ms
-#   against 3.11 (session 9; 3.46 against 3.00 before the split backward changed). Threshold 1M.
+#   edges ("CUDA driver error: invalid argument", session 7). At 1.1M edges session 9 measured both sides of
+#   the line: RMAT 2^17 2.64-3.18 ms ours against 2.93-3.11, soc-Slashdot0902 3.83-3.91 against 2.63.
+#   Threshold 1.5M, above both.
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
 # Half precision and TF32 are never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen
 # there).
-ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_000_000, "gatv2": 500_000}
+ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000}
 
 
 def spmm_min_edges() -> int:

@@ -1,0 +1,62 @@
+"""Where the CPU time of a step goes (Python functions, cProfile), for layers whose GPU work is smaller than
+their per-call CPU work (mid-size graphs):
+
+    python -m benchmarks.cpu_profile --layer sage_max --graph rmat-arxiv --mode gnn_io
+"""
+import argparse
+import cProfile
+import os
+import pstats
+import time
+
+import torch
+
+from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layer", default="sage_max")
+    parser.add_argument("--graph", default="rmat-arxiv")
+    parser.add_argument("--mode", default="gnn_io")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rows", type=int, default=30)
+    args = parser.parse_args()
+    os.environ.update(MODE_ENV.get(args.mode, {}))
+    device = torch.device("cuda")
+    (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
+    torch.manual_seed(0)
+    model = build(args.mode, make_layer(args.layer, 128).to(device))
+    x = torch.randn(graph.num_nodes, 128, device=device, requires_grad=True)
+    edge_index = graph.edge_index.to(device)
+    grad = torch.randn(graph.num_nodes, 128, device=device)
+
+    def step():
+        x.grad = None
+        for p in model.parameters():
+            p.grad = None
+        model(x, edge_index).backward(grad)
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    cpu_ms = (time.perf_counter() - start) * 1e3 / args.steps
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - start) * 1e3 / args.steps
+    print(f"== {args.layer} {args.graph} {args.mode}: CPU {cpu_ms:.3f} ms/step issued, {wall_ms:.3f} ms/step with the GPU")
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    profile.disable()
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    stats.print_stats(args.rows)
+    stats.sort_stats("cumulative").print_stats(args.rows)
+
+
+if __name__ == "__main__":
+    main()
