@@ -128,6 +128,8 @@ def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, i
     dtype = attention_triton._out_dtype(args)
 
     def forward_fn(candidate):
+        if candidate.path == "csr":
+            return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
         return attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
                                            message_key, eps, max_edges)
     return attention_paths.decide(layout, rowptr, col, perm, list(items), dtype, forward_fn), items, max_edges

@@ -187,9 +187,10 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
     # and the gradient of every input against the float64 reference on the whole graph
     monkeypatch.setenv(attention_paths.PATH_ENV, "hybrid" if path == "hybrid" else "block")
-    monkeypatch.setitem(attention_paths.CALIBRATION["dot"], "ieee", {
-        "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
-        "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
+    for precision in ("ieee", "half"):  # constants that send some windows each way on this small graph
+        monkeypatch.setitem(attention_paths.CALIBRATION["dot"], precision, {
+            "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
+            "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
     num_nodes = 48
     src, dst = graph(num_nodes, 80 if path == "hub" else 260, seed=6, hub_degree=40, duplicates=2)
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
@@ -295,3 +296,30 @@ def test_report_lists_decisions(monkeypatch):
     assert f"attention path (dot, half): {decision.path}, order none" in text
     assert f"{decision.stats['block_windows']} of {decision.stats['windows']} row windows on Tensor Cores" in text
     assert rewrite_report.as_json()["attention_paths"][-1]["path"] == decision.path
+
+
+@pytest.mark.parametrize("csr_ms, block_ms, kept", [(4.0, 1.0, True), (1.0, 4.0, False), (1.0, 0.98, False)])
+def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, block_ms, kept):
+    """The cost model's block or hybrid pick runs only when its forward measures at least MEASURED_MARGIN faster
+    than the CSR kernel's at the first call; otherwise the CSR decision, with both times and the reason."""
+    monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    predicted = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert predicted.path in ("block", "hybrid"), predicted.as_dict()
+    attention_paths.clear()
+    calls = []
+    clock = {"t": 0.0}
+
+    def forward_fn(candidate):
+        calls.append(candidate.path)
+        clock["t"] += csr_ms if candidate.path == "csr" else block_ms
+
+    monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
+    assert calls.count("csr") == 4 and len(calls) >= 8  # a warm-up and three timed calls each
+    assert (decision.path != "csr") == kept, decision.as_dict()
+    assert decision.measured_forward_ms["csr (vs csr)"] == pytest.approx(csr_ms)
+    if not kept:
+        assert decision.reason.startswith("measured at the first call"), decision.reason
+        assert decision.blocks is None and decision.predicted_ms  # the prediction stays in the record
