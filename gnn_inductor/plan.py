@@ -237,4 +237,8 @@ def plan_stats_hook(rewrites: list, outputs_index: dict) -> Callable:
             pos = outputs_index.get(getattr(rewrite, "plan_node", None))
             if pos is not None:
                 rewrite.graph_stats = degree_stats(outputs[pos])
+                if rewrite.pattern == "gather_scatter":  # the degree split the fused kernels use on it
+                    from gnn_inductor.kernels.gather_scatter_triton import split_summary
+
+                    rewrite.graph_stats["split"] = split_summary(outputs[pos])
     return on_build

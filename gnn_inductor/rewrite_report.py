@@ -157,6 +157,10 @@ def format_text_for(chosen: list) -> list:
                 s = w.graph_stats
                 lines.append(f"      graph: {s['nodes']} nodes, {s['edges']} edges, max degree {s['max_degree']}, "
                              f"mean degree {s['mean_degree']}")
+                if "split" in s:
+                    split = s["split"]
+                    lines.append(f"      degree split (CUDA kernels): rows over {split['max_edges']} edges are hubs ({split['hub_rows']}"
+                                 f" rows, {split['hub_edge_share']:.1%} of the edges), {split['work_items']} work items")
         for m in r.near_misses:
             lines.append(f"  near miss [{m.pattern}] at {m.source['source']}: {m.reason}")
     return lines

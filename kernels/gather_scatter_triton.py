@@ -119,6 +119,19 @@ def split_threshold(rowptr: Tensor) -> int:
     return min(MAX_MAX_EDGES, max(MIN_MAX_EDGES, triton.next_power_of_2(max(1, math.ceil(8 * mean_degree)))))
 
 
+def split_summary(rowptr: Tensor) -> dict:
+    """The degree split the kernels use on this CSR, for the rewrite report: ``max_edges`` (a row longer
+    than that is a hub, cut into items whose partial results meet through atomics), the hub rows, their
+    share of the edges, and the work items."""
+    max_edges = split_threshold(rowptr)
+    degree = (rowptr[1:] - rowptr[:-1]).long()
+    hubs = degree > max_edges
+    edges = max(1, int(rowptr[-1]))
+    return {"max_edges": max_edges, "hub_rows": int(hubs.sum()),
+            "hub_edge_share": round(float(degree[hubs].sum()) / edges, 4),
+            "work_items": int(work_items(rowptr, max_edges).row.numel())}
+
+
 @torch.library.custom_op("gnn_io::gather_scatter_items", mutates_args=())
 def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Work items of ``rowptr`` split at :func:`split_threshold`, padded to a bound that depends on
