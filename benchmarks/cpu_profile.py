@@ -5,13 +5,12 @@ their per-call CPU work (mid-size graphs):
 """
 import argparse
 import cProfile
-import os
 import pstats
 import time
 
 import torch
 
-from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
+from benchmarks.profile_layer import layer_step
 
 
 def main():
@@ -22,21 +21,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=30)
     args = parser.parse_args()
-    os.environ.update(MODE_ENV.get(args.mode, {}))
-    device = torch.device("cuda")
-    (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
-    torch.manual_seed(0)
-    model = build(args.mode, make_layer(args.layer, 128).to(device))
-    x = torch.randn(graph.num_nodes, 128, device=device, requires_grad=True)
-    edge_index = graph.edge_index.to(device)
-    grad = torch.randn(graph.num_nodes, 128, device=device)
-
-    def step():
-        x.grad = None
-        for p in model.parameters():
-            p.grad = None
-        model(x, edge_index).backward(grad)
-
+    step = layer_step(args.layer, args.graph, args.mode)
     for _ in range(5):
         step()
     torch.cuda.synchronize()

@@ -7,7 +7,27 @@ import os
 
 import torch
 
-from benchmarks.harness import build, graph_suite, make_layer
+from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
+
+
+def layer_step(layer: str, graph_name: str, mode: str, features: int = 128):
+    """``step()``: one forward+backward of ``layer`` compiled in ``mode`` (its harness environment applied) on
+    ``graph_name``, on CUDA, with every gradient set to None first, as the harness times it."""
+    os.environ.update(MODE_ENV.get(mode, {}))
+    device = torch.device("cuda")
+    (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
+    torch.manual_seed(0)
+    model = build(mode, make_layer(layer, features).to(device))
+    x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
+    edge_index = graph.edge_index.to(device)
+    grad = torch.randn(graph.num_nodes, features, device=device)
+
+    def step():
+        x.grad = None
+        for p in model.parameters():
+            p.grad = None
+        model(x, edge_index).backward(grad)
+    return step
 
 
 def main():
@@ -18,20 +38,14 @@ def main():
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()
-    device = torch.device("cuda")
-    (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
-    torch.manual_seed(0)
-    model = build(args.mode, make_layer(args.layer, args.features).to(device))
-    x = torch.randn(graph.num_nodes, args.features, device=device, requires_grad=True)
-    edge_index = graph.edge_index.to(device)
-    grad = torch.randn(graph.num_nodes, args.features, device=device)
+    step = layer_step(args.layer, args.graph, args.mode, args.features)
     for _ in range(5):
-        model(x, edge_index).backward(grad)
+        step()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
-            model(x, edge_index).backward(grad)
+            step()
         torch.cuda.synchronize()
     print(f"== {args.layer} {args.graph} {args.mode}: per 10 steps")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=60))

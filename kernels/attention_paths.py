@@ -415,17 +415,8 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
     plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=_restricted(blocks, chosen),
                          csr_items=_csr_items(blocks, chosen, items, rowptr.numel() - 1))
-    out = {}
-    for name, candidate in (("none", plain), (decision.order, decision)):
-        times = []
-        for i in range(4):
-            _sync(rowptr.device)
-            start = time.perf_counter()
-            forward_fn(candidate)
-            _sync(rowptr.device)
-            if i:
-                times.append((time.perf_counter() - start) * 1e3)
-        out[name] = sorted(times)[1]
+    out = {name: _forward_ms(rowptr.device, lambda candidate=candidate: forward_fn(candidate))
+           for name, candidate in (("none", plain), (decision.order, decision))}
     entry.formats.pop("none", None)  # rebuilt for this timing only
     return out
 
