@@ -160,7 +160,8 @@ def format_text_for(chosen: list) -> list:
                 if "split" in s:
                     split = s["split"]
                     lines.append(f"      degree split (CUDA kernels): rows over {split['max_edges']} edges are hubs ({split['hub_rows']}"
-                                 f" rows, {split['hub_edge_share']:.1%} of the edges), {split['work_items']} work items")
+                                 f" rows, {split['hub_edge_share']:.1%} of the edges), {split['work_items']} work items;"
+                                 f" threshold by {split.get('source', 'rule')}")
         for m in r.near_misses:
             lines.append(f"  near miss [{m.pattern}] at {m.source['source']}: {m.reason}")
     return lines

@@ -63,8 +63,9 @@ elements of full-layout gradients and add into the others, in either order.
 
 Launch: grid ``(num_items, cdiv(F, BLOCK_F))``; ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` from
 :data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). ``max_edges``
-(the split threshold) is chosen per graph from its degree profile by :func:`split_threshold`, when
-the plan is built (``gnn_io::gather_scatter_items``).
+(the split threshold) is chosen per graph by :func:`split_threshold` when the plan is built
+(``gnn_io::gather_scatter_items``): measured per device and degree profile on CUDA (``kernels/split_tuning.py``),
+from the mean degree elsewhere.
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ import triton
 from torch import Tensor
 
 from gnn_inductor import edge_functions
-from gnn_inductor.kernels import codegen
+from gnn_inductor.kernels import codegen, split_tuning
+from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.spmm_triton import PADDING, padded_item_count, work_items
 
@@ -94,8 +96,6 @@ AUTOTUNE_CONFIGS = [
     {"block_e": 32, "block_f": 64, "num_warps": 4},
     {"block_e": 16, "block_f": 128, "num_warps": 4},
 ]
-MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
-MAX_MAX_EDGES = 1024
 DENSE_SLOTS = 64       # partial rows of a dense argument's gradient (programs add into item % DENSE_SLOTS)
 MAXMIN_BACKWARD_ENV = "GNN_IO_MAXMIN_BACKWARD"
 MAXMIN_BACKWARDS = ("arg", "walk")
@@ -106,37 +106,44 @@ MAXMIN_BACKWARDS = ("arg", "walk")
 # The split
 # ---------------------------------------------------------------------------------------------
 
-def split_threshold(rowptr: Tensor) -> int:
-    """``max_edges`` of the work items: 8 times the mean degree rounded up to a power of two,
-    clamped to [``MIN_MAX_EDGES``, ``MAX_MAX_EDGES``] (``GNN_IO_GS_MAX_EDGES`` overrides it, clamped
-    from below). Rows up to a few times the mean degree stay whole (one program, no atomics); hubs
-    are cut into items of a length that bounds every program's work."""
-    override = os.environ.get("GNN_IO_GS_MAX_EDGES")
-    if override:
-        return max(MIN_MAX_EDGES, int(override))
-    num_rows = max(1, rowptr.numel() - 1)
-    mean_degree = int(rowptr[-1]) / num_rows
-    return min(MAX_MAX_EDGES, max(MIN_MAX_EDGES, triton.next_power_of_2(max(1, math.ceil(8 * mean_degree)))))
+def split_threshold(rowptr: Tensor, col: Tensor | None = None) -> int:
+    """``max_edges`` of the work items: measured per device and degree profile on CUDA, 8 times the mean
+    degree (a power of two in [``MIN_MAX_EDGES``, ``MAX_MAX_EDGES``]) elsewhere; ``GNN_IO_GS_MAX_EDGES``
+    overrides it (clamped from below). See ``kernels/split_tuning.py``."""
+    return split_choice(rowptr, col)["max_edges"]
 
 
-def split_summary(rowptr: Tensor) -> dict:
+def split_choice(rowptr: Tensor, col: Tensor | None = None) -> dict:
+    """The threshold with how it was chosen (:func:`split_tuning.choose`); without ``col`` (no probe
+    possible) the measurement of an earlier call or the rule."""
+    if col is None:
+        col = torch.zeros(0, dtype=torch.int32, device=rowptr.device)
+    return split_tuning.choose(rowptr, col)
+
+
+def split_summary(rowptr: Tensor, col: Tensor | None = None) -> dict:
     """The degree split the kernels use on this CSR, for the rewrite report: ``max_edges`` (a row longer
-    than that is a hub, cut into items whose partial results meet through atomics), the hub rows, their
-    share of the edges, and the work items."""
-    max_edges = split_threshold(rowptr)
+    than that is a hub, cut into items whose partial results meet through atomics), how it was chosen
+    (``source``, with the probe's times per candidate when measured), the hub rows, their share of the
+    edges, and the work items."""
+    choice = split_choice(rowptr, col)
+    max_edges = choice["max_edges"]
     degree = (rowptr[1:] - rowptr[:-1]).long()
     hubs = degree > max_edges
     edges = max(1, int(rowptr[-1]))
-    return {"max_edges": max_edges, "hub_rows": int(hubs.sum()),
-            "hub_edge_share": round(float(degree[hubs].sum()) / edges, 4),
-            "work_items": int(work_items(rowptr, max_edges).row.numel())}
+    summary = {"max_edges": max_edges, "source": choice["source"], "hub_rows": int(hubs.sum()),
+               "hub_edge_share": round(float(degree[hubs].sum()) / edges, 4),
+               "work_items": int(work_items(rowptr, max_edges).row.numel())}
+    if "probe_ms" in choice:
+        summary["probe_ms"] = choice["probe_ms"]
+    return summary
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_items", mutates_args=())
 def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Work items of ``rowptr`` split at :func:`split_threshold`, padded to a bound that depends on
     sizes only (skipped items, ``shared == PADDING``), so compiled graphs see no data-dependent size."""
-    items = work_items(rowptr, split_threshold(rowptr))
+    items = work_items(rowptr, split_threshold(rowptr, col))
     count = padded_item_count(rowptr.numel() - 1, col.numel(), MIN_MAX_EDGES)
     pad = count - items.row.numel()
     zeros = items.row.new_zeros((pad,))
