@@ -6,7 +6,8 @@ process, forward and forward+backward, peak memory, plan build time and a roofli
 Times are medians of ``--reps`` runs timed with CUDA events after warm-up, on random (never zero)
 inputs, each forward+backward starting with every gradient set to None (as ``optimizer.zero_grad()``
 leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
-parameters and gradients included). The roofline column is the least bytes a layer must move
+parameters and gradients included); "step GB" is that peak less what was allocated before the step (inputs,
+weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
 ``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
 by a time limit keeps what it measured, the chart at the end.
@@ -132,6 +133,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
             "gnn_io_spmm_cusparse": {"GNN_IO_SPMM_PATH": "cusparse"}, "gnn_io_spmm_block": {"GNN_IO_SPMM_PATH": "block"},
             "gnn_io_maxmin_walk": {"GNN_IO_MAXMIN_BACKWARD": "walk"},
+            "gnn_io_split_rule": {"GNN_IO_GS_SPLIT": "rule"},
             "gnn_io_nofuse": {"GNN_IO_FUSE_LINEARS": "0"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"}, "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"},
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
@@ -193,11 +195,16 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
 
         record["fwdbwd_ms"] = median_ms(step, reps)
         if device.type == "cuda":
+            x_grad.grad = None
+            for p in params:
+                p.grad = None
             torch.cuda.synchronize()
+            resident = torch.cuda.memory_allocated()  # inputs, weights, edge_index, output cotangent, plans
             torch.cuda.reset_peak_memory_stats()
             step()
             torch.cuda.synchronize()
             record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
         if mode.startswith("gnn_io"):
             fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
             record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
@@ -292,7 +299,8 @@ def markdown_table(records: list, meta: dict) -> str:
              "/ copy bandwidth.", "",
              "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
              "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "rel err | err vs fp32 (eager / gnn_io) | gnn_io path |" + "".join(f" {m} |" for m in extra), "|" + "---|" * (20 + len(extra))]
+             "step GB (eager / inductor / gnn_io) | rel err | err vs fp32 (eager / gnn_io) | gnn_io path |"
+             + "".join(f" {m} |" for m in extra), "|" + "---|" * (21 + len(extra))]
     for (graph, layer), modes in by_case.items():
         e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
         any_r = e or i or g
@@ -307,6 +315,7 @@ def markdown_table(records: list, meta: dict) -> str:
                      f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
                      f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
                      f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
+                     f"{_fmt(e.get('step_gb'))} / {_fmt(i.get('step_gb'))} / {_fmt(g.get('step_gb'))} | "
                      f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
                      f"{_fmt(e.get('err_vs_fp32'), 5)} / {_fmt(g.get('err_vs_fp32'), 5)} | {g.get('paths', '-')} |"
                      + "".join(f" {t(modes[m]) if m in modes else '-'} |" for m in extra))

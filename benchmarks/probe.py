@@ -12,6 +12,8 @@ Parts:
   cuSPARSE, fp32 ``A X``.
 - ``attn_launch``: the CSR attention kernels' launch parameters (edge block, warps, item size), forward and
   split backward timed apart, per family, fp32, each checked against the default launch.
+- ``reduction``: the fused gather-scatter forward (identity message; sum, mean, max) at each split threshold
+  candidate, against the least bytes over the measured copy bandwidth (issue 4's 50% target).
 - ``attention``: the GATConv, GATv2Conv and TransformerConv attentions (4 heads x 32 channels) through
   ``gnn_io::attention_forward``, forward+backward, with the path forced: CSR (fp32, bf16), block
   (TF32, bf16) in each candidate order, and the chooser's own pick (``auto``); max relative error of each
@@ -31,7 +33,7 @@ import torch
 from gnn_inductor.kernels import attention_paths, block_sparse, spmm_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_SRC
 
-from benchmarks.harness import graph_suite, median_ms
+from benchmarks.harness import copy_bandwidth, graph_suite, median_ms
 from gnn_inductor import edge_functions, reorder
 
 HEADS, CHANNELS, FEATURES = 4, 32, 128
@@ -329,6 +331,36 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
                          error=f"{type(exc).__name__}: {exc}"[:300])
 
 
+def part_reduction(graph, plan, device, bandwidth):
+    """The fused gather-scatter forward (identity message, fp32, 128 features) per reduction, at the measured
+    split pick and at each candidate threshold: its time against the least bytes (each input read once: the
+    features, rowptr, col, the work items; the output written once) over the measured copy bandwidth
+    (issue 4: at least 50% on the RMAT graph)."""
+    from gnn_inductor.kernels import gather_scatter_triton as gs
+    from gnn_inductor.kernels import split_tuning
+
+    rowptr, col, row, perm = plan[:4]
+    n = graph.num_nodes
+    x = torch.randn(n, FEATURES, device=device)
+    key = edge_fn(lambda x_j: x_j)
+    pick = split_tuning.choose(rowptr, col)
+    max_degree = int((rowptr[1:] - rowptr[:-1]).max())
+    base = gs.make_plan(rowptr, col, row, perm, n)
+    for max_edges in split_tuning.candidates(max_degree):
+        w = spmm_triton.work_items(rowptr, max_edges)
+        items = (w.row, w.start, w.end, w.shared)
+        p = gs.Plan(*(getattr(base, f) for f in ("rowptr", "col", "row", "perm", "t_rowptr", "t_col", "t_perm")),
+                    items, base.t_items)
+        least = (x.numel() * 4 + rowptr.numel() * rowptr.element_size() + col.numel() * col.element_size()
+                 + sum(t.numel() * t.element_size() for t in items) + n * FEATURES * 4)
+        for reduce in ("sum", "mean", "max"):
+            ms = median_ms(lambda: gs.forward([x], [ROLE_SRC], p, key, reduce), reps=20)
+            emit(part="reduction", graph=graph.name, kernel="gather_scatter", dtype="fp32", order=reduce,
+                 ms=round(ms, 3), max_edges=max_edges, picked=max_edges == pick["max_edges"],
+                 source=pick["source"], least_mb=round(least / 1e6, 1),
+                 bandwidth_share=round(least / (ms / 1e3) / bandwidth, 3))
+
+
 def table(rows) -> str:
     lines = ["| part | graph | family | kernel | dtype | order | ms | err | notes |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -359,6 +391,8 @@ def main():
     order_names = args.orders.split(",")
     data_root = os.environ.get("GNN_IO_DATA", "../shared/data")
     names = list(dict.fromkeys(args.graphs.split(",")))
+    bandwidth = copy_bandwidth(device)
+    emit(part="copy", graph="-", kernel="copy_", ms="", copy_gbps=round(bandwidth / 1e9))
     for name in names:
         try:
             (graph,) = graph_suite([name], data_root, device)
@@ -371,6 +405,8 @@ def main():
                 part_spmm_sweep(graph, plan, device)
             if "attn_launch" in parts and name in args.attention_graphs.split(","):
                 part_attention_launch(graph, plan, device, args.families.split(","))
+            if "reduction" in parts:
+                part_reduction(graph, plan, device, bandwidth)
             if "attention" in parts and name in args.attention_graphs.split(","):
                 part_attention(graph, plan, device, order_names, args.families.split(","))
         except Exception as exc:  # noqa: BLE001  (one graph's failure is its row; the rest still runs)
