@@ -8,9 +8,9 @@ Cora is read offline: the raw Planetoid files are copied from ``../shared/data/P
 repository), because PyG writes its processed files next to ``raw/``.
 
 The model is the GAT of Velickovic et al. (8 heads of 8 hidden features, ELU, dropout 0.6 on the
-features). Attention dropout is 0, so each layer's scores, edge softmax and weighted sum become one
-``gnn_io.attention`` op that reads only node rows and the graph plan (with attention dropout the
-random mask would be an extra per-edge input). The learning rate is twice the paper's so that the
+features). Attention dropout is 0; each layer's scores, edge softmax and weighted sum become one
+``gnn_io.attention`` op that reads only node rows and the graph plan (with attention dropout it would
+also read a seed and draw the mask itself: docs/attention.md). The learning rate is twice the paper's so that the
 default 20 epochs reach about 0.8 test accuracy.
 """
 from __future__ import annotations

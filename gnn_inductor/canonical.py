@@ -10,9 +10,11 @@ Inductor, which differentiates it, using the gnn_io ops' own autograd formulas.
 """
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import torch
 from torch._dispatch.python import enable_python_dispatcher
-from torch.fx import GraphModule
+from torch.fx import GraphModule, Node
 from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -32,13 +34,43 @@ _DECOMPOSITIONS = torch._decomp.get_decompositions([
 
 def _dropout(input, p=0.5, training=True, inplace=False):
     """``F.dropout`` spelled with traceable ops: the ATen kernel cannot run on symbolic sizes under
-    functionalisation. Same distribution (keep with probability ``1 - p``, scale by ``1/(1-p)``)."""
+    functionalisation. Same distribution (keep with probability ``1 - p``, scale by ``1/(1-p)``); the spelling
+    is what :func:`as_dropout` recognises."""
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return torch.zeros_like(input)
     keep = torch.rand(input.shape, dtype=input.dtype, device=input.device) > p  # shape only: no data dependence
     return input * keep * (1.0 / (1.0 - p))
+
+
+class Dropout(NamedTuple):
+    """One ``F.dropout`` in the canonical graph: ``result = masked * (1 / (1 - p))``, ``masked = input * keep``,
+    ``keep = rand(input.shape) > p``."""
+    result: Node
+    masked: Node
+    input: Node
+    keep: Node
+    rand: Node
+    p: float
+
+
+def as_dropout(node: Node) -> Optional[Dropout]:
+    """``node`` as the result of a dropout spelled by :func:`_dropout` (in ATen ops), else None."""
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target != aten.mul.Tensor or len(node.args) != 2 or node.kwargs:
+        return None
+    masked, scale = node.args
+    if not isinstance(masked, Node) or masked.target != aten.mul.Tensor or len(masked.args) != 2 or masked.kwargs:
+        return None
+    input, keep = masked.args
+    if not isinstance(keep, Node) or keep.target != aten.gt.Scalar:
+        return None
+    rand, p = keep.args
+    if not isinstance(rand, Node) or rand.target != aten.rand.default or not isinstance(p, float) \
+            or not 0.0 < p < 1.0 or scale != 1.0 / (1.0 - p):
+        return None
+    return Dropout(node, masked, input, keep, rand, p)
 
 
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):

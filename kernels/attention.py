@@ -1,8 +1,8 @@
-r"""Attention aggregation: edge scores, edge softmax and weighted sum in one op.
+r"""Attention aggregation: edge scores, edge softmax, attention dropout and weighted sum in one op.
 
 .. math::
     s_e = \mathrm{score}(a_e), \quad
-    \alpha_e = \mathrm{softmax}_{e \to i}(s_e), \quad
+    \alpha_e = \mathrm{softmax}_{e \to i}(s_e) \cdot \frac{\mathrm{keep}(e)}{1 - p}, \quad
     \mathrm{out}_i = \sum_{e = (j \to i)} \mathrm{message}(\alpha_e, a_e)
 
 ``score`` (``score_key``) and ``message`` (``message_key``) are edge functions cut from the model:
@@ -13,9 +13,14 @@ edge through their roles (``kernels/_common.py``).
 Ops:
 
 - ``gnn_io::attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None,
-  max_edges=0) -> out`` is what the rewrite emits: ``out [N, *M]`` (``M`` the message's per-edge
-  shape). ``items`` are the plan's work items (``gnn_io::work_items(rowptr, col, max_edges)``) for the
-  degree split on CUDA; other devices ignore them. It is a composite: ``attention_forward(...)[0]``.
+  max_edges=0, dropout_seed=None, dropout_p=0.0) -> out`` is what the rewrite emits: ``out [N, *M]`` (``M`` the
+  message's per-edge shape). ``items`` are the plan's work items (``gnn_io::work_items(rowptr, col, max_edges)``)
+  for the degree split on CUDA; other devices ignore them. It is a composite: ``attention_forward(...)[0]``.
+- Attention dropout (training): with an int64 scalar ``dropout_seed`` and ``0 < dropout_p < 1``, entry
+  ``(e, h)`` of alpha is kept where ``u(seed, e * H + h) >= p`` and scaled by ``1 / (1 - p)``, else 0
+  (``e`` the edge's position in the edge index the op's plan was built from, ``h`` the head; ``u`` the
+  counter-based generator of ``kernels/rng.py``). The message function gets the dropped alpha. Forward,
+  backward and the reference all regenerate the same mask from the seed: nothing edge-sized is stored.
 - ``gnn_io::attention_forward(...) -> (out, lse)`` also returns the per-(node, head) log-sum-exp of the
   scores (float32, ``[N, *H]``, 0 for nodes without edges), which its backward reads: the fused kernels
   recompute ``alpha_e = exp(s_e - lse_i)`` there instead of storing the attention matrix.
@@ -30,7 +35,7 @@ Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attent
 from __future__ import annotations
 
 import torch
-from gnn_inductor.kernels import attention_paths, attention_triton
+from gnn_inductor.kernels import attention_paths, attention_triton, rng
 from gnn_inductor.kernels._common import (
     ROLE_NAMES,
     edge_values,
@@ -47,15 +52,15 @@ from gnn_inductor import edge_functions
 
 
 def attention_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
-                        score_key: str, message_key: str, eps: float) -> Tensor:
-    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps)[0]
+                        score_key: str, message_key: str, eps: float, dropout: rng.Dropout | None = None) -> Tensor:
+    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout)[0]
 
 
-def _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps) -> tuple:
+def _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout=None) -> tuple:
     args, half = in_float32(args)
     values = edge_values(args, roles, col, row, perm)
     scores = edge_functions.lookup(score_key)(*values)
-    alpha = softmax_csr(scores, row, rowptr, eps)
+    alpha = rng.dropout_reference(softmax_csr(scores, row, rowptr, eps), dropout, perm)
     messages = edge_functions.lookup(message_key)(alpha, *values)
     out = segment_reduce(messages, row, rowptr, "sum")
     with torch.no_grad():
@@ -71,6 +76,14 @@ KERNEL = {"cuda": "fused CSR attention (Triton) for GAT / GATv2 / dot-product sc
 
 def kernel_name(device_type: str, details: dict) -> str:
     """The kernel an attention rewrite runs on ``device_type``, from its edge functions (for the report)."""
+    name = _kernel_name(device_type, details)
+    if details.get("dropout_p"):
+        name += (f"; attention dropout p={details['dropout_p']}: Philox mask regenerated from a per-call seed in "
+                 "forward and backward, no [E, H] mask stored")
+    return name
+
+
+def _kernel_name(device_type: str, details: dict) -> str:
     if device_type != "cuda" or "score" not in details:
         return KERNEL.get(device_type, KERNEL["cpu"])
     roles = [r if isinstance(r, int) else _ROLE_IDS[r] for r in details["roles"]]
@@ -91,12 +104,14 @@ def _fused(args, rowptr: Tensor) -> bool:
 
 _lib = torch.library.Library("gnn_io", "FRAGMENT")
 _lib.define("attention(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
-            "str score_key, str message_key, float eps, Tensor[]? items=None, int max_edges=0) -> Tensor")
+            "str score_key, str message_key, float eps, Tensor[]? items=None, int max_edges=0, "
+            "Tensor? dropout_seed=None, float dropout_p=0.0) -> Tensor")
 
 
-def _attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None, max_edges=0):
+def _attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None, max_edges=0,
+               dropout_seed=None, dropout_p=0.0):
     return attention_forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items or [],
-                             max_edges)[0]
+                             max_edges, dropout_seed, dropout_p)[0]
 
 
 _lib.impl("attention", _attention, "CompositeImplicitAutograd")
@@ -104,10 +119,11 @@ _lib.impl("attention", _attention, "CompositeImplicitAutograd")
 
 @torch.library.custom_op("gnn_io::attention_forward", mutates_args=())
 def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
-                      score_key: str, message_key: str, eps: float, items: list[Tensor],
-                      max_edges: int) -> tuple[Tensor, Tensor]:
+                      score_key: str, message_key: str, eps: float, items: list[Tensor], max_edges: int,
+                      dropout_seed: Tensor | None = None, dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    dropout = rng.dropout_of(dropout_seed, dropout_p)
     if _fused(args, rowptr):
-        layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+        layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
         if not isinstance(layout, str):
             decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
                                                items, max_edges)
@@ -115,7 +131,7 @@ def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col:
                 return attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
                                                    message_key, eps, max_edges)
             return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
-    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps)
+    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout)
 
 
 def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges) -> tuple:
@@ -136,7 +152,8 @@ def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, i
 
 
 @attention_forward.register_fake
-def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges):
+def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed=None,
+      dropout_p=0.0):
     values = fake_edge_values(args, roles, col.shape[0])
     scores = edge_functions.lookup(score_key)(*values)
     messages = edge_functions.lookup(message_key)(scores, *values)
@@ -149,10 +166,12 @@ def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, m
 @torch.library.custom_op("gnn_io::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                        row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
-                       max_edges: int, out: Tensor, lse: Tensor, needs_grad: list[bool]) -> list[Tensor]:
+                       max_edges: int, dropout_seed: Tensor | None, dropout_p: float, out: Tensor, lse: Tensor,
+                       needs_grad: list[bool]) -> list[Tensor]:
+    dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
     if _fused(args, rowptr):
-        layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+        layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
         if not isinstance(layout, str):
             decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
                                                items, max_edges)
@@ -166,35 +185,38 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                                                   max_edges, by_src=by_src)
     if grads is None:
         grads = recompute_grads(
-            lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps),
+            lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
+                                           dropout),
             list(args), grad_out, needs_grad)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
 @attention_backward.register_fake
-def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, out, lse,
-      needs_grad):
+def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
+      dropout_p, out, lse, needs_grad):
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges = inputs
+    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed, dropout_p = \
+        inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, *items)
-    ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges)
+    # the seed, not the mask: backward regenerates the forward's mask from it
+    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, dropout_seed, *items)
+    ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges, dropout_p)
     ctx.needs = [bool(a.requires_grad) for a in args]
 
 
 def _backward(ctx, grad_out, _grad_lse):
-    num_args, roles, score_key, message_key, eps, max_edges = ctx.meta
+    num_args, roles, score_key, message_key, eps, max_edges, dropout_p = ctx.meta
     saved = ctx.saved_tensors
-    args, (rowptr, col, row, perm, out, lse), items = list(saved[:num_args]), saved[num_args:num_args + 6], \
-        list(saved[num_args + 6:])
+    args, (rowptr, col, row, perm, out, lse, dropout_seed), items = \
+        list(saved[:num_args]), saved[num_args:num_args + 7], list(saved[num_args + 7:])
     grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
-                               max_edges, out, lse, ctx.needs)
+                               max_edges, dropout_seed, dropout_p, out, lse, ctx.needs)
     return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
-            None, [None] * len(items), None)
+            None, [None] * len(items), None, None, None)[:len(ctx.needs_input_grad)]  # a call may omit dropout
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup)

@@ -429,7 +429,7 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
 
     forward = block_sparse.dot_forward if decision.family == "dot" else block_sparse_gat.gat_forward
     out, lse = forward(args, roles, perm, score_key, message_key, decision.blocks, rowptr.numel() - 1, eps,
-                       decision.precision == "tf32")
+                       decision.precision == "tf32", layout.dropout)
     if decision.csr_items is not None and decision.csr_items[0].numel():
         csr_out, csr_lse = attention_triton.forward(layout, rowptr, col, perm, eps, decision.csr_items, max_edges)
         out += csr_out
@@ -440,16 +440,13 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
 def run_backward(decision: PathDecision, layout, grad_out: Tensor, out: Tensor, lse: Tensor, args, roles,
                  rowptr: Tensor, col: Tensor, perm: Tensor, score_key: str, message_key: str, needs_grad,
                  max_edges: int):
-    """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed), or None
-    when the block kernel cannot give one (an attention weight needs a gradient): the caller then runs the
-    reference backward."""
+    """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed; both regenerate
+    the forward's dropout mask from ``layout.dropout``)."""
     from gnn_inductor.kernels import attention_triton
 
-    if any(needs_grad[i] for i in layout.form.weights):
-        return None
     backward = block_sparse.dot_backward if decision.family == "dot" else block_sparse_gat.gat_backward
     grads = backward(grad_out, out, lse, args, roles, perm, score_key, message_key, decision.blocks,
-                     decision.transposed, needs_grad, decision.precision == "tf32")
+                     decision.transposed, needs_grad, decision.precision == "tf32", layout.dropout)
     if decision.csr_items is not None and decision.csr_items[0].numel():
         csr = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad,
                                         decision.csr_items, max_edges)

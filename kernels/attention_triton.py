@@ -8,10 +8,11 @@ For each destination ``i`` and head ``h`` (``e = (j -> i)`` its incoming edges, 
     \qquad \mathrm{lse}_{i,h} = m_i + \log \sum_e \exp(s_e - m_i)
 
 which is ``gnn_io::attention`` (kernels/attention.py) for the three score families below. ``m_i`` is a
-running maximum (online softmax), ``w_e`` a product of per-edge, per-head weights (PyG's attention dropout
-arrives as a keep-mask times ``1 / (1 - p)``) and ``v_e`` a sum of ``[rows, H, C]`` values (``x_j``, or
-TransformerConv's ``v_j + e_ij``). No ``[E, H, C]`` tensor is ever built: each program keeps a
-``BLOCK_E x BLOCK_C`` tile of the neighbourhood in registers.
+running maximum (online softmax), ``w_e`` alpha's attention dropout factor (``keep(e, h) / (1 - p)``, the mask
+regenerated in every kernel from the call's seed and the edge's original id by :mod:`kernels.rng`: forward and
+backward draw the same mask and no ``[E, H]`` tensor is stored; 1 without dropout) and ``v_e`` a sum of
+``[rows, H, C]`` values (``x_j``, or TransformerConv's ``v_j + e_ij``). No ``[E, H, C]`` tensor is ever built:
+each program keeps a ``BLOCK_E x BLOCK_C`` tile of the neighbourhood in registers.
 
 Families (recognised from the edge functions' FX graphs by :func:`recognise`; anything else runs the
 reference, so an unrecognised function is slower, never wrong):
@@ -74,6 +75,7 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
+from gnn_inductor.kernels.rng import Dropout, as_float32, dropped_triton
 from gnn_inductor.kernels.spmm_triton import WorkItems, work_items, work_items_op
 from torch import Tensor
 
@@ -84,7 +86,7 @@ MAX_EDGES = 256          # the degree split: a program walks at most this many e
 DENSE_GRAD_SLOTS = 32    # the att gradient is summed into this many slots, then reduced
 FAMILIES = {"gat": 0, "gatv2": 1, "dot": 2}
 _NONE = -1               # role of an unused argument slot
-_MAX_SCORE_TERMS, _MAX_VALUE_TERMS, _MAX_WEIGHTS = 3, 2, 1
+_MAX_SCORE_TERMS, _MAX_VALUE_TERMS = 3, 2
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before session 8 (comparisons, debugging)
@@ -124,7 +126,6 @@ class AttentionForm:
     negative_slope: float    # leaky_relu slope (gat, gatv2)
     score_scale: float
     value_terms: tuple       # summed into the message's [*, H, C] value
-    weights: tuple           # per-edge, per-head factors of alpha (dropout keep-masks)
     message_scale: float
 
 
@@ -205,9 +206,10 @@ def _score_form(fn) -> dict:
     raise _NotRecognised("score product is not att * leaky_relu(terms) nor query * (sum of keys)")
 
 
-def _alpha_chain(node, alpha, placeholders, weights: list) -> float:
+def _alpha_chain(node, alpha) -> float:
     """Walk from the alpha side of the message back to ``alpha`` through reshapes that add a trailing
-    unit channel dim, products with arguments (weights) and constants; returns the constant factor."""
+    unit channel dim and products with constants; returns the constant factor. (Attention dropout is not
+    part of the message: the op applies it to alpha, kernels/rng.py.)"""
     scale = 1.0
     while node is not alpha:
         if node.op != "call_function":
@@ -226,14 +228,7 @@ def _alpha_chain(node, alpha, placeholders, weights: list) -> float:
             if _number(b):
                 scale, node = scale * b, a
                 continue
-            if b in placeholders:
-                weights.append(placeholders[b])
-                node = a
-            elif a in placeholders:
-                weights.append(placeholders[a])
-                node = b
-            else:
-                raise _NotRecognised("alpha multiplied by a computed tensor")
+            raise _NotRecognised("alpha multiplied by a tensor")
         else:
             raise _NotRecognised(f"{node.target} on the alpha side of the message")
     return scale
@@ -250,13 +245,11 @@ def _message_form(fn) -> dict:
         if not isinstance(alpha_side, torch.fx.Node) or not isinstance(value_side, torch.fx.Node):
             continue
         try:
-            weights = []
-            scale = _alpha_chain(alpha_side, alpha, placeholders, weights)
-            return {"value_terms": _sum_of_args(value_side, placeholders), "weights": tuple(weights),
-                        "message_scale": scale}
+            scale = _alpha_chain(alpha_side, alpha)
+            return {"value_terms": _sum_of_args(value_side, placeholders), "message_scale": scale}
         except _NotRecognised:
             continue
-    raise _NotRecognised("message is not alpha (times weights and constants) times a sum of values")
+    raise _NotRecognised("message is not alpha (times constants) times a sum of values")
 
 
 _FORMS: dict = {}
@@ -269,12 +262,11 @@ def recognise(score_key: str, message_key: str, roles) -> AttentionForm | str:
         try:
             form = AttentionForm(**_score_form(edge_functions.lookup(score_key)),
                                  **_message_form(edge_functions.lookup(message_key)))
-            if len(form.score_terms) > _MAX_SCORE_TERMS or len(form.value_terms) > _MAX_VALUE_TERMS or \
-                    len(form.weights) > _MAX_WEIGHTS:
+            if len(form.score_terms) > _MAX_SCORE_TERMS or len(form.value_terms) > _MAX_VALUE_TERMS:
                 raise _NotRecognised("more terms than the kernel has slots for")
             per_edge = (ROLE_SRC, ROLE_DST, ROLE_EDGE)
-            if any(roles[i] not in per_edge for i in form.score_terms + form.value_terms + form.weights):
-                raise _NotRecognised("a score term, value or weight is dense")
+            if any(roles[i] not in per_edge for i in form.score_terms + form.value_terms):
+                raise _NotRecognised("a score term or value is dense")
             if form.family == "gatv2" and roles[form.query] != ROLE_DENSE:
                 raise _NotRecognised("gatv2 attention vector is not dense")
             if form.family == "dot" and roles[form.query] not in per_edge:
@@ -373,11 +365,11 @@ def _score(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2
 def _forward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
     item = tl.program_id(0)
     h = tl.program_id(1)
@@ -407,8 +399,8 @@ def _forward_kernel(
         p = tl.exp(score - m_new)
         l_vec = l_vec * correction + p
         weight = p * message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+        if DROPOUT:
+            weight = dropped_triton(weight, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
@@ -481,13 +473,13 @@ def _add_vector_grad(ptr, ROLE: tl.constexpr, src, dst, eid, h, num_heads, head_
 
 
 @triton.jit
-def _weight_and_value(w0, w0r, w0h, W0: tl.constexpr, v0, v0r, v0h, v0c, V0: tl.constexpr, v1, v1r, v1h, v1c,
-                      V1: tl.constexpr, src, dst, eid, h, chans, emask, tile_mask, message_scale,
-                      BLOCK_E: tl.constexpr):
-    """Backward's per-edge factor of alpha (``message_scale`` times the keep-mask weight) and value tile."""
+def _weight_and_value(seed_ptr, dropout_p, dropout_scale, DROPOUT: tl.constexpr, v0, v0r, v0h, v0c,
+                      V0: tl.constexpr, v1, v1r, v1h, v1c, V1: tl.constexpr, src, dst, eid, h, num_heads, chans,
+                      tile_mask, message_scale, BLOCK_E: tl.constexpr):
+    """Backward's per-edge factor of alpha (``message_scale`` times the dropout factor) and value tile."""
     weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
-    if W0 >= 0:
-        weight = weight * _scalar(w0, W0, src, dst, eid, h, w0r, w0h, emask)
+    if DROPOUT:
+        weight = dropped_triton(weight, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
     value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
     if V1 >= 0:
         value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
@@ -498,12 +490,12 @@ def _weight_and_value(w0, w0r, w0h, W0: tl.constexpr, v0, v0r, v0h, v0c, V0: tl.
 def _backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
         GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
     item = tl.program_id(0)
@@ -531,8 +523,9 @@ def _backward_kernel(
                                      q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
                                      slope, score_scale)
         alpha = tl.where(emask, tl.exp(score - lse), 0.0)
-        weight, value = _weight_and_value(w0, w0r, w0h, W0, v0, v0r, v0h, v0c, V0, v1, v1r, v1h, v1c, V1,
-                                          src, dst, eid, h, chans, emask, tile_mask, message_scale, BLOCK_E)
+        weight, value = _weight_and_value(seed_ptr, dropout_p, dropout_scale, DROPOUT, v0, v0r, v0h, v0c, V0,
+                                          v1, v1r, v1h, v1c, V1, src, dst, eid, h, num_heads, chans, tile_mask,
+                                          message_scale, BLOCK_E)
 
         grad_value = (alpha * weight)[:, None] * grad_row[None, :]
         if GV0:
@@ -642,11 +635,11 @@ def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr
 def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
         lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
         G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
@@ -713,8 +706,8 @@ def _split_backward_all_heads_kernel(
                                            score_mask, tile_mask, slope, score_scale)
         alpha = tl.where(score_mask, tl.exp(score - lse), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        if DROPOUT:
+            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -817,11 +810,11 @@ def _head_scores(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s
 def _forward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
@@ -858,8 +851,8 @@ def _forward_all_heads_kernel(
         p = tl.exp(score - m_new[None, :])
         l_tile = l_tile * correction[None, :] + p
         weight = p * message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        if DROPOUT:
+            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -896,12 +889,12 @@ def _add_head_grad(ptr, ROLE: tl.constexpr, src, dst, eid, inner, row_width, gra
 def _backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, w0, w0r, w0h,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, W0: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
         GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
         BLOCK_C: tl.constexpr):
@@ -941,8 +934,8 @@ def _backward_all_heads_kernel(
                                            chans, score_mask, tile_mask, slope, score_scale)
         alpha = tl.where(score_mask, tl.exp(score - lse[None, :]), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
-        if W0 >= 0:
-            weight = weight * _scalar(w0, W0, src, dst, eid, head_row, w0r, w0h, score_mask)
+        if DROPOUT:
+            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -1059,11 +1052,12 @@ def heads_variant(default: str = "all") -> str:
 
 
 class _Layout:
-    """The op's arguments as strided ``[rows, H]`` / ``[rows, H, C]`` views for the kernels' slots,
-    or the reason they do not fit (then the reference runs)."""
+    """The op's arguments as strided ``[rows, H]`` / ``[rows, H, C]`` views for the kernels' slots, and the
+    call's attention dropout (:class:`rng.Dropout` or None), or the reason they do not fit (then the reference
+    runs)."""
 
-    def __init__(self, form: AttentionForm, args, roles, num_edges: int):
-        self.form, self.args, self.roles = form, list(args), list(roles)
+    def __init__(self, form: AttentionForm, args, roles, num_edges: int, dropout: Dropout | None = None):
+        self.form, self.args, self.roles, self.dropout = form, list(args), list(roles), dropout
         self.reason = None
         value = args[form.value_terms[0]]
         if value.dim() != 3:
@@ -1077,15 +1071,18 @@ class _Layout:
             self._view(i, vector)
         for i in form.value_terms:
             self._view(i, True)
-        for i in form.weights:
-            self._view(i, False, weight=True)
         if form.query is not None:
             self._view(form.query, True)
-        if self.reason is None and any(a.dtype not in _FLOATS for i, a in enumerate(args)
-                                       if i in self.views and i not in form.weights):
+        if self.reason is None and any(a.dtype not in _FLOATS for i, a in enumerate(args) if i in self.views):
             self.reason = "an input is not float32, float16 or bfloat16"
+        # the kernels draw one mask entry per (edge, head): alpha must have one score per head, not one broadcast
+        # over the heads (whose dropout the reference draws once per edge)
+        per_edge_scores = form.score_terms + ((form.query,) if form.family == "dot" else ())
+        if self.reason is None and dropout is not None and any(
+                args[i].shape[1] != self.heads for i in per_edge_scores if roles[i] != ROLE_DENSE):
+            self.reason = "attention dropout on scores broadcast over the heads"
 
-    def _view(self, i: int, vector: bool, weight: bool = False):
+    def _view(self, i: int, vector: bool):
         if self.reason is not None:
             return
         if i in self.views:
@@ -1101,8 +1098,6 @@ class _Layout:
                 return
         if not vector and arg.dim() == 3 and arg.shape[2] == 1:
             arg = arg[..., 0]
-        if weight and arg.dtype == torch.bool:
-            arg = arg.view(torch.uint8)
         if arg.dim() != len(shape) + 1:
             self.reason = f"argument {i} has shape {tuple(self.args[i].shape)}, expected [rows, {shape}]"
             return
@@ -1140,15 +1135,24 @@ def _common_slots(layout: _Layout) -> tuple:
     vector = form.family != "gat"
     s = _padded(form.score_terms, _MAX_SCORE_TERMS)
     v = _padded(form.value_terms, _MAX_VALUE_TERMS)
-    w = _padded(form.weights, _MAX_WEIGHTS)
     pointers = [*layout.slot(s[0], True), *layout.slot(s[1], True), *layout.slot(s[2], True)] if vector else \
         [x for i in s for x in (*layout.slot(i, False), 0)]
     pointers += layout.slot(form.query, True) + layout.slot(v[0], True) + layout.slot(v[1], True)
-    pointers += layout.slot(w[0], False)
+    pointers += dropout_slot(layout.dropout, layout.slot(None, False)[0])
     constexprs = {"KIND": FAMILIES[form.family], "S0": layout.role(s[0]), "S1": layout.role(s[1]), "S2": layout.role(s[2]),
-                      "Q": layout.role(form.query), "V0": layout.role(v[0]), "V1": layout.role(v[1]), "W0": layout.role(w[0])}
-    constexprs["NEED_EID"] = ROLE_EDGE in [constexprs[k] for k in ("S0", "S1", "S2", "Q", "V0", "V1", "W0")]
+                      "Q": layout.role(form.query), "V0": layout.role(v[0]), "V1": layout.role(v[1]),
+                      "DROPOUT": layout.dropout is not None}
+    # the dropout counter is the original edge id: read through perm like an edge-role argument
+    constexprs["NEED_EID"] = layout.dropout is not None or \
+        ROLE_EDGE in [constexprs[k] for k in ("S0", "S1", "S2", "Q", "V0", "V1")]
     return pointers, constexprs
+
+
+def dropout_slot(dropout: Dropout | None, dummy: Tensor) -> list:
+    """The kernels' ``seed_ptr, dropout_p, dropout_scale`` arguments (``dummy`` and no-ops without dropout)."""
+    if dropout is None:
+        return [dummy, 0.0, 1.0]
+    return [dropout.seed, as_float32(dropout.p), dropout.scale]
 
 
 def _items(rowptr: Tensor, col: Tensor, items, max_edges: int):
@@ -1162,11 +1166,13 @@ def _out_dtype(args) -> torch.dtype:
     return next((a.dtype for a in args if a.dtype in (torch.float16, torch.bfloat16)), torch.float32)
 
 
-def prepare(args, roles, perm: Tensor, score_key: str, message_key: str) -> _Layout | str:
+def prepare(args, roles, perm: Tensor, score_key: str, message_key: str,
+            dropout: Dropout | None = None) -> _Layout | str:
+    """The kernels' :class:`_Layout` of an attention op's arguments, or the reason the reference runs."""
     form = recognise(score_key, message_key, roles)
     if isinstance(form, str):
         return form
-    layout = _Layout(form, args, roles, perm.shape[0])
+    layout = _Layout(form, args, roles, perm.shape[0], dropout)
     return layout.reason if layout.reason is not None else layout
 
 
@@ -1290,8 +1296,8 @@ def _grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
              variant: str | None = None, by_src: SourceCSR | None = None):
-    """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), or None when a weight
-    (a factor of alpha) needs one: those run the reference backward.
+    """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
+    regenerated from ``layout.dropout``.
 
     With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, for all heads at once;
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
@@ -1300,8 +1306,6 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     counted too.
     """
     form, channels = layout.form, layout.channels
-    if any(needs_grad[i] for i in form.weights):
-        return None
     query = (form.query,) if form.query is not None else ()
     buffers = {}
     for i in dict.fromkeys(form.score_terms + query + form.value_terms):

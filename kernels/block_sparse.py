@@ -6,7 +6,8 @@ order (``order``, a permutation of the destination rows; the identity when none 
 columns. A tile ``t`` holds
 
 - ``tile_col[t, j]``: the source node of its ``j``-th column (int32, ``-1`` past the window's last column);
-- ``tile_edge[t, r, j]``: the original edge id (the index edge features and dropout masks are read with)
+- ``tile_edge[t, r, j]``: the original edge id (the index edge features are read with, and the counter the
+  attention dropout mask is regenerated from)
   of the edge ``tile_col[t, j] -> window_rows[w, r]``, ``-1`` where there is none: the cell mask.
 
 ``tile_ptr[w] : tile_ptr[w + 1]`` are the tiles of window ``w``. One edge id per cell cannot hold two
@@ -16,7 +17,8 @@ those windows to the CSR kernel. The build is torch ops only, on the inputs' dev
 over rows or edges (it syncs for sizes: the number of distinct (window, column) pairs and of tiles).
 
 **Forward** (dot-product family: TransformerConv without edge features, optionally with PyG's attention
-dropout as an edge-role keep-mask weight). One program per (dense window, head):
+dropout, its mask ``w`` regenerated per cell from the call's seed and ``tile_edge``: ``kernels/rng.py``). One
+program per (dense window, head):
 
 .. math::
     S = \mathrm{scale} \cdot Q_W K_T^\top, \quad
@@ -39,8 +41,8 @@ once per graph from the block format's cells.
 **Backward** (:func:`dot_backward`, :class:`BlockSparseDotAttention`): ``P = exp(S - lse)`` recomputed per
 tile from the saved ``lse``, ``D_i = <dO_i, O_i>`` computed once per (row, head); ``dQ`` per row window over
 the block format, ``dK`` and ``dV`` per source window over the transposed one (each source row written by
-one program: no atomics). The keep-mask weight is read through ``tile_edge``; its own gradient is not
-computed. Same dot precisions as the forward, ``dO`` cast to the inputs' dtype for the dots.
+one program: no atomics). The dropout factor ``w`` is regenerated from ``tile_edge`` as in the forward. Same
+dot precisions as the forward, ``dO`` cast to the inputs' dtype for the dots.
 """
 from __future__ import annotations
 
@@ -50,7 +52,9 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels import attention_triton
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels.attention_triton import dropout_slot
+from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
 WINDOW = 16  # destination rows per window: the M side of the tl.dot tiles
@@ -173,9 +177,9 @@ def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_
 @triton.jit
 def _dot_forward_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
-        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, num_heads, head_dim, score_scale, message_scale, eps,
-        HAS_WEIGHT: tl.constexpr, PRECISION: tl.constexpr,
+        DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
     h = tl.program_id(1)
@@ -204,8 +208,8 @@ def _dot_forward_kernel(
         correction = tl.exp(m - shift)
         p = tl.exp(score - shift[:, None])
         total = total * correction + tl.sum(p, axis=1)
-        if HAS_WEIGHT:
-            p = p * tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
+        if DROPOUT:
+            p = dropped_triton(p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         acc = acc * correction[:, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
         m = m_new
 
@@ -225,16 +229,14 @@ def dot_form_reason(layout) -> str | None:
         return "the query is not a destination-row input"
     if any(roles[i] != ROLE_SRC for i in form.score_terms + form.value_terms):
         return "a key or value term is not a source-row input (edge features are not supported yet)"
-    if any(roles[i] != ROLE_EDGE for i in form.weights):
-        return "an attention weight is not per edge"
     return None
 
 
-def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str) -> tuple:
+def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str, dropout: Dropout | None) -> tuple:
     """``(layout, query, key, value)``: the attention's layout and its ``[rows, H, C]`` operands (key and value
     terms summed, all in the half dtype when any input is half precision); ``ValueError`` naming the reason
     when it is not of the supported dot-product form (see :func:`dot_form_reason`)."""
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
     reason = layout if isinstance(layout, str) else dot_form_reason(layout)
     if reason is not None:
         raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
@@ -253,22 +255,22 @@ def _precision(allow_tf32: bool, dtype: torch.dtype) -> str:
 
 
 def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
-                num_dst: int, eps: float, allow_tf32: bool = False) -> tuple[Tensor, Tensor]:
-    """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` for the rows of ``dense_ok``
-    windows (others 0); raises ``ValueError`` naming the reason when the attention is not of the
-    supported dot-product form (see :func:`dot_form_reason`)."""
-    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key)
+                num_dst: int, eps: float, allow_tf32: bool = False,
+                dropout: Dropout | None = None) -> tuple[Tensor, Tensor]:
+    """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` (with ``dropout`` on alpha when given)
+    for the rows of ``dense_ok`` windows (others 0); raises ``ValueError`` naming the reason when the attention
+    is not of the supported dot-product form (see :func:`dot_form_reason`)."""
+    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key, dropout)
     form, heads, channels = layout.form, layout.heads, layout.channels
     device = blocks.tile_ptr.device
     out = torch.zeros((num_dst, heads, channels), dtype=query.dtype, device=device)
     lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
-    weight = layout.views[form.weights[0]] if form.weights else lse
     if blocks.dense_windows.shape[0] and heads:
         _dot_forward_kernel[(blocks.dense_windows.shape[0], heads)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
-            query, *query.stride(), key, *key.stride(), value, *value.stride(), weight, *weight.stride()[:2],
+            query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
-            HAS_WEIGHT=bool(form.weights), PRECISION=_precision(allow_tf32, query.dtype),
+            DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
             WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, triton.next_power_of_2(channels)))
     return out, lse
 
@@ -280,9 +282,9 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
 @triton.jit
 def _dot_backward_query_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
-        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, num_heads, head_dim, score_scale, message_scale,
-        HAS_WEIGHT: tl.constexpr, PRECISION: tl.constexpr,
+        DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
     """dQ of one (row window, head): ``scale * sum_tiles dS K``."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
@@ -309,8 +311,8 @@ def _dot_backward_query_kernel(
             cmask, score_scale, PRECISION, WINDOW, TILE)
         p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
         grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
-        if HAS_WEIGHT:
-            grad_p = grad_p * tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
+        if DROPOUT:
+            grad_p = dropped_triton(grad_p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         grad_score = p * (grad_p - delta[:, None])
         grad_query += tl.dot(grad_score.to(key.dtype), key, input_precision=PRECISION)
     tl.store(grad_q_ptr + node_offsets, grad_query * score_scale, mask=row_mask)
@@ -319,9 +321,9 @@ def _dot_backward_query_kernel(
 @triton.jit
 def _dot_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,
-        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr, num_heads, head_dim, score_scale, message_scale,
-        HAS_WEIGHT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
+        DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
     """dK and dV of one (source window of the transposed format, head), its tiles' columns destination rows:
     ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles."""
@@ -352,11 +354,9 @@ def _dot_backward_source_kernel(
         has_edge = eid >= 0
         score = tl.dot(key, tl.trans(query), input_precision=PRECISION) * score_scale
         p = tl.exp(tl.where(has_edge, score - lse[None, :], float("-inf")))
-        if HAS_WEIGHT:
-            weight = tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
-            p_weighted = p * weight * message_scale
-        else:
-            p_weighted = p * message_scale
+        p_weighted = p * message_scale
+        if DROPOUT:
+            p_weighted = dropped_triton(p_weighted, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         if GRAD_VALUE:
             grad_value += tl.dot(p_weighted.to(grad_out.dtype), grad_out, input_precision=PRECISION)
         if GRAD_KEY:
@@ -374,36 +374,32 @@ def _dot_backward_source_kernel(
 
 def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
                  message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
-                 allow_tf32: bool = False) -> list:
+                 allow_tf32: bool = False, dropout: Dropout | None = None) -> list:
     r"""Gradients of :func:`dot_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
     argument's dtype, through the edges of ``blocks``' ``dense_ok`` windows only (the rest is the CSR
     backward's, as in the forward). ``transposed`` is ``transpose_block_format(blocks, num_src)``.
 
-    Per head, with ``P = exp(S - lse)`` recomputed per tile (0 off the edges), ``w`` the keep-mask weight
-    (1 without one), ``s`` the score scale, ``m`` the message scale and ``D_i = <dO_i, O_i>``:
+    Per head, with ``P = exp(S - lse)`` recomputed per tile (0 off the edges), ``w`` the dropout factor
+    (``keep / (1 - p)`` regenerated from the seed, 1 without dropout), ``s`` the score scale, ``m`` the
+    message scale and ``D_i = <dO_i, O_i>``:
 
     .. math::
-        dS = P \circ (m \, w \circ (dO\, V^	op) - D \mathbf{1}^	op), \quad
-        dQ = s \, dS\, K, \quad dK = s \, dS^	op Q, \quad dV = m \, (P \circ w)^	op dO
+        dS = P \circ (m \, w \circ (dO\, V^\top) - D \mathbf{1}^\top), \quad
+        dQ = s \, dS\, K, \quad dK = s \, dS^\top Q, \quad dV = m \, (P \circ w)^\top dO
 
     ``dQ`` per row window over ``blocks``; ``dK`` and ``dV`` per source window over ``transposed``, each
-    source row written by one program (no atomics). Every key term gets ``dK``, every value term ``dV``.
-    A gradient of the weight (the dropout keep-mask) is not computed: ``ValueError``."""
-    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key)
+    source row written by one program (no atomics). Every key term gets ``dK``, every value term ``dV``."""
+    layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key, dropout)
     form, heads, channels = layout.form, layout.heads, layout.channels
-    if any(needs_grad[i] for i in form.weights):
-        raise ValueError("block-sparse backward does not compute the gradient of an attention weight "
-                         "(dropout keep-mask): run the CSR backward")
     need_query = bool(needs_grad[form.query])
     need_key = any(needs_grad[i] for i in form.score_terms)
     need_value = any(needs_grad[i] for i in form.value_terms)
     device = blocks.tile_ptr.device
     delta = (grad_out.float() * out.float()).sum(-1).contiguous()
     grad_out = grad_out.to(query.dtype).contiguous()
-    weight = layout.views[form.weights[0]] if form.weights else lse
-    common = {"HAS_WEIGHT": bool(form.weights), "PRECISION": _precision(allow_tf32, query.dtype),
+    common = {"DROPOUT": dropout is not None, "PRECISION": _precision(allow_tf32, query.dtype),
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, triton.next_power_of_2(channels))}
-    operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), weight, *weight.stride()[:2]]
+    operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 
     grad_query = torch.zeros(query.shape, dtype=torch.float32, device=device) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
@@ -432,23 +428,26 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
 
 def attention_function(name: str, forward_fn, backward_fn, doc: str) -> type:
     """An autograd Function ``(out, lse) = apply(blocks, transposed, perm, roles, score_key, message_key, num_dst,
-    eps, allow_tf32, *args)`` over a block-sparse forward and backward pair (``lse`` not differentiable). Only
-    the rows of ``blocks``' ``dense_ok`` windows are computed, forward and backward."""
+    eps, allow_tf32, dropout, *args)`` over a block-sparse forward and backward pair (``lse`` not differentiable;
+    ``dropout`` a :class:`rng.Dropout` or None, the same mask regenerated in backward). Only the rows of
+    ``blocks``' ``dense_ok`` windows are computed, forward and backward."""
 
-    def forward(ctx, blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32, *args):
-        out, lse = forward_fn(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32)
+    def forward(ctx, blocks, transposed, perm, roles, score_key, message_key, num_dst, eps, allow_tf32, dropout,
+                *args):
+        out, lse = forward_fn(list(args), roles, perm, score_key, message_key, blocks, num_dst, eps, allow_tf32,
+                              dropout)
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(perm, out, lse, *args)
-        ctx.meta = (blocks, transposed, roles, score_key, message_key, allow_tf32)
+        ctx.meta = (blocks, transposed, roles, score_key, message_key, allow_tf32, dropout)
         return out, lse
 
     def backward(ctx, grad_out, _grad_lse):
-        blocks, transposed, roles, score_key, message_key, allow_tf32 = ctx.meta
+        blocks, transposed, roles, score_key, message_key, allow_tf32, dropout = ctx.meta
         perm, out, lse, *args = ctx.saved_tensors
-        needs_grad = list(ctx.needs_input_grad[9:])
+        needs_grad = list(ctx.needs_input_grad[10:])
         grads = backward_fn(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
-                            needs_grad, allow_tf32)
-        return (None,) * 9 + tuple(grads)
+                            needs_grad, allow_tf32, dropout)
+        return (None,) * 10 + tuple(grads)
 
     return type(name, (torch.autograd.Function,), {"__doc__": doc, "forward": staticmethod(forward),
                                                     "backward": staticmethod(backward)})

@@ -14,7 +14,8 @@ built element-wise as a ``WINDOW x TILE`` (gat) or ``WINDOW x TILE x C`` (gatv2,
 registers) tile, masked by ``tile_edge >= 0``; then the dot kernel's online softmax across the window's tiles
 and ``P V`` as a ``tl.dot`` of ``WINDOW x TILE`` by ``TILE x C`` (``V`` the sum of the value terms, gathered by
 the tile's source columns). ``out = message_scale * acc / (total + eps)``, ``lse`` per (row, head), 0 for rows
-without edges; an edge-role weight (PyG's dropout keep-mask) multiplies ``P`` before the dot. One program per
+without edges; PyG's attention dropout multiplies ``P`` by ``keep / (1 - p)`` before the dot, the mask
+regenerated per cell from the call's seed and the cell's edge id (``kernels/rng.py``). One program per
 (dense window, head); rows of windows that are not ``dense_ok`` are left 0, as :func:`block_sparse.dot_forward`.
 
 Score terms of one role are summed before the launch when there are several (in float32, node- or edge-sized);
@@ -23,7 +24,8 @@ for the dot) is in the half dtype when any input is half precision, with float32
 IEEE products unless ``allow_tf32``.
 
 **Backward** (:func:`gat_backward`): ``P = exp(S - lse)`` recomputed per tile, ``D_i = <dO_i, O_i>``,
-``dS = scale * P (message_scale * w * dO V^T - D)`` (``w`` the weight, 1 without one), and the leaky ReLU's
+``dS = scale * P (message_scale * w * dO V^T - D)`` (``w`` the dropout factor, regenerated as in the
+forward, 1 without dropout), and the leaky ReLU's
 slope ``lrelu'(t)`` per cell (per channel for gatv2):
 
 - per row window over the block format: the dst-role terms' gradient (``sum_j dS lrelu'``, or
@@ -36,7 +38,7 @@ slope ``lrelu'(t)`` per cell (per channel for gatv2):
 
 Not supported (:func:`gat_form_reason`, ``ValueError`` naming the reason, the caller runs the CSR kernel):
 value terms that are not source-row inputs (an edge-role value is per cell, not a ``TILE x C`` operand of
-``P V``), weights that are not per edge, and (backward) the gradient of a weight.
+``P V``).
 """
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.attention_triton import dropout_slot
 from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision, attention_function
+from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
 FAMILIES = ("gat", "gatv2")
@@ -115,11 +119,6 @@ def _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2: tl.constexpr, BLOCK_
     return att
 
 
-@triton.jit
-def _edge_weight(w_ptr, wr, wh, eid, has_edge, h):
-    return tl.load(w_ptr + eid.to(tl.int64) * wr + h * wh, mask=has_edge, other=0).to(tl.float32)
-
-
 # ---------------------------------------------------------------------------------------------
 # Forward
 # ---------------------------------------------------------------------------------------------
@@ -128,9 +127,9 @@ def _edge_weight(w_ptr, wr, wh, eid, has_edge, h):
 def _gat_forward_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
         s_ptr, sr, sh, sc, d_ptr, dr, dh, dc, e_ptr, er, eh, ec, att_ptr, ah, ac,
-        v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, num_heads, head_dim, slope, score_scale, message_scale, eps,
-        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr,
         BLOCK_C: tl.constexpr):
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
@@ -165,8 +164,8 @@ def _gat_forward_kernel(
         correction = tl.exp(m - shift)
         p = tl.exp(score - shift[:, None])
         total = total * correction + tl.sum(p, axis=1)
-        if HAS_WEIGHT:
-            p = p * _edge_weight(w_ptr, wr, wh, eid, has_edge, h)
+        if DROPOUT:
+            p = dropped_triton(p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         acc = acc * correction[:, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
         m = m_new
 
@@ -184,8 +183,6 @@ def gat_form_reason(layout) -> str | None:
         return f"{form.family} family: the block-sparse GAT kernels run the gat and gatv2 families only"
     if any(roles[i] != ROLE_SRC for i in form.value_terms):
         return "a value term is not a source-row input (edge-role values are not supported)"
-    if any(roles[i] != ROLE_EDGE for i in form.weights):
-        return "an attention weight is not per edge"
     if any(roles[i] not in (ROLE_SRC, ROLE_DST, ROLE_EDGE) for i in form.score_terms):
         return "a score term is not a source, destination or edge input"
     if form.family == "gatv2" and roles[form.query] != ROLE_DENSE:
@@ -197,14 +194,13 @@ class _Operands(NamedTuple):
     layout: object
     terms: dict          # role -> (argument indices, summed term view or None)
     value: Tensor        # [num_src, H, C], the half dtype when any input is half precision
-    weight: Tensor | None
     att: Tensor | None   # gatv2: [1, H, C] view
 
 
-def _operands(args, roles, perm: Tensor, score_key: str, message_key: str) -> _Operands:
-    """The attention's layout and operands; ``ValueError`` naming the reason when it is not of a supported
-    form (see :func:`gat_form_reason`)."""
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+def _operands(args, roles, perm: Tensor, score_key: str, message_key: str, dropout: Dropout | None) -> _Operands:
+    """The attention's layout (with the call's dropout) and operands; ``ValueError`` naming the reason when it is
+    not of a supported form (see :func:`gat_form_reason`)."""
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
     reason = layout if isinstance(layout, str) else gat_form_reason(layout)
     if reason is not None:
         raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
@@ -223,9 +219,8 @@ def _operands(args, roles, perm: Tensor, score_key: str, message_key: str) -> _O
     half = attention_triton._out_dtype(layout.args)
     if half != torch.float32:
         value = value.to(half)
-    weight = layout.views[form.weights[0]] if form.weights else None
     att = layout.views[form.query] if form.family == "gatv2" else None
-    return _Operands(layout, terms, value, weight, att)
+    return _Operands(layout, terms, value, att)
 
 
 def _slot(t: Tensor | None, dummy: Tensor, vector: bool) -> list:
@@ -242,13 +237,12 @@ def _kernel_operands(ops: _Operands) -> tuple:
     value = ops.value
     src, dst, edge = (ops.terms[r][1] for r in (ROLE_SRC, ROLE_DST, ROLE_EDGE))
     att = [value, 0, 0] if ops.att is None else [ops.att, ops.att.stride(1), ops.att.stride(2)]
-    weight = [value, 0, 0] if ops.weight is None else [ops.weight, *ops.weight.stride()[:2]]
     pointers = [*_slot(src, value, v2), *_slot(dst, value, v2), *_slot(edge, value, v2), *att,
-                value, *value.stride(), *weight]
+                value, *value.stride(), *dropout_slot(layout.dropout, value)]
     channels = layout.channels
     block_c = max(16, triton.next_power_of_2(channels))
     constexprs = {"HAS_SRC": src is not None, "HAS_DST": dst is not None, "HAS_EDGE": edge is not None,
-                  "HAS_WEIGHT": ops.weight is not None, "V2": v2, "WINDOW": WINDOW, "TILE": TILE,
+                  "DROPOUT": layout.dropout is not None, "V2": v2, "WINDOW": WINDOW, "TILE": TILE,
                   "BLOCK_C": block_c,
                   # gatv2 holds WINDOW x TILE x BLOCK_C tiles in registers: more warps for wide heads (unmeasured)
                   "num_warps": 8 if v2 and block_c >= 64 else 4}
@@ -256,11 +250,12 @@ def _kernel_operands(ops: _Operands) -> tuple:
 
 
 def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
-                num_dst: int, eps: float, allow_tf32: bool = False) -> tuple[Tensor, Tensor]:
+                num_dst: int, eps: float, allow_tf32: bool = False,
+                dropout: Dropout | None = None) -> tuple[Tensor, Tensor]:
     """``(out [N, H, C], lse [N, H] float32)`` of ``gnn_io::attention`` (gat or gatv2 family, by the layout's
-    form) for the rows of ``dense_ok`` windows (others 0); raises ``ValueError`` naming the reason when the
-    attention is not of a supported form (see :func:`gat_form_reason`)."""
-    ops = _operands(args, roles, perm, score_key, message_key)
+    form; with ``dropout`` on alpha when given) for the rows of ``dense_ok`` windows (others 0); raises
+    ``ValueError`` naming the reason when the attention is not of a supported form (see :func:`gat_form_reason`)."""
+    ops = _operands(args, roles, perm, score_key, message_key, dropout)
     layout = ops.layout
     form, heads, channels = layout.form, layout.heads, layout.channels
     device = blocks.tile_ptr.device
@@ -283,10 +278,10 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
 def _gat_backward_row_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
         s_ptr, sr, sh, sc, d_ptr, dr, dh, dc, e_ptr, er, eh, ec, att_ptr, ah, ac,
-        v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_dst_ptr, grad_edge_ptr, grad_att_ptr,
         num_heads, head_dim, slope, score_scale, message_scale,
-        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, GRAD_DST: tl.constexpr, GRAD_EDGE: tl.constexpr, GRAD_ATT: tl.constexpr,
         PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per (row window, head): the dst-role terms' gradient, the edge-role terms' gradient (stored at the cells'
@@ -326,8 +321,8 @@ def _gat_backward_row_kernel(
                         mask=col_valid[:, None] & cmask[None, :], other=0)
         p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
         grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
-        if HAS_WEIGHT:
-            grad_p = grad_p * _edge_weight(w_ptr, wr, wh, eid, has_edge, h)
+        if DROPOUT:
+            grad_p = dropped_triton(grad_p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         grad_score = p * (grad_p - delta[:, None]) * score_scale
         if V2:
             slope_of = tl.where(terms > 0, 1.0, slope)
@@ -358,10 +353,10 @@ def _gat_backward_row_kernel(
 def _gat_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,
         s_ptr, sr, sh, sc, d_ptr, dr, dh, dc, e_ptr, er, eh, ec, att_ptr, ah, ac,
-        v_ptr, vr, vh, vc, w_ptr, wr, wh,
+        v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_src_ptr, grad_value_ptr,
         num_heads, head_dim, slope, score_scale, message_scale,
-        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+        HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, GRAD_SRC: tl.constexpr, GRAD_VALUE: tl.constexpr,
         PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per (source window of the transposed format, head), its tiles' columns destination rows, cells
@@ -397,10 +392,9 @@ def _gat_backward_source_kernel(
         grad_out = tl.load(grad_out_ptr + (dsts[:, None] * num_heads + h) * head_dim + chans[None, :],
                            mask=dst_valid[:, None] & cmask[None, :], other=0)
         p = tl.exp(tl.where(has_edge, score - lse[None, :], float("-inf")))
-        if HAS_WEIGHT:
-            p_weighted = p * _edge_weight(w_ptr, wr, wh, eid, has_edge, h) * message_scale
-        else:
-            p_weighted = p * message_scale
+        p_weighted = p * message_scale
+        if DROPOUT:
+            p_weighted = dropped_triton(p_weighted, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
         if GRAD_VALUE:
             grad_value += tl.dot(p_weighted.to(grad_out.dtype), grad_out, input_precision=PRECISION)
         if GRAD_SRC:
@@ -425,18 +419,14 @@ def _gat_backward_source_kernel(
 
 def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
                  message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
-                 allow_tf32: bool = False) -> list:
+                 allow_tf32: bool = False, dropout: Dropout | None = None) -> list:
     """Gradients of :func:`gat_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
     argument's dtype, through the edges of ``blocks``' ``dense_ok`` windows only (the rest is the CSR backward's,
     as in the forward). ``transposed`` is ``transpose_block_format(blocks, num_src)``. Every score term of a role
-    gets that role's gradient, every value term ``dV`` (module docstring). A gradient of the weight (the dropout
-    keep-mask) is not computed: ``ValueError``."""
-    ops = _operands(args, roles, perm, score_key, message_key)
+    gets that role's gradient, every value term ``dV`` (module docstring); ``dropout`` is the forward's."""
+    ops = _operands(args, roles, perm, score_key, message_key, dropout)
     layout = ops.layout
     form, heads, channels = layout.form, layout.heads, layout.channels
-    if any(needs_grad[i] for i in form.weights):
-        raise ValueError("block-sparse backward does not compute the gradient of an attention weight "
-                         "(dropout keep-mask): run the CSR backward")
     v2 = form.family == "gatv2"
 
     def needed(indices) -> bool:

@@ -13,17 +13,23 @@ hoisted with the plan, so built once per graph) that split hubs across programs 
 (``kernels/attention_triton.py``); elsewhere none. The edge softmax stays in the graph only for other users of ``alpha`` (returned attention
 weights), otherwise it is removed as dead code.
 
-Attention dropout (PyG's ``F.dropout(alpha)``) stays fused: the canonical form spells it as a
-random keep-mask (``rand(E, H) > p``, drawn from the shape alone), which reaches the op as a
-per-edge input, so forward and backward see the same mask.
+Attention dropout (PyG's ``F.dropout(alpha)`` in training) is folded into the op: the canonical form spells it
+``alpha * (rand(E, H) > p) * (1 / (1 - p))`` (``canonical.as_dropout``); the rewrite drops the random keep-mask
+from the message and gives the op ``p`` and a seed drawn in the graph (``randint(2^31 - 1)`` from torch's
+default generator: ``torch.manual_seed`` governs it, every call draws a new one). The kernels regenerate the
+mask from the seed and the edge id in forward and backward (``kernels/rng.py``): no ``[E, H]`` tensor. A node
+that reads the dropped-out alpha outside the message (PyG's returned attention weights) reads the same mask,
+``gnn_io.dropout_keep(seed, [E, H], p)``. In eval mode there is no dropout in the graph at all.
 
 Near misses: the weights pass through another random op that reads them, or the scores are not
 per-edge math; those aggregations are left to the gather-scatter family, with the edge softmax
 kept as its own op.
 """
 import torch
+from gnn_inductor.kernels import rng
 from gnn_inductor.kernels.attention_triton import MAX_EDGES, recognise
 
+from gnn_inductor import canonical
 from gnn_inductor.graph_match import (
     NotAnEdgeFunction,
     build_edge_fn,
@@ -33,6 +39,7 @@ from gnn_inductor.graph_match import (
     pack_args,
     val,
 )
+from gnn_inductor.kernels._common import ROLE_EDGE
 from gnn_inductor.rewrite import Pattern
 
 COVERS = (("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
@@ -68,31 +75,70 @@ def match(node, ctx):
         return None
     if agg.scatter.reduce != "sum" or index_key(_softmax_index(region.special)) != agg.roles.dst_key:
         return None
+    agg.softmax = region.special
     try:
-        agg.score_region = collect_region(region.special.args[0], agg.roles)
+        agg.score_region = collect_region(agg.softmax.args[0], agg.roles)
     except NotAnEdgeFunction as exc:
         return f"attention scores are not per-edge math ({exc}); aggregated by gather_scatter"
+    agg.dropout = _fold_dropout(region)
     return agg
+
+
+def _fold_dropout(region) -> canonical.Dropout | None:
+    """The dropout on alpha when the message reads alpha only through it, taken out of the message: the region's
+    alpha input becomes the dropout's result and the keep-mask is no longer an input (the op applies dropout
+    itself). None, and the region unchanged, otherwise: the mask then stays a per-edge input and the op runs
+    its reference (correct, not fused)."""
+    alpha, members = region.special, set(region.nodes)
+    readers = [n for n in alpha.users if n in members]
+    dropout = canonical.as_dropout(next(iter(readers[0].users))) if len(readers) == 1 and \
+        len(readers[0].users) == 1 else None
+    if dropout is None or dropout.input is not alpha or dropout.result not in members or \
+            len(dropout.keep.users) != 1 or len(dropout.rand.users) != 1 or \
+            region.inputs.get(dropout.keep, (None,))[0] != ROLE_EDGE:
+        return None
+    region.special = dropout.result
+    region.nodes = [n for n in region.nodes if n is not dropout.masked and n is not dropout.result]
+    del region.inputs[dropout.keep]
+    return dropout
+
+
+def _draw_seed(dropout: canonical.Dropout, ctx):
+    """The seed node of a folded dropout, and the dropout's keep-mask replaced by the one the op draws from it
+    (for anything else in the graph that reads the dropped-out alpha; dead code otherwise)."""
+    device = val(dropout.keep).device
+    seed = ctx.call(torch.ops.aten.randint.default, (rng.SEED_HIGH, []), before=dropout.keep, dtype=torch.int64,
+                    device=device)
+    same_mask = ctx.call(torch.ops.gnn_io.dropout_keep.default, (seed, list(dropout.rand.args[0]), dropout.p),
+                         before=dropout.keep)
+    dropout.keep.replace_all_uses_with(same_mask)
+    graph = ctx.gm.graph
+    graph.erase_node(dropout.keep)
+    graph.erase_node(dropout.rand)  # random ops are never dead code to FX
+    return seed
 
 
 def replace(agg, ctx):
     tensors, roles, arg_of = pack_args([agg.region, agg.score_region])
     score_key = ctx.register_fn(build_edge_fn(agg.score_region, arg_of, len(tensors), special_first=False))
     message_key = ctx.register_fn(build_edge_fn(agg.region, arg_of, len(tensors), special_first=True))
-    eps = agg.region.special.args[4]
+    eps = agg.softmax.args[4]
     plan = ctx.plan_for(agg)
     before = agg.scatter.result
     items, max_edges = None, 0
     if val(agg.scatter.node).device.type == "cuda":
         items = ctx.call_parts(torch.ops.gnn_io.work_items.default, (plan.rowptr, plan.col, MAX_EDGES), before, 4)
         max_edges = MAX_EDGES
+    dropout = (_draw_seed(agg.dropout, ctx), agg.dropout.p) if agg.dropout is not None else ()
     new = ctx.call(torch.ops.gnn_io.attention.default,
-                   (tensors, roles, *plan.walk, score_key, message_key, eps, items, max_edges), before=before)
+                   (tensors, roles, *plan.walk, score_key, message_key, eps, items, max_edges, *dropout), before=before)
     form = recognise(score_key, message_key, roles)
-    ctx.record("attention", "gnn_io.attention", agg.scatter.node,
-               {"roles": list(roles), "score": score_key, "message": message_key,
-                "family": None if isinstance(form, str) else form.family,
-                "dtype": str(val(agg.scatter.node).dtype).removeprefix("torch.")}, plan.rowptr)
+    details = {"roles": list(roles), "score": score_key, "message": message_key,
+               "family": None if isinstance(form, str) else form.family,
+               "dtype": str(val(agg.scatter.node).dtype).removeprefix("torch.")}
+    if agg.dropout is not None:
+        details["dropout_p"] = agg.dropout.p
+    ctx.record("attention", "gnn_io.attention", agg.scatter.node, details, plan.rowptr)
     return new
 
 

@@ -11,7 +11,7 @@ from gnn_inductor.kernels.attention import attention_reference
 
 from gnn_inductor.testing import TOLERANCES
 from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, graph
+from tests.kernels.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, dropout_on, graph
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -43,9 +43,9 @@ def community_graph(num_nodes=256, community=16, seed=0):
     return keys % num_nodes, keys // num_nodes  # src, dst
 
 
-def setup(src, dst, num_nodes, dtype=torch.float32, dropout=False):
+def setup(src, dst, num_nodes, dtype=torch.float32):
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), dropout, dtype)
+    args, roles, score, message, _ = dot_inputs(num_nodes, False, dtype)
     layout = attention_triton.prepare(args, roles, plan[3], score, message)
     items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], 256))
     return plan, args, roles, score, message, layout, items
@@ -199,7 +199,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
         tiles = block_sparse.build_block_format(rowptr, col, perm, num_nodes).tile_ptr.diff()
         assert int(tiles.max()) > int(tiles.min())
         monkeypatch.setattr(attention_paths, "MAX_WINDOW_TILES", int(tiles.max()) - 1)
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), False, dtype, seed=2)
+    args, roles, score, message, _ = dot_inputs(num_nodes, False, dtype, seed=2)
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(3)).to(dtype)
     items = list(torch.ops.gnn_io.work_items(rowptr.to(DEVICE), col.to(DEVICE), 256))
     leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
@@ -228,7 +228,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
 @pytest.mark.parametrize("case", ["gat", "gat_edge", "gatv2", "gatv2_dropout"])
 def test_gat_paths_match_reference(case, dtype, monkeypatch):
     # GAT and GATv2 through the op on the block path (duplicate windows on CSR): forward and every gradient
-    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, dropout_of, make_args
 
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
     score_fn, message_fn, family, kinds = CASES[case]
@@ -236,52 +236,61 @@ def test_gat_paths_match_reference(case, dtype, monkeypatch):
     plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
     rowptr, col, row, perm = plan[:4]
     args, roles = make_args(kinds, src.numel(), dtype, seed=4), [role for role, _ in kinds]
-    score, message = _fn(score_fn), _fn(message_fn)
+    score, message, dropout = _fn(score_fn), _fn(message_fn), dropout_of(case)
     grad_out = torch.randn(NUM_NODES, 2, 4, generator=torch.Generator().manual_seed(3)).to(dtype)
-    leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    seed, p = (None, 0.0) if dropout is None else (dropout.seed.to(DEVICE), dropout.p)
     out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
-                                             perm.to(DEVICE), score, message, EPS, [], 0)[0]
+                                             perm.to(DEVICE), score, message, EPS, [], 0, seed, p)[0]
     out.backward(grad_out.to(DEVICE))
     (decision,) = attention_paths._DECISIONS
     assert decision.family == family and decision.path == "hybrid", decision.as_dict()
 
-    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
-    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    wide = [a.double().requires_grad_() for a in args]
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
     ref.backward(grad_out.double())
     rtol, atol = TOLERANCES[dtype]
     torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(), rtol=4 * rtol,
                                atol=4 * atol * max(1.0, float(ref.abs().max())))
     for i, (leaf, expected) in enumerate(zip(leaves, wide)):
-        if leaf.is_floating_point():
-            assert not torch.isnan(leaf.grad).any()
-            torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
-                                       atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
-                                       msg=lambda m, i=i: f"grad of argument {i}: {m}")
+        assert not torch.isnan(leaf.grad).any()
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
+                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+                                   msg=lambda m, i=i: f"grad of argument {i}: {m}")
 
 
 @runs_kernel
-def test_dropout_weight_gradient_falls_back(monkeypatch):
-    # a keep-mask weight that needs a gradient: the block backward cannot give it, the reference runs
+def test_dropout_paths_match_reference(monkeypatch):
+    # TransformerConv with attention dropout on the hybrid path: the block kernels (their windows) and the CSR
+    # kernels (the duplicate windows) regenerate the same mask from the seed, forward and backward
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
-    num_nodes = 32
-    src, dst = graph(num_nodes, 90, seed=2)
+    num_nodes = 48
+    src, dst = graph(num_nodes, 260, seed=6, hub_degree=40, duplicates=2)  # as test_paths_match_reference
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
     rowptr, col, row, perm = plan[:4]
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), True, torch.float32)
-    args[3] = args[3].float()
+    args, roles, score, message, dropout = dot_inputs(num_nodes, True, torch.float32)
     leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    on_device = dropout_on(dropout, DEVICE)
     out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
-                                             perm.to(DEVICE), score, message, EPS, [], 0)[0]
-    out.sum().backward()
+                                             perm.to(DEVICE), score, message, EPS, [], 0, on_device.seed,
+                                             on_device.p)[0]
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    out.backward(grad_out.to(DEVICE))
+    (decision,) = attention_paths._DECISIONS
+    assert decision.path == "hybrid", decision.as_dict()
+    assert 0 < decision.stats["block_windows"] < decision.stats["windows"]
     wide = [a.double().requires_grad_() for a in args]
-    attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS).sum().backward()
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
+    ref.backward(grad_out.double())
+    assert (ref - attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)).abs().max() > 0.1
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), rtol=1e-4, atol=1e-5)
     for leaf, expected in zip(leaves, wide):
         torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_paths_under_interpreter():
-    rerun_under_interpreter(__file__, select="paths_match or falls_back")  # gat_paths_match included
+    rerun_under_interpreter(__file__, select="paths_match")  # gat_paths_match and dropout_paths_match included
 
 
 def test_report_lists_decisions(monkeypatch):

@@ -27,6 +27,8 @@ from tests.kernels.test_attention_triton import (
     V,
     _fn,
     assert_close,
+    dropout_args,
+    dropout_for,
     grads_of,
     make_args,
 )
@@ -71,15 +73,17 @@ def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDG
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], max_edges))
     args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), dtype)]
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    return grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items, max_edges),
-                    args, grad)
+    dropout = dropout_args(dropout_for(name, DEVICE))
+    return grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items, max_edges,
+                                                         *dropout), args, grad)
 
 
 def reference_grads(plan, name, dtype=torch.float32):
     score, message, roles, kinds = _case(name)
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, plan[1].numel(), dtype)]
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).double()
-    return grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), wide, grad)[1]
+    return grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS, dropout_for(name)), wide,
+                    grad)[1]
 
 
 @pytest.fixture
@@ -111,8 +115,9 @@ def _no_atomic_kernels(monkeypatch):
 @runs_kernel
 @pytest.mark.parametrize("name", list(CASES))
 def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
-    """Every family (GAT with and without an edge term and with a dropout keep-mask, GATv2, TransformerConv
-    with ``v_j + e_ij``): fp32 gradients of both backwards against the float64 reference, and of each other."""
+    """Every family (GAT with and without an edge term, GATv2, TransformerConv with ``v_j + e_ij``, each with edge
+    terms also with attention dropout: the dst and src passes regenerate the forward's mask from the seed and the
+    edge ids): fp32 gradients of both backwards against the float64 reference, and of each other."""
     _, atomic = run_op(plan, name, "atomic", monkeypatch)
     _no_atomic_kernels(monkeypatch)
     _, split = run_op(plan, name, "split", monkeypatch)
@@ -148,28 +153,6 @@ def test_split_all_is_the_split_backward(plan, monkeypatch):
     _, split_all = run_op(plan, "gat_edge", "split_all", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
     for i, (s, a) in enumerate(zip(split, split_all)):
         assert torch.equal(s, a), f"grad of argument {i}"
-
-
-@runs_kernel
-def test_weight_needing_a_gradient_runs_the_reference(plan, monkeypatch):
-    """A float attention weight with requires_grad: the fused backward declines (None), the op's gradients come
-    from the reference."""
-    score, message, roles, kinds = _case("gat_dropout")
-    args = make_args(kinds, plan[1].numel())
-    args[1] = args[1].float() * 2.0
-    on_device = [t.to(DEVICE) for t in plan[:4]]
-    layout = attention_triton.prepare([a.to(DEVICE) for a in args], roles, on_device[3], score, message)
-    by_src = attention_triton.source_csr(layout, *on_device[:2], on_device[3], MAX_EDGES)
-    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
-    out, lse = attention_triton.forward(layout, on_device[0], on_device[1], on_device[3], EPS)
-    assert attention_triton.backward(layout, grad.to(DEVICE), out, lse, on_device[0], on_device[1], on_device[3],
-                                     [True] * len(args), by_src=by_src) is None
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
-    _, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS),
-                        [a.to(DEVICE) for a in args], grad.to(DEVICE))
-    _, ref = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), args, grad)
-    for i, (g, r) in enumerate(zip(grads, ref)):
-        assert_close(g, r, torch.float32, f"grad of argument {i}")
 
 
 @interpreter_only

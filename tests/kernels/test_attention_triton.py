@@ -5,13 +5,18 @@ Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's 
 interpreter ``torch.ops.gnn_io.attention`` itself takes the fused path on CPU tensors, so these tests go
 through the op, its autograd formula and the launchers. Family recognition runs everywhere, including on the
 edge functions the backend cuts from real PyG layers.
+
+Attention dropout (``*_dropout`` cases: the op given a seed and ``p``, kernels/rng.py): the kernels against the
+reference with the same seed, the reference against PyG's own math with the mask drawn in the user's edge order,
+and compiled PyG layers in training against eager PyG given the mask regenerated from the seed the op drew.
 """
 import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton
+import torch.nn.functional as F
+from gnn_inductor.kernels import attention_triton, rng
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention import (
     _reference_with_lse,
@@ -19,6 +24,7 @@ from gnn_inductor.kernels.attention import (
     kernel_name,
 )
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
+from torch_geometric.utils import softmax as pyg_softmax
 
 from gnn_inductor import edge_functions, rewrite_report
 from gnn_inductor.testing import TOLERANCES, random_graph
@@ -29,10 +35,13 @@ DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES, HEADS, CHANNELS = 24, 2, 4
 MAX_EDGES = 8  # far below the hub's degree: the hub is split into several items and combined
 EPS = 1e-16
+DROPOUT_P, DROPOUT_SEED = 0.3, 1234567
 aten = torch.ops.aten
 
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
                                  reason="no GPU: run by test_kernels_under_interpreter")
+# where the op's own tests run: the fused kernels (CUDA, the interpreter), else the CPU reference
+OP_DEVICE = DEVICE if INTERPRETED or torch.cuda.is_available() else torch.device("cpu")
 
 
 def _fn(f):
@@ -95,16 +104,8 @@ def _dot_message_edge_for(heads):
 
 _dot_message, _dot_message_edge = _dot_message_for(HEADS), _dot_message_edge_for(HEADS)
 # TransformerConv views alpha with the head count baked in: other head counts need their own message
-MESSAGE_FOR_HEADS = {"transformer": _dot_message_for, "transformer_edge": _dot_message_edge_for}
-
-
-def _gat_dropout_score(a0, a1, a2, a3):
-    return aten.leaky_relu.default(aten.add.Tensor(a2, a3), 0.2)
-
-
-def _gat_dropout_message(alpha, a0, a1, a2, a3):
-    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a1), 2.0)
-    return aten.mul.Tensor(aten.unsqueeze.default(scaled, -1), a0)
+MESSAGE_FOR_HEADS = {"transformer": _dot_message_for, "transformer_edge": _dot_message_edge_for,
+                     "transformer_dropout": _dot_message_edge_for}
 
 
 S, D, E, V, P = "src", "dst", "edge", "vector", "per-head"
@@ -119,9 +120,22 @@ CASES = {
     "transformer": (_dot_score, _dot_message, "dot", [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_SRC, V)]),
     "transformer_edge": (_dot_score_edge, _dot_message_edge, "dot",
                          [(ROLE_SRC, V), (ROLE_EDGE, V), (ROLE_DST, V), (ROLE_SRC, V)]),
-    "gat_dropout": (_gat_dropout_score, _gat_dropout_message, "gat",
-                    [(ROLE_SRC, V), (ROLE_EDGE, "mask"), (ROLE_SRC, P), (ROLE_DST, P)]),
 }
+# With attention dropout: the same edge functions (the op applies dropout to alpha), and a seed and p
+for _name in ("gat_edge", "gatv2_edge", "transformer_edge"):
+    CASES[_name.replace("_edge", "_dropout")] = CASES[_name]
+
+
+def dropout_for(name, device=torch.device("cpu"), seed=DROPOUT_SEED):
+    """The :class:`rng.Dropout` of a ``*_dropout`` case (None for the others)."""
+    if not name.endswith("_dropout"):
+        return None
+    return rng.Dropout(torch.tensor(seed, device=device), DROPOUT_P)
+
+
+def dropout_args(dropout) -> tuple:
+    """``(dropout_seed, dropout_p)`` of the op."""
+    return (None, 0.0) if dropout is None else (dropout.seed, dropout.p)
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +157,9 @@ def make_args(kinds, num_edges, dtype=torch.float32, seed=0, heads=HEADS, channe
             args.append(torch.randn(rows, heads, channels, generator=generator))
         elif kind == P:
             args.append(torch.randn(rows, heads, generator=generator))
-        elif kind == "att":
-            args.append(torch.randn(1, heads, channels, generator=generator))
         else:
-            args.append(torch.rand(rows, heads, generator=generator) > 0.5)
-    return [a.to(dtype) if a.is_floating_point() else a for a in args]
+            args.append(torch.randn(1, heads, channels, generator=generator))
+    return [a.to(dtype) for a in args]
 
 
 def grads_of(fn, args, grad):
@@ -178,11 +190,13 @@ def check_case(name, plan, dtype=torch.float32, heads=HEADS, channels=CHANNELS):
 
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    dropout = dropout_for(name, DEVICE)
     out, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items,
-                                                               MAX_EDGES), [a.to(DEVICE) for a in args], grad.to(DEVICE))
+                                                               MAX_EDGES, *dropout_args(dropout)),
+                          [a.to(DEVICE) for a in args], grad.to(DEVICE))
     wide = [a.double() if a.is_floating_point() else a for a in args]
-    ref, ref_grads = grads_of(lambda a: attention_reference(a, roles, rowptr, col, row, perm, score, message, EPS),
-                              wide, grad.double())
+    ref, ref_grads = grads_of(lambda a: attention_reference(a, roles, rowptr, col, row, perm, score, message, EPS,
+                                                            dropout_for(name)), wide, grad.double())
     assert out.dtype == dtype and out.device.type == DEVICE.type
     assert_close(out, ref, dtype, "output")
     assert not out[-3:].any(), "isolated nodes must get 0"
@@ -269,9 +283,9 @@ def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
     roles = [role for role, _ in kinds]
     args = make_args(kinds, plan[1].numel(), heads=heads, channels=channels)
     _, lse = torch.ops.gnn_io.attention_forward([a.to(DEVICE) for a in args], roles, *on_device, score, message,
-                                                EPS, items, MAX_EDGES)
+                                                EPS, items, MAX_EDGES, *dropout_args(dropout_for(name, DEVICE)))
     wide = [a.double() if a.is_floating_point() else a for a in args]
-    _, ref_lse = _reference_with_lse(wide, roles, *plan[:4], score, message, EPS)
+    _, ref_lse = _reference_with_lse(wide, roles, *plan[:4], score, message, EPS, dropout_for(name))
     assert lse.shape == (NUM_NODES, heads)
     assert_close(lse, ref_lse, torch.float32, "lse")
     assert not lse[-3:].any(), "isolated nodes must get lse 0"
@@ -336,8 +350,6 @@ def test_recognise_families(name):
     assert form.family == family
     if family == "dot":
         assert form.score_scale == 0.5 and form.query is not None
-    if name == "gat_dropout":
-        assert form.weights == (1,) and form.message_scale == 2.0 and form.score_terms == (2, 3)
 
 
 def test_recognise_rejects_other_math():
@@ -349,6 +361,12 @@ def test_recognise_rejects_other_math():
     squared = _fn(lambda alpha, a0, a1, a2: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1),
                                                             aten.mul.Tensor(a0, a0)))
     assert isinstance(attention_triton.recognise(score, squared, [ROLE_SRC, ROLE_SRC, ROLE_DST]), str)
+    # alpha times a tensor (an attention weight, or a keep-mask the rewrite did not fold): the reference runs it
+    weighted = _fn(lambda alpha, a0, a1, a2, a3: aten.mul.Tensor(aten.unsqueeze.default(aten.mul.Tensor(alpha, a3), -1),
+                                                                 a0))
+    assert "alpha (times constants)" in attention_triton.recognise(
+        _fn(lambda a0, a1, a2, a3: aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)), weighted,
+        [ROLE_SRC, ROLE_SRC, ROLE_DST, ROLE_EDGE])
 
 
 LAYERS = [
@@ -356,6 +374,8 @@ LAYERS = [
     ("gatv2", lambda edge_dim: GATv2Conv(8, 4, heads=2, edge_dim=edge_dim), "gatv2"),
     ("transformer", lambda edge_dim: TransformerConv(8, 4, heads=2, edge_dim=edge_dim), "dot"),
     ("gat_dropout", lambda edge_dim: GATConv(8, 4, heads=2, dropout=0.5, edge_dim=edge_dim), "gat"),
+    ("gatv2_dropout", lambda edge_dim: GATv2Conv(8, 4, heads=2, dropout=0.5, edge_dim=edge_dim), "gatv2"),
+    ("transformer_dropout", lambda edge_dim: TransformerConv(8, 4, heads=2, dropout=0.5, edge_dim=edge_dim), "dot"),
 ]
 
 
@@ -377,6 +397,142 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
     # the dot family also names the per-graph path choice (CSR, block-sparse or hybrid)
     assert kernel_name("cuda", rewrite.details).startswith(attention_triton.kernel_name(family)), \
         kernel_name("cuda", rewrite.details)
+    if name.endswith("_dropout"):
+        assert rewrite.details["dropout_p"] == 0.5 and "mask regenerated" in kernel_name("cuda", rewrite.details)
+    else:
+        assert "dropout_p" not in rewrite.details
+
+
+# ---- attention dropout ----
+
+def pyg_attention(args, roles, plan, score, message, dropout):
+    """What PyG computes, in the user's edge order: scores, softmax by destination (``torch_geometric.utils``),
+    ``F.dropout`` of the ``[E, H]`` alpha with the mask of kernels/rng.py (counter ``e * H + h``), messages summed
+    by destination."""
+    rowptr, col, row, perm = plan[:4]
+    src = torch.empty_like(col).scatter_(0, perm.long(), col)
+    dst = torch.empty_like(row).scatter_(0, perm.long(), row).long()
+    values = [a.index_select(0, src) if r == ROLE_SRC else a.index_select(0, dst) if r == ROLE_DST else a
+              for a, r in zip(args, roles)]
+    scores = edge_functions.lookup(score)(*values)
+    alpha = pyg_softmax(scores, dst, num_nodes=rowptr.numel() - 1)
+    if dropout is not None:
+        alpha = alpha * rng.dropout_keep(dropout.seed, list(alpha.shape), dropout.p) * (1.0 / (1.0 - dropout.p))
+    messages = edge_functions.lookup(message)(alpha, *values)
+    return messages.new_zeros((rowptr.numel() - 1, *messages.shape[1:])).index_add_(0, dst, messages)
+
+
+@pytest.mark.parametrize("name", ["gat_dropout", "gatv2_dropout", "transformer_dropout"])
+def test_reference_dropout_is_pyg_dropout(plan, name):
+    """The op's reference with a seed is PyG's layer math with the mask of that seed drawn in the user's edge
+    order: output and every gradient (float64)."""
+    score_fn, message_fn, _, kinds = CASES[name]
+    score, message, roles = _fn(score_fn), _fn(message_fn), [role for role, _ in kinds]
+    args = [a.double() for a in make_args(kinds, plan[1].numel())]
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).double()
+    dropout = dropout_for(name)
+    out, grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS, dropout), args, grad)
+    expected, expected_grads = grads_of(lambda a: pyg_attention(a, roles, plan, score, message, dropout), args, grad)
+    no_dropout = attention_reference(args, roles, *plan[:4], score, message, EPS)
+    assert (out - no_dropout).abs().max() > 0.1, "dropout must change the output"
+    torch.testing.assert_close(out, expected)
+    for i, (g, e) in enumerate(zip(grads, expected_grads)):
+        torch.testing.assert_close(g, e, msg=lambda m, i=i: f"grad of argument {i}: {m}")
+
+
+def _op_output(plan, name, dropout_seed, dropout_p, device=OP_DEVICE):
+    score_fn, message_fn, _, kinds = CASES[name]
+    args = [a.to(device) for a in make_args(kinds, plan[1].numel())]
+    seed = None if dropout_seed is None else torch.tensor(dropout_seed, device=device)
+    return torch.ops.gnn_io.attention(args, [r for r, _ in kinds], *[t.to(device) for t in plan[:4]], _fn(score_fn),
+                                      _fn(message_fn), EPS, None, 0, seed, dropout_p)
+
+
+@pytest.mark.parametrize("name", ["gat_dropout", "gatv2_dropout", "transformer_dropout"])
+def test_same_seed_same_mask(plan, name):
+    """The mask is a function of the seed: the same seed gives the same output bit for bit, another seed
+    another output; no seed, or p = 0, is no dropout."""
+    first = _op_output(plan, name, 11, DROPOUT_P)
+    assert torch.equal(first, _op_output(plan, name, 11, DROPOUT_P))
+    assert (first - _op_output(plan, name, 12, DROPOUT_P)).abs().max() > 0.1
+    plain = _op_output(plan, name, None, 0.0)
+    assert (first - plain).abs().max() > 0.1
+    assert torch.equal(_op_output(plan, name, 11, 0.0), plain)
+
+
+def test_dropout_arguments_are_checked(plan):
+    with pytest.raises(ValueError, match="dropout_p must be in"):
+        _op_output(plan, "gat_dropout", 11, 1.0, torch.device("cpu"))
+    with pytest.raises(ValueError, match="dropout_seed must be one int64"):
+        rng.dropout_of(torch.tensor(1.5), 0.3)
+
+
+def test_dropout_keep_rate():
+    """Uniform alpha (zero scores) over values of 1: ``out[i, h] * deg_i * (1 - p)`` counts the kept edges of
+    node ``i`` and head ``h``. Exactly the counts of the mask regenerated for the user's edge order, and the kept
+    fraction within 5 sigma of ``1 - p``."""
+    num_nodes, heads, p = 200, 4, 0.3
+    src, dst = random_graph(num_nodes, 3000, seed=5, hub_degree=60)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    zeros = torch.zeros(num_nodes, heads)
+    args = [torch.ones(num_nodes, heads, 1), zeros, zeros]
+    seed = torch.tensor(99, device=OP_DEVICE)
+    out = torch.ops.gnn_io.attention([a.to(OP_DEVICE) for a in args], [ROLE_SRC, ROLE_SRC, ROLE_DST],
+                                     *[t.to(OP_DEVICE) for t in plan[:4]], _fn(_gat_score), _fn(_gat_message), EPS,
+                                     None, 0, seed, p).cpu()
+    degree = (plan[0][1:] - plan[0][:-1]).double()
+    counts = (out[:, :, 0].double() * degree[:, None] * (1 - p)).round().long()
+    keep = rng.dropout_keep(seed.cpu(), [src.numel(), heads], p)
+    expected = torch.zeros(num_nodes, heads, dtype=torch.long).index_add_(0, dst, keep.long())
+    assert torch.equal(counts, expected)
+    rate, sigma = float(keep.double().mean()), (p * (1 - p) / keep.numel()) ** 0.5
+    assert abs(rate - (1 - p)) < 5 * sigma, f"kept {rate:.4f}, expected {1 - p} +- {5 * sigma:.4f}"
+
+
+DROPOUT_LAYERS = [
+    ("gat", lambda: GATConv(8, 4, heads=2, dropout=0.3, edge_dim=3)),
+    ("gatv2", lambda: GATv2Conv(8, 4, heads=2, dropout=0.3, edge_dim=3)),
+    ("transformer", lambda: TransformerConv(8, 4, heads=2, dropout=0.3, edge_dim=3)),
+]
+
+
+@pytest.mark.parametrize("name, make", DROPOUT_LAYERS, ids=[name for name, _ in DROPOUT_LAYERS])
+def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, monkeypatch):
+    """A compiled PyG layer with attention dropout in training (the fused kernels under the interpreter, the
+    reference in the main process): forward and backward read the seed drawn once per call, and the output and
+    every gradient are eager PyG's with its ``F.dropout`` given the mask regenerated from that seed."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    seeds = []
+    dropout_of = rng.dropout_of
+
+    def recording(seed, p):
+        if seed is not None:
+            seeds.append(int(seed))
+        return dropout_of(seed, p)
+    monkeypatch.setattr(rng, "dropout_of", recording)
+    torch.manual_seed(0)
+    model = make().train()
+    edge_index = random_graph(20, 60, seed=1, hub_degree=10)
+    x = torch.randn(20, 8, requires_grad=True)
+    edge_attr = torch.randn(edge_index.shape[1], 3)
+    grad = torch.randn(20, 8)
+    torch._dynamo.reset()
+    out = torch.compile(model, backend="gnn_io")(x, edge_index, edge_attr)
+    out.backward(grad)
+    compiled_grads = [x.grad] + [p.grad for p in model.parameters()]
+    assert len(seeds) == 2 and seeds[0] == seeds[1], f"forward and backward must read one seed, got {seeds}"
+
+    def regenerated(input, p=0.5, training=True, inplace=False):
+        mask = rng.dropout_keep(torch.tensor(seeds[0]), list(input.shape), p)
+        return input * mask * (1.0 / (1.0 - p)) if training else input
+    monkeypatch.setattr(F, "dropout", regenerated)
+    x.grad = None
+    model.zero_grad()
+    expected = model(x, edge_index, edge_attr)
+    expected.backward(grad)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for i, (g, e) in enumerate(zip(compiled_grads, [x.grad] + [p.grad for p in model.parameters()])):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"gradient {i}: {m}")
 
 
 # ---- the interpreter run ----

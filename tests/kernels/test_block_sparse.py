@@ -10,8 +10,8 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import block_sparse
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels import block_sparse, rng
+from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention import _reference_with_lse, attention_reference
 from gnn_inductor.kernels.block_sparse import (
     TILE,
@@ -31,6 +31,7 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 HEADS, CHANNELS = 2, 4
 EPS = 1e-16
+DROPOUT = rng.Dropout(torch.tensor(1234567), 0.3)  # attention dropout: the mask regenerated from the seed
 aten = torch.ops.aten
 
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
@@ -191,26 +192,17 @@ def _dot_message(alpha, a0, a1, a2):
     return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1]))
 
 
-def _dot_dropout_score(a0, a1, a2, a3):
-    return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0)
-
-
-def _dot_dropout_message(alpha, a0, a1, a2, a3):
-    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a3), 2.0)
-    return aten.mul.Tensor(a0, aten.view.default(scaled, [-1, HEADS, 1]))
-
-
-def dot_inputs(num_nodes, num_edges, dropout, dtype, seed=0):
+def dot_inputs(num_nodes, dropout, dtype, seed=0):
+    """``(args, roles, score, message, dropout)`` of TransformerConv without edge features; ``dropout`` is
+    :data:`DROPOUT` (on CPU) or None."""
     generator = torch.Generator().manual_seed(seed)
     args = [torch.randn(num_nodes, HEADS, CHANNELS, generator=generator) for _ in range(3)]  # value, query, key
     roles = [ROLE_SRC, ROLE_DST, ROLE_SRC]
-    if dropout:
-        args.append(torch.rand(num_edges, HEADS, generator=generator) > 0.3)
-        roles.append(ROLE_EDGE)
-        score, message = _fn(_dot_dropout_score), _fn(_dot_dropout_message)
-    else:
-        score, message = _fn(_dot_score), _fn(_dot_message)
-    return [a.to(dtype) if a.is_floating_point() else a for a in args], roles, score, message
+    return [a.to(dtype) for a in args], roles, _fn(_dot_score), _fn(_dot_message), DROPOUT if dropout else None
+
+
+def dropout_on(dropout, device):
+    return None if dropout is None else dropout._replace(seed=dropout.seed.to(device))
 
 
 @runs_kernel
@@ -227,13 +219,13 @@ def test_dot_forward_matches_reference(case, dtype):
     order = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(1)) if case == "order" else None
     plan, blocks = plan_and_blocks(src, dst, num_nodes, order)
     rowptr, col, row, perm = plan[:4]
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), case == "dropout", dtype)
+    args, roles, score, message, dropout = dot_inputs(num_nodes, case == "dropout", dtype)
     blocks_on_device = block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t
                                                   for t in blocks])
     out, lse = dot_forward([a.to(DEVICE) for a in args], roles, perm.to(DEVICE), score, message, blocks_on_device,
-                           num_nodes, EPS)
-    wide = [a.double() if a.is_floating_point() else a for a in args]
-    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS)
+                           num_nodes, EPS, dropout=dropout_on(dropout, DEVICE))
+    wide = [a.double() for a in args]
+    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
 
     dense_rows = dense_rows_of(blocks, num_nodes)
     assert dense_rows.any()
@@ -263,19 +255,19 @@ def test_dot_backward_matches_reference(case, dtype):
     plan, blocks = plan_and_blocks(src, dst, num_nodes, order)
     rowptr, col, row, perm = plan[:4]
     transposed = transpose_block_format(blocks, num_nodes, order)
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), case == "dropout", dtype, seed=3)
+    args, roles, score, message, dropout = dot_inputs(num_nodes, case == "dropout", dtype, seed=3)
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(dtype)
 
     leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
     on_device = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                  for b in (blocks, transposed)]
     out, _ = BlockSparseDotAttention.apply(*on_device, perm.to(DEVICE), roles, score, message, num_nodes, EPS,
-                                           False, *leaves)
+                                           False, dropout_on(dropout, DEVICE), *leaves)
     out.backward(grad_out.to(DEVICE))
 
-    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
+    wide = [a.double().requires_grad_() for a in args]
     dense = dense_rows_of(blocks, num_nodes)
-    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
     ref.backward(grad_out.double() * dense[:, None, None])
     rtol, atol = TOLERANCES[dtype]
     for name, leaf, expected in zip(["value", "query", "key"], leaves, wide):
@@ -296,24 +288,20 @@ def test_dot_backward_matches_reference(case, dtype):
 
 @runs_kernel
 def test_dot_backward_only_what_is_needed():
-    # needs_grad picks the gradients (value only here); a weight's gradient is refused with the way out
+    # needs_grad picks the gradients (value only here)
     num_nodes = 24
     src, dst = graph(num_nodes, 60, seed=5)
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
     transposed = transpose_block_format(blocks, num_nodes)
-    args, roles, score, message = dot_inputs(num_nodes, src.numel(), True, torch.float32)
+    args, roles, score, message, dropout = dot_inputs(num_nodes, True, torch.float32)
     blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
-    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
-    out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
+    args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
+    out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
     grad_out = torch.ones_like(out)
     grads = dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
-                         [True, False, False, False])
-    assert grads[1] is None and grads[2] is None and grads[3] is None and grads[0].shape == args[0].shape
-    weighted = [*args[:3], args[3].float()]
-    with pytest.raises(ValueError, match="gradient of an attention weight"):
-        dot_backward(grad_out, out, lse, weighted, roles, perm, score, message, blocks, transposed,
-                     [True, True, True, True])
+                         [True, False, False], dropout=dropout)
+    assert grads[1] is None and grads[2] is None and grads[0].shape == args[0].shape
 
 
 def test_other_families_are_refused():

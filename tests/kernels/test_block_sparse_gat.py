@@ -9,7 +9,7 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton, block_sparse_gat
+from gnn_inductor.kernels import attention_triton, block_sparse_gat, rng
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention import _reference_with_lse
 from gnn_inductor.kernels.block_sparse import BlockFormat, transpose_block_format
@@ -56,15 +56,6 @@ def _gat_message_edge(alpha, a0, a1, a2, a3):
     return aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0)
 
 
-def _gat_dropout_score(a0, a1, a2, a3):
-    return aten.leaky_relu.default(aten.add.Tensor(a2, a3), 0.2)
-
-
-def _gat_dropout_message(alpha, a0, a1, a2, a3):
-    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a1), 2.0)
-    return aten.mul.Tensor(aten.unsqueeze.default(scaled, -1), a0)
-
-
 def _gat_two_src_score(a0, a1, a2, a3):
     # two source-row terms (summed before the launch), another slope and a score scale
     return aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(aten.add.Tensor(a1, a2), a3), 0.1), 0.5)
@@ -87,31 +78,25 @@ def _gatv2_message_edge(alpha, a0, a1, a2, a3):
     return aten.mul.Tensor(a0, aten.unsqueeze.default(alpha, -1))
 
 
-def _gatv2_dropout_score(a0, a1, a2, a3):
-    return aten.sum.dim_IntList(aten.mul.Tensor(aten.leaky_relu.default(aten.add.Tensor(a1, a0), 0.2), a2), [-1])
-
-
-def _gatv2_dropout_message(alpha, a0, a1, a2, a3):
-    scaled = aten.mul.Tensor(aten.mul.Tensor(alpha, a3), 2.0)
-    return aten.mul.Tensor(a0, aten.unsqueeze.default(scaled, -1))
-
-
-V, P, ATT, MASK = "vector", "per-head", "att", "mask"
+V, P, ATT = "vector", "per-head", "att"
 # name: (score, message, family, [(role, kind)] of the arguments)
 CASES = {
     "gat": (_gat_score, _gat_message, "gat", [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P)]),
     "gat_edge": (_gat_score_edge, _gat_message_edge, "gat",
                  [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P), (ROLE_EDGE, P)]),
-    "gat_dropout": (_gat_dropout_score, _gat_dropout_message, "gat",
-                    [(ROLE_SRC, V), (ROLE_EDGE, MASK), (ROLE_SRC, P), (ROLE_DST, P)]),
     "gat_two_src": (_gat_two_src_score, _gat_message_edge, "gat",
                     [(ROLE_SRC, V), (ROLE_SRC, P), (ROLE_DST, P), (ROLE_SRC, P)]),
     "gatv2": (_gatv2_score, _gatv2_message, "gatv2", [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_DENSE, ATT)]),
     "gatv2_edge": (_gatv2_score_edge, _gatv2_message_edge, "gatv2",
                    [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_EDGE, V), (ROLE_DENSE, ATT)]),
-    "gatv2_dropout": (_gatv2_dropout_score, _gatv2_dropout_message, "gatv2",
-                      [(ROLE_SRC, V), (ROLE_DST, V), (ROLE_DENSE, ATT), (ROLE_EDGE, MASK)]),
 }
+# With attention dropout (the op applies it to alpha: same edge functions, a seed and p)
+CASES["gat_dropout"], CASES["gatv2_dropout"] = CASES["gat_edge"], CASES["gatv2"]
+
+
+def dropout_of(name, device=torch.device("cpu")):
+    """The attention dropout of a ``*_dropout`` case (None for the others)."""
+    return rng.Dropout(torch.tensor(7654321, device=device), 0.3) if name.endswith("_dropout") else None
 
 
 def make_args(kinds, num_edges, dtype, seed=0):
@@ -123,11 +108,9 @@ def make_args(kinds, num_edges, dtype, seed=0):
             args.append(torch.randn(rows, HEADS, CHANNELS, generator=generator))
         elif kind == P:
             args.append(torch.randn(rows, HEADS, generator=generator))
-        elif kind == ATT:
-            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
         else:
-            args.append(torch.rand(rows, HEADS, generator=generator) > 0.3)
-    return [a.to(dtype) if a.is_floating_point() else a for a in args]
+            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
+    return [a.to(dtype) for a in args]
 
 
 def case_inputs(name, graph_case, dtype, seed=0):
@@ -171,13 +154,13 @@ def test_gat_matches_reference(name, graph_case, dtype):
     rowptr, col, row, perm = plan[:4]
     grad_out = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(dtype)
 
-    leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
     out, lse = BlockSparseGatAttention.apply(on_device(blocks), on_device(transposed), perm.to(DEVICE), roles,
-                                             score, message, NUM_NODES, EPS, False, *leaves)
+                                             score, message, NUM_NODES, EPS, False, dropout_of(name, DEVICE), *leaves)
     out.backward(grad_out.to(DEVICE))
 
-    wide = [a.double().requires_grad_() if a.is_floating_point() else a for a in args]
-    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS)
+    wide = [a.double().requires_grad_() for a in args]
+    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout_of(name))
     dense = dense_rows_of(blocks, NUM_NODES)
     ref.backward(grad_out.double() * dense[:, None, None])
 
@@ -195,9 +178,6 @@ def test_gat_matches_reference(name, graph_case, dtype):
         assert int((transposed.tile_ptr[1:] - transposed.tile_ptr[:-1]).max()) > 1
 
     for i, (leaf, expected, role) in enumerate(zip(leaves, wide, roles)):
-        if not expected.is_floating_point():
-            assert leaf.grad is None
-            continue
         assert leaf.grad is not None and leaf.grad.dtype == dtype, f"grad of argument {i}"
         assert_close(leaf.grad, expected.grad, dtype, f"grad of argument {i} (role {role})")
         assert expected.grad.abs().max() > 0.05, f"grad of argument {i} is not exercised"
@@ -206,27 +186,20 @@ def test_gat_matches_reference(name, graph_case, dtype):
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge"])
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "gat_dropout"])
 def test_gat_backward_only_what_is_needed(name):
-    # needs_grad picks the gradients; a weight's gradient is refused with the way out
+    # needs_grad picks the gradients
     plan, blocks, transposed, args, roles, score, message = case_inputs(name, "hub", torch.float32)
     blocks, transposed = on_device(blocks), on_device(transposed)
-    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
-    out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS)
+    args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_of(name, DEVICE)
+    out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS, dropout=dropout)
     grad_out = torch.ones_like(out)
     for picked in range(len(args)):
         needs = [i == picked for i in range(len(args))]
-        grads = gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed, needs)
+        grads = gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed, needs,
+                             dropout=dropout)
         assert all((g is not None) == need for g, need in zip(grads, needs))
         assert grads[picked].shape == args[picked].shape and grads[picked].abs().max() > 0
-    score_fn, message_fn, _, kinds = CASES["gat_dropout"]
-    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), torch.float32)]
-    score, message = _fn(score_fn), _fn(message_fn)
-    out, lse = gat_forward(args, [r for r, _ in kinds], perm, score, message, blocks, NUM_NODES, EPS)
-    weighted = [args[0], args[1].float(), *args[2:]]
-    with pytest.raises(ValueError, match="gradient of an attention weight"):
-        gat_backward(torch.ones_like(out), out, lse, weighted, [r for r, _ in kinds], perm, score, message, blocks,
-                     transposed, [True] * 4)
 
 
 # ---- recognition and refusals (every machine) ----
