@@ -15,9 +15,25 @@ import torch
 _REGISTRY: dict[str, torch.fx.GraphModule] = {}
 
 
+def _content(fn: torch.fx.GraphModule) -> str:
+    """``fn``'s graph with its values numbered in order: the same math cut from differently named nodes (two
+    aggregations of one message) reads the same, so it gets the same key."""
+    number = {node: f"v{i}" for i, node in enumerate(fn.graph.nodes)}
+
+    def target(node) -> str:
+        if node.op == "placeholder":  # an argument, known by its position
+            return ""
+        if isinstance(node.target, (str, torch._ops.OpOverload)):
+            return str(node.target)
+        return f"{getattr(node.target, '__module__', '')}.{getattr(node.target, '__qualname__', node.target)}"
+    return "\n".join(f"{number[node]} = {node.op} {target(node)} "
+                     f"{torch.fx.node.map_arg((node.args, node.kwargs), number.__getitem__)!r}"
+                     for node in fn.graph.nodes)
+
+
 def register(fn: torch.fx.GraphModule) -> str:
-    """Store ``fn`` and return its key (a hash of its code and tensor constants)."""
-    digest = hashlib.sha1(fn.code.encode())
+    """Store ``fn`` and return its key (a hash of its graph, names aside, and tensor constants)."""
+    digest = hashlib.sha1(_content(fn).encode())
     for name, buf in sorted(fn.named_buffers()) + sorted(fn.named_parameters()):
         digest.update(name.encode())
         digest.update(repr((buf.dtype, tuple(buf.shape))).encode())

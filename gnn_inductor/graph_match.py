@@ -271,10 +271,13 @@ class IndexRoles:
     src_index: Optional[Node] = None
 
 
-def collect_region(root: Node, roles: IndexRoles, special: frozenset = frozenset()) -> EdgeRegion:
+def collect_region(root: Node, roles: IndexRoles, special: frozenset = frozenset(),
+                   edge_inputs: bool = False) -> EdgeRegion:
     """Walk back from ``root`` through pointwise ops, edge-preserving views and feature
     reductions to gathers, edge tensors and dense tensors. Nodes in ``special`` (an edge softmax
-    output) become the region's special input."""
+    output) become the region's special input. With ``edge_inputs``, a per-edge tensor the model
+    computed (not structure), such as PNA's messages ``pre_nn([x_i, x_j])``, is an EDGE input the
+    region may start from in place of a gather."""
     region = EdgeRegion(root)
     members = set()
     memo = {}
@@ -324,7 +327,9 @@ def collect_region(root: Node, roles: IndexRoles, special: frozenset = frozenset
                     raise NotAnEdgeFunction(f"{node.target} mixes the edge dimension away")
                 members.add(node)
                 return True
-            return False
+        if edge_inputs and v.is_floating_point() and v.dim() >= 1 and same_size(v.shape[0], roles.num_edges):
+            region.inputs[node] = (ROLE_EDGE, node)
+            return True
         return False
 
     visit(root)
@@ -396,10 +401,16 @@ class Aggregation:
     scatter: Scatter
     region: EdgeRegion
     roles: IndexRoles
+    gathers: bool = True   # False: the message reads model-computed edge tensors only (``edge_messages``)
 
     @property
     def result(self) -> Node:
         return self.scatter.result
+
+    @property
+    def inputs(self) -> frozenset:
+        """What the message reads: ``(role, tensor)`` pairs (the op's arguments, in any order)."""
+        return frozenset(self.region.inputs.values())
 
 
 def fold_mean(scatter: Scatter) -> Scatter:
@@ -423,9 +434,11 @@ def fold_mean(scatter: Scatter) -> Scatter:
     return Scatter(scatter.node, scatter.index, scatter.src, "mean", scatter.num_dst, div)
 
 
-def match_aggregation(node: Node, structure: set, special: frozenset = frozenset()):
+def match_aggregation(node: Node, structure: set, special: frozenset = frozenset(), edge_messages: bool = False):
     """An aggregation ``reduce_{dst}(phi(gathered rows, edge tensors, dense tensors))`` anchored
-    at a scatter node: an :class:`Aggregation`, a near-miss reason, or None."""
+    at a scatter node: an :class:`Aggregation`, a near-miss reason, or None. With ``edge_messages``,
+    a message that gathers nothing but reads per-edge tensors the model computed is an aggregation
+    too (``gathers`` False)."""
     scatter = as_scatter(node)
     if scatter is None or isinstance(scatter, str):
         return scatter
@@ -434,14 +447,34 @@ def match_aggregation(node: Node, structure: set, special: frozenset = frozenset
     if strip_index(scatter.index) not in structure:
         return "scatter index is computed from features, not graph structure"
     scatter = fold_mean(scatter)
-    roles = IndexRoles(dst_key=index_key(scatter.index), num_edges=val(scatter.index).shape[0], structure=structure)
-    try:
-        region = collect_region(scatter.src, roles, special)
-    except NoGather:
-        return None
-    except NotAnEdgeFunction as exc:
-        return str(exc)
-    return Aggregation(scatter, region, roles)
+    for edge_inputs in (False, True) if edge_messages else (False,):
+        roles = IndexRoles(dst_key=index_key(scatter.index), num_edges=val(scatter.index).shape[0],
+                           structure=structure)
+        try:
+            return Aggregation(scatter, collect_region(scatter.src, roles, special, edge_inputs), roles,
+                               gathers=not edge_inputs)
+        except NoGather:
+            continue
+        except NotAnEdgeFunction as exc:
+            # the retry over edge tensors is an offer, not a claim: what it cannot take stays silent
+            return None if edge_inputs else str(exc)
+    return None
+
+
+def sibling_aggregations(agg: Aggregation, structure: set) -> list:
+    """The other aggregations by ``agg``'s destination index whose messages read exactly its inputs
+    (the same tensors in the same roles): reductions that one walk over the edges can share."""
+    found = []
+    for node in agg.scatter.node.graph.nodes:
+        if node is agg.scatter.node or node.op != "call_function":
+            continue
+        scatter = as_scatter(node)
+        if not isinstance(scatter, Scatter) or index_key(scatter.index) != agg.roles.dst_key:
+            continue
+        other = match_aggregation(node, structure, edge_messages=True)
+        if isinstance(other, Aggregation) and other.inputs == agg.inputs:
+            found.append(other)
+    return found
 
 
 def _make_shape_static(new: Node, old: Node) -> None:

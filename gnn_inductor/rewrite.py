@@ -3,9 +3,11 @@ and records what fired and what nearly did.
 
 A pattern (one file each under ``patterns/``) is an object with ``name``, ``covers`` (the source
 forms it matches), ``match(node, ctx)`` returning a match object, a near-miss reason string, or
-None, and ``replace(match, ctx)`` that inserts the ``torch.ops.gnn_io`` call and returns the
-replacement node. Graph walking lives in ``graph_match.py``; this module owns the order, the
-shared CSR plan nodes and the bookkeeping.
+None, ``replace(match, ctx)`` that inserts the ``torch.ops.gnn_io`` call and returns the
+replacement node, and optionally ``after(ctx)``, a step over the family's replacements once its
+scan is done (the gather-scatter family merges calls that can share one pass over the edges).
+Graph walking lives in ``graph_match.py``; this module owns the order, the shared CSR plan nodes
+and the bookkeeping.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class Pattern:
     covers: tuple
     match: Callable
     replace: Callable
+    after: Optional[Callable] = None
 
 
 @dataclass
@@ -207,6 +210,8 @@ def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
             replacement = pattern.replace(found, ctx)
             ctx.rewrites[-1].op_node = replacement
             found.result.replace_all_uses_with(replacement)
+        if pattern.after is not None:
+            pattern.after(ctx)
         gm.graph.eliminate_dead_code()
         live = set(gm.graph.nodes)
         ctx.rewrites = [r for r in ctx.rewrites if r.op_node in live]  # e.g. an edge softmax absorbed by attention

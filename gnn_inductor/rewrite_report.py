@@ -148,11 +148,13 @@ def format_text_for(chosen: list) -> list:
                      f"{r.hoisted_nodes} structure node(s) in the graph plan, "
                      f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
         for w in r.rewrites:
-            extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k != "edge_functions")
+            extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")
             lines.append(f"      at {w.source['source']}" + (f" (layer {w.source['layer']})"
                                                              if w.source["layer"] and w.source["layer"] !=
                                                              w.source["source"] else ""))
+            for member in w.details.get("members", ()):  # a merged rewrite: the reductions sharing its pass
+                lines.append(f"      member {member['reduce']} of {member['message']} (from {', '.join(member['at'])})")
             if w.graph_stats:
                 s = w.graph_stats
                 lines.append(f"      graph: {s['nodes']} nodes, {s['edges']} edges, max degree {s['max_degree']}, "

@@ -12,7 +12,8 @@ from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, s
 
 def kernel_for(op: str, device_type: str, details: dict | None = None) -> str:
     """Which kernel an op runs on a device type (for the rewrite report)."""
-    module = {"gnn_io.spmm": spmm, "gnn_io.gather_scatter": gather_scatter, "gnn_io.edge_softmax": edge_softmax,
+    module = {"gnn_io.spmm": spmm, "gnn_io.gather_scatter": gather_scatter,
+              "gnn_io.gather_scatter_multi": gather_scatter, "gnn_io.edge_softmax": edge_softmax,
               "gnn_io.attention": attention}[op]
     if hasattr(module, "kernel_name"):
         return module.kernel_name(device_type, details or {})

@@ -36,6 +36,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -80,7 +81,8 @@ class Lowered:
 
     ``forward`` / ``vjp`` are source lines; the forward reads the arguments ``a0, a1, ...`` and
     defines ``forward_result``; the VJP reads the arguments and the cotangent ``g`` and defines
-    ``vjp_results[i]`` (None where argument ``i`` gets no gradient, e.g. a boolean mask).
+    ``vjp_results[i]`` (None where argument ``i`` gets no gradient: a boolean mask; "0.0" where the function
+    does not read it).
     """
     message_shape: tuple
     message_dtype: torch.dtype  # of the message for float32 arguments
@@ -429,6 +431,19 @@ def emit(gm: GraphModule, inputs: list, prefix: str) -> tuple:
     return lines, outs
 
 
+FORWARD_PREFIX = "msg_"  # of the forward's temporaries (emit numbers them: msg_3, msg_7, ...)
+
+
+def renamed_forward(lowered: Lowered, prefix: str) -> tuple:
+    """``(lines, result)`` of ``lowered``'s forward with its temporaries named ``{prefix}N``, so that several
+    edge functions over the same argument tiles can be generated into one kernel body."""
+    temporary = re.compile(rf"\b{FORWARD_PREFIX}(\d+)\b")
+
+    def rename(text: str) -> str:
+        return temporary.sub(lambda m: f"{prefix}{m.group(1)}", text)
+    return tuple(rename(line) for line in lowered.forward), rename(lowered.forward_result)
+
+
 def lower(fn: GraphModule, specs: list) -> Lowered:
     """Lower ``fn`` for arguments ``specs = [(role, feature shape (full shape for DENSE), dtype)]``.
 
@@ -462,8 +477,10 @@ def _lower(fn: GraphModule, specs: list) -> Lowered:
     except Exception as exc:
         raise Unsupported(f"tracing the elementwise form failed: {type(exc).__name__}: {exc}") from None
     arg_names = [f"a{i}" for i in range(len(layouts))]
-    forward, (forward_result,) = emit(forward_gm, arg_names, "msg_")
+    forward, (forward_result,) = emit(forward_gm, arg_names, FORWARD_PREFIX)
     vjp_lines, vjp_results = emit(vjp_gm, arg_names + ["g"], "vjp_")
+    # an argument the function does not read gets a zero gradient (the members of a merged op share arguments)
+    vjp_results = [r if r is not None or layout.is_bool else "0.0" for r, layout in zip(vjp_results, layouts)]
     return Lowered(message_shape, message_dtype, layouts, tuple(forward), forward_result, tuple(vjp_lines),
                    tuple(vjp_results))
 

@@ -24,6 +24,15 @@ gradients are wanted and ``GNN_IO_MAXMIN_BACKWARD=arg``, ``arg`` (int32, ``out``
 output element) is the CSR position of the one edge whose message is each result (-1 where none is),
 saved for the backward, which then walks only the rows it leaves open. The default (``walk``) makes no
 arg and walks every edge: it measured faster on the H100. The gradients are the same either way.
+
+Several reductions over the same messages (``SAGEConv(aggr=['mean', 'max'])``, ``MultiAggregation``,
+PNA's mean/min/max/std) share one pass: ``gnn_io::gather_scatter_multi(args, roles, rowptr, col, row,
+perm, fn_keys, reduces, ...)`` returns ``out_j = reduce_j(phi_j(args at e))`` for each member ``j``, all
+over the same arguments and plan. On the Triton path one kernel walks each work item's edges once, loads
+the arguments once per edge, computes each distinct ``phi`` once and folds it into one accumulator per
+member; elsewhere (and when the members' messages do not share a shape) each member runs as
+``gnn_io::gather_scatter`` would. The backward is the single op's, per member (sum and mean members of
+one ``phi`` share one walk: their cotangents add, the mean's divided by the degree); gradients add up.
 """
 from __future__ import annotations
 
@@ -53,10 +62,15 @@ KERNEL = {"cuda": "fused degree-split Triton (message and its VJP generated in; 
 
 def kernel_name(device_type: str, details: dict) -> str:
     """The report's kernel: the fused kernels on CUDA when the rewrite's message lowers
-    (``details['lowering']``, set by the pattern), else the reference and why."""
+    (``details['lowering']``, set by the pattern), else the reference and why. A merged rewrite
+    (``details['members']``) names its one pass, or says that its members run one by one."""
     lowering = details.get("lowering", "triton")
+    members = details.get("members")
     if device_type == "cuda" and lowering != "triton":
-        return f"segment reference: {lowering.removeprefix('reference: ')}"
+        reason = lowering.removeprefix("reference: ")
+        return f"one kernel per member ({reason})" if members else f"segment reference: {reason}"
+    if device_type == "cuda" and members:
+        return f"{KERNEL['cuda']}, one pass for {len(members)} reductions"
     return KERNEL.get(device_type, KERNEL["cpu"])
 
 
@@ -66,9 +80,10 @@ def _on_kernel_device(rowptr: Tensor) -> bool:
                               and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
 
 
-def _runs_fused(args, roles, rowptr: Tensor, fn_key: str) -> bool:
-    """The Triton path: tensors on the kernels' device and a message the generator lowers."""
-    return _on_kernel_device(rowptr) and fused.unsupported_reason(args, roles, fn_key) is None
+def _runs_fused(args, roles, rowptr: Tensor, fn_keys) -> bool:
+    """The Triton path: tensors on the kernels' device and a message the generator lowers (a key), or
+    messages it lowers into one kernel (a list of keys)."""
+    return _on_kernel_device(rowptr) and fused.unsupported_reason(args, roles, fn_keys) is None
 
 
 def _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items) -> fused.Plan:
@@ -86,12 +101,17 @@ _lib.define("gather_scatter(Tensor[] args, int[] roles, Tensor rowptr, Tensor co
             "str fn_key, str reduce, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor")
 
 
+def _wants_arg(reduces, args, rowptr) -> bool:
+    """Whether the forward should save the max/min arg: a max/min reduction, gradients wanted, on the kernels'
+    device, ``GNN_IO_MAXMIN_BACKWARD=arg`` (decided above autograd, where it is known)."""
+    return (any(reduce in ("max", "min") for reduce in reduces) and _on_kernel_device(rowptr)
+            and torch.is_grad_enabled() and any(a.requires_grad for a in args) and fused.maxmin_backward() == "arg")
+
+
 def _gather_scatter(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
     """The op (CompositeImplicitAutograd): :func:`gather_scatter_forward`'s ``out``, its forward asked
-    for the max/min arg where the backward will use it (gradients wanted, on the kernels' device,
-    ``GNN_IO_MAXMIN_BACKWARD=arg``; decided here, above autograd, where it is known)."""
-    with_arg = (reduce in ("max", "min") and _on_kernel_device(rowptr) and torch.is_grad_enabled()
-                and any(a.requires_grad for a in args) and fused.maxmin_backward() == "arg")
+    for the max/min arg where the backward will use it (:func:`_wants_arg`)."""
+    with_arg = _wants_arg([reduce], args, rowptr)
     return gather_scatter_forward(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items,
                                   t_items)[0]
 
@@ -157,32 +177,157 @@ def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad,
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
-def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items, t_items = inputs
-    out, arg = output
-    ctx.mark_non_differentiable(arg)
+def _save(ctx, args, plan_and_results: list, t_plan, items, t_items) -> None:
+    """Save what a backward needs: the arguments, ``plan_and_results`` (the CSR tensors, the forward's
+    outputs and args) and the optional plan lists, whose sizes ``_saved`` reads back."""
     extras = [list(t_plan or []), list(items or []), list(t_items or [])]
-    ctx.save_for_backward(*args, rowptr, col, row, perm, out, arg, *extras[0], *extras[1], *extras[2])
-    ctx.meta = (len(args), roles, fn_key, reduce, with_arg,
-                [None if e is None else len(e) for e in (t_plan, items, t_items)])
+    ctx.save_for_backward(*args, *plan_and_results, *extras[0], *extras[1], *extras[2])
+    ctx.sizes = (len(args), len(plan_and_results), [None if e is None else len(e) for e in (t_plan, items, t_items)])
     ctx.needs = [bool(a.requires_grad) for a in args]
 
 
-def _backward(ctx, grad_out, _grad_arg):
-    num_args, roles, fn_key, reduce, with_arg, extra_sizes = ctx.meta
+def _saved(ctx) -> tuple:
+    """``(args, plan_and_results, [t_plan, items, t_items], no_grads)`` as :func:`_save` saved them;
+    ``no_grads`` answers the optional plan lists in the backward's return value."""
+    num_args, num_plan, extra_sizes = ctx.sizes
     saved = list(ctx.saved_tensors)
-    args, (rowptr, col, row, perm, out, arg) = saved[:num_args], saved[num_args:num_args + 6]
-    rest = saved[num_args + 6:]
+    args, plan_and_results, rest = saved[:num_args], saved[num_args:num_args + num_plan], saved[num_args + num_plan:]
     extras = []
     for size in extra_sizes:
         extras.append(None if size is None else rest[:size])
         rest = rest[size or 0:]
-    grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs, out,
-                                    arg if with_arg else None, *extras)
     # the dispatcher drops trailing arguments equal to their defaults; backward answers the others only
     passed = max((i + 1 for i, size in enumerate(extra_sizes) if size is not None), default=0)
     no_grads = [None if size is None else [None] * size for size in extra_sizes[:passed]]
+    return args, plan_and_results, extras, no_grads
+
+
+def _setup(ctx, inputs, output):
+    args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items, t_items = inputs
+    out, arg = output
+    ctx.mark_non_differentiable(arg)
+    _save(ctx, args, [rowptr, col, row, perm, out, arg], t_plan, items, t_items)
+    ctx.meta = (roles, fn_key, reduce, with_arg)
+
+
+def _backward(ctx, grad_out, _grad_arg):
+    roles, fn_key, reduce, with_arg = ctx.meta
+    args, (rowptr, col, row, perm, out, arg), extras, no_grads = _saved(ctx)
+    grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs, out,
+                                    arg if with_arg else None, *extras)
     return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 8, *no_grads
 
 
 gather_scatter_forward.register_autograd(_backward, setup_context=_setup)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several reductions, one pass
+# ---------------------------------------------------------------------------------------------
+
+_lib.define("gather_scatter_multi(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
+            "str[] fn_keys, str[] reduces, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) "
+            "-> Tensor[]")
+
+
+def _gather_scatter_multi(args, roles, rowptr, col, row, perm, fn_keys, reduces, t_plan=None, items=None,
+                          t_items=None):
+    """The op (CompositeImplicitAutograd): the outputs of :func:`gather_scatter_multi_forward`, one per
+    member, its forward asked for the max/min args where the backward will use them (:func:`_wants_arg`)."""
+    with_arg = _wants_arg(reduces, args, rowptr)
+    results = gather_scatter_multi_forward(args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan,
+                                           items, t_items)
+    return results[:len(fn_keys)]
+
+
+_lib.impl("gather_scatter_multi", _gather_scatter_multi, "CompositeImplicitAutograd")
+
+
+@torch.library.custom_op("gnn_io::gather_scatter_multi_forward", mutates_args=(), schema=(
+    "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str[] fn_keys, str[] reduces, "
+    "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
+                                 perm: Tensor, fn_keys: list[str], reduces: list[str], with_arg: bool,
+                                 t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
+                                 t_items: list[Tensor] | None = None) -> list[Tensor]:
+    """The members' outputs, then their args (each as :func:`gather_scatter_forward`'s: with ``with_arg``,
+    the max/min members' args, -1 where the reference ran; empty otherwise)."""
+    if len(fn_keys) != len(reduces) or not fn_keys:
+        raise ValueError(f"gather_scatter_multi needs one reduce per edge function, got {len(fn_keys)} functions "
+                         f"and {len(reduces)} reduces")
+    for reduce in reduces:
+        check_reduce(reduce)
+    if not _runs_fused(args, roles, rowptr, fn_keys):
+        # members that cannot share a kernel run as the single op does, each on its own path
+        pairs = [gather_scatter_forward(args, roles, rowptr, col, row, perm, key, reduce,
+                                        with_arg and reduce in ("max", "min"), t_plan, items, t_items)
+                 for key, reduce in zip(fn_keys, reduces)]
+        return [out for out, _ in pairs] + [arg for _, arg in pairs]
+    plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
+    num_dst = rowptr.shape[0] - 1
+    shape = fused.lowering(fn_keys[0], fused._specs(args, roles)).message_shape
+    saves = [with_arg and reduce in ("max", "min") for reduce in reduces]
+    member_args = [torch.full((num_dst, *shape) if save else (0,), -1, dtype=torch.int32, device=rowptr.device)
+                   for save in saves]
+    outs = fused.forward_multi(args, roles, plan, fn_keys, reduces, arg=member_args if any(saves) else None)
+    return ([out.reshape(num_dst, *shape).to(_out_dtype(args, roles, key)) for out, key in zip(outs, fn_keys)]
+            + member_args)
+
+
+@gather_scatter_multi_forward.register_fake
+def _(args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan=None, items=None, t_items=None):
+    values = fake_edge_values(args, roles, col.shape[0])
+    outs = []
+    for key in fn_keys:
+        messages = edge_functions.lookup(key)(*values)
+        outs.append(messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:])))
+    return outs + [out.new_empty(out.shape if with_arg and reduce in ("max", "min") else (0,), dtype=torch.int32)
+                   for out, reduce in zip(outs, reduces)]
+
+
+def _setup_multi(ctx, inputs, output):
+    args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan, items, t_items = inputs
+    count = len(fn_keys)
+    ctx.mark_non_differentiable(*output[count:])
+    ctx.set_materialize_grads(False)  # members whose output is unused get no backward
+    _save(ctx, args, [rowptr, col, row, perm, *output], t_plan, items, t_items)
+    ctx.meta = (roles, list(fn_keys), list(reduces), with_arg)
+
+
+def _backward_multi(ctx, grads):
+    """Each member's gradients by the single op's backward, added up. The sum and mean members of one edge
+    function take one walk: the message cotangent of a sum is ``dY_i``, of a mean ``dY_i / deg_i``, so their
+    total is one sum's backward with those cotangents added."""
+    roles, fn_keys, reduces, with_arg = ctx.meta
+    args, (rowptr, col, row, perm, *results), extras, no_grads = _saved(ctx)
+    count = len(fn_keys)
+    outs, member_args = results[:count], results[count:]
+    walks = []  # (cotangent, key, reduce, out, arg)
+    linear: dict = {}
+    for j, (key, reduce, grad) in enumerate(zip(fn_keys, reduces, grads[:count])):
+        if grad is None:
+            continue
+        if reduce in ("max", "min"):
+            walks.append((grad, key, reduce, outs[j], member_args[j] if with_arg else None))
+        else:
+            linear.setdefault(key, []).append((grad, reduce))
+    for key, cotangents in linear.items():
+        if len(cotangents) == 1:
+            (grad, reduce), = cotangents
+            walks.append((grad, key, reduce, None, None))
+            continue
+        degree = (rowptr[1:] - rowptr[:-1]).clamp(min=1).float()
+        total = sum(grad.float() if reduce == "sum" else grad.float() / degree.view(-1, *[1] * (grad.dim() - 1))
+                    for grad, reduce in cotangents)
+        walks.append((total.to(cotangents[0][0].dtype), key, "sum", None, None))
+    total_grads = [None] * len(args)
+    for cotangent, key, reduce, out, member_arg in walks:
+        member_grads = gather_scatter_backward(cotangent, args, roles, rowptr, col, row, perm, key, reduce, ctx.needs,
+                                               out, member_arg, *extras)
+        for i, grad in enumerate(member_grads):
+            if ctx.needs[i]:
+                total_grads[i] = grad if total_grads[i] is None else total_grads[i] + grad
+    return total_grads, *(None,) * 8, *no_grads
+
+
+gather_scatter_multi_forward.register_autograd(_backward_multi, setup_context=_setup_multi)

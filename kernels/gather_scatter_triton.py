@@ -23,6 +23,13 @@ degree first) or ``atomic_max``/``atomic_min`` on float32 (the rows of shared it
 to -inf/+inf by a tiny prefill kernel). Hub sums are so order-nondeterministic in the last bits;
 max/min are exact.
 
+**Several members, one walk** (:func:`forward_multi`, ``gnn_io::gather_scatter_multi``). The forward
+kernel takes a list of members, each an edge function and a reduce over the same arguments: per edge
+block it loads the arguments once, computes each distinct edge function once and folds it into one
+accumulator per member; the epilogue above runs per member (its own result, arg and output). The single
+op's forward is the one-member case. The members' functions must give the same message shape and
+argument layouts (:func:`lowered_members`).
+
 **The max/min arg** (opt-in, ``GNN_IO_MAXMIN_BACKWARD=arg``: measured slower than the walk on the
 H100, :func:`maxmin_backward`). Asked for (``with_arg``: the op does when gradients are wanted and the
 switch is set), the max/min forward also writes an int32 ``arg [num_dst, F]``:
@@ -166,12 +173,19 @@ def _(rowptr, col):
 class KernelSpec:
     kind: str            # "forward", "count", "grad" or "arg"
     walk: str            # "dst" (CSR) or "src" (transposed CSR)
-    reduce: str
+    reduce: str          # forward: its members' reductions joined by "+" (a label; ``members`` holds them)
     grads: tuple = ()    # argument indices whose gradients this kernel writes
-    with_arg: bool = False  # max/min: the forward writes the arg, the gradient walk skips the pairs it resolves
+    with_arg: bool = False  # max/min: the forward writes the arg (of each max/min member), the gradient walk
+    #                         skips the pairs it resolves
+    members: tuple = ()  # forward: (reduce, index of its edge function) of each output, all folded in one walk
 
 
 _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
+_WALK_PARAMS = ["rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end", "item_shared", "num_features",
+                "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
+_INIT = {"sum": "0.0", "mean": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
+_FOLD = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}
+_ATOMIC = {"sum": "tl.atomic_add", "mean": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}
 
 
 def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
@@ -179,13 +193,18 @@ def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     if spec.kind == "arg":
         return params + ["COT", "ARG", "nbr", "perm", "num_rows", "num_features", "BLOCK_E: tl.constexpr",
                          "BLOCK_F: tl.constexpr"]
-    return params + ["RES", "COT", "CNT", "ARG", "rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end",
-                     "item_shared", "num_features", "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
+    if spec.kind == "forward":  # one result (and arg) per member
+        members = range(len(spec.members))
+        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + _WALK_PARAMS
+    return params + ["RES", "COT", "CNT", "ARG"] + _WALK_PARAMS
 
 
-def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
+def kernel_source(lowered, spec: KernelSpec) -> str:
     """Source of one ``triton.jit`` kernel named ``kernel`` (module docstring for the walks and the
-    arg kernel)."""
+    arg kernel). ``lowered`` is the :class:`codegen.Lowered` edge function or, for the forward, a tuple
+    of them (the members' distinct functions, sharing their argument layouts: ``spec.members`` index it)."""
+    fns = lowered if isinstance(lowered, tuple) else (lowered,)
+    lowered = fns[0]
     M = lowered.message_shape
     layouts = lowered.layouts
     kinds = [layout.kind(M) for layout in layouts]
@@ -304,7 +323,8 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
     b("start = tl.load(item_start + item)")
     b("end = tl.load(item_end + item)")
     b("shared = tl.load(item_shared + item)")
-    tracks_arg = spec.kind == "forward" and spec.with_arg and max_like
+    # per forward member: whether it tracks the arg (the op asks for it for every max/min member or none)
+    tracks = [spec.kind == "forward" and spec.with_arg and reduce in ("max", "min") for reduce, _ in spec.members]
     skips_arg = spec.kind == "grad" and spec.with_arg and max_like
     if skips_arg:
         # the pairs whose arg is an edge are the arg kernel's: the walk keeps the others' features only,
@@ -323,13 +343,13 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
             b("cot = tl.load(COT + node * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
         if spec.kind == "count" or (spec.kind == "grad" and max_like):
             b("res = tl.load(RES + node * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
-    init = {"sum": "0.0", "mean": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[spec.reduce]
     if spec.kind == "forward":
-        b(f"acc = tl.full([BLOCK_E, BLOCK_F], {init}, tl.float32)")
-        if tracks_arg:
-            # per lane (tile row, feature): CSR position of the one edge at the lane's best so far, -2 where
-            # two or more are, -1 before the lane's first edge
-            b("best_at = tl.full([BLOCK_E, BLOCK_F], -1, tl.int32)")
+        for j, (reduce, _) in enumerate(spec.members):
+            b(f"acc{j} = tl.full([BLOCK_E, BLOCK_F], {_INIT[reduce]}, tl.float32)")
+            if tracks[j]:
+                # per lane (tile row, feature): CSR position of the one edge at the lane's best so far, -2 where
+                # two or more are, -1 before the lane's first edge
+                b(f"best_at{j} = tl.full([BLOCK_E, BLOCK_F], -1, tl.int32)")
     elif spec.kind == "count":
         b("acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     accumulated = [i for i in spec.grads if layouts[i].role in (node_role, ROLE_DENSE)]
@@ -373,22 +393,28 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
 
     loop = edge_block()
     c = loop.append
-    if spec.kind == "forward" or spec.kind == "count" or (spec.kind == "grad" and max_like):
+    if spec.kind == "forward":
+        # each distinct edge function once per edge block; each member's accumulator folds its messages
+        for k, fn in enumerate(fns):
+            lines, result = codegen.renamed_forward(fn, f"m{k}_")
+            loop.extend(lines)
+            c(f"msg{k} = {result} + zero")
+        for j, (reduce, k) in enumerate(spec.members):
+            if reduce in ("sum", "mean"):
+                c(f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)")
+                continue
+            if tracks[j]:
+                beyond = ">" if reduce == "max" else "<"
+                c(f"best_at{j} = tl.where(m2 & (msg{k} {beyond} acc{j}), k[:, None], "
+                  f"tl.where(m2 & (msg{k} == acc{j}), -2, best_at{j}))")
+            fold = "tl.maximum" if reduce == "max" else "tl.minimum"
+            c(f"acc{j} = {fold}(acc{j}, tl.where(m2, msg{k}, {_INIT[reduce]}))")
+    elif spec.kind == "count" or max_like:
         loop.extend(lowered.forward)
         c(f"msg = {lowered.forward_result} + zero")
-    if spec.kind == "forward":
-        if spec.reduce in ("sum", "mean"):
-            c("acc = acc + tl.where(m2, msg, 0.0)")
-        else:
-            fold = "tl.maximum" if spec.reduce == "max" else "tl.minimum"
-            if tracks_arg:
-                beyond = ">" if spec.reduce == "max" else "<"
-                c(f"best_at = tl.where(m2 & (msg {beyond} acc), k[:, None], "
-                  "tl.where(m2 & (msg == acc), -2, best_at))")
-            c(f"acc = {fold}(acc, tl.where(m2, msg, {init}))")
-    elif spec.kind == "count":
+    if spec.kind == "count":
         c("acc = acc + tl.where(m2 & (msg == res), 1.0, 0.0)")
-    else:
+    elif spec.kind == "grad":
         if spec.walk == "src":
             c("cot = tl.load(COT + other[:, None] * num_features + f[None, :], mask=m2, other=0.0)")
             if max_like:
@@ -412,32 +438,35 @@ def kernel_source(lowered: codegen.Lowered, spec: KernelSpec) -> str:
     body.extend("    " + line for line in loop)
 
     # epilogue
-    if spec.kind in ("forward", "count"):
-        fold = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}[spec.reduce]
-        if spec.kind == "count":
-            fold = "tl.sum"
-        b(f"result = {fold}(acc, axis=0)")
-        if spec.kind == "forward" and spec.reduce == "mean":
-            b("degree = tl.load(rowptr + node + 1) - tl.load(rowptr + node)")
-            b("result = result / tl.maximum(degree, 1).to(tl.float32)")
-        if tracks_arg:
-            # edges at the result per lane: 1, 2 standing for two or more, 0; the arg is the position of the
-            # row's one edge there, -1 for ties, for the zero base's tie (result 0) and where no lane holds it
-            b("at_best = acc == result[None, :]")
-            b("held = tl.sum(tl.where(at_best, tl.where(best_at >= 0, 1, tl.where(best_at == -2, 2, 0)), 0), axis=0)")
-            b("arg = tl.where((held == 1) & (result != 0.0), tl.max(tl.where(at_best, best_at, -1), axis=0), -1)")
-        atomic = {"max": "tl.atomic_max", "min": "tl.atomic_min"}.get(spec.reduce, "tl.atomic_add")
-        if spec.kind == "count":
-            atomic = "tl.atomic_add"
-        target = "RES" if spec.kind == "forward" else "COT"  # count: RES is the forward result it compares with
+    if spec.kind == "forward":
+        if any(reduce == "mean" for reduce, _ in spec.members):
+            b("degree = tl.maximum(tl.load(rowptr + node + 1) - tl.load(rowptr + node), 1).to(tl.float32)")
+        for j, (reduce, _) in enumerate(spec.members):
+            b(f"result{j} = {_FOLD[reduce]}(acc{j}, axis=0)")
+            if reduce == "mean":
+                b(f"result{j} = result{j} / degree")
+            if tracks[j]:
+                # edges at the result per lane: 1, 2 standing for two or more, 0; the arg is the position of the
+                # row's one edge there, -1 for ties, for the zero base's tie (result 0) and where no lane holds it
+                b(f"at_best = acc{j} == result{j}[None, :]")
+                b(f"held = tl.sum(tl.where(at_best, tl.where(best_at{j} >= 0, 1, tl.where(best_at{j} == -2, 2, 0)), "
+                  "0), axis=0)")
+                b(f"arg{j} = tl.where((held == 1) & (result{j} != 0.0), "
+                  f"tl.max(tl.where(at_best, best_at{j}, -1), axis=0), -1)")
         b("offsets = node * num_features + f")
         b("if shared == 1:")
-        b(f"    {atomic}({target} + offsets, result, mask=fmask, sem='relaxed')")
-        if spec.kind == "forward":
-            b("elif shared == 0:")
-            b(f"    tl.store({target} + offsets, result, mask=fmask)")
-            if tracks_arg:  # a hub row's items keep the -1 the host filled in
-                b("    tl.store(ARG + offsets, arg, mask=fmask)")
+        for j, (reduce, _) in enumerate(spec.members):
+            b(f"    {_ATOMIC[reduce]}(RES{j} + offsets, result{j}, mask=fmask, sem='relaxed')")
+        b("elif shared == 0:")
+        for j in range(len(spec.members)):
+            b(f"    tl.store(RES{j} + offsets, result{j}, mask=fmask)")
+            if tracks[j]:  # a hub row's items keep the -1 the host filled in
+                b(f"    tl.store(ARG{j} + offsets, arg{j}, mask=fmask)")
+    elif spec.kind == "count":  # COT is the count here (RES the forward result it compares with)
+        b("result = tl.sum(acc, axis=0)")
+        b("offsets = node * num_features + f")
+        b("if shared == 1:")
+        b("    tl.atomic_add(COT + offsets, result, mask=fmask, sem='relaxed')")
     for i in accumulated:
         row = layouts[i].numel
         b(f"r{i} = tl.sum(acc{i}, axis=0)")
@@ -496,21 +525,41 @@ def lowering(fn_key: str, specs: list):
     return _LOWERED[key]
 
 
-def unsupported_reason(args, roles, fn_key: str) -> str | None:
-    """Why the fused kernels cannot run these arguments (None when they can)."""
+def lowered_members(fn_keys: list, specs: list):
+    """``(functions, index)`` for a forward of several edge functions over the same arguments: the distinct
+    functions of ``fn_keys`` lowered (in first-seen order) and each key's position among them; or the
+    :class:`codegen.Unsupported` reason why they cannot share one kernel (one does not lower, or they
+    broadcast the arguments into different message shapes)."""
+    distinct = list(dict.fromkeys(fn_keys))
+    fns = []
+    for key in distinct:
+        found = lowering(key, specs)
+        if isinstance(found, codegen.Unsupported):
+            return found
+        fns.append(found)
+    for key, fn in zip(distinct[1:], fns[1:]):
+        if (fn.message_shape, fn.layouts) != (fns[0].message_shape, fns[0].layouts):
+            return codegen.Unsupported(f"edge functions {distinct[0]} and {key} give messages of different shapes "
+                                       f"({fns[0].message_shape} and {fn.message_shape}) or argument layouts")
+    return tuple(fns), [distinct.index(key) for key in fn_keys]
+
+
+def unsupported_reason(args, roles, fn_keys) -> str | None:
+    """Why the fused kernels cannot run these arguments through the edge function ``fn_keys`` (a key, or
+    a list of keys computed in one pass), None when they can."""
     if any(a.dtype == torch.float64 for a in args):
         return "float64 arguments (the kernels compute in float32)"
-    found = lowering(fn_key, _specs(args, roles))
+    found = lowered_members([fn_keys] if isinstance(fn_keys, str) else list(fn_keys), _specs(args, roles))
     return str(found) if isinstance(found, codegen.Unsupported) else None
 
 
 _KERNELS: dict = {}
 
 
-def _kernel(lowered: codegen.Lowered, spec: KernelSpec):
+def _kernel(lowered, spec: KernelSpec):
     """The jitted kernel of ``spec`` (source generated and imported once per process; ``lowered``
-    objects live in ``_LOWERED`` for the process, so their ids are stable keys)."""
-    key = (id(lowered), spec)
+    objects, one or a tuple of them, live in ``_LOWERED`` for the process, so their ids are stable keys)."""
+    key = (tuple(map(id, lowered)) if isinstance(lowered, tuple) else id(lowered), spec)
     if key not in _KERNELS:
         _KERNELS[key] = codegen.load_kernels(_PRELUDE + kernel_source(lowered, spec)).kernel
     return _KERNELS[key]
@@ -575,24 +624,36 @@ def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None, arg=
     """``out`` of the op as float32 ``[num_dst, F]`` (the caller casts and reshapes). ``arg``: for
     max/min, an int32 tensor of ``num_dst * F`` elements filled with -1, where the kernel writes the
     arg of the light rows (module docstring)."""
+    return forward_multi(args, roles, plan, [fn_key], [reduce], launch, None if arg is None else [arg])[0]
+
+
+def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=None, arg=None) -> list:
+    """One output per member ``(fn_keys[j], reduces[j])``, each as :func:`forward`'s, from one walk over the
+    edges: every edge's arguments are loaded once, each distinct edge function is computed once per edge
+    and each member folds it into its own accumulator. ``arg``: None, or one int32 tensor per member
+    (filled with -1; read for the max/min members only, where the kernel writes their args)."""
     launch = launch or LAUNCH
-    lowered = lowering(fn_key, _specs(args, roles))
-    num_features = math.prod(lowered.message_shape)
+    fns, fn_index = lowered_members(list(fn_keys), _specs(args, roles))
+    num_features = math.prod(fns[0].message_shape)
     num_dst = plan.rowptr.numel() - 1
     device = plan.rowptr.device
-    out = torch.zeros((num_dst, num_features), dtype=torch.float32, device=device)
-    if reduce in ("max", "min") and plan.items[0].numel() and num_features:
-        # rows of hub items start at -inf/+inf for their atomics; 64 items per program
-        num_items = plan.items[0].shape[0]
-        _prefill_kernel()[(triton.cdiv(num_items, 64),)](
-            out, plan.items[0], plan.items[3], num_items, num_features,
-            float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64, BLOCK_F=_block_f(num_features, launch))
-    with_arg = arg is not None and reduce in ("max", "min")
-    kernel = _kernel(lowered, KernelSpec("forward", "dst", reduce, with_arg=with_arg))
-    tensors = [*_prepare(args, roles), out, out, out, arg if with_arg else out, plan.rowptr, plan.col, plan.col,
-               plan.perm, *plan.items]
-    _launch(kernel, plan.items[0].shape[0], tensors, num_features, launch)
-    return out
+    outs = [torch.zeros((num_dst, num_features), dtype=torch.float32, device=device) for _ in reduces]
+    num_items = plan.items[0].shape[0]
+    for out, reduce in zip(outs, reduces):
+        if reduce in ("max", "min") and num_items and num_features:
+            # rows of hub items start at -inf/+inf for their atomics; 64 items per program
+            _prefill_kernel()[(triton.cdiv(num_items, 64),)](
+                out, plan.items[0], plan.items[3], num_items, num_features,
+                float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64,
+                BLOCK_F=_block_f(num_features, launch))
+    max_like = [reduce in ("max", "min") for reduce in reduces]
+    with_arg = arg is not None and any(max_like)
+    spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))
+    kernel = _kernel(fns, spec)
+    args_out = [a if with_arg and like else out for a, like, out in zip(arg or outs, max_like, outs)]
+    tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
+    _launch(kernel, num_items, tensors, num_features, launch)
+    return outs
 
 
 def maxmin_backward() -> str:

@@ -19,7 +19,9 @@ graph plan with the CSR: the cached matrix of the paper's design, built once per
 
 Checks: the message is the gathered source row times at most one per-edge scalar that does not
 depend on that row; else the aggregation goes on to the gather-scatter family (no near miss is
-recorded here). A weight that is not structure (it needs a gradient) is computed per call by
+recorded here). It goes there too when another aggregation by the same destination reads the same
+inputs and is no SpMM (``SAGEConv(aggr=['mean', 'max'])``, ``MultiAggregation``): that family merges
+them into one pass over the edges. A weight that is not structure (it needs a gradient) is computed per call by
 Inductor and only permuted into CSR order here.
 """
 import torch
@@ -27,7 +29,7 @@ import torch
 from torch.fx import Node
 
 from gnn_inductor.cost import spmm_declined
-from gnn_inductor.graph_match import aten, match_aggregation, same_size, val
+from gnn_inductor.graph_match import aten, match_aggregation, same_size, sibling_aggregations, val
 from gnn_inductor.kernels.spmm import spmm_binding
 from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
 from gnn_inductor.kernels._common import ROLE_SRC
@@ -40,20 +42,30 @@ COVERS = ("scatter(x.index_select(0, src), dst, 'sum'|'mean')",
 
 def match(node, ctx):
     agg = match_aggregation(node, ctx.structure)
-    if not hasattr(agg, "region") or agg.scatter.reduce not in ("sum", "mean"):
+    if not hasattr(agg, "region") or _form(agg) is None:
+        return None
+    agg.x_j, agg.weight = _form(agg)
+    if any(_form(sibling) is None for sibling in sibling_aggregations(agg, ctx.structure)):
+        # a max, a min or another message over the same rows: the gather-scatter family takes this one too
+        # and gives them all one pass over the edges (gnn_io::gather_scatter_multi)
+        return None
+    return _costed(agg, ctx)
+
+
+def _form(agg):
+    """``(x_j, weight)`` when the aggregation is an SpMM (a sum or mean of the gathered source row
+    ``x_j``, times at most one per-edge scalar ``weight`` or None), else None."""
+    if agg.scatter.reduce not in ("sum", "mean"):
         return None
     region, root = agg.region, agg.region.root
-    agg.weight = None
     if root in region.inputs:  # the message is the gathered row itself
-        agg.x_j = root
-        return _costed(agg, ctx) if region.inputs[root][0] == ROLE_SRC else None
+        return (root, None) if region.inputs[root][0] == ROLE_SRC else None
     if root.target != aten.mul.Tensor or not all(isinstance(a, Node) for a in root.args):
         return None
-    for x_j, weight in (root.args, reversed(root.args)):
+    for x_j, weight in (root.args, tuple(reversed(root.args))):
         if region.inputs.get(x_j, (None,))[0] == ROLE_SRC and _per_edge_scalar(weight, x_j, region) and \
                 not _depends_on(weight, x_j, region):
-            agg.weight, agg.x_j = weight, x_j
-            return _costed(agg, ctx)
+            return x_j, weight
     return None
 
 

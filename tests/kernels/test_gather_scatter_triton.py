@@ -542,6 +542,221 @@ def test_compiled_max_keeps_the_arg_backward(arg_backward, plan, launched):
         torch.testing.assert_close(c, e)
 
 
+# ---- several reductions, one pass: gnn_io::gather_scatter_multi ----
+
+# members over one argument list: (message, reduce); PyG's std is the mean of x and of x * x
+MULTI = {
+    "all_reduces": ([(S, (6,))], [(lambda x_j: x_j, r) for r in ("sum", "mean", "max", "min")]),
+    "std": ([(S, (6,))], [(lambda x_j: x_j, "mean"), (lambda x_j: x_j * x_j, "mean"), (lambda x_j: x_j, "max")]),
+    "relu_edge": ([(S, (6,)), (E, (6,))], [(lambda x_j, e: torch.relu(x_j + e), "max"),
+                                           (lambda x_j, e: torch.relu(x_j + e), "mean"),
+                                           (lambda x_j, e: x_j * e, "min")]),
+    "leaky_dst": (MESSAGES["leaky_dst"][1], [(MESSAGES["leaky_dst"][0], "sum"), (MESSAGES["leaky_dst"][0], "min")]),
+    "edge_message": ([(E, (1, 6))], [(lambda m: m, "mean"), (lambda m: m, "min"), (lambda m: m, "max"),
+                                     (lambda m: m * m, "mean")]),  # PNA: one computed edge tensor
+    "unread_argument": ([(S, (6,)), (E, (6,))], [(lambda x_j, e: torch.relu(x_j + e), "max"),
+                                                 (lambda x_j, e: x_j * x_j, "mean")]),  # e: no gradient from the mean
+}
+
+
+def _members(name):
+    specs, members = MULTI[name]
+    return [role for role, _ in specs], specs, [_key(fn) for fn, _ in members], [reduce for _, reduce in members]
+
+
+def _run_multi(args, roles, plan, keys, reduces, grad_outs):
+    leaves = [a.detach().requires_grad_(True) for a in args]
+    rowptr, col, row, perm, *t_plan = plan
+    outs = torch.ops.gnn_io.gather_scatter_multi(leaves, roles, rowptr, col, row, perm, keys, reduces, t_plan)
+    grads = torch.autograd.grad(outs, leaves, [g.to(o.dtype) for g, o in zip(grad_outs, outs)])
+    return outs, grads
+
+
+def _reference_multi(args, roles, plan, keys, reduces, grad_outs):
+    """The single op's reference per member, gradients summed over the members (float64)."""
+    leaves = [a.detach().cpu().double().requires_grad_(True) for a in args]
+    outs = [gather_scatter_reference(leaves, roles, *(p.cpu() for p in plan[:4]), key, reduce)
+            for key, reduce in zip(keys, reduces)]
+    return outs, torch.autograd.grad(outs, leaves, [g.double() for g in grad_outs])
+
+
+@runs_kernel
+@pytest.mark.parametrize("values", ["random", "integer"])
+@pytest.mark.parametrize("name", list(MULTI))
+def test_multi_matches_the_reference_per_member(plan, name, values, launched):
+    """Every member's output and the gradients summed over the members, against the single op's reference:
+    duplicate edges, integer ties, isolated nodes, the hub split into items (``MAX_EDGES``); one forward kernel
+    computes every member."""
+    roles, specs, keys, reduces = _members(name)
+    args = _valued_inputs(specs, values, seed=8)
+    grad_outs = [_grad_out(key, args, roles, seed=9 + j) for j, key in enumerate(keys)]
+    outs, grads = _run_multi([a.float().to(DEVICE) for a in args], roles, plan, keys, reduces,
+                             [g.to(DEVICE) for g in grad_outs])
+    refs, ref_grads = _reference_multi(args, roles, plan, keys, reduces, grad_outs)
+    for out, ref in zip(outs, refs):
+        _assert_within(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    (forward,) = [s for s in launched if s.kind == "forward"]
+    assert [reduce for reduce, _ in forward.members] == reduces
+    assert len({index for _, index in forward.members}) == len(set(keys))  # each distinct message computed once
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["all_reduces", "relu_edge"])
+def test_multi_forward_arg_is_each_members_arg(arg_backward, plan, name, launched):
+    """With the saved-arg backward, the one pass writes each max/min member's arg, the same as the single op's
+    (brute force), and the backward takes the arg path for them."""
+    roles, specs, keys, reduces = _members(name)
+    args = _valued_inputs(specs, "integer", seed=10)
+    rowptr, col, row, perm, *t_plan = plan
+    results = torch.ops.gnn_io.gather_scatter_multi_forward([a.float().to(DEVICE) for a in args], roles, rowptr, col,
+                                                            row, perm, keys, reduces, True, t_plan)
+    for key, reduce, arg in zip(keys, reduces, results[len(keys):]):
+        if reduce in ("max", "min"):
+            assert torch.equal(arg.reshape(NUM_NODES, -1).cpu(), _expected_arg(args, roles, plan, key, reduce))
+        else:
+            assert arg.numel() == 0
+    grad_outs = [_grad_out(key, args, roles, seed=11 + j) for j, key in enumerate(keys)]
+    launched.clear()
+    _, grads = _run_multi([a.float().to(DEVICE) for a in args], roles, plan, keys, reduces,
+                          [g.to(DEVICE) for g in grad_outs])
+    _, ref_grads = _reference_multi(args, roles, plan, keys, reduces, grad_outs)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    assert any(s.kind == "forward" and s.with_arg for s in launched) and any(s.kind == "arg" for s in launched)
+
+
+@runs_kernel
+def test_multi_sum_and_mean_of_one_message_share_a_backward_walk(plan, launched):
+    """The linear members of one message take one backward walk (cotangents added, the mean's over the
+    degree); unused outputs take none."""
+    roles, specs, keys, reduces = _members("all_reduces")
+    args = [a.float().to(DEVICE) for a in _inputs(specs, torch.float32, seed=12)]
+    grad_outs = [_grad_out(key, args, roles, seed=13 + j).float().to(DEVICE) for j, key in enumerate(keys)]
+    _run_multi(args, roles, plan, keys, reduces, grad_outs)
+    walks = [s for s in launched if s.kind == "grad"]
+    assert sorted(s.reduce for s in walks) == ["max", "min", "sum"]
+    launched.clear()
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    outs = torch.ops.gnn_io.gather_scatter_multi(leaves, roles, *plan[:4], keys, reduces, plan[4:])
+    torch.autograd.grad(outs[2], leaves, grad_outs[2])  # the max alone
+    assert [s.reduce for s in launched if s.kind == "grad"] == ["max"]
+
+
+@runs_kernel
+def test_multi_members_that_share_no_kernel_run_one_by_one(plan, launched):
+    """Messages of different shapes (or one the generator refuses) cannot share a kernel: each member runs as
+    the single op would, with the same results."""
+    specs = [(S, (3,))]
+    roles = [S]
+    keys = [_key(lambda x_j: x_j), _key(lambda x_j: x_j.view(-1, 1, 3) * 2.0),
+            _key(lambda x_j: x_j.sum(-1, keepdim=True))]
+    reduces = ["max", "mean", "sum"]
+    args = [a.float() for a in _inputs(specs, torch.float32, seed=14)]
+    assert "different shapes" in gather_scatter_triton.unsupported_reason(args, roles, keys[:2])
+    assert "not a pointwise op" in gather_scatter_triton.unsupported_reason(args, roles, keys[::2])
+    grad_outs = [_grad_out(key, args, roles, seed=15 + j) for j, key in enumerate(keys[:2])]
+    grad_outs.append(torch.randn(NUM_NODES, 1, dtype=torch.float64))
+    outs, grads = _run_multi([a.to(DEVICE) for a in args], roles, plan, keys, reduces,
+                             [g.to(DEVICE) for g in grad_outs])
+    refs, ref_grads = _reference_multi(args, roles, plan, keys, reduces, grad_outs)
+    assert [tuple(o.shape) for o in outs] == [(NUM_NODES, 3), (NUM_NODES, 1, 3), (NUM_NODES, 1)]
+    for out, ref in zip(outs, refs):
+        _assert_within(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    assert [s.members for s in launched if s.kind == "forward"] == [(("max", 0),), (("mean", 0),)]
+
+
+@runs_kernel
+def test_opcheck_multi_forward(arg_backward, plan):
+    roles, specs, keys, reduces = _members("relu_edge")
+    args = [a.float().to(DEVICE).requires_grad_(True) for a in _inputs(specs, torch.float32, seed=16)]
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
+    items = list(torch.ops.gnn_io.gather_scatter_items(rowptr, col))
+    t_items = list(torch.ops.gnn_io.gather_scatter_items(t_rowptr, t_col))
+    for with_arg in (False, True):
+        torch.library.opcheck(torch.ops.gnn_io.gather_scatter_multi_forward.default,
+                              (args, roles, rowptr, col, row, perm, keys, reduces, with_arg, [t_rowptr, t_col, t_perm],
+                               items, t_items),
+                              test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@runs_kernel
+def test_compiled_multi_matches_eager(plan):
+    """Under ``torch.compile`` (AOTAutograd traces the CompositeImplicitAutograd op through the fake
+    implementations) the outputs and gradients are the eager op's."""
+    roles, specs, keys, reduces = _members("std")
+    rowptr, col, row, perm, *t_plan = plan
+    args = [a.float().to(DEVICE) for a in _inputs(specs, torch.float32, seed=17)]
+
+    def std(x):
+        mean, mean_sq, top = torch.ops.gnn_io.gather_scatter_multi([x], roles, rowptr, col, row, perm, keys, reduces,
+                                                                   t_plan)
+        return torch.sqrt(torch.relu(mean_sq - mean * mean) + 1e-5) + top
+
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    compiled_out = torch.compile(std, backend="aot_eager", fullgraph=True)(*leaves)
+    compiled = torch.autograd.grad(compiled_out.sum(), leaves)
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    eager_out = std(*leaves)
+    torch.testing.assert_close(compiled_out, eager_out)
+    torch.testing.assert_close(compiled, torch.autograd.grad(eager_out.sum(), leaves))
+
+
+class _MultiAggregate(torch.nn.Module):
+    """``MultiAggregation(['sum', 'mean', 'max', 'min', 'std'])`` of linearly transformed source rows."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn.aggr import MultiAggregation
+
+        self.lin = torch.nn.Linear(4, 6)
+        self.aggr = MultiAggregation(["sum", "mean", "max", "min", "std"])
+
+    def forward(self, x, edge_index):
+        return self.aggr(self.lin(x)[edge_index[0]], edge_index[1], dim_size=x.shape[0])
+
+
+def _pna(edge_index):
+    from torch_geometric.nn import PNAConv
+
+    degree = torch.bincount(torch.bincount(edge_index[1], minlength=NUM_NODES))
+    return PNAConv(4, 6, aggregators=["mean", "min", "max", "std"], scalers=["identity", "amplification"],
+                   deg=degree, towers=2)
+
+
+def _sage(edge_index):
+    from torch_geometric.nn import SAGEConv
+
+    return SAGEConv(4, 6, aggr=["mean", "max", "min"])
+
+
+COMPILED_MULTI = {"sage": _sage, "multi_aggregation": lambda edge_index: _MultiAggregate(), "pna": _pna}
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", list(COMPILED_MULTI))
+def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
+    """PyG layers with several aggregations, compiled with ``gnn_io`` (graph with a split hub, isolated nodes,
+    self loops and duplicate edges), against eager PyG: one merged rewrite, one forward kernel for all members."""
+    from gnn_inductor.testing import check_rewrites
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_FORCE", "1")  # a small graph: the CUDA cost model would leave it to Inductor
+    torch.manual_seed(0)
+    edge_index = random_graph(NUM_NODES, 50, seed=3, hub_degree=HUB_DEGREE, num_isolated=3).to(DEVICE)
+    model = COMPILED_MULTI[name](edge_index.cpu()).to(DEVICE)
+    x = torch.randn(NUM_NODES, 4, device=DEVICE)
+    result = check_rewrites(model, x, edge_index, expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0})
+    (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"]]
+    assert rewrite["op"] == "gnn_io.gather_scatter_multi" and rewrite["details"]["lowering"] == "triton"
+    assert len(rewrite["details"]["members"]) >= 3
+    forwards = [s for s in launched if s.kind == "forward"]
+    assert forwards and all(len(s.members) == len(rewrite["details"]["members"]) for s in forwards)
+
+
 # ---- the interpreter run ----
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import (
-    GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, GraphConv, MessagePassing, SAGEConv, TransformerConv,
+    GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, GraphConv, MessagePassing, PNAConv, SAGEConv, TransformerConv,
 )
+from torch_geometric.nn.aggr import MultiAggregation
 
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import check_rewrites
@@ -123,6 +124,85 @@ def test_gin_conv_folded_eps_follows_the_buffer(graph):
 
 
 # ---------------------------------------------------------------------------------------------
+# Several aggregations over the same messages: one gnn_io::gather_scatter_multi
+# ---------------------------------------------------------------------------------------------
+
+def merged(result) -> dict:
+    """The one merged gather-scatter rewrite of ``result``: its details."""
+    (rewrite,) = rewrites(result, "gather_scatter")
+    assert rewrite["op"] == "gnn_io.gather_scatter_multi", rewrite
+    return rewrite["details"]
+
+
+def member_reduces(details) -> list:
+    return sorted(m["reduce"] for m in details["members"])
+
+
+@pytest.mark.parametrize("aggr,reduces", [
+    (["mean", "max"], ["max", "mean"]),
+    (["mean", "max", "min"], ["max", "mean", "min"]),
+    (["sum", "std"], ["mean", "sum"]),  # std: mean(x * x) next to the shared sum (its mean divides that by Inductor)
+], ids=["mean-max", "mean-max-min", "sum-std"])
+def test_sage_conv_several_aggregations(graph, aggr, reduces):
+    """The mean (an SpMM alone) joins the max: both read the same source rows, in one pass."""
+    torch.manual_seed(0)
+    model = SAGEConv(graph.in_channels, OUT_CHANNELS, aggr=aggr)
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(gather_scatter=1))
+    details = merged(result)
+    assert member_reduces(details) == reduces and details["roles"] == ["src"]
+
+
+class SeveralAggregations(nn.Module):
+    """``MultiAggregation`` of transformed source rows, concatenated (std is ``mean(x)`` and ``mean(x * x)``)."""
+
+    def __init__(self, in_channels: int, aggrs: list):
+        super().__init__()
+        self.lin = nn.Linear(in_channels, OUT_CHANNELS)
+        self.aggr = MultiAggregation(aggrs)
+
+    def forward(self, x, edge_index):
+        return self.aggr(self.lin(x)[edge_index[0]], edge_index[1], dim_size=x.shape[0])
+
+
+def test_multi_aggregation(graph):
+    torch.manual_seed(0)
+    model = SeveralAggregations(graph.in_channels, ["sum", "mean", "max", "min", "std"])
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(gather_scatter=1))
+    details = merged(result)
+    assert member_reduces(details) == ["max", "mean", "min", "sum"]
+    messages = {m["reduce"]: m["message"] for m in details["members"]}
+    assert messages["mean"] != messages["sum"] == messages["max"] == messages["min"]  # mean(x * x), and x
+
+
+def test_sum_and_mean_alone_stay_an_spmm(graph):
+    """No max, min or other message next to them: nothing to share with the gather-scatter family."""
+    torch.manual_seed(0)
+    model = SeveralAggregations(graph.in_channels, ["sum", "mean"])
+    check_rewrites(model, graph.x, graph.edge_index, expect=only(spmm=1))
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+@pytest.mark.parametrize("towers", [1, 2], ids=["towers1", "towers2"])
+def test_pna_conv(graph, towers, with_edge_attr):
+    """PNA's messages are a linear map of ``[x_i, x_j(, e_ij)]``, an edge tensor the model computes; its mean,
+    min, max and std (mean twice: its own and std's) read it in one pass."""
+    torch.manual_seed(0)
+    degree = torch.bincount(torch.bincount(graph.edge_index[1], minlength=graph.num_nodes))
+    edge_dim = graph.edge_dim if with_edge_attr else None
+    model = PNAConv(graph.in_channels, 8, aggregators=["mean", "min", "max", "std"],
+                    scalers=["identity", "amplification", "attenuation"], deg=degree, towers=towers, edge_dim=edge_dim)
+    inputs = (graph.x, graph.edge_index) + ((graph.edge_attr,) if edge_dim else ())
+    first = len(rewrite_report.reports())
+    result = check_rewrites(model, *inputs, expect=only(gather_scatter=1))
+    details = merged(result)
+    assert member_reduces(details) == ["max", "mean", "mean", "min"] and details["roles"] == ["edge"]
+    assert details["merged_calls"] == 5
+    text = "\n".join(rewrite_report.format_text_for(rewrite_report.reports()[first:]))
+    assert "gnn_io.gather_scatter_multi" in text and text.count("      member ") == 4, text
+    assert "aggr/basic.py" in text, text  # where each member's reduction was written
+
+
+# ---------------------------------------------------------------------------------------------
 # Attention layers (train mode, dropout off)
 # ---------------------------------------------------------------------------------------------
 
@@ -199,13 +279,18 @@ def test_two_layer_gat(graph):
 
 
 # ---------------------------------------------------------------------------------------------
-# Attention dropout: random, so not comparable with eager call by call. It stays fused: the
-# dropout mask reaches the attention op as a per-edge input (patterns/attention.py).
+# Attention dropout: random, so not comparable with eager call by call (tests/kernels/test_attention_triton.py
+# compares with eager given the same mask). It stays fused: the attention op draws the mask from a seed the
+# graph takes from torch's generator (patterns/attention.py, kernels/rng.py).
 # ---------------------------------------------------------------------------------------------
 
-def test_gat_conv_attention_dropout_stays_fused_and_unbiased(graph):
+DROPOUT_LAYERS = {"gat": GATConv, "gatv2": GATv2Conv, "transformer": TransformerConv}
+
+
+@pytest.mark.parametrize("layer", list(DROPOUT_LAYERS))
+def test_attention_dropout_stays_fused_and_unbiased(graph, layer):
     torch.manual_seed(0)
-    model = GATConv(graph.in_channels, 4, heads=2, dropout=0.5).train()
+    model = DROPOUT_LAYERS[layer](graph.in_channels, 4, heads=2, dropout=0.5).train()
     torch._dynamo.reset()
     first = len(rewrite_report.reports())
     compiled = torch.compile(model, backend="gnn_io")
@@ -218,7 +303,7 @@ def test_gat_conv_attention_dropout_stays_fused_and_unbiased(graph):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
     new = rewrite_report.reports()[first:]
-    patterns = [w.pattern for r in new for w in r.rewrites]
+    patterns = [w.pattern for r in new for w in r.rewrites if w.pattern in FAMILIES]
     text = "\n".join(rewrite_report.format_text_for(new))
     assert patterns == ["attention"], text
     assert not [m for r in new for m in r.near_misses], text
@@ -233,11 +318,36 @@ def test_gat_conv_attention_dropout_stays_fused_and_unbiased(graph):
     assert error < 0.1, f"mean of dropout samples is off by {error:.3f} (relative)"
 
 
-def test_gat_conv_attention_dropout_eval_mode(graph):
+@pytest.mark.parametrize("layer", list(DROPOUT_LAYERS))
+def test_attention_dropout_follows_manual_seed(graph, layer):
+    """``torch.manual_seed`` decides the mask: the same seed gives the same output and gradients, the next
+    call (the generator moved on) another mask."""
+    torch.manual_seed(0)
+    model = DROPOUT_LAYERS[layer](graph.in_channels, 4, heads=2, dropout=0.3).train()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="gnn_io")
+
+    def step(seed):
+        if seed is not None:
+            torch.manual_seed(seed)
+        x = graph.x.clone().requires_grad_(True)
+        out = compiled(x, graph.edge_index)
+        out.sum().backward()
+        return out.detach(), x.grad
+    first, first_grad = step(5)
+    again, again_grad = step(5)
+    following, _ = step(None)
+    assert torch.equal(first, again) and torch.equal(first_grad, again_grad)
+    assert not torch.equal(again, following)
+
+
+@pytest.mark.parametrize("layer", list(DROPOUT_LAYERS))
+def test_attention_dropout_eval_mode(graph, layer):
     """The same layer in eval mode has no dropout: a plain attention rewrite, exact against eager."""
     torch.manual_seed(0)
-    model = GATConv(graph.in_channels, 4, heads=2, dropout=0.5).eval()
-    check_rewrites(model, graph.x, graph.edge_index, expect=only(attention=1))
+    model = DROPOUT_LAYERS[layer](graph.in_channels, 4, heads=2, dropout=0.5).eval()
+    result = check_rewrites(model, graph.x, graph.edge_index, expect=only(attention=1))
+    assert all("dropout_p" not in w["details"] for w in rewrites(result, "attention"))
 
 
 # ---------------------------------------------------------------------------------------------
