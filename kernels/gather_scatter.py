@@ -160,15 +160,21 @@ def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[in
     """Gradient for each argument (an empty tensor where ``needs_grad`` is False); ``out`` is the
     forward result (max/min ties are found against it when it is float32, else recomputed), ``arg``
     the forward's max/min arg (the pairs with an edge there need no walk; None: every edge walked)."""
+    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg,
+                          t_plan, items, t_items)
+    return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+
+
+def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg, t_plan, items,
+                  t_items) -> list:
+    """:func:`gather_scatter_backward`'s gradients, None where not needed."""
     if _runs_fused(args, roles, rowptr, fn_key):
         plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
         saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
-        grads = fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg)
-    else:
-        grads = recompute_grads(
-            lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
-            list(args), grad_out, needs_grad)
-    return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+        return fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg)
+    return recompute_grads(
+        lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
+        list(args), grad_out, needs_grad)
 
 
 @gather_scatter_backward.register_fake
@@ -294,17 +300,28 @@ def _setup_multi(ctx, inputs, output):
     ctx.meta = (roles, list(fn_keys), list(reduces), with_arg)
 
 
-def _backward_multi(ctx, grads):
-    """Each member's gradients by the single op's backward, added up. The sum and mean members of one edge
-    function take one walk: the message cotangent of a sum is ``dY_i``, of a mean ``dY_i / deg_i``, so their
-    total is one sum's backward with those cotangents added."""
-    roles, fn_keys, reduces, with_arg = ctx.meta
-    args, (rowptr, col, row, perm, *results), extras, no_grads = _saved(ctx)
-    count = len(fn_keys)
-    outs, member_args = results[:count], results[count:]
+@torch.library.custom_op("gnn_io::gather_scatter_multi_backward", mutates_args=(), schema=(
+    "(Tensor?[] grad_outs, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
+    "str[] fn_keys, str[] reduces, bool[] needs_grad, Tensor[] outs, Tensor[] member_args, bool with_arg, "
+    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Tensor], roles: list[int],
+                                  rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_keys: list[str],
+                                  reduces: list[str], needs_grad: list[bool], outs: list[Tensor],
+                                  member_args: list[Tensor], with_arg: bool, t_plan: list[Tensor] | None = None,
+                                  items: list[Tensor] | None = None,
+                                  t_items: list[Tensor] | None = None) -> list[Tensor]:
+    r"""Gradient for each argument of :func:`gather_scatter_multi_forward` (an empty tensor where ``needs_grad``
+    is False): :math:`\sum_j` member ``j``'s gradient (:func:`gather_scatter_backward`), members with no
+    cotangent (``None``: output unused) skipped.
+
+    The sum and mean members of one edge function take one walk: the message cotangent of a sum is ``dY_i``,
+    of a mean ``dY_i / deg_i``, so their total is one sum's backward with those cotangents added. The walks
+    run one after another inside this op and each adds its gradients into the first walk's, in place: at
+    most two gradients of an argument are alive at once (an edge tensor's are edge-sized: PNA's messages),
+    where a sum in the backward graph would let Inductor keep every member's gradient until one fused add."""
     walks = []  # (cotangent, key, reduce, out, arg)
     linear: dict = {}
-    for j, (key, reduce, grad) in enumerate(zip(fn_keys, reduces, grads[:count])):
+    for j, (key, reduce, grad) in enumerate(zip(fn_keys, reduces, grad_outs)):
         if grad is None:
             continue
         if reduce in ("max", "min"):
@@ -320,14 +337,45 @@ def _backward_multi(ctx, grads):
         total = sum(grad.float() if reduce == "sum" else grad.float() / degree.view(-1, *[1] * (grad.dim() - 1))
                     for grad, reduce in cotangents)
         walks.append((total.to(cotangents[0][0].dtype), key, "sum", None, None))
-    total_grads = [None] * len(args)
+    totals = [None] * len(args)
     for cotangent, key, reduce, out, member_arg in walks:
-        member_grads = gather_scatter_backward(cotangent, args, roles, rowptr, col, row, perm, key, reduce, ctx.needs,
-                                               out, member_arg, *extras)
+        member_grads = _member_grads(cotangent, args, roles, rowptr, col, row, perm, key, reduce, needs_grad, out,
+                                     member_arg, t_plan, items, t_items)
         for i, grad in enumerate(member_grads):
-            if ctx.needs[i]:
-                total_grads[i] = grad if total_grads[i] is None else total_grads[i] + grad
-    return total_grads, *(None,) * 8, *no_grads
+            if grad is None:
+                continue
+            if totals[i] is None:
+                # the first gradient becomes the sum, so it must be this op's own memory
+                totals[i] = grad if not _shares_memory(grad, [*args, cotangent]) else grad.clone()
+            else:
+                totals[i].add_(grad)
+            del grad
+        del member_grads
+    return [total if total is not None and need else a.new_empty((0,))
+            for a, total, need in zip(args, totals, needs_grad)]
+
+
+def _shares_memory(tensor: Tensor, others: list) -> bool:
+    storage = tensor.untyped_storage().data_ptr()
+    return any(isinstance(o, Tensor) and o.untyped_storage().data_ptr() == storage for o in others)
+
+
+@gather_scatter_multi_backward.register_fake
+def _(grad_outs, args, roles, rowptr, col, row, perm, fn_keys, reduces, needs_grad, outs, member_args, with_arg,
+      t_plan=None, items=None, t_items=None):
+    return [torch.empty_like(a) if need else a.new_empty((0,)) for a, need in zip(args, needs_grad)]
+
+
+def _backward_multi(ctx, grads):
+    roles, fn_keys, reduces, with_arg = ctx.meta
+    args, (rowptr, col, row, perm, *results), extras, no_grads = _saved(ctx)
+    count = len(fn_keys)
+    if all(grad is None for grad in grads[:count]):
+        return [None] * len(args), *(None,) * 8, *no_grads
+    total_grads = gather_scatter_multi_backward(list(grads[:count]), args, roles, rowptr, col, row, perm, fn_keys,
+                                                reduces, ctx.needs, results[:count], results[count:], with_arg,
+                                                *extras)
+    return [g if need else None for g, need in zip(total_grads, ctx.needs)], *(None,) * 8, *no_grads
 
 
 gather_scatter_multi_forward.register_autograd(_backward_multi, setup_context=_setup_multi)

@@ -684,6 +684,32 @@ def test_opcheck_multi_forward(arg_backward, plan):
 
 
 @runs_kernel
+def test_opcheck_multi_backward(plan):
+    """The backward op (members walked one after another, gradients added in place) is a well-formed op: schema,
+    fake implementation, and an unused member's cotangent (None) skipped."""
+    roles, specs, keys, reduces = _members("relu_edge")
+    args = [a.float().to(DEVICE) for a in _inputs(specs, torch.float32, seed=18)]
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = plan
+    t_plan = [t_rowptr, t_col, t_perm]
+    results = torch.ops.gnn_io.gather_scatter_multi_forward(args, roles, rowptr, col, row, perm, keys, reduces, False,
+                                                            t_plan)
+    outs, member_args = results[:len(keys)], results[len(keys):]
+    cotangents = [torch.randn_like(o) for o in outs]
+    cotangents[1] = None
+    torch.library.opcheck(torch.ops.gnn_io.gather_scatter_multi_backward.default,
+                          (cotangents, args, roles, rowptr, col, row, perm, keys, reduces, [True, True], outs,
+                           member_args, False, t_plan),
+                          test_utils=("test_schema", "test_faketensor"))
+    grads = torch.ops.gnn_io.gather_scatter_multi_backward(cotangents, args, roles, rowptr, col, row, perm, keys,
+                                                           reduces, [True, True], outs, member_args, False, t_plan)
+    kept = [0, 2]
+    _, want = _reference_multi(args, roles, plan, [keys[j] for j in kept], [reduces[j] for j in kept],
+                               [cotangents[j].cpu() for j in kept])
+    for got, ref in zip(grads, want):
+        _assert_within(got, ref)
+
+
+@runs_kernel
 def test_compiled_multi_matches_eager(plan):
     """Under ``torch.compile`` (AOTAutograd traces the CompositeImplicitAutograd op through the fake
     implementations) the outputs and gradients are the eager op's."""
