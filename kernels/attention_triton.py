@@ -9,8 +9,9 @@ For each destination ``i`` and head ``h`` (``e = (j -> i)`` its incoming edges, 
 
 which is ``gnn_io::attention`` (kernels/attention.py) for the three score families below. ``m_i`` is a
 running maximum (online softmax), ``w_e`` alpha's attention dropout factor (``keep(e, h) / (1 - p)``, the mask
-regenerated in every kernel from the call's seed and the edge's original id by :mod:`kernels.rng`: forward and
-backward draw the same mask and no ``[E, H]`` tensor is stored; 1 without dropout) and ``v_e`` a sum of
+drawn from the call's seed and the edge's original id by :mod:`kernels.rng` into a bitset of ``E * H / 8`` bytes
+once per forward and again, identically, once per backward; no ``[E, H]`` tensor is stored; 1 without dropout)
+and ``v_e`` a sum of
 ``[rows, H, C]`` values (``x_j``, or TransformerConv's ``v_j + e_ij``). No ``[E, H, C]`` tensor is ever built:
 each program keeps a ``BLOCK_E x BLOCK_C`` tile of the neighbourhood in registers.
 
@@ -75,7 +76,7 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
-from gnn_inductor.kernels.rng import Dropout, as_float32, dropped_triton
+from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import WorkItems, work_items, work_items_op
 from torch import Tensor
 
@@ -365,7 +366,7 @@ def _score(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2
 def _forward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
@@ -400,7 +401,7 @@ def _forward_kernel(
         l_vec = l_vec * correction + p
         weight = p * message_scale
         if DROPOUT:
-            weight = dropped_triton(weight, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
+            weight = packed_dropped_triton(weight, keep_bits_ptr, eid, h, num_heads, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
@@ -473,13 +474,13 @@ def _add_vector_grad(ptr, ROLE: tl.constexpr, src, dst, eid, h, num_heads, head_
 
 
 @triton.jit
-def _weight_and_value(seed_ptr, dropout_p, dropout_scale, DROPOUT: tl.constexpr, v0, v0r, v0h, v0c,
+def _weight_and_value(keep_bits_ptr, dropout_scale, DROPOUT: tl.constexpr, v0, v0r, v0h, v0c,
                       V0: tl.constexpr, v1, v1r, v1h, v1c, V1: tl.constexpr, src, dst, eid, h, num_heads, chans,
                       tile_mask, message_scale, BLOCK_E: tl.constexpr):
     """Backward's per-edge factor of alpha (``message_scale`` times the dropout factor) and value tile."""
     weight = tl.zeros([BLOCK_E], dtype=tl.float32) + message_scale
     if DROPOUT:
-        weight = dropped_triton(weight, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
+        weight = packed_dropped_triton(weight, keep_bits_ptr, eid, h, num_heads, dropout_scale)
     value = _vector(v0, V0, src, dst, eid, h, v0r, v0h, v0c, chans, tile_mask)
     if V1 >= 0:
         value += _vector(v1, V1, src, dst, eid, h, v1r, v1h, v1c, chans, tile_mask)
@@ -490,7 +491,7 @@ def _weight_and_value(seed_ptr, dropout_p, dropout_scale, DROPOUT: tl.constexpr,
 def _backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
@@ -523,7 +524,7 @@ def _backward_kernel(
                                      q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask,
                                      slope, score_scale)
         alpha = tl.where(emask, tl.exp(score - lse), 0.0)
-        weight, value = _weight_and_value(seed_ptr, dropout_p, dropout_scale, DROPOUT, v0, v0r, v0h, v0c, V0,
+        weight, value = _weight_and_value(keep_bits_ptr, dropout_scale, DROPOUT, v0, v0r, v0h, v0c, V0,
                                           v1, v1r, v1h, v1c, V1, src, dst, eid, h, num_heads, chans, tile_mask,
                                           message_scale, BLOCK_E)
 
@@ -635,7 +636,7 @@ def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr
 def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
@@ -707,7 +708,7 @@ def _split_backward_all_heads_kernel(
         alpha = tl.where(score_mask, tl.exp(score - lse), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
         if DROPOUT:
-            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
+            weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -810,7 +811,7 @@ def _head_scores(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s
 def _forward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
@@ -852,7 +853,7 @@ def _forward_all_heads_kernel(
         l_tile = l_tile * correction[None, :] + p
         weight = p * message_scale
         if DROPOUT:
-            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
+            weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -889,7 +890,7 @@ def _add_head_grad(ptr, ROLE: tl.constexpr, src, dst, eid, inner, row_width, gra
 def _backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, seed_ptr, dropout_p, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
@@ -935,7 +936,7 @@ def _backward_all_heads_kernel(
         alpha = tl.where(score_mask, tl.exp(score - lse[None, :]), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
         if DROPOUT:
-            weight = dropped_triton(weight, seed_ptr, eid, head_row, num_heads, dropout_p, dropout_scale)
+            weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
@@ -1059,6 +1060,7 @@ class _Layout:
     def __init__(self, form: AttentionForm, args, roles, num_edges: int, dropout: Dropout | None = None):
         self.form, self.args, self.roles, self.dropout = form, list(args), list(roles), dropout
         self.reason = None
+        self._keep_bits = None
         value = args[form.value_terms[0]]
         if value.dim() != 3:
             self.reason = f"message values have shape {tuple(value.shape)}, expected [rows, heads, channels]"
@@ -1125,6 +1127,18 @@ class _Layout:
     def role(self, i: int | None) -> int:
         return _NONE if i is None else self.roles[i]
 
+    def keep_bits_slot(self) -> list:
+        """The CSR kernels' ``keep_bits_ptr, dropout_scale`` arguments: the call's dropout mask as a bitset by
+        counter ``e * H + h`` (:func:`rng.keep_bits_by_triton`), drawn at the first launch of this layout and
+        shared by its launches (a forward; a backward's dst and src passes draw it again, identically). The
+        kernels' edge loop steps over one or two edges, so a Philox-10 chain in it costs as much as a full
+        tile's; drawn apart, every lane of the draw is used. ``E * H / 8`` bytes while the call runs."""
+        if self.dropout is None:
+            return [self.slot(None, False)[0], 1.0]
+        if self._keep_bits is None:
+            self._keep_bits = keep_bits_by_triton(self.dropout, self.num_edges * self.heads)
+        return [self._keep_bits, self.dropout.scale]
+
 
 def _padded(seq, n):
     return list(seq) + [None] * (n - len(seq))
@@ -1138,7 +1152,7 @@ def _common_slots(layout: _Layout) -> tuple:
     pointers = [*layout.slot(s[0], True), *layout.slot(s[1], True), *layout.slot(s[2], True)] if vector else \
         [x for i in s for x in (*layout.slot(i, False), 0)]
     pointers += layout.slot(form.query, True) + layout.slot(v[0], True) + layout.slot(v[1], True)
-    pointers += dropout_slot(layout.dropout, layout.slot(None, False)[0])
+    pointers += layout.keep_bits_slot()
     constexprs = {"KIND": FAMILIES[form.family], "S0": layout.role(s[0]), "S1": layout.role(s[1]), "S2": layout.role(s[2]),
                       "Q": layout.role(form.query), "V0": layout.role(v[0]), "V1": layout.role(v[1]),
                       "DROPOUT": layout.dropout is not None}
@@ -1149,7 +1163,8 @@ def _common_slots(layout: _Layout) -> tuple:
 
 
 def dropout_slot(dropout: Dropout | None, dummy: Tensor) -> list:
-    """The kernels' ``seed_ptr, dropout_p, dropout_scale`` arguments (``dummy`` and no-ops without dropout)."""
+    """The block-sparse kernels' ``seed_ptr, dropout_p, dropout_scale`` arguments (``dummy`` and no-ops without
+    dropout): they draw the mask per tile cell, where the draw fills whole 16 x 16 tiles."""
     if dropout is None:
         return [dummy, 0.0, 1.0]
     return [dropout.seed, as_float32(dropout.p), dropout.scale]

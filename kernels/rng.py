@@ -30,6 +30,9 @@ import triton.language as tl
 from torch import Tensor
 
 SEED_HIGH = 2**31 - 1    # seeds are drawn from [0, SEED_HIGH)
+# zero words after a keep bitset: a kernel's padded heads (up to the next power of two) may read past the last
+# edge's counters; their values are masked out
+KEEP_BITS_PAD = 4
 _MASK32 = 0xFFFFFFFF
 _MASK16 = 0xFFFF
 # Philox-4x32 constants (Triton's triton/language/random.py, after Salmon et al.)
@@ -111,6 +114,18 @@ def edge_keep(dropout: Dropout, edge_ids: Tensor, per_edge_shape) -> Tensor:
     return keep(dropout.seed, counter, dropout.p).view(edge_ids.shape[0], *per_edge_shape)
 
 
+def keep_bits(dropout: Dropout, num_counters: int) -> Tensor:
+    """The keep-mask of counters ``0 .. num_counters - 1`` as a bitset (torch, any device): int32 word ``w``
+    holds ``keep(32 w + i)`` in bit ``i``, padded with :data:`KEEP_BITS_PAD` zero words. What
+    :func:`keep_bits_by_triton` computes, for tests and CPU callers."""
+    num_words = triton.cdiv(num_counters, 32)
+    counter = torch.arange(num_words * 32, device=dropout.seed.device)
+    bits = (keep(dropout.seed, counter, dropout.p) & (counter < num_counters)).view(num_words, 32).long()
+    words = (bits << torch.arange(32, device=bits.device)).sum(dim=1)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)  # bit 31 is the int32 sign
+    return torch.cat([words, words.new_zeros(KEEP_BITS_PAD)])
+
+
 def dropout_reference(alpha: Tensor, dropout: Dropout | None, edge_ids: Tensor) -> Tensor:
     """``alpha [E, *K]`` (rows in the order of ``edge_ids``) with dropout: ``alpha * keep / (1 - p)``."""
     if dropout is None:
@@ -141,6 +156,38 @@ def dropped_triton(weight, seed_ptr, edge, head, num_heads, p, scale):
     original id) is kept, else 0; ``edge`` and ``head`` broadcast against ``weight``."""
     counter = edge.to(tl.int64) * num_heads + head
     return tl.where(keep_triton(seed_ptr, counter, p), weight * scale, 0.0)
+
+
+@triton.jit
+def packed_dropped_triton(weight, bits_ptr, edge, head, num_heads, scale):
+    """:func:`dropped_triton` read from a keep bitset (:func:`keep_bits_by_triton`) instead of drawn: one load and
+    a shift per (edge, head), where drawing is a Philox-10 chain per loop step of the CSR kernels."""
+    counter = edge.to(tl.int64) * num_heads + head
+    word = tl.load(bits_ptr + (counter >> 5))
+    kept = ((word >> (counter & 31).to(tl.int32)) & 1) != 0
+    return tl.where(kept, weight * scale, 0.0)
+
+
+@triton.jit
+def _keep_bits_kernel(seed_ptr, out_ptr, num_counters, num_words, p, BLOCK_W: tl.constexpr):
+    words = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
+    bit = tl.arange(0, 32)
+    counter = words.to(tl.int64)[:, None] * 32 + bit[None, :]
+    kept = keep_triton(seed_ptr, counter, p) & (counter < num_counters)
+    # distinct bits: their int32 sum is their OR (bit 31 wraps to the sign, as intended)
+    packed = tl.sum(kept.to(tl.int32) << bit[None, :], axis=1)
+    tl.store(out_ptr + words, packed, mask=words < num_words)
+
+
+def keep_bits_by_triton(dropout: Dropout, num_counters: int) -> Tensor:
+    """:func:`keep_bits` computed on the device (CUDA, or CPU under ``TRITON_INTERPRET=1``): ``num_counters / 8``
+    bytes, drawn once per op call and read by every CSR kernel of that call."""
+    num_words = triton.cdiv(num_counters, 32)
+    out = torch.zeros(num_words + KEEP_BITS_PAD, dtype=torch.int32, device=dropout.seed.device)
+    if num_words:
+        _keep_bits_kernel[(triton.cdiv(num_words, 32),)](dropout.seed.reshape(1), out, num_counters, num_words,
+                                                         as_float32(dropout.p), BLOCK_W=32)
+    return out
 
 
 @triton.jit

@@ -100,6 +100,27 @@ def test_dropout_keep_op_on_device_is_torch():
     assert torch.equal(rng.dropout_keep(seed.to(DEVICE), [1000, 3], 0.3).cpu(), expected)
 
 
+def test_keep_bits_pack_the_mask_by_counter():
+    dropout = rng.Dropout(torch.tensor(11), 0.3)
+    for num_counters in (0, 1, 31, 32, 33, 1000):
+        bits = rng.keep_bits(dropout, num_counters)
+        assert bits.dtype == torch.int32 and bits.numel() == -(-num_counters // 32) + rng.KEEP_BITS_PAD
+        unpacked = (bits.long().view(-1, 1) >> torch.arange(32)) & 1
+        want = torch.zeros(bits.numel() * 32, dtype=torch.long)
+        want[:num_counters] = rng.keep(dropout.seed, torch.arange(num_counters), dropout.p).long()
+        assert torch.equal(unpacked.flatten(), want), num_counters
+
+
+@runs_kernel
+@pytest.mark.parametrize("seed", SEEDS[:3])
+@pytest.mark.parametrize("num_counters", [1, 33, 4099])
+def test_keep_bits_by_triton_is_torch(seed, num_counters):
+    dropout = rng.Dropout(torch.tensor(seed), 0.3)
+    expected = rng.keep_bits(dropout, num_counters)
+    actual = rng.keep_bits_by_triton(rng.Dropout(dropout.seed.to(DEVICE), dropout.p), num_counters).cpu()
+    assert torch.equal(actual, expected)
+
+
 @pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
