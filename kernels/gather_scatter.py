@@ -166,12 +166,13 @@ def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[in
 
 
 def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg, t_plan, items,
-                  t_items) -> list:
-    """:func:`gather_scatter_backward`'s gradients, None where not needed."""
+                  t_items, into=None) -> list:
+    """:func:`gather_scatter_backward`'s gradients, None where not needed. ``into`` (fused path only): float32
+    buffers the kernels add the gradients of those arguments to (None for them in the result)."""
     if _runs_fused(args, roles, rowptr, fn_key):
         plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
         saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
-        return fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg)
+        return fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg, into=into)
     return recompute_grads(
         lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
         list(args), grad_out, needs_grad)
@@ -338,9 +339,12 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
                     for grad, reduce in cotangents)
         walks.append((total.to(cotangents[0][0].dtype), key, "sum", None, None))
     totals = [None] * len(args)
+    buffers = {}
+    if len(walks) > 1 and all(_runs_fused(args, roles, rowptr, key) for _, key, *_ in walks):
+        buffers = fused.gradient_buffers(args, roles, walks[0][1], needs_grad)
     for cotangent, key, reduce, out, member_arg in walks:
         member_grads = _member_grads(cotangent, args, roles, rowptr, col, row, perm, key, reduce, needs_grad, out,
-                                     member_arg, t_plan, items, t_items)
+                                     member_arg, t_plan, items, t_items, into=buffers)
         for i, grad in enumerate(member_grads):
             if grad is None:
                 continue
@@ -351,6 +355,8 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
                 totals[i].add_(grad)
             del grad
         del member_grads
+    for i, buffer in buffers.items():
+        totals[i] = fused.from_buffer(buffer, args[i])
     return [total if total is not None and need else a.new_empty((0,))
             for a, total, need in zip(args, totals, needs_grad)]
 

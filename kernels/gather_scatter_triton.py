@@ -66,7 +66,9 @@ DST elements by plain stores (they have no other writer), DENSE into the slots. 
 (hub rows) and the gradient kernel run as before for the other pairs only: the gradient kernel
 narrows its feature mask to the pairs whose arg is negative and skips the item where none is left,
 so it walks the rows with ties, zero results or a split only. The two kernels write disjoint
-elements of full-layout gradients and add into the others, in either order.
+elements of full-layout gradients and add into the others, in either order. Kernels generated with
+``KernelSpec.accumulate`` load, add and store where the others store, so several backward calls can add into one
+buffer (``gather_scatter_multi``'s members, ``backward(..., into=...)``).
 
 Launch: grid ``(num_items, cdiv(F, BLOCK_F))``; ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` from
 :data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). ``max_edges``
@@ -178,6 +180,8 @@ class KernelSpec:
     with_arg: bool = False  # max/min: the forward writes the arg (of each max/min member), the gradient walk
     #                         skips the pairs it resolves
     members: tuple = ()  # forward: (reduce, index of its edge function) of each output, all folded in one walk
+    accumulate: bool = False  # grad/arg: a stored gradient element adds to what its buffer holds (the gradients
+    #                           of the earlier members of a gather_scatter_multi; atomics add anyway)
 
 
 _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
@@ -257,6 +261,9 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
         argument's summed over the features first when the index is per row."""
         row, o = layouts[i].numel, off(i)
         at = index if emask is None else f"{index}[:, None]"
+        if store and spec.accumulate:  # no other writer: load, add, store
+            target = f"G{i} + {at} * {row} + f[None, :]"
+            return f"tl.store({target}, tl.load({target}, mask=live, other=0) + c{i}, mask=live)"
         if store:
             return f"tl.store(G{i} + {at} * {row} + f[None, :], c{i}, mask=live)"
         if o is None and emask is not None:
@@ -476,7 +483,8 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
             b("if shared == 1:")
             b(f"    tl.atomic_add(G{i} + node * {row} + f, r{i}, mask=fmask, sem='relaxed')")
             b("elif shared == 0:")
-            b(f"    tl.store(G{i} + node * {row} + f, r{i}, mask=fmask)")
+            stored = f"tl.load(G{i} + node * {row} + f, mask=fmask, other=0) + r{i}" if spec.accumulate else f"r{i}"
+            b(f"    tl.store(G{i} + node * {row} + f, {stored}, mask=fmask)")
         elif kinds[i] == "scalar":
             b(f"tl.atomic_add(G{i} + node, tl.sum(r{i}, axis=0), sem='relaxed')")
         else:
@@ -692,11 +700,13 @@ def _grad_walks(layouts, needs_grad, reduce: str) -> dict:
 
 
 def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str, needs_grad, out=None,
-             arg=None, launch=None) -> list:
+             arg=None, launch=None, into: dict | None = None) -> list:
     """Gradients of the arguments flagged in ``needs_grad`` (None for the others), in their dtypes.
     ``out`` is the forward result (float32, ``[num_dst, F]``) for max/min; recomputed when None.
     ``arg`` is the forward's max/min arg (int32, ``num_dst * F`` elements): the pairs with an edge
-    there take the arg kernel, the walks only the others; None walks every edge."""
+    there take the arg kernel, the walks only the others; None walks every edge. ``into``: float32 buffers
+    (argument index -> ``[rows, numel]``, from :func:`gradient_buffers`) the kernels add this call's gradients
+    to, for those arguments; then the result holds None there."""
     launch = launch or LAUNCH
     lowered = lowering(fn_key, _specs(args, roles))
     layouts = lowered.layouts
@@ -722,19 +732,16 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     with_arg = arg is not None and reduce in ("max", "min")
     arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else cot  # cot: unused
     prepared = _prepare(args, roles)
-    grads = {}
-    for i, layout in enumerate(layouts):
-        if needs_grad[i] and not layout.is_bool:
-            if layout.role == ROLE_DENSE:
-                shape = (DENSE_SLOTS, layout.numel)
-            else:
-                shape = (args[i].shape[0], layout.numel)
-            grads[i] = torch.zeros(shape, dtype=torch.float32, device=device)
+    into = into or {}
+    grads = {i: into[i] if i in into else torch.zeros(_grad_shape(args[i], layout), dtype=torch.float32,
+                                                      device=device)
+             for i, layout in enumerate(layouts) if needs_grad[i] and not layout.is_bool}
+    accumulate = bool(into)
     walks = _grad_walks(layouts, needs_grad, reduce)
     for walk, indices in walks.items():
         if not indices:
             continue
-        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg))
+        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg, accumulate=accumulate))
         if walk == "dst":
             index = [plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
             items = plan.items
@@ -745,14 +752,33 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         _launch(kernel, items[0].shape[0], tensors, num_features, launch)
     if with_arg and walks["dst"]:
         # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
-        kernel = _kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"]))
+        kernel = _kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"], accumulate=accumulate))
         tensors = [*prepared, *(grads[i] for i in walks["dst"]), cot, arg, plan.col, plan.perm, num_dst]
         _launch(kernel, triton.cdiv(num_dst, launch["block_e"]), tensors, num_features, launch)
     result = []
     for i, a in enumerate(args):
-        if i not in grads:
+        if i not in grads or i in into:
             result.append(None)
             continue
         grad = grads[i].sum(0) if layouts[i].role == ROLE_DENSE else grads[i]
         result.append(grad.reshape(a.shape).to(a.dtype))
     return result
+
+
+def _grad_shape(arg: Tensor, layout) -> tuple:
+    """The float32 buffer the kernels write an argument's gradient into (a dense one: ``DENSE_SLOTS`` partial
+    rows, summed after)."""
+    return (DENSE_SLOTS, layout.numel) if layout.role == ROLE_DENSE else (arg.shape[0], layout.numel)
+
+
+def gradient_buffers(args, roles, fn_key: str, needs_grad) -> dict:
+    """Zeroed float32 gradient buffers for :func:`backward`'s ``into``, for the wanted arguments that are not
+    dense (whose partial rows stay per call): argument index -> buffer."""
+    layouts = lowering(fn_key, _specs(args, roles)).layouts
+    return {i: torch.zeros(_grad_shape(args[i], layout), dtype=torch.float32, device=args[i].device)
+            for i, layout in enumerate(layouts) if needs_grad[i] and not layout.is_bool and layout.role != ROLE_DENSE}
+
+
+def from_buffer(buffer: Tensor, arg: Tensor) -> Tensor:
+    """An argument's gradient from its :func:`gradient_buffers` buffer."""
+    return buffer.reshape(arg.shape).to(arg.dtype)

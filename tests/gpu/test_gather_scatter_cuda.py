@@ -259,11 +259,11 @@ def test_multi_on_a_large_hub(maxmin_backward, monkeypatch):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_multi_backward_keeps_two_edge_gradients_at_most(compiled):
+def test_multi_backward_keeps_one_edge_gradient(compiled):
     """PNA's case: four reductions of one computed edge tensor ``m`` (mean, min, max of ``m``, mean of ``m * m``:
-    four backward walks). The walks add into one gradient in place, so the backward's peak above what was
-    allocated before it stays under 2.25 edge tensors (the sum and the walk in flight), where summing the members'
-    gradients in the graph held three or more."""
+    four backward walks). The walks' kernels add into one float32 gradient buffer, so the backward's peak above
+    what was allocated before it stays under 1.5 edge tensors, where summing the members' gradients in the graph
+    held three or more (and adding each walk's gradient into the first one's, two)."""
     num_nodes = 2000
     edge_index = random_graph(num_nodes, 200_000, seed=10, hub_degree=20_000).to(CUDA)
     src, dst = edge_index
@@ -287,7 +287,7 @@ def test_multi_backward_keeps_two_edge_gradients_at_most(compiled):
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before
     edge_bytes = m.numel() * m.element_size()
-    assert extra <= 2.25 * edge_bytes, f"backward peak {extra / edge_bytes:.2f} edge tensors"
+    assert extra <= 1.5 * edge_bytes, f"backward peak {extra / edge_bytes:.2f} edge tensors"
     leaf = m.detach().cpu().double().requires_grad_(True)
     refs = [gather_scatter_reference([leaf], [2], rowptr.cpu(), col.cpu(), row.cpu(), perm.cpu(), key, reduce)
             for key, reduce in zip(keys, reduces)]
