@@ -12,7 +12,6 @@ threshold (``attention_triton.MAX_EDGES``), isolated nodes, self loops and dupli
 """
 import pytest
 import torch
-import torch.nn.functional as F
 from gnn_inductor.kernels import attention_paths, attention_triton, rng
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention import attention_reference
@@ -20,7 +19,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
 from gnn_inductor import edge_functions, rewrite_report
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
-from tests.kernels.test_attention_triton import CASES
+from tests.kernels.test_attention_triton import CASES, compiled_and_regenerated_eager
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 CUDA = torch.device("cuda")
@@ -196,36 +195,14 @@ def test_attention_dropout_backward_uses_the_forward_mask(name, dtype):
 def test_compiled_dropout_layer_is_eager_with_the_regenerated_mask(layer, monkeypatch):
     """A compiled layer in training: forward and backward read one seed, and the output and every gradient are
     eager PyG's with its ``F.dropout`` given the mask regenerated from that seed."""
-    seeds = []
-    dropout_of = rng.dropout_of
-
-    def recording(seed, p):
-        if seed is not None:
-            seeds.append(int(seed))
-        return dropout_of(seed, p)
-    monkeypatch.setattr(rng, "dropout_of", recording)
     torch.manual_seed(0)
     x, edge_index, edge_attr = graph(seed=5)
     model = layer(IN_CHANNELS, 8, heads=2, dropout=0.3, edge_dim=EDGE_DIM).to(CUDA).train()
-    x = x.requires_grad_(True)
     grad = torch.randn(NUM_NODES, 16, generator=torch.Generator().manual_seed(1)).to(CUDA)
-    torch._dynamo.reset()
-    out = torch.compile(model, backend="gnn_io")(x, edge_index, edge_attr)
-    out.backward(grad)
-    compiled_grads = [x.grad] + [p.grad for p in model.parameters()]
-    assert len(seeds) == 2 and seeds[0] == seeds[1], seeds
-
-    def regenerated(input, p=0.5, training=True, inplace=False):
-        mask = rng.dropout_keep(torch.tensor(seeds[0], device=input.device), list(input.shape), p)
-        return input * mask * (1.0 / (1.0 - p)) if training else input
-    monkeypatch.setattr(F, "dropout", regenerated)
-    x.grad = None
-    model.zero_grad()
-    expected = model(x, edge_index, edge_attr)
-    expected.backward(grad)
+    compiled, eager = compiled_and_regenerated_eager(model, [x.requires_grad_(True), edge_index, edge_attr], grad,
+                                                     monkeypatch)
     rtol, atol = TOLERANCES[torch.float32]
-    expected_grads = [x.grad] + [p.grad for p in model.parameters()]
-    for i, (got, want) in enumerate(zip([out] + compiled_grads, [expected] + expected_grads)):
+    for i, (got, want) in enumerate(zip(compiled, eager)):
         torch.testing.assert_close(got, want, rtol=4 * rtol, atol=4 * atol * max(1.0, float(want.abs().max())),
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 

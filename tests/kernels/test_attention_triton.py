@@ -496,12 +496,11 @@ DROPOUT_LAYERS = [
 ]
 
 
-@pytest.mark.parametrize("name, make", DROPOUT_LAYERS, ids=[name for name, _ in DROPOUT_LAYERS])
-def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, monkeypatch):
-    """A compiled PyG layer with attention dropout in training (the fused kernels under the interpreter, the
-    reference in the main process): forward and backward read the seed drawn once per call, and the output and
-    every gradient are eager PyG's with its ``F.dropout`` given the mask regenerated from that seed."""
-    monkeypatch.setenv("GNN_IO_STRICT", "1")
+def compiled_and_regenerated_eager(model, inputs: list, grad, monkeypatch) -> tuple:
+    """``model`` (in training, with attention dropout) compiled with ``gnn_io`` and run forward and backward on
+    ``inputs`` (``inputs[0]`` requires grad), then eager PyG with its ``F.dropout`` given the mask regenerated
+    from the seed the op read: ``(compiled, eager)``, each ``[out, inputs[0].grad, *parameter grads]``. Asserts
+    that forward and backward read one seed."""
     seeds = []
     dropout_of = rng.dropout_of
 
@@ -510,29 +509,39 @@ def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, m
             seeds.append(int(seed))
         return dropout_of(seed, p)
     monkeypatch.setattr(rng, "dropout_of", recording)
+    torch._dynamo.reset()
+    out = torch.compile(model, backend="gnn_io")(*inputs)
+    out.backward(grad)
+    compiled = [out, inputs[0].grad] + [p.grad for p in model.parameters()]
+    assert len(seeds) == 2 and seeds[0] == seeds[1], f"forward and backward must read one seed, got {seeds}"
+
+    def regenerated(input, p=0.5, training=True, inplace=False):
+        mask = rng.dropout_keep(torch.tensor(seeds[0], device=input.device), list(input.shape), p)
+        return input * mask * (1.0 / (1.0 - p)) if training else input
+    monkeypatch.setattr(F, "dropout", regenerated)
+    inputs[0].grad = None
+    model.zero_grad()
+    expected = model(*inputs)
+    expected.backward(grad)
+    return compiled, [expected, inputs[0].grad] + [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name, make", DROPOUT_LAYERS, ids=[name for name, _ in DROPOUT_LAYERS])
+def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, monkeypatch):
+    """A compiled PyG layer with attention dropout in training (the fused kernels under the interpreter, the
+    reference in the main process): forward and backward read the seed drawn once per call, and the output and
+    every gradient are eager PyG's with its ``F.dropout`` given the mask regenerated from that seed."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)
     model = make().train()
     edge_index = random_graph(20, 60, seed=1, hub_degree=10)
     x = torch.randn(20, 8, requires_grad=True)
     edge_attr = torch.randn(edge_index.shape[1], 3)
-    grad = torch.randn(20, 8)
-    torch._dynamo.reset()
-    out = torch.compile(model, backend="gnn_io")(x, edge_index, edge_attr)
-    out.backward(grad)
-    compiled_grads = [x.grad] + [p.grad for p in model.parameters()]
-    assert len(seeds) == 2 and seeds[0] == seeds[1], f"forward and backward must read one seed, got {seeds}"
-
-    def regenerated(input, p=0.5, training=True, inplace=False):
-        mask = rng.dropout_keep(torch.tensor(seeds[0]), list(input.shape), p)
-        return input * mask * (1.0 / (1.0 - p)) if training else input
-    monkeypatch.setattr(F, "dropout", regenerated)
-    x.grad = None
-    model.zero_grad()
-    expected = model(x, edge_index, edge_attr)
-    expected.backward(grad)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    for i, (g, e) in enumerate(zip(compiled_grads, [x.grad] + [p.grad for p in model.parameters()])):
-        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"gradient {i}: {m}")
+    compiled, eager = compiled_and_regenerated_eager(model, [x, edge_index, edge_attr], torch.randn(20, 8),
+                                                     monkeypatch)
+    for i, (got, want) in enumerate(zip(compiled, eager)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 
 # ---- the interpreter run ----
