@@ -11,6 +11,7 @@ CPU until the GPU catches up. A short table last.
 """
 import argparse
 import collections
+import os
 import statistics
 import time
 
@@ -77,10 +78,13 @@ def main():
     records = []
     for layer in args.layers.split(","):
         for mode in args.modes.split(","):
+            environment = dict(os.environ)  # layer_step applies the mode's environment
             try:
                 records.append(anatomy(layer, args.graph, mode, args.steps))
             except Exception as exc:  # one failing mode is a result
                 print(f"== {layer} {mode}: {type(exc).__name__}: {exc}", flush=True)
+            os.environ.clear()
+            os.environ.update(environment)
             torch._dynamo.reset()
     keys = ["issue_ms", "back_to_back_ms", "alone_ms", "gpu_ms", "launches"]
     extra = sorted({k for r in records for k in r} - set(keys) - {"layer", "mode"})

@@ -17,6 +17,7 @@ import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import linear_fusion
+from gnn_inductor import direct_ops
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
@@ -90,6 +91,7 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
     from torch._inductor import compile_fx as inductor
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
+    direct_ops.retarget(gm)  # the gnn_io ops without custom_op's per-call Python (gnn_inductor/direct_ops.py)
     if _cuda_graphs():
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)
