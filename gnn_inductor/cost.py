@@ -7,8 +7,8 @@ structure work (self loops, normalisation, CSR) is hoisted into the graph plan e
 
 The fused gather-scatter kernels (SAGEConv max, GINEConv, any pointwise message) have the same
 shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-3.2 ms against
-1.4-1.9 ms forward+backward, launch and dispatch bound), were split at 1.1M edges (one graph won, one
-lost: session 9) and won from 4.2M edges on (13.7 against 53 ms at 15.4M); below
+1.4-1.9 ms forward+backward, launch and dispatch bound) and at 0.4-0.6M edges, won in 4 of 5 measurements at
+1.1M edges (sessions 9 and 10) and from 4.2M edges on (13.7 against 53 ms at 15.4M); below
 ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to Inductor.
 
 Fused attention in float32 (no TF32) has a threshold per family (TransformerConv, GATConv, GATv2Conv); the
@@ -29,10 +29,12 @@ SPMM_MIN_EDGES_CUDA = 2_000_000
 # Session 9 (H100, SAGEConv max, harness latency per step): ours lost at ca-AstroPh / 396k edges (2.51 against
 # 1.39 ms), MUSAE-github / 578k (2.19 against 1.85) and RMAT 2^17 / 1.1M (3.89 against 3.37), won at
 # soc-Slashdot0902 / 1.1M (2.05 against 3.01) and from 4.2M edges on (grid 11.45 against 15.68, RMAT 2^20 13.70
-# against 53.39). Mid-size graphs are bound by the ops' per-call CPU work (cProfile, benchmarks/cpu_profile.py:
-# 2.3 ms of CPU per step against Inductor's 0.9 at RMAT 2^17, where the GPU work is 1.6 ms), so a latency
-# measured step by step loses there even where the pipelined throughput wins (2.30 against 3.16 ms per step).
-GATHER_SCATTER_MIN_EDGES_CUDA = 2_000_000
+# against 53.39). Mid-size graphs are bound by the ops' per-call CPU work. Session 10, after the compiled graphs
+# call the ops' direct twins (gnn_inductor/direct_ops.py), forced against Inductor at 1.1M edges, three runs on
+# two H100 machines (docs/benchmarks/session10): RMAT 2^17 2.72 / 2.76 / 2.35 ms against 3.52 / 3.46 / 3.41,
+# soc-Slashdot0902 2.52 against 3.07. So the fused kernels take graphs from 1M edges; the 0.4-0.6M graphs that
+# lost stay with Inductor.
+GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 
 
 # Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100, forward+backward, 128 features,
