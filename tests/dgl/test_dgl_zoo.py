@@ -103,6 +103,27 @@ def test_gat_conv(graph, dgl_graph, heads):
     check_rewrites(model, dgl_graph, graph.x, expect=only(attention=1))
 
 
+@pytest.mark.parametrize("layer", [GATConv, GATv2Conv], ids=["gat", "gatv2"])
+def test_attention_dropout_is_part_of_the_op(graph, dgl_graph, layer, monkeypatch):
+    """DGL's ``attn_drop`` in training: one attention rewrite that draws the mask itself (no mask tensor in
+    the graph), and the output and every gradient are eager DGL's with its dropout given the mask regenerated
+    from the seed the op read."""
+    from gnn_inductor import rewrite_report
+    from tests.kernels.test_attention_triton import compiled_and_regenerated_eager
+
+    torch.manual_seed(0)
+    model = layer(graph.in_channels, 4, 2, attn_drop=0.4, allow_zero_in_degree=True).train()
+    x = graph.x.clone().requires_grad_(True)
+    grad = torch.randn(graph.num_nodes, 2, 4, generator=torch.Generator().manual_seed(2))
+    rewrite_report.clear()
+    compiled, eager = compiled_and_regenerated_eager(model, [dgl_graph, x], grad, monkeypatch, leaf=1)
+    (attention,) = [w for w in rewrite_report.as_json(model)["rewrites"] if w["pattern"] == "attention"]
+    assert attention["details"]["dropout_p"] == 0.4
+    for i, (got, want) in enumerate(zip(compiled, eager)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
+
+
 def test_gatv2_conv(graph, dgl_graph):
     torch.manual_seed(0)
     model = GATv2Conv(graph.in_channels, 4, 2, allow_zero_in_degree=True).train()

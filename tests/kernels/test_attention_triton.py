@@ -496,10 +496,10 @@ DROPOUT_LAYERS = [
 ]
 
 
-def compiled_and_regenerated_eager(model, inputs: list, grad, monkeypatch) -> tuple:
+def compiled_and_regenerated_eager(model, inputs: list, grad, monkeypatch, leaf: int = 0) -> tuple:
     """``model`` (in training, with attention dropout) compiled with ``gnn_io`` and run forward and backward on
-    ``inputs`` (``inputs[0]`` requires grad), then eager PyG with its ``F.dropout`` given the mask regenerated
-    from the seed the op read: ``(compiled, eager)``, each ``[out, inputs[0].grad, *parameter grads]``. Asserts
+    ``inputs`` (``inputs[leaf]`` requires grad), then eagerly with ``F.dropout`` given the mask regenerated from
+    the seed the op read: ``(compiled, eager)``, each ``[out, inputs[leaf].grad, *parameter grads]``. Asserts
     that forward and backward read one seed."""
     seeds = []
     dropout_of = rng.dropout_of
@@ -512,18 +512,18 @@ def compiled_and_regenerated_eager(model, inputs: list, grad, monkeypatch) -> tu
     torch._dynamo.reset()
     out = torch.compile(model, backend="gnn_io")(*inputs)
     out.backward(grad)
-    compiled = [out, inputs[0].grad] + [p.grad for p in model.parameters()]
+    compiled = [out, inputs[leaf].grad] + [p.grad for p in model.parameters()]
     assert len(seeds) == 2 and seeds[0] == seeds[1], f"forward and backward must read one seed, got {seeds}"
 
     def regenerated(input, p=0.5, training=True, inplace=False):
         mask = rng.dropout_keep(torch.tensor(seeds[0], device=input.device), list(input.shape), p)
         return input * mask * (1.0 / (1.0 - p)) if training else input
     monkeypatch.setattr(F, "dropout", regenerated)
-    inputs[0].grad = None
+    inputs[leaf].grad = None
     model.zero_grad()
     expected = model(*inputs)
     expected.backward(grad)
-    return compiled, [expected, inputs[0].grad] + [p.grad for p in model.parameters()]
+    return compiled, [expected, inputs[leaf].grad] + [p.grad for p in model.parameters()]
 
 
 @pytest.mark.parametrize("name, make", DROPOUT_LAYERS, ids=[name for name, _ in DROPOUT_LAYERS])
