@@ -152,6 +152,22 @@ def test_sage_conv_several_aggregations(graph, aggr, reduces):
     assert member_reduces(details) == reduces and details["roles"] == ["src"]
 
 
+@pytest.mark.parametrize("aggr,family,op", [
+    ("softmax", "attention", "gnn_io.attention"),  # softmax(t * x_j) by destination weighting x_j, per feature
+    ("powermean", "gather_scatter", "gnn_io.gather_scatter"),  # mean(clamp(x_j)^p), then ^(1/p) by Inductor
+    ("var", "gather_scatter", "gnn_io.gather_scatter_multi"),  # mean(x_j * x_j) - mean(x_j)^2: one pass
+], ids=["softmax", "powermean", "var"])
+def test_learnable_and_moment_aggregations(graph, aggr, family, op):
+    """PyG's SoftmaxAggregation and PowerMeanAggregation with a learnable ``t`` / ``p`` (gradients checked for
+    them too) and VarianceAggregation: each rewritten, against eager."""
+    torch.manual_seed(0)
+    kwargs = {"learn": True} if aggr in ("softmax", "powermean") else {}
+    model = SAGEConv(graph.in_channels, OUT_CHANNELS, aggr=aggr, aggr_kwargs=kwargs)
+    x = graph.x.abs() + 0.1  # powermean raises to a learnt power: positive inputs, as PyG's clamp assumes
+    result = check_rewrites(model, x, graph.edge_index, expect=only(**{family: 1}))
+    assert [w["op"] for w in rewrites(result, family)] == [op]
+
+
 class SeveralAggregations(nn.Module):
     """``MultiAggregation`` of transformed source rows, concatenated (std is ``mean(x)`` and ``mean(x * x)``)."""
 
