@@ -89,15 +89,22 @@ def _declined(device_type: str, num_edges: Optional[int], threshold: int, variab
     return None
 
 
+_ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
+
+
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool) -> Optional[str]:
     """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
-    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` moves the threshold of every family that has one)."""
+    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` moves the threshold of every family that has one),
+    and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its
+    reference, torch ops close to eager PyG with a recomputing backward, where Inductor fuses the same math)."""
+    if family is None and device_type == "cuda" and not forced():
+        return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
+                f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
         threshold = int(os.environ["GNN_IO_ATTENTION_MIN_EDGES"])
     if threshold is None or dtype != "float32" or tf32:
         return None
     return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",
-                     f"Inductor's own code for float32 {family} attention is faster at this size, so the whole "
-                     "graph goes to it as Dynamo captured it")
+                     f"Inductor's own code for float32 {family} attention is faster at this size, {_ATTENTION_LEFT}")

@@ -266,6 +266,19 @@ def test_attention_cost_model():
     assert cost.attention_declined("cuda", 4_200_000, "gat", "float32", False) is None
 
 
+def test_attention_form_without_a_kernel_goes_to_inductor_on_cuda(monkeypatch):
+    """A form no kernel covers (family None, e.g. PyG's SoftmaxAggregation) would run the op's reference on
+    CUDA: declined there at any size and precision, kept on CPU (where the reference is the path) and when
+    forced."""
+    from gnn_inductor import cost
+
+    for dtype, tf32 in (("float32", False), ("bfloat16", False), ("float32", True)):
+        assert "no fused kernel" in cost.attention_declined("cuda", 50_000_000, None, dtype, tf32)
+    assert cost.attention_declined("cpu", 50_000_000, None, "float32", False) is None
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    assert cost.attention_declined("cuda", 50_000_000, None, "float32", False) is None
+
+
 def test_declined_attention_graph_goes_to_inductor_whole(monkeypatch):
     """A graph whose only rewrites are declined attention runs as torch.compile's default would (no gnn_io
     op, no plan), is still correct, and the report says why for each layer."""
