@@ -317,9 +317,11 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
 
     The sum and mean members of one edge function take one walk: the message cotangent of a sum is ``dY_i``,
     of a mean ``dY_i / deg_i``, so their total is one sum's backward with those cotangents added. The walks
-    run one after another inside this op and each adds its gradients into the first walk's, in place: at
-    most two gradients of an argument are alive at once (an edge tensor's are edge-sized: PNA's messages),
-    where a sum in the backward graph would let Inductor keep every member's gradient until one fused add."""
+    run one after another inside this op. On the kernels' path (the members lower into one kernel, as in the
+    forward) they all add into one float32 buffer per argument: their kernels load, add and store where they
+    would store. Elsewhere each walk's gradients are added into the first walk's, in place. Either way no sum of
+    the members' gradients is left to the backward graph, where Inductor fused it into one add and so kept every
+    member's gradient alive (an edge tensor's are edge-sized: PNA's messages)."""
     walks = []  # (cotangent, key, reduce, out, arg)
     linear: dict = {}
     for j, (key, reduce, grad) in enumerate(zip(fn_keys, reduces, grad_outs)):
@@ -340,7 +342,7 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
         walks.append((total.to(cotangents[0][0].dtype), key, "sum", None, None))
     totals = [None] * len(args)
     buffers = {}
-    if len(walks) > 1 and all(_runs_fused(args, roles, rowptr, key) for _, key, *_ in walks):
+    if len(walks) > 1 and _runs_fused(args, roles, rowptr, [key for _, key, *_ in walks]):
         buffers = fused.gradient_buffers(args, roles, walks[0][1], needs_grad)
     for cotangent, key, reduce, out, member_arg in walks:
         member_grads = _member_grads(cotangent, args, roles, rowptr, col, row, perm, key, reduce, needs_grad, out,
