@@ -253,15 +253,24 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
     cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
+    plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
+    static_inputs = _parameter_positions(example_inputs) + plan_inputs
+    positions = hoisted.input_positions
     if num_sizes and _cuda_graphs():
         graph_report.near_misses.append(_report.NearMiss(
-            "cuda_graphs", f"GNN_IO_CUDAGRAPHS=1 not applied to this graph: its plan has {num_sizes} data-dependent "
-            "size(s) (self loops found by nonzero), and such graphs failed under CUDA graph trees after a no_grad "
-            "call; it runs without CUDA graphs", {"source": "<graph>", "layer": None, "frames": []}))
-    plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
+            "cuda_graphs", f"GNN_IO_CUDAGRAPHS=1: its plan has {num_sizes} data-dependent size(s) (self loops "
+            f"found by nonzero); compiled once per graph at its concrete sizes so CUDA graph trees replay it "
+            f"(at most {MAX_SPECIALIZED} graphs, then one dynamic-shape graph without CUDA graphs)",
+            {"source": "<graph>", "layer": None, "frames": []}))
+        _report.add(graph_report)
+        run = _size_specialized(aten_gm, len(example_inputs), num_sizes, static_inputs, graph_report, cache,
+                                positions, lambda: _inner_compile(aten_gm, list(example_inputs)
+                                                                  + list(hoisted.output_vals), graph_report,
+                                                                  static_inputs))
+        run._gnn_io_cache = cache
+        return run
     compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report,
-                              _parameter_positions(example_inputs) + plan_inputs)
-    positions = hoisted.input_positions
+                              static_inputs)
     _report.add(graph_report)
 
     def run(*args):
@@ -274,3 +283,51 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
 
     run._gnn_io_cache = cache
     return run
+
+
+# Concrete-size compiles kept per data-dependent-size graph under CUDA graphs before the dynamic fallback.
+MAX_SPECIALIZED = 4
+
+
+def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report, cache, positions, dynamic):
+    """The step of a graph whose plan has data-dependent sizes, compiled under CUDA graphs at the sizes of each
+    graph it meets (one compile per distinct size signature, the plan sizes and the arguments' shapes and
+    integers): a graph with symbolic sizes stays off CUDA graph trees (Inductor skips it), a graph of fixed
+    sizes replays. Past :data:`MAX_SPECIALIZED` signatures (a stream of different graphs, as in mini-batch
+    training) the shape-generic graph, compiled once, runs everything else without CUDA graphs."""
+    compiled = {}
+    fallback = []
+    shifted_static = [i if i < num_args else i - num_sizes for i in static_inputs]
+
+    def run(*args):
+        plan = cache([args[i] for i in positions])
+        sizes, tensors = tuple(int(s) for s in plan[len(plan) - num_sizes:]), plan[:len(plan) - num_sizes]
+        graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
+        if cache.hits == 0:
+            _report.write_env_report()
+        key = (sizes,) + tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = compiled.get(key)
+        if fn is None and len(compiled) < MAX_SPECIALIZED:
+            gm = _with_constant_sizes(aten_gm, num_args, sizes)
+            fn = compiled[key] = _inner_compile(gm, list(args) + list(tensors), graph_report, shifted_static)
+        if fn is not None:
+            return fn(*args, *tensors)
+        if not fallback:
+            fallback.append(dynamic())
+        return fallback[0](*args, *sizes, *tensors)
+
+    return run
+
+
+def _with_constant_sizes(aten_gm, num_args: int, sizes: tuple):
+    """A copy of ``aten_gm`` whose plan-size placeholders (right after the ``num_args`` arguments) are the
+    integers ``sizes``."""
+    graph = copy.deepcopy(aten_gm.graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node, size in zip(placeholders[num_args:num_args + len(sizes)], sizes):
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda n, node=node, size=size: size if n is node else n)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n, node=node, size=size: size if n is node else n)
+        graph.erase_node(node)
+    graph.lint()
+    return torch.fx.GraphModule(aten_gm, graph)

@@ -232,6 +232,48 @@ def test_cuda_graph_mode_marks_parameters_and_plan_tensors_static(monkeypatch):
     torch._dynamo.reset()
 
 
+def test_cuda_graph_mode_compiles_self_loop_graphs_at_concrete_sizes(monkeypatch):
+    """GNN_IO_CUDAGRAPHS=1 on GCNConv (self loops: the plan's edge count is data-dependent): each graph is
+    compiled at its concrete sizes, with no symbolic size left for CUDA graph trees to skip on; past the limit
+    the shape-generic graph runs the rest. Every call matches eager, output and gradients."""
+    import torch._inductor.compile_fx as inductor
+    from gnn_inductor import backend
+    from gnn_inductor.rewrite_report import reports
+
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        symbolic = any(isinstance(a, torch.SymInt) or (isinstance(a, torch.Tensor) and any(
+            isinstance(d, torch.SymInt) for d in a.shape)) for a in example_inputs)
+        seen.append((bool(kwargs.get("is_backward")), symbolic))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    monkeypatch.setattr(backend, "MAX_SPECIALIZED", 2)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = GCNConv(6, 6)
+    model = torch.compile(conv, backend="gnn_io")
+    # three graphs of the same shape whose self-loop counts differ: three plan sizes
+    graphs = [random_graph(40, 157 - k, seed=s, hub_degree=60, self_loops=k) for s, k in ((1, 0), (2, 3), (3, 7))]
+    assert len({g.shape[1] for g in graphs}) == 1
+    for edge_index in graphs + graphs[:1]:
+        x = torch.randn(40, 6, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_(True)
+        out, ref = model(x, edge_index), conv(x_ref, edge_index)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        grad = torch.randn_like(ref)
+        got = torch.autograd.grad(out, [x, conv.lin.weight], grad)
+        want = torch.autograd.grad(ref, [x_ref, conv.lin.weight], grad)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    forward = [symbolic for is_backward, symbolic in seen if not is_backward]
+    assert forward == [False, False, True], seen  # two concrete compiles, then the shape-generic one
+    assert any("concrete sizes" in m.reason for r in reports() for m in r.near_misses)
+    torch._dynamo.reset()
+
+
 def test_static_inputs_leave_the_backward_and_changed_signatures_alone():
     from gnn_inductor.backend import _with_static_inputs
 
