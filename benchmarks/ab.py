@@ -1,0 +1,102 @@
+"""Interleaved A/B timing of ``torch.compile`` default against ``gnn_io`` on graphs whose steps are bound by the
+CPU that issues them (mid-size and small graphs), where the harness's one-mode-after-the-other medians move by
+tens of percent from run to run.
+
+    python -m benchmarks.ab --layers gcn,gin,sage_mean --graphs Planetoid-Cora,ca-AstroPh --rounds 200
+
+Both models are compiled once on copies of the same layer (Dynamo guards on the backend, so the two compiled
+callables live side by side without a reset), warmed up, then timed step by step in alternation
+(A B B A A B ...), each step synchronised before and after as the harness times it, with Python's garbage
+collector off while timing. Per case it prints both medians, the median of the per-round ratios and the share
+of rounds gnn_io won, and a table last.
+"""
+import argparse
+import copy
+import gc
+import os
+import statistics
+import time
+
+import torch
+
+from benchmarks.harness import graph_suite, make_layer
+
+
+def _step_fn(model, params, x, edge_index, grad):
+    def step():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        model(x, edge_index).backward(grad)
+    return step
+
+
+def _time(step, device) -> float:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    step()
+    sync()
+    return (time.perf_counter() - t) * 1e3
+
+
+def ab_case(layer_name: str, graph, features: int, rounds: int, device) -> dict:
+    torch.manual_seed(0)
+    layer = make_layer(layer_name, features).to(device)
+    other = copy.deepcopy(layer)
+    models = {"inductor": (torch.compile(layer), layer), "gnn_io": (torch.compile(other, backend="gnn_io"), other)}
+    x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
+    edge_index = graph.edge_index.to(device)
+    grad = torch.randn(graph.num_nodes, features, device=device)
+    steps = {name: _step_fn(model, list(module.parameters()), x, edge_index, grad)
+             for name, (model, module) in models.items()}
+    for step in steps.values():
+        for _ in range(10):
+            step()
+    times = {name: [] for name in steps}
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = ("inductor", "gnn_io") if r % 2 == 0 else ("gnn_io", "inductor")
+            for name in order:
+                times[name].append(_time(steps[name], device))
+    finally:
+        gc.enable()
+    ratios = [a / b for a, b in zip(times["inductor"], times["gnn_io"])]
+    record = {"graph": graph.name, "layer": layer_name, "edges": graph.num_edges,
+              "inductor_ms": statistics.median(times["inductor"]), "gnn_io_ms": statistics.median(times["gnn_io"]),
+              "ratio": statistics.median(ratios), "won": sum(r > 1 for r in ratios) / len(ratios)}
+    print(f"== {record}", flush=True)
+    del models, steps
+    torch._dynamo.reset()
+    return record
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", default="gcn,gin,sage_mean")
+    parser.add_argument("--graphs", default="Planetoid-Cora,ca-AstroPh,MUSAE-github,soc-Slashdot0902,"
+                                            "road-luxembourg-osm,rmat-arxiv")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", "../shared/data"))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    rows = []
+    for graph in graph_suite(args.graphs.split(","), args.data_root, device):
+        for layer in args.layers.split(","):
+            rows.append(ab_case(layer, graph, args.features, args.rounds, device))
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    print(f"\ntorch {torch.__version__}, {name}, float32, {args.features} features, "
+          f"forward+backward, {args.rounds} interleaved rounds, ms (median)\n")
+    print("| graph | edges | layer | torch.compile | gnn_io | median ratio (compile / gnn_io) | rounds gnn_io won |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['graph']} | {r['edges']} | {r['layer']} | {r['inductor_ms']:.2f} | {r['gnn_io_ms']:.2f} | "
+              f"{r['ratio']:.2f}x | {100 * r['won']:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
