@@ -92,7 +92,8 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
         return None
     outputs = [n for n in graph.nodes if n in work and isinstance(val(n), torch.Tensor)
                and any(u not in hoisted or u in keep for u in n.users)]
-    if not outputs:
+    checks = any(n.target is torch.ops.gnn_io.check_index.default for n in work)
+    if not outputs and not checks:  # (index checks alone still make a plan: they run once per graph)
         return None
 
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -136,11 +137,30 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
                    [val(n).shape[d] for _, n, d in symbol_sources] + [val(o) for o in outputs], len(work))
 
 
+_aten = torch.ops.aten
+# Tensors of one constant (a scatter's zero base): made in the main graph they cost Inductor one write, fused
+# into their consumer; crossing as a plan tensor they cost a graph input and a copy (a functional scatter into
+# an input clones it). On the H100 the hoisted zero base left SAGEConv max and GINConv graphs that the cost
+# model gives to Inductor about 2% behind torch.compile at 10k-400k edges (docs/benchmarks/session11).
+_FILLS = {_aten.zeros.default, _aten.new_zeros.default, _aten.full.default, _aten.new_full.default,
+          _aten.ones.default, _aten.new_ones.default, _aten.zeros_like.default, _aten.full_like.default,
+          _aten.ones_like.default, _aten.scalar_tensor.default}
+
+
+def _is_fill(node: Node) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    v = val(node)
+    return node.op == "call_function" and node.target in _FILLS and isinstance(v, torch.Tensor) \
+        and not free_unbacked_symbols(v)
+
+
 def _computed_in_both(graph: Graph, hoisted: set) -> set:
     """Hoisted nodes the main graph must still compute itself: symbolic scalars it uses (they cannot
-    cross as tensors; their tensor inputs do) and views of graph inputs (a cached output must never
-    alias a user's tensor, or it would keep the user's graph alive)."""
-    keep = set()
+    cross as tensors; their tensor inputs do), views of graph inputs (a cached output must never
+    alias a user's tensor, or it would keep the user's graph alive) and constant fills it uses
+    (:data:`_FILLS`: cheaper made than passed in)."""
+    keep = {n for n in hoisted if _is_fill(n) and any(u not in hoisted for u in n.users)}
     changed = True
     while changed:
         changed = False

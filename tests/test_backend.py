@@ -109,6 +109,37 @@ def test_out_of_range_edge_index_raises_a_clear_error():
         model(x, bad)
 
 
+def test_declined_graph_makes_its_zero_base_and_still_checks_indices(monkeypatch):
+    """A graph the cost model leaves to Inductor (as on CUDA under its thresholds): the scatter's zero base is
+    made in the compiled graph, not passed in as a plan tensor (which Inductor would have to copy), so the
+    graph Inductor compiles has only the user's inputs; the index check still runs once per graph."""
+    from torch_geometric.nn import GINConv
+
+    from gnn_inductor import backend, cost
+
+    monkeypatch.setattr(cost, "_declined", lambda *a, **k: "declined for the test")
+    compiled = []
+    real = backend._inner_compile
+
+    def record(gm, example_inputs, *args, **kwargs):
+        compiled.append([n.name for n in gm.graph.nodes if n.op == "placeholder"])
+        return real(gm, example_inputs, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "_inner_compile", record)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = GINConv(torch.nn.Linear(6, 6))
+    model = torch.compile(conv, backend="gnn_io")
+    x, edge_index = torch.randn(40, 6), random_graph(40, 150, hub_degree=20)
+    torch.testing.assert_close(model(x, edge_index), conv(x, edge_index))
+    assert len(compiled) == 1 and not any(name.startswith("plan_") for name in compiled[0]), compiled
+    bad = edge_index.clone()
+    bad[0, 5] = 41
+    with pytest.raises(IndexError, match=r"max 41, num_nodes 40"):
+        model(x, bad)
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("make, expect", [
     (lambda: __import__("torch_geometric.nn", fromlist=["GATConv"]).GATConv(8, 4, heads=2), {"attention": 1}),
     (lambda: GCNConv(8, 8), {"spmm": 1}),
