@@ -201,7 +201,7 @@ def _attention_declined(ctx, device: str) -> list:
                                        tf32) for r in ctx.rewrites]
     if not all(reasons):
         return []
-    return [_report.NearMiss("attention", reason, r.source) for r, reason in zip(ctx.rewrites, reasons)]
+    return [_report.NearMiss(r.pattern, reason, r.source) for r, reason in zip(ctx.rewrites, reasons)]
 
 
 def _cuda_graphs() -> bool:
@@ -234,6 +234,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size
         graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
+        graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
         _report.add(graph_report)
         return _inner_compile(gm, list(example_inputs), graph_report)
     for rewrite in ctx.rewrites:

@@ -15,6 +15,12 @@ Fused attention in float32 (no TF32) has a threshold per family (TransformerConv
 backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
 since its edge softmax was rewritten before the family was known.
 
+On CPU the ops run their exact references (segment reductions in CSR order, written for semantics), which
+are slower than Inductor's C++ code for the same layers: 0.48-0.95x of ``torch.compile``'s speed on 10k-396k
+edges, every family (docs/benchmarks/session11). So on CPU every aggregation is left to Inductor, with the
+structure work still hoisted into the plan, unless ``GNN_IO_CPU_REWRITE=1`` (what the project's tests set, to
+check the rewrites' semantics on CPU) or ``GNN_IO_FORCE=1``.
+
 ``GNN_IO_FORCE=1`` rewrites whatever matches, whatever the size (for tests and comparisons);
 ``GNN_IO_SPMM_MIN_EDGES``, ``GNN_IO_GS_MIN_EDGES`` and ``GNN_IO_ATTENTION_MIN_EDGES`` move the thresholds.
 """
@@ -80,8 +86,32 @@ _AGGREGATION_LEFT = ("Inductor's fused gather-scatter is as fast at this size, s
                      "(structure work stays in the graph plan)")
 
 
+CPU_REWRITE_ENV = "GNN_IO_CPU_REWRITE"
+# Session 11, 2-core CPU, float32, 64 features, forward+backward, interleaved A/B (benchmarks/ab.py --device cpu):
+# torch.compile's time over gnn_io's with every rewrite taken, Cora / ca-AstroPh (396k edges): GCNConv 0.95 /
+# 0.65, GINConv 0.78 / 0.58, SAGEConv mean 0.89 / 0.61, SAGEConv max 0.64 / 0.54, GATConv 0.55 / 0.59,
+# TransformerConv 0.74 / 0.48.
+_CPU_LEFT = (f"on CPU Inductor's C++ code beats the ops' references (gnn_io took 1.05-2.1x its time, session 11), "
+             f"so this is left to it; {CPU_REWRITE_ENV}=1 rewrites it")
+
+
+def cpu_rewrites() -> bool:
+    """Whether rewrites are taken on CPU (``GNN_IO_CPU_REWRITE=1`` or ``GNN_IO_FORCE=1``)."""
+    return forced() or os.environ.get(CPU_REWRITE_ENV, "0") == "1"
+
+
+def cpu_declined(device_type: str) -> Optional[str]:
+    """Why a rewrite is not taken on this CPU device (None elsewhere, or when CPU rewrites are on)."""
+    if device_type != "cpu" or cpu_rewrites():
+        return None
+    return f"cost model: {_CPU_LEFT}"
+
+
 def _declined(device_type: str, num_edges: Optional[int], threshold: int, variable: str,
               outcome: str = _AGGREGATION_LEFT) -> Optional[str]:
+    on_cpu = cpu_declined(device_type)
+    if on_cpu is not None:
+        return on_cpu
     if device_type != "cuda" or forced() or num_edges is None:
         return None
     if num_edges < threshold:
@@ -98,6 +128,9 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` moves the threshold of every family that has one),
     and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its
     reference, torch ops close to eager PyG with a recomputing backward, where Inductor fuses the same math)."""
+    on_cpu = cpu_declined(device_type)
+    if on_cpu is not None:
+        return on_cpu
     if family is None and device_type == "cuda" and not forced():
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from gnn_inductor.graph_match import Scatter, aten, as_gather, as_scatter, index_key, strip_index
+from gnn_inductor.cost import cpu_declined
+from gnn_inductor.graph_match import Scatter, aten, as_gather, as_scatter, index_key, strip_index, val
 from gnn_inductor.rewrite import Pattern
 
 COVERS = ("torch_geometric.utils.softmax(src, index) (scatter amax, subtract, exp, scatter sum + eps, divide)",)
@@ -64,6 +65,11 @@ def match(node, ctx):
         return "max-shifted exp found, but the normaliser is not a segment sum of the same exponentials"
     if strip_index(top.index) not in ctx.structure:
         return "softmax index is computed from features, not graph structure"
+    # On CPU the attention is left to Inductor before anything is rewritten, so the structure work is still
+    # hoisted and the rest compiles as one graph (cost.cpu_declined)
+    declined = cpu_declined(val(node).device.type)
+    if declined is not None:
+        return declined
     return SoftmaxMatch(node, scores, top.index, top.node, eps)
 
 

@@ -1,11 +1,17 @@
 """Shared fixtures: one small graph with every case kernels get wrong (isolated nodes, self
 loops, duplicate edges, a heavy hub), and float32 node/edge features on it."""
+import os
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from gnn_inductor.testing import random_graph
+
+# On CPU the cost model leaves every aggregation to Inductor (faster there, gnn_inductor/cost.py); the tests are
+# here to check the rewrites and their CPU semantics, so they take the rewrites (subprocesses inherit this).
+# Tests of the CPU decline itself unset it.
+os.environ.setdefault("GNN_IO_CPU_REWRITE", "1")
 
 NUM_NODES = 60
 NUM_EDGES = 300

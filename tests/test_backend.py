@@ -109,6 +109,41 @@ def test_out_of_range_edge_index_raises_a_clear_error():
         model(x, bad)
 
 
+@pytest.mark.parametrize("name", ["gcn", "sage_max", "gat", "transformer"])
+def test_cpu_leaves_aggregation_to_inductor_unless_asked(name, monkeypatch):
+    """On CPU the ops' references are slower than Inductor's C++ code, so by default every aggregation is left
+    to Inductor (the report says why, per layer); GNN_IO_CPU_REWRITE=1 takes the rewrites. Same results either
+    way, output and gradients."""
+    from torch_geometric import nn as pyg
+
+    from gnn_inductor.rewrite_report import reports
+
+    make = {"gcn": lambda: GCNConv(6, 6), "sage_max": lambda: pyg.SAGEConv(6, 6, aggr="max"),
+            "gat": lambda: pyg.GATConv(6, 3, heads=2), "transformer": lambda: pyg.TransformerConv(6, 3, heads=2)}[name]
+    x, edge_index = torch.randn(40, 6), random_graph(40, 150, hub_degree=20)
+    for setting in ("0", "1"):
+        monkeypatch.setenv("GNN_IO_CPU_REWRITE", setting)
+        monkeypatch.delenv("GNN_IO_FORCE", raising=False)
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        conv = make()
+        x_new, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        out, ref = torch.compile(conv, backend="gnn_io")(x_new, edge_index), conv(x_ref, edge_index)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        grad = torch.randn_like(ref)
+        for g, w in zip(torch.autograd.grad(out, [x_new, *conv.parameters()], grad),
+                        torch.autograd.grad(ref, [x_ref, *conv.parameters()], grad)):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        mine = reports(conv)
+        rewrites = [r for g in mine for r in g.rewrites]
+        cpu_misses = [m for g in mine for m in g.near_misses if "on CPU Inductor's C++ code beats" in m.reason]
+        if setting == "0":
+            assert mine and not rewrites and cpu_misses, [(g.rewrites, g.near_misses) for g in mine]
+        else:
+            assert rewrites and not cpu_misses
+    torch._dynamo.reset()
+
+
 def test_declined_graph_makes_its_zero_base_and_still_checks_indices(monkeypatch):
     """A graph the cost model leaves to Inductor (as on CUDA under its thresholds): the scatter's zero base is
     made in the compiled graph, not passed in as a plan tensor (which Inductor would have to copy), so the
