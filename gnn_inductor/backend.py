@@ -176,7 +176,7 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
         graph_report = _report.GraphReport(0, [], [_report.NearMiss(
             "backend", f"graph left to Inductor unchanged: {type(exc).__name__}: {str(exc).splitlines()[0]}",
             {"source": "<graph>", "layer": None, "frames": []})])
-        graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+        graph_report.track_parameters(example_inputs)
         _report.add(graph_report)
         return _inner_compile(gm, list(example_inputs), graph_report)
 
@@ -234,13 +234,13 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size
         graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
-        graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+        graph_report.track_parameters(example_inputs)
         _report.add(graph_report)
         return _inner_compile(gm, list(example_inputs), graph_report)
     for rewrite in ctx.rewrites:
         rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
     graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
-    graph_report.parameter_ids = {id(t) for t in example_inputs if isinstance(t, torch.nn.Parameter)}
+    graph_report.track_parameters(example_inputs)
     insert_index_checks(aten_gm, ctx)
     _fuse_linears(aten_gm, graph_report)
     hoisted = hoist_structure(aten_gm)

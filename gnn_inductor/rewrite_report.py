@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Optional
+
+import torch
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIBRARY_PARTS = (os.sep + "torch" + os.sep, os.sep + "torch_geometric" + os.sep, os.sep + "gnn_inductor" + os.sep,
@@ -74,6 +77,18 @@ class GraphReport:
     plan_builds: int = 0
     plan_hits: int = 0
     parameter_ids: set = field(default_factory=set)
+    parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref: an id can be reused
+
+    def track_parameters(self, inputs) -> None:
+        """Remember the graph's parameter inputs (``reports(model)`` finds the graph through them)."""
+        params = [t for t in inputs if isinstance(t, torch.nn.Parameter)]
+        self.parameter_ids = {id(p) for p in params}
+        self.parameter_refs = {id(p): weakref.ref(p) for p in params}
+
+    def uses(self, params) -> bool:
+        """Whether any of ``params`` (live tensors) is one of this graph's parameters, by identity."""
+        return any(id(p) in self.parameter_ids and (id(p) not in self.parameter_refs
+                                                    or self.parameter_refs[id(p)]() is p) for p in params)
 
     def as_json(self) -> dict:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
@@ -96,9 +111,9 @@ def reports(model=None) -> list:
     if model is None:
         return list(_REPORTS)
     model = getattr(model, "_orig_mod", model)
-    ids = {id(p) for p in model.parameters()}
-    mine = [r for r in _REPORTS if r.parameter_ids & ids]
-    return mine if ids else list(_REPORTS)
+    params = list(model.parameters())
+    mine = [r for r in _REPORTS if r.uses(params)]
+    return mine if params else list(_REPORTS)
 
 
 def _attention_paths() -> list:

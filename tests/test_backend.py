@@ -454,3 +454,18 @@ def test_report_gives_the_degree_split_of_gather_scatter_rewrites():
     assert split["max_edges"] == split_threshold(rowptr)
     assert split["hub_rows"] == 1 and 0.2 < split["hub_edge_share"] < 0.25  # node 0 and its 400 extra edges
     assert "degree split (CUDA kernels): rows over" in gnn_inductor.report()
+
+
+def test_report_lookup_by_parameter_is_by_identity_not_by_a_reusable_id():
+    import weakref
+
+    from gnn_inductor.rewrite_report import GraphReport
+
+    p, q = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    report = GraphReport(0, [], [])
+    report.track_parameters([p, torch.zeros(1)])
+    assert report.uses([p]) and not report.uses([q])
+    # q takes over p's id in the record (as a freed parameter's id can be reused): still not q's graph
+    report.parameter_ids.add(id(q))
+    report.parameter_refs[id(q)] = weakref.ref(p)
+    assert not report.uses([q])
