@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -118,6 +119,15 @@ def copy_bandwidth(device) -> float:
 def median_ms(fn, reps: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
+    gc.collect()  # no collector pause inside the timed steps (as timeit does)
+    gc.disable()
+    try:
+        return _median_ms(fn, reps)
+    finally:
+        gc.enable()
+
+
+def _median_ms(fn, reps: int) -> float:
     if not torch.cuda.is_available():
         times = []
         for _ in range(reps):
