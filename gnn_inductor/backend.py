@@ -257,6 +257,15 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     static_inputs = _parameter_positions(example_inputs) + plan_inputs
     positions = hoisted.input_positions
+
+    def plan_of(args) -> tuple:
+        """The plan of the graph in ``args``, cached per graph: data-dependent sizes first, then tensors."""
+        plan = cache([args[i] for i in positions])
+        graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
+        if cache.hits == 0:
+            _report.write_env_report()
+        return plan[len(plan) - num_sizes:] + plan[:len(plan) - num_sizes]
+
     if num_sizes and _cuda_graphs():
         graph_report.near_misses.append(_report.NearMiss(
             "cuda_graphs", f"GNN_IO_CUDAGRAPHS=1: its plan has {num_sizes} data-dependent size(s) (self loops "
@@ -264,10 +273,9 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
             f"(at most {MAX_SPECIALIZED} graphs, then one dynamic-shape graph without CUDA graphs)",
             {"source": "<graph>", "layer": None, "frames": []}))
         _report.add(graph_report)
-        run = _size_specialized(aten_gm, len(example_inputs), num_sizes, static_inputs, graph_report, cache,
-                                positions, lambda: _inner_compile(aten_gm, list(example_inputs)
-                                                                  + list(hoisted.output_vals), graph_report,
-                                                                  static_inputs))
+        run = _size_specialized(aten_gm, len(example_inputs), num_sizes, static_inputs, graph_report, plan_of,
+                                lambda: _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals),
+                                                       graph_report, static_inputs))
         run._gnn_io_cache = cache
         return run
     compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report,
@@ -275,12 +283,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     _report.add(graph_report)
 
     def run(*args):
-        plan = cache([args[i] for i in positions])
-        plan = plan[len(plan) - num_sizes:] + plan[:len(plan) - num_sizes]
-        graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
-        if cache.hits == 0:
-            _report.write_env_report()
-        return compiled(*args, *plan)
+        return compiled(*args, *plan_of(args))
 
     run._gnn_io_cache = cache
     return run
@@ -290,7 +293,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
 MAX_SPECIALIZED = 4
 
 
-def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report, cache, positions, dynamic):
+def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report, plan_of, dynamic):
     """The step of a graph whose plan has data-dependent sizes, compiled under CUDA graphs at the sizes of each
     graph it meets (one compile per distinct size signature, the plan sizes and the arguments' shapes and
     integers): a graph with symbolic sizes stays off CUDA graph trees (Inductor skips it), a graph of fixed
@@ -301,11 +304,8 @@ def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report,
     shifted_static = [i if i < num_args else i - num_sizes for i in static_inputs]
 
     def run(*args):
-        plan = cache([args[i] for i in positions])
-        sizes, tensors = tuple(int(s) for s in plan[len(plan) - num_sizes:]), plan[:len(plan) - num_sizes]
-        graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
-        if cache.hits == 0:
-            _report.write_env_report()
+        plan = plan_of(args)
+        sizes, tensors = tuple(int(s) for s in plan[:num_sizes]), plan[num_sizes:]
         key = (sizes,) + tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
         fn = compiled.get(key)
         if fn is None and len(compiled) < MAX_SPECIALIZED:
