@@ -76,19 +76,15 @@ class GraphReport:
     hoisted_nodes: int = 0
     plan_builds: int = 0
     plan_hits: int = 0
-    parameter_ids: set = field(default_factory=set)
-    parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref: an id can be reused
+    parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
         """Remember the graph's parameter inputs (``reports(model)`` finds the graph through them)."""
-        params = [t for t in inputs if isinstance(t, torch.nn.Parameter)]
-        self.parameter_ids = {id(p) for p in params}
-        self.parameter_refs = {id(p): weakref.ref(p) for p in params}
+        self.parameter_refs = {id(t): weakref.ref(t) for t in inputs if isinstance(t, torch.nn.Parameter)}
 
     def uses(self, params) -> bool:
         """Whether any of ``params`` (live tensors) is one of this graph's parameters, by identity."""
-        return any(id(p) in self.parameter_ids and (id(p) not in self.parameter_refs
-                                                    or self.parameter_refs[id(p)]() is p) for p in params)
+        return any((ref := self.parameter_refs.get(id(p))) is not None and ref() is p for p in params)
 
     def as_json(self) -> dict:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
