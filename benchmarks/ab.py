@@ -4,14 +4,13 @@ tens of percent from run to run.
 
     python -m benchmarks.ab --layers gcn,gin,sage_mean --graphs Planetoid-Cora,ca-AstroPh --rounds 200
 
-Both models are compiled once on copies of the same layer (Dynamo guards on the backend, so the two compiled
-callables live side by side without a reset), warmed up, then timed step by step in alternation
+Both models are built as the profiler builds them (``profile_layer.layer_step``: same seed, same weights and
+inputs) and compiled once (Dynamo guards on the backend, so the two compiled callables live side by side), warmed up, then timed step by step in alternation
 (A B B A A B ...), each step synchronised before and after as the harness times it, with Python's garbage
 collector off while timing. Per case it prints both medians, the median of the per-round ratios and the share
 of rounds gnn_io won, and a table last.
 """
 import argparse
-import copy
 import gc
 import os
 import statistics
@@ -19,16 +18,10 @@ import time
 
 import torch
 
-from benchmarks.harness import graph_suite, make_layer
+from benchmarks.harness import graph_suite
+from benchmarks.profile_layer import layer_step
 
-
-def _step_fn(model, params, x, edge_index, grad):
-    def step():
-        x.grad = None
-        for p in params:
-            p.grad = None
-        model(x, edge_index).backward(grad)
-    return step
+MODES = ("inductor", "gnn_io")
 
 
 def _time(step, device) -> float:
@@ -41,26 +34,17 @@ def _time(step, device) -> float:
 
 
 def ab_case(layer_name: str, graph, features: int, rounds: int, device) -> dict:
-    torch.manual_seed(0)
-    layer = make_layer(layer_name, features).to(device)
-    other = copy.deepcopy(layer)
-    models = {"inductor": (torch.compile(layer), layer), "gnn_io": (torch.compile(other, backend="gnn_io"), other)}
-    x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
-    edge_index = graph.edge_index.to(device)
-    grad = torch.randn(graph.num_nodes, features, device=device)
-    steps = {name: _step_fn(model, list(module.parameters()), x, edge_index, grad)
-             for name, (model, module) in models.items()}
+    steps = {mode: layer_step(layer_name, graph.name, mode, features, device, graph) for mode in MODES}
     for step in steps.values():
         for _ in range(10):
             step()
-    times = {name: [] for name in steps}
+    times = {mode: [] for mode in MODES}
     gc.collect()
     gc.disable()
     try:
         for r in range(rounds):
-            order = ("inductor", "gnn_io") if r % 2 == 0 else ("gnn_io", "inductor")
-            for name in order:
-                times[name].append(_time(steps[name], device))
+            for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+                times[mode].append(_time(steps[mode], device))
     finally:
         gc.enable()
     ratios = [a / b for a, b in zip(times["inductor"], times["gnn_io"])]
@@ -68,7 +52,7 @@ def ab_case(layer_name: str, graph, features: int, rounds: int, device) -> dict:
               "inductor_ms": statistics.median(times["inductor"]), "gnn_io_ms": statistics.median(times["gnn_io"]),
               "ratio": statistics.median(ratios), "won": sum(r > 1 for r in ratios) / len(ratios)}
     print(f"== {record}", flush=True)
-    del models, steps
+    del steps
     torch._dynamo.reset()
     return record
 

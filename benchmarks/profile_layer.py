@@ -10,12 +10,14 @@ import torch
 from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
 
 
-def layer_step(layer: str, graph_name: str, mode: str, features: int = 128):
+def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None):
     """``step()``: one forward+backward of ``layer`` compiled in ``mode`` (its harness environment applied) on
-    ``graph_name``, on CUDA, with every gradient set to None first, as the harness times it."""
+    ``graph_name`` (or on the loaded ``graph``), on CUDA unless ``device`` says otherwise, with every gradient
+    set to None first, as the harness times it. Same seed, same weights and inputs for every mode."""
     os.environ.update(MODE_ENV.get(mode, {}))
-    device = torch.device("cuda")
-    (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
+    device = torch.device(device or "cuda")
+    if graph is None:
+        (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
     torch.manual_seed(0)
     model = build(mode, make_layer(layer, features).to(device))
     x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
