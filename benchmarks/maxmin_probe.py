@@ -1,6 +1,6 @@
 """Max/min gather-scatter kernels alone: forward, backward and each launch of the backward, per variant.
 
-    python -m benchmarks.maxmin_probe --graphs rmat-large,rmat-arxiv --variants walk,ties,arg
+    python -m benchmarks.maxmin_probe --graphs rmat-large,rmat-arxiv --variants walk,arg
 
 A variant is a value of ``GNN_IO_MAXMIN_BACKWARD`` (``kernels/gather_scatter_triton.py: maxmin_backward``).
 Each variant's gradient is checked against the walk's (the default) before it is timed. Times are medians of
@@ -59,8 +59,8 @@ def main():
             os.environ[g.MAXMIN_BACKWARD_ENV] = variant
 
             def fwd():
-                arg = torch.full((n, args.features), -1, dtype=torch.int32, device="cuda") if variant == "arg" \
-                    else torch.ones(n, dtype=torch.int8, device="cuda") if variant == "ties" else None
+                arg = torch.full((n, args.features), -1, dtype=torch.int32, device="cuda") \
+                    if variant == "arg" else None
                 return g.forward([x], [0], p, key, args.reduce, arg=arg), arg
 
             out, arg = fwd()
@@ -72,9 +72,8 @@ def main():
                 reference = grad
             error = ((grad - reference).abs().max() / reference.abs().max().clamp(min=1e-30)).item()
             forward_ms, backward_ms = _median_ms(fwd, args.reps), _median_ms(bwd, args.reps)
-            tie_free = f", tie-free rows {int(arg.sum())}/{n}" if variant == "ties" else ""
             print(f"== {graph.name} {variant}: forward {forward_ms:.3f} ms, backward {backward_ms:.3f} ms, "
-                  f"grad max rel err vs first {error:.2e}{tie_free}")
+                  f"grad max rel err vs first {error:.2e}")
             for name, ms in _launches(bwd):
                 print(f"   backward launch {name:40s} {ms:8.3f} ms")
             rows.append((graph.name, variant, forward_ms, backward_ms, error))

@@ -102,30 +102,10 @@ _lib.define("gather_scatter(Tensor[] args, int[] roles, Tensor rowptr, Tensor co
 
 
 def _wants_arg(reduces, args, rowptr) -> bool:
-    """Whether the forward should save what the max/min backward reads (the arg, or the tie flags): a max/min
-    reduction, gradients wanted, on the kernels' device, ``GNN_IO_MAXMIN_BACKWARD`` ``arg`` or ``ties``
-    (decided above autograd, where it is known)."""
+    """Whether the forward should save the max/min arg: a max/min reduction, gradients wanted, on the kernels'
+    device, ``GNN_IO_MAXMIN_BACKWARD=arg`` (decided above autograd, where it is known)."""
     return (any(reduce in ("max", "min") for reduce in reduces) and _on_kernel_device(rowptr)
-            and torch.is_grad_enabled() and any(a.requires_grad for a in args)
-            and fused.maxmin_backward() in ("arg", "ties"))
-
-
-def _aid(saves: bool, out_shape: tuple, num_dst: int, device, fake_like: Tensor | None = None,
-         known: bool = True) -> Tensor:
-    """What a max/min forward saves for its backward when ``saves``: with ``GNN_IO_MAXMIN_BACKWARD=ties`` the
-    tie flags (int8 ``[num_dst]``, 1 where every result of the row is held by exactly one edge; ``known`` False,
-    the reference path: all 0), else the arg (int32, ``out_shape``, -1 where no single edge holds the result);
-    an empty int32 tensor when not ``saves``. ``fake_like``: an empty tensor of that shape instead (fake
-    implementations)."""
-    if not saves:
-        shape, dtype, value = (0,), torch.int32, -1
-    elif fused.maxmin_backward() == "ties":
-        shape, dtype, value = (num_dst,), torch.int8, int(known)
-    else:
-        shape, dtype, value = out_shape, torch.int32, -1
-    if fake_like is not None:
-        return fake_like.new_empty(shape, dtype=dtype)
-    return torch.full(shape, value, dtype=dtype, device=device)
+            and torch.is_grad_enabled() and any(a.requires_grad for a in args) and fused.maxmin_backward() == "arg")
 
 
 def _gather_scatter(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
@@ -153,10 +133,10 @@ def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor,
     num_dst = rowptr.shape[0] - 1
     if not _runs_fused(args, roles, rowptr, fn_key):
         out = gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
-        return out, _aid(with_arg, out.shape, num_dst, out.device, known=False)
+        return out, torch.full(out.shape if with_arg else (0,), -1, dtype=torch.int32, device=out.device)
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
     shape = fused.lowering(fn_key, fused._specs(args, roles)).message_shape
-    arg = _aid(with_arg, (num_dst, *shape), num_dst, rowptr.device)
+    arg = torch.full((num_dst, *shape) if with_arg else (0,), -1, dtype=torch.int32, device=rowptr.device)
     out = fused.forward(args, roles, plan, fn_key, reduce, arg=arg if with_arg else None)
     return out.reshape(num_dst, *shape).to(_out_dtype(args, roles, fn_key)), arg
 
@@ -165,7 +145,7 @@ def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor,
 def _(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan=None, items=None, t_items=None):
     messages = edge_functions.lookup(fn_key)(*fake_edge_values(args, roles, col.shape[0]))
     out = messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
-    return out, _aid(with_arg, out.shape, out.shape[0], None, fake_like=out)
+    return out, out.new_empty(out.shape if with_arg else (0,), dtype=torch.int32)
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_backward", mutates_args=(), schema=(
@@ -294,7 +274,8 @@ def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: T
     num_dst = rowptr.shape[0] - 1
     shape = fused.lowering(fn_keys[0], fused._specs(args, roles)).message_shape
     saves = [with_arg and reduce in ("max", "min") for reduce in reduces]
-    member_args = [_aid(save, (num_dst, *shape), num_dst, rowptr.device) for save in saves]
+    member_args = [torch.full((num_dst, *shape) if save else (0,), -1, dtype=torch.int32, device=rowptr.device)
+                   for save in saves]
     outs = fused.forward_multi(args, roles, plan, fn_keys, reduces, arg=member_args if any(saves) else None)
     return ([out.reshape(num_dst, *shape).to(_out_dtype(args, roles, key)) for out, key in zip(outs, fn_keys)]
             + member_args)
@@ -307,7 +288,7 @@ def _(args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan=No
     for key in fn_keys:
         messages = edge_functions.lookup(key)(*values)
         outs.append(messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:])))
-    return outs + [_aid(with_arg and reduce in ("max", "min"), out.shape, out.shape[0], None, fake_like=out)
+    return outs + [out.new_empty(out.shape if with_arg and reduce in ("max", "min") else (0,), dtype=torch.int32)
                    for out, reduce in zip(outs, reduces)]
 
 

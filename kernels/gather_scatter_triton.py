@@ -107,7 +107,7 @@ AUTOTUNE_CONFIGS = [
 ]
 DENSE_SLOTS = 64       # partial rows of a dense argument's gradient (programs add into item % DENSE_SLOTS)
 MAXMIN_BACKWARD_ENV = "GNN_IO_MAXMIN_BACKWARD"
-MAXMIN_BACKWARDS = ("arg", "walk", "ties")
+MAXMIN_BACKWARDS = ("arg", "walk")
 # Every atomic is relaxed: they only combine partial results, ordering comes from the kernel boundaries.
 
 
@@ -182,8 +182,6 @@ class KernelSpec:
     members: tuple = ()  # forward: (reduce, index of its edge function) of each output, all folded in one walk
     accumulate: bool = False  # grad/arg: a stored gradient element adds to what its buffer holds (the gradients
     #                           of the earlier members of a gather_scatter_multi; atomics add anyway)
-    ties: bool = False   # max/min: the forward counts the edges at each result (light rows: a per-row flag, hub
-    #                      items: partials the combine kernel reads); the backward skips the tie count of flagged rows
 
 
 _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
@@ -199,10 +197,9 @@ def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     if spec.kind == "arg":
         return params + ["COT", "ARG", "nbr", "perm", "num_rows", "num_features", "BLOCK_E: tl.constexpr",
                          "BLOCK_F: tl.constexpr"]
-    if spec.kind == "forward":  # one result (and arg, or tie flags) per member
+    if spec.kind == "forward":  # one result (and arg) per member
         members = range(len(spec.members))
-        ties = [f"PART{j}" for j in members] + ["SLOT", "num_slots"] if spec.ties else []
-        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + ties + _WALK_PARAMS
+        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + _WALK_PARAMS
     return params + ["RES", "COT", "CNT", "ARG"] + _WALK_PARAMS
 
 
@@ -336,8 +333,6 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
     # per forward member: whether it tracks the arg (the op asks for it for every max/min member or none)
     tracks = [spec.kind == "forward" and spec.with_arg and reduce in ("max", "min") for reduce, _ in spec.members]
     skips_arg = spec.kind == "grad" and spec.with_arg and max_like
-    # per forward member: whether it counts the edges at its result (the tie flags)
-    counts = [spec.kind == "forward" and spec.ties and reduce in ("max", "min") for reduce, _ in spec.members]
     if skips_arg:
         # the pairs whose arg is an edge are the arg kernel's: the walk keeps the others' features only,
         # and runs (everything below) only where one is left
@@ -362,8 +357,6 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
                 # per lane (tile row, feature): CSR position of the one edge at the lane's best so far, -2 where
                 # two or more are, -1 before the lane's first edge
                 b(f"best_at{j} = tl.full([BLOCK_E, BLOCK_F], -1, tl.int32)")
-            if counts[j]:  # per lane: how many of the lane's edges hold its best so far
-                b(f"held{j} = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     elif spec.kind == "count":
         b("acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     accumulated = [i for i in spec.grads if layouts[i].role in (node_role, ROLE_DENSE)]
@@ -392,12 +385,7 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
     if spec.kind == "grad" and max_like:
         # ties per (node, feature): counted here for a light row (one item, its edges are about to be read
         # again by the loop below), read from the count kernel's result for a hub row
-        if spec.ties:  # ARG holds the forward's tie flags: 1 where every result of the row is held by one edge
-            b("if tl.load(ARG + node) != 0:")
-            b("    count = tl.full([1, BLOCK_F], 1.0, tl.float32)")
-            b("elif shared == 0:")
-        else:
-            b("if shared == 0:")
+        b("if shared == 0:")
         b("    ties = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
         b("    for block_start in range(start, end, BLOCK_E):")
         body.extend("        " + line for line in edge_block() + list(lowered.forward))
@@ -422,11 +410,8 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
             if reduce in ("sum", "mean"):
                 c(f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)")
                 continue
-            beyond = ">" if reduce == "max" else "<"
-            if counts[j]:  # before the fold: a strictly better message restarts the lane's count
-                c(f"held{j} = tl.where(m2 & (msg{k} {beyond} acc{j}), 1.0, "
-                  f"held{j} + tl.where(m2 & (msg{k} == acc{j}), 1.0, 0.0))")
             if tracks[j]:
+                beyond = ">" if reduce == "max" else "<"
                 c(f"best_at{j} = tl.where(m2 & (msg{k} {beyond} acc{j}), k[:, None], "
                   f"tl.where(m2 & (msg{k} == acc{j}), -2, best_at{j}))")
             fold = "tl.maximum" if reduce == "max" else "tl.minimum"
@@ -454,9 +439,7 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
             c(f"c{i} = {contribution(i)}")
             c(add_grad(i, "edge" if role == ROLE_EDGE else "other", "emask",
                        store=kinds[i] == "full" and role == ROLE_EDGE))
-    if spec.kind == "count" and spec.ties:  # hub rows the forward did not flag tie-free
-        b("end = tl.where((shared == 1) & (tl.load(ARG + node) == 0), end, start)")
-    elif spec.kind == "count":  # only hub rows: light rows count their ties in the gradient kernel
+    if spec.kind == "count":  # only hub rows: light rows count their ties in the gradient kernel
         b("end = tl.where(shared == 1, end, start)")
     b("for block_start in range(start, end, BLOCK_E):")
     body.extend("    " + line for line in loop)
@@ -477,26 +460,13 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
                   "0), axis=0)")
                 b(f"arg{j} = tl.where((held == 1) & (result{j} != 0.0), "
                   f"tl.max(tl.where(at_best, best_at{j}, -1), axis=0), -1)")
-            if counts[j]:
-                # edges at the result per feature; a light row with any count but 1 is not tie-free
-                b(f"held{j} = tl.sum(tl.where(acc{j} == result{j}[None, :], held{j}, 0.0), axis=0)")
-                b(f"tied{j} = tl.max(tl.where(fmask & (held{j} != 1.0), 1, 0), axis=0)")
         b("offsets = node * num_features + f")
-        if any(counts):
-            b("slot = tl.load(SLOT + item).to(tl.int64)")
         b("if shared == 1:")
         for j, (reduce, _) in enumerate(spec.members):
             b(f"    {_ATOMIC[reduce]}(RES{j} + offsets, result{j}, mask=fmask, sem='relaxed')")
-            if counts[j]:  # the item's best and its count, for the combine kernel (no room: the row is walked)
-                b(f"    tl.store(PART{j} + 2 * slot * num_features + f, result{j}, mask=fmask & (slot < num_slots))")
-                b(f"    tl.store(PART{j} + (2 * slot + 1) * num_features + f, held{j}, "
-                  "mask=fmask & (slot < num_slots))")
-                b(f"    tl.store(ARG{j} + node, tl.zeros([], tl.int8), mask=slot >= num_slots)")
         b("elif shared == 0:")
         for j in range(len(spec.members)):
             b(f"    tl.store(RES{j} + offsets, result{j}, mask=fmask)")
-            if counts[j]:
-                b(f"    tl.store(ARG{j} + node, tl.zeros([], tl.int8), mask=tied{j} > 0)")
             if tracks[j]:  # a hub row's items keep the -1 the host filled in
                 b(f"    tl.store(ARG{j} + offsets, arg{j}, mask=fmask)")
     elif spec.kind == "count":  # COT is the count here (RES the forward result it compares with)
@@ -537,32 +507,6 @@ def prefill(RES, item_row, item_shared, num_items, num_features, value, BLOCK_I:
         f = start + tl.arange(0, BLOCK_F)
         tl.store(RES + rows[:, None] * num_features + f[None, :], tl.full([BLOCK_I, BLOCK_F], value, tl.float32),
                  mask=hub[:, None] & (f < num_features)[None, :])
-'''
-
-_COMBINE = '''
-@triton.jit
-def combine(RES, PART, TIES, SLOT, num_slots, rowptr, item_row, item_start, item_end, item_shared, num_features,
-            BLOCK_F: tl.constexpr):
-    item = tl.program_id(0)
-    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    fmask = f < num_features
-    node = tl.load(item_row + item).to(tl.int64)
-    start = tl.load(item_start + item).to(tl.int64)
-    first = tl.load(rowptr + node).to(tl.int64)
-    if (tl.load(item_shared + item) == 1) & (start == first):
-        # the first item of a hub row (a full one: its width is the split) adds its row's items' counts
-        width = tl.load(item_end + item).to(tl.int64) - start
-        siblings = (tl.load(rowptr + node + 1).to(tl.int64) - first + width - 1) // width
-        slot = tl.load(SLOT + item).to(tl.int64)
-        siblings = tl.where(slot + siblings <= num_slots, siblings, 0)  # else the forward flagged the row
-        res = tl.load(RES + node * num_features + f, mask=fmask, other=0.0)
-        held = tl.zeros([BLOCK_F], dtype=tl.float32)
-        for s in range(slot, slot + siblings):
-            best = tl.load(PART + 2 * s * num_features + f, mask=fmask, other=0.0)
-            count = tl.load(PART + (2 * s + 1) * num_features + f, mask=fmask, other=0.0)
-            held += tl.where(best == res, count, 0.0)
-        tied = tl.max(tl.where(fmask & (held != 1.0), 1, 0), axis=0)
-        tl.store(TIES + node, tl.zeros([], tl.int8), mask=(tied > 0) & (siblings > 0))
 '''
 
 
@@ -631,10 +575,6 @@ def _kernel(lowered, spec: KernelSpec):
 
 def _prefill_kernel():
     return codegen.load_kernels(_PRELUDE + _PREFILL).prefill
-
-
-def _combine_kernel():
-    return codegen.load_kernels(_PRELUDE + _COMBINE).combine
 
 
 def _prepare(args, roles):
@@ -715,41 +655,13 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
                 float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64,
                 BLOCK_F=_block_f(num_features, launch))
     max_like = [reduce in ("max", "min") for reduce in reduces]
-    aid = arg is not None and any(max_like)
-    ties = aid and any(a.dtype == torch.int8 for a, like in zip(arg, max_like) if like)
-    with_arg = aid and not ties
-    spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)),
-                      ties=ties)
+    with_arg = arg is not None and any(max_like)
+    spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))
     kernel = _kernel(fns, spec)
-    args_out = [a if aid and like else out for a, like, out in zip(arg or outs, max_like, outs)]
-    extra = []
-    if ties:
-        slot, num_slots = _hub_slots(plan)
-        parts = [torch.empty((2 * num_slots, num_features), dtype=torch.float32, device=device) if like else out
-                 for like, out in zip(max_like, outs)]
-        extra = [*parts, slot, num_slots]
-    tensors = [*_prepare(args, roles), *outs, *args_out, *extra, plan.rowptr, plan.col, plan.col, plan.perm,
-               *plan.items]
+    args_out = [a if with_arg and like else out for a, like, out in zip(arg or outs, max_like, outs)]
+    tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
     _launch(kernel, num_items, tensors, num_features, launch)
-    if ties:
-        block_f = _block_f(num_features, launch)
-        for out, flags, part, like in zip(outs, args_out, parts, max_like):
-            if like and num_items and num_features:
-                _combine_kernel()[(num_items, triton.cdiv(num_features, block_f))](
-                    out, part, flags, slot, num_slots, plan.rowptr, *plan.items, num_features, BLOCK_F=block_f)
     return outs
-
-
-def _hub_slots(plan: Plan) -> tuple:
-    """``(slot, num_slots)``: each hub item's rank among the hub items in item order (-1 for the others; the
-    items of a row are adjacent, so are its slots), and a bound on their count that depends on sizes only (a hub
-    item but a row's last has ``max_edges >= MIN_MAX_EDGES`` entries, so there are fewer than
-    ``2 E / MIN_MAX_EDGES``): no device sync. The partials sized by it are allocated, not written, beyond the
-    real hub items."""
-    shared = plan.items[3] == 1
-    slot = torch.where(shared, torch.cumsum(shared, 0, dtype=torch.int32) - 1, -1).to(torch.int32)
-    bound = 2 * triton.cdiv(plan.col.shape[0], MIN_MAX_EDGES) + 1
-    return slot, min(bound, shared.shape[0])
 
 
 def maxmin_backward() -> str:
@@ -810,17 +722,15 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         res = forward(args, roles, plan, fn_key, reduce, launch) if out is None else \
             out.reshape(num_dst, num_features).float()
         count = torch.zeros_like(res)  # ties of hub rows (the gradient kernel counts light rows itself)
-        ties = arg is not None and arg.dtype == torch.int8
-        kernel = _kernel(lowered, KernelSpec("count", "dst", reduce, ties=ties))
-        tensors = [*_prepare(args, roles), res, count, count, arg if ties else count, plan.rowptr, plan.col, plan.col,
-                   plan.perm, *plan.items]
+        kernel = _kernel(lowered, KernelSpec("count", "dst", reduce))
+        tensors = [*_prepare(args, roles), res, count, count, count, plan.rowptr, plan.col, plan.col, plan.perm,
+                   *plan.items]
         _launch(kernel, plan.items[0].shape[0], tensors, num_features, launch)
     cot, res = cot.contiguous(), res.contiguous()
     if reduce not in ("max", "min"):
         count = cot  # unused
-    ties = arg is not None and arg.dtype == torch.int8 and reduce in ("max", "min")
-    with_arg = arg is not None and not ties and reduce in ("max", "min")
-    arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else arg if ties else cot  # cot: unused
+    with_arg = arg is not None and reduce in ("max", "min")
+    arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else cot  # cot: unused
     prepared = _prepare(args, roles)
     into = into or {}
     grads = {i: into[i] if i in into else torch.zeros(_grad_shape(args[i], layout), dtype=torch.float32,
@@ -831,8 +741,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     for walk, indices in walks.items():
         if not indices:
             continue
-        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg, accumulate=accumulate,
-                                             ties=ties and walk == "dst"))
+        kernel = _kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg, accumulate=accumulate))
         if walk == "dst":
             index = [plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
             items = plan.items
