@@ -122,6 +122,21 @@ def test_plan_items_are_padded_to_a_size_only_bound(plan):
     assert bool((shared[real] == 1).any()), "the hub must be split"
 
 
+def test_hub_items_lead_and_their_count_is_known(plan):
+    """Hub items come first, a row's items adjacent and in CSR order, the light rows in row order after them;
+    the count is known for the plan's own tensor only (a copy: None, and the count kernel covers every item)."""
+    rowptr, col = plan[0], plan[1]
+    items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
+    row, start, _, shared = items
+    hubs = gather_scatter_triton.hub_item_count(items)
+    assert hubs == int((shared == 1).sum()) > 1
+    assert bool((shared[:hubs] == 1).all()) and not bool((shared[hubs:] == 1).any())
+    assert bool((start[1:hubs] > start[:hubs - 1]).all())  # the hub row's items in CSR order
+    light = row[hubs:][shared[hubs:] == 0]
+    assert bool((light[1:] > light[:-1]).all())
+    assert gather_scatter_triton.hub_item_count([t.clone() for t in items]) is None
+
+
 class _Messages(torch.nn.Module):
     """``max_j phi(x_j, x_i)`` written with PyG's scatter; ``lowerable=False`` reduces over features."""
 
