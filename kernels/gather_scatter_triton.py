@@ -161,7 +161,8 @@ def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, T
     and their number is remembered for this ``shared`` tensor (:func:`hub_item_count`): a kernel that works on
     hub rows alone (the max/min tie count) is launched over them, not over every item. At 2^20 rows a launch of
     one program per item costs about 0.9 ms on an H100 even when every program ends at once."""
-    items = work_items(rowptr, split_threshold(rowptr, col))
+    max_edges = split_threshold(rowptr, col)
+    items = work_items(rowptr, max_edges)
     is_hub = items.shared == 1
     order = torch.sort(~is_hub, stable=True).indices
     count = padded_item_count(rowptr.numel() - 1, col.numel(), MIN_MAX_EDGES)
@@ -169,7 +170,7 @@ def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, T
     zeros = items.row.new_zeros((pad,))
     shared = torch.cat([items.shared[order], torch.full((pad,), PADDING, dtype=torch.int8, device=rowptr.device)])
     key = id(shared)  # the plan syncs here once (work_items already does); the entry goes with the tensor
-    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int(is_hub.sum()))
+    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int(is_hub.sum()), max_edges)
     return (torch.cat([items.row[order], zeros]), torch.cat([items.start[order], zeros]),
             torch.cat([items.end[order], zeros]), shared)
 
@@ -179,6 +180,12 @@ def hub_item_count(items) -> int | None:
     elsewhere, or a copy of them): a launch for hub rows then covers every item."""
     entry = _HUB_ITEMS.get(id(items[3]))
     return entry[1] if entry is not None and entry[0]() is items[3] else None
+
+
+def hub_item_width(items) -> int:
+    """The split threshold ``items`` were cut at (every hub item but a row's last is that wide), 0 when unknown."""
+    entry = _HUB_ITEMS.get(id(items[3]))
+    return entry[2] if entry is not None and entry[0]() is items[3] else 0
 
 
 @gather_scatter_items.register_fake
@@ -206,6 +213,11 @@ class KernelSpec:
 
 
 _PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
+# the row of a hub item's tie counts: its row's first item (hub items lead, a row's items are adjacent and all but
+# its last ``count_width`` entries wide), or the node where the hub items are not known (count_width 0); row 0 for
+# the padding items (no edges), which reach the hub branch of the gradient kernel
+_COUNT_ROW = ("crow = tl.where(shared != 1, 0, tl.where(count_width > 0, "
+              "item - (start - tl.load(rowptr + node)) // tl.maximum(count_width, 1), node))")
 _WALK_PARAMS = ["rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end", "item_shared", "num_features",
                 "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
 _INIT = {"sum": "0.0", "mean": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
@@ -221,7 +233,7 @@ def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     if spec.kind == "forward":  # one result (and arg) per member
         members = range(len(spec.members))
         return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + _WALK_PARAMS
-    return params + ["RES", "COT", "CNT", "ARG"] + _WALK_PARAMS
+    return params + ["RES", "COT", "CNT", "ARG", "count_width"] + _WALK_PARAMS
 
 
 def kernel_source(lowered, spec: KernelSpec) -> str:
@@ -414,7 +426,8 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
         b("        ties = ties + tl.where(m2 & (msg == res), 1.0, 0.0)")
         b("    count = tl.sum(ties, axis=0)[None, :]")
         b("else:")
-        b("    count = tl.load(CNT + node * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
+        b(f"    {_COUNT_ROW}")
+        b("    count = tl.load(CNT + crow * num_features + f[None, :], mask=fmask[None, :], other=0.0)")
         # scatter_reduce(include_self=False) still counts its zero base as a tie where the result is 0
         # (PyG eager does the same): messages equal to a 0 max share the gradient with it
         b("cot = tl.where(count > 0, cot / tl.maximum(count + tl.where(res == 0.0, 1.0, 0.0), 1.0), 0.0)")
@@ -490,9 +503,9 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
                 b(f"    tl.store(ARG{j} + offsets, arg{j}, mask=fmask)")
     elif spec.kind == "count":  # COT is the count here (RES the forward result it compares with)
         b("result = tl.sum(acc, axis=0)")
-        b("offsets = node * num_features + f")
+        b(_COUNT_ROW)
         b("if shared == 1:")
-        b("    tl.atomic_add(COT + offsets, result, mask=fmask, sem='relaxed')")
+        b("    tl.atomic_add(COT + crow * num_features + f, result, mask=fmask, sem='relaxed')")
     for i in accumulated:
         row = layouts[i].numel
         b(f"r{i} = tl.sum(acc{i}, axis=0)")
@@ -745,15 +758,20 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     elif reduce in ("max", "min"):
         res = forward(args, roles, plan, fn_key, reduce, launch) if out is None else \
             out.reshape(num_dst, num_features).float()
-        count = torch.zeros_like(res)  # ties of hub rows (the gradient kernel counts light rows itself)
+        # ties of hub rows (the gradient kernel counts light rows itself): one row per hub row where the hub items
+        # are known (at the row's first item), else one per node
+        hubs, width = hub_item_count(plan.items), hub_item_width(plan.items)
+        if hubs is None or not width:
+            hubs, width = None, 0
+        count = torch.zeros((num_dst if hubs is None else max(hubs, 1), num_features), dtype=torch.float32,
+                            device=device)
         kernel = _kernel(lowered, KernelSpec("count", "dst", reduce))
-        tensors = [*_prepare(args, roles), res, count, count, count, plan.rowptr, plan.col, plan.col, plan.perm,
-                   *plan.items]
-        hubs = hub_item_count(plan.items)
+        tensors = [*_prepare(args, roles), res, count, count, count, width, plan.rowptr, plan.col, plan.col,
+                   plan.perm, *plan.items]
         _launch(kernel, plan.items[0].shape[0] if hubs is None else hubs, tensors, num_features, launch)
     cot, res = cot.contiguous(), res.contiguous()
     if reduce not in ("max", "min"):
-        count = cot  # unused
+        count, width = cot, 0  # unused
     with_arg = arg is not None and reduce in ("max", "min")
     arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else cot  # cot: unused
     prepared = _prepare(args, roles)
@@ -773,7 +791,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         else:
             index = [plan.t_rowptr, plan.t_col, plan.t_perm, plan.perm, *plan.t_items]
             items = plan.t_items
-        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, *index]
+        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, width, *index]
         _launch(kernel, items[0].shape[0], tensors, num_features, launch)
     if with_arg and walks["dst"]:
         # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
