@@ -76,6 +76,7 @@ class GraphReport:
     hoisted_nodes: int = 0
     plan_builds: int = 0
     plan_hits: int = 0
+    gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -89,7 +90,8 @@ class GraphReport:
     def as_json(self) -> dict:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
-                "plan_builds": self.plan_builds, "plan_hits": self.plan_hits}
+                "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
+                "gemm_accumulates": dict(self.gemm_accumulates)}
 
 
 _REPORTS: list = []
@@ -158,6 +160,10 @@ def format_text_for(chosen: list) -> list:
         lines.append(f"graph {r.graph_id}: {len(r.rewrites)} rewrite(s), {len(r.near_misses)} near miss(es), "
                      f"{r.hoisted_nodes} structure node(s) in the graph plan, "
                      f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
+        if any(r.gemm_accumulates.values()):
+            folded = ", ".join(f"{n} in the {g}" for g, n in r.gemm_accumulates.items() if n)
+            lines.append(f"  GEMMs adding into a fresh buffer in place (addmm_, no copy; gnn_inductor/gemm_accumulate.py): "
+                         f"{folded}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

@@ -1,0 +1,97 @@
+"""GEMMs that add into a fresh buffer instead of into a copy of it.
+
+A message-passing layer often ends in a sum of a GEMM and another fresh ``[N, F]`` tensor:
+
+- SAGEConv's forward, ``lin_l(aggr) + lin_r(x)``: ``addmm(b, aggr, W_l^T) + mm(x, W_r^T)``;
+- its backward, ``dX = mm(dY, W_r) + (gradient of the aggregation)``: the second term is the output of a
+  gnn_io backward op (the gather-scatter walk, the transposed SpMM);
+
+and GraphConv and any ``conv(x) + lin(x)`` layer the same. Inductor lowers ``add(mm(a, b), t)`` to
+``addmm(t, a, b)``, a functional call: ATen copies ``t`` into the fresh result before cuBLAS adds the
+product (``beta = 1``). At 2^20 x 128 float32 that copy moves 1 GiB (0.36 ms on the H100, two per SAGEConv
+step: the ``Memcpy DtoD`` rows of ``benchmarks/profile_layer.py``).
+
+When ``t`` is a tensor nobody else reads (its only user is the add) and that this graph made (the result
+of a GEMM or of a gnn_io op, never an input, a view or a parameter), the add can happen in ``t``'s own
+memory: ``addmm_(t, a, b)``, with the same value (the product is accumulated onto ``t`` by cuBLAS with
+``beta = 1``; float32 results match ``t + a @ b`` to rounding). Inductor lowers the in-place call as a
+fallback kernel with a mutation, ordered after ``t``'s producer. The pass runs on the graphs AOTAutograd
+hands Inductor (forward and backward), only in graphs the backend rewrote; ``GNN_IO_GEMM_ACCUMULATE=0``
+turns it off, to compare.
+"""
+from __future__ import annotations
+
+import operator
+import os
+
+import torch
+from torch.fx import GraphModule, Node
+
+aten = torch.ops.aten
+ENV = "GNN_IO_GEMM_ACCUMULATE"
+_GEMMS = (aten.mm.default, aten.addmm.default)
+
+
+def enabled() -> bool:
+    value = os.environ.get(ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
+
+
+def _val(node) -> torch.Tensor | None:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _fresh(node: Node) -> bool:
+    """Whether ``node``'s tensor is memory of its own, made in this graph: a GEMM's result, or an output of a
+    gnn_io op (custom ops return fresh tensors: ``torch.library`` refuses outputs that alias inputs)."""
+    if node.op != "call_function":
+        return False
+    if node.target in _GEMMS:
+        return True
+    if node.target is operator.getitem and isinstance(node.args[0], Node):
+        producer = node.args[0].target
+    else:
+        producer = node.target
+    return getattr(producer, "namespace", None) == "gnn_io"
+
+
+def _accumulable(gemm: Node, other: Node, add: Node) -> bool:
+    if not (isinstance(gemm, Node) and isinstance(other, Node) and gemm is not other):
+        return False
+    if gemm.target is not aten.mm.default or len(gemm.users) != 1 or len(other.users) != 1:
+        return False
+    if not _fresh(other):
+        return False
+    out, target = _val(add), _val(other)
+    if out is None or target is None or _val(gemm) is None:
+        return False
+    # the same shape and dtype (no broadcasting, no promotion), a plain row-major buffer
+    return (tuple(target.shape) == tuple(out.shape) == tuple(_val(gemm).shape) and target.dim() == 2
+            and target.dtype == out.dtype == _val(gemm).dtype and target.is_contiguous())
+
+
+def fold(gm: GraphModule) -> int:
+    """Rewrite ``add(mm(a, b), t)`` (either order) into ``addmm_(t, a, b)`` where ``t`` qualifies (module
+    docstring); returns how many adds were folded."""
+    folded = 0
+    for add in list(gm.graph.nodes):
+        if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+            continue
+        first, second = add.args
+        for gemm, other in ((first, second), (second, first)):
+            if _accumulable(gemm, other, add):
+                with gm.graph.inserting_before(add):
+                    inplace = gm.graph.call_function(aten.addmm_.default, (other, *gemm.args))
+                inplace.meta.update(add.meta)
+                add.replace_all_uses_with(inplace)
+                gm.graph.erase_node(add)
+                gm.graph.erase_node(gemm)
+                folded += 1
+                break
+    if folded:
+        gm.graph.lint()
+        gm.recompile()
+    return folded
