@@ -21,6 +21,8 @@ import torch
 from benchmarks.harness import graph_suite
 from benchmarks.profile_layer import layer_step
 
+from benchmarks.harness import MODE_ENV
+
 MODES = ("inductor", "gnn_io")
 
 
@@ -33,23 +35,43 @@ def _time(step, device) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def ab_case(layer_name: str, graph, features: int, rounds: int, device) -> dict:
-    steps = {mode: layer_step(layer_name, graph.name, mode, features, device, graph) for mode in MODES}
-    for step in steps.values():
-        for _ in range(10):
-            step()
-    times = {mode: [] for mode in MODES}
+def _with_env(mode, fn):
+    """``fn()`` under the mode's environment (the harness's ``MODE_ENV``), restored after."""
+    saved = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
+    try:
+        os.environ.update(MODE_ENV.get(mode, {}))
+        return fn()
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def _built(layer_name, graph, modes, features, device) -> dict:
+    """Each mode's step, built first (each build resets Dynamo), then compiled and warmed up under its own
+    environment (read when the backend compiles, at the first calls)."""
+    steps = {mode: _with_env(mode, lambda: layer_step(layer_name, graph.name, mode, features, device, graph))
+             for mode in modes}
+    for mode, step in steps.items():
+        _with_env(mode, lambda: [step() for _ in range(10)])
+    return steps
+
+
+def ab_case(layer_name: str, graph, features: int, rounds: int, device, modes=MODES) -> dict:
+    """``modes`` (A, B): the baseline first; the record names them ``inductor_ms`` and ``gnn_io_ms`` (A and B)."""
+    steps = _built(layer_name, graph, modes, features, device)
+    times = {mode: [] for mode in modes}
     gc.collect()
     gc.disable()
     try:
         for r in range(rounds):
-            for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+            for mode in (modes if r % 2 == 0 else modes[::-1]):
                 times[mode].append(_time(steps[mode], device))
     finally:
         gc.enable()
-    ratios = [a / b for a, b in zip(times["inductor"], times["gnn_io"])]
-    record = {"graph": graph.name, "layer": layer_name, "edges": graph.num_edges,
-              "inductor_ms": statistics.median(times["inductor"]), "gnn_io_ms": statistics.median(times["gnn_io"]),
+    a, b = modes
+    ratios = [x / y for x, y in zip(times[a], times[b])]
+    record = {"graph": graph.name, "layer": layer_name, "edges": graph.num_edges, "modes": f"{a} / {b}",
+              "inductor_ms": statistics.median(times[a]), "gnn_io_ms": statistics.median(times[b]),
               "ratio": statistics.median(ratios), "won": sum(r > 1 for r in ratios) / len(ratios)}
     print(f"== {record}", flush=True)
     del steps
@@ -65,17 +87,20 @@ def main():
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--modes", default=",".join(MODES), help="A,B: the baseline mode and the one measured against "
+                        "it (harness modes, e.g. gnn_io_no_gemm_acc,gnn_io)")
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", "../shared/data"))
     args = parser.parse_args()
     device = torch.device(args.device)
     rows = []
     for graph in graph_suite(args.graphs.split(","), args.data_root, device):
         for layer in args.layers.split(","):
-            rows.append(ab_case(layer, graph, args.features, args.rounds, device))
+            rows.append(ab_case(layer, graph, args.features, args.rounds, device, tuple(args.modes.split(","))))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(f"\ntorch {torch.__version__}, {name}, float32, {args.features} features, "
           f"forward+backward, {args.rounds} interleaved rounds, ms (median)\n")
-    print("| graph | edges | layer | torch.compile | gnn_io | median ratio (compile / gnn_io) | rounds gnn_io won |")
+    a, b = args.modes.split(",")
+    print(f"| graph | edges | layer | {a} | {b} | median ratio ({a} / {b}) | rounds {b} won |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['graph']} | {r['edges']} | {r['layer']} | {r['inductor_ms']:.2f} | {r['gnn_io_ms']:.2f} | "
