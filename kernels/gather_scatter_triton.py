@@ -221,6 +221,7 @@ _COUNT_ROW = ("crow = tl.where(shared != 1, 0, tl.where(count_width > 0, "
 _WALK_PARAMS = ["rowptr", "nbr", "pos", "perm", "item_row", "item_start", "item_end", "item_shared", "num_features",
                 "BLOCK_E: tl.constexpr", "BLOCK_F: tl.constexpr"]
 _INIT = {"sum": "0.0", "mean": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
+_FILL = {"sum": 0.0, "mean": 0.0, "max": float("-inf"), "min": float("inf")}  # a hub row before its items' atomics
 _FOLD = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}
 _ATOMIC = {"sum": "tl.atomic_add", "mean": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}
 
@@ -546,6 +547,18 @@ def prefill(RES, item_row, item_shared, num_items, num_features, value, BLOCK_I:
                  mask=hub[:, None] & (f < num_features)[None, :])
 '''
 
+_ZERO_EMPTY = '''
+@triton.jit
+def zero_empty(RES, rowptr, num_rows, num_features, BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    inside = rows < num_rows
+    empty = inside & (tl.load(rowptr + rows + 1, mask=inside, other=0) == tl.load(rowptr + rows, mask=inside, other=0))
+    for start in range(0, num_features, BLOCK_F):
+        f = start + tl.arange(0, BLOCK_F)
+        tl.store(RES + rows[:, None].to(tl.int64) * num_features + f[None, :], tl.zeros([BLOCK_R, BLOCK_F], tl.float32),
+                 mask=empty[:, None] & (f < num_features)[None, :])
+'''
+
 
 # ---------------------------------------------------------------------------------------------
 # Lowering cache and launches
@@ -612,6 +625,10 @@ def _kernel(lowered, spec: KernelSpec):
 
 def _prefill_kernel():
     return codegen.load_kernels(_PRELUDE + _PREFILL).prefill
+
+
+def _zero_empty_kernel():
+    return codegen.load_kernels(_PRELUDE + _ZERO_EMPTY).zero_empty
 
 
 def _prepare(args, roles):
@@ -682,15 +699,20 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     num_features = math.prod(fns[0].message_shape)
     num_dst = plan.rowptr.numel() - 1
     device = plan.rowptr.device
-    outs = [torch.zeros((num_dst, num_features), dtype=torch.float32, device=device) for _ in reduces]
+    # light rows are stored by their item; only the others are written first (no memset of the whole output):
+    # rows without edges (no item) are 0, rows of hub items start at 0 (sum, mean) or -inf/+inf (max, min) for
+    # their atomics; 64 rows or items per program
+    outs = [torch.empty((num_dst, num_features), dtype=torch.float32, device=device) for _ in reduces]
     num_items = plan.items[0].shape[0]
     for out, reduce in zip(outs, reduces):
-        if reduce in ("max", "min") and num_items and num_features:
-            # rows of hub items start at -inf/+inf for their atomics; 64 items per program
+        if not (num_dst and num_features):
+            continue
+        block_f = _block_f(num_features, launch)
+        _zero_empty_kernel()[(triton.cdiv(num_dst, 64),)](out, plan.rowptr, num_dst, num_features, BLOCK_R=64,
+                                                          BLOCK_F=block_f)
+        if num_items:
             _prefill_kernel()[(triton.cdiv(num_items, 64),)](
-                out, plan.items[0], plan.items[3], num_items, num_features,
-                float("-inf") if reduce == "max" else float("inf"), BLOCK_I=64,
-                BLOCK_F=_block_f(num_features, launch))
+                out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64, BLOCK_F=block_f)
     max_like = [reduce in ("max", "min") for reduce in reduces]
     with_arg = arg is not None and any(max_like)
     spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))
