@@ -15,9 +15,15 @@ When ``t`` is a tensor nobody else reads (its only user is the add) and that thi
 of a GEMM or of a gnn_io op, never an input, a view or a parameter), the add can happen in ``t``'s own
 memory: ``addmm_(t, a, b)``, with the same value (the product is accumulated onto ``t`` by cuBLAS with
 ``beta = 1``; float32 results match ``t + a @ b`` to rounding). Inductor lowers the in-place call as a
-fallback kernel with a mutation, ordered after ``t``'s producer. The pass runs on the graphs AOTAutograd
-hands Inductor (forward and backward), only in graphs the backend rewrote; ``GNN_IO_GEMM_ACCUMULATE=0``
-turns it off, to compare.
+fallback kernel with a mutation, ordered after ``t``'s producer.
+
+When ``t`` is a gradient of ``gnn_io::gather_scatter_backward``, the op itself takes the GEMM instead:
+``gnn_io::gather_scatter_backward_mm(a, b, k, ...)`` computes ``a @ b`` first and lets its kernels add the
+gradient of argument ``k`` into that product, so the backward also skips the zero-filled buffer its atomics
+would otherwise start from (512 MiB at 2^20 x 128 float32). Off the kernels' path it adds the two.
+
+The pass runs on the graphs AOTAutograd hands Inductor (forward and backward), only in graphs the backend
+rewrote; ``GNN_IO_GEMM_ACCUMULATE=0`` turns it off, to compare.
 """
 from __future__ import annotations
 
@@ -73,9 +79,54 @@ def _accumulable(gemm: Node, other: Node, add: Node) -> bool:
             and target.dtype == out.dtype == _val(gemm).dtype and target.is_contiguous())
 
 
+def _backward_op(node: Node):
+    """The ``gather_scatter_backward`` call whose output ``node`` indexes, or None."""
+    if node.target is not operator.getitem or not isinstance(node.args[0], Node):
+        return None
+    producer = node.args[0]
+    name = getattr(producer.target, "_opname", "")
+    if getattr(producer.target, "namespace", None) == "gnn_io" and name in ("gather_scatter_backward",
+                                                                             "gather_scatter_backward_direct"):
+        return producer
+    return None
+
+
+def _into_backward(gm: GraphModule, gemm: Node, other: Node, add: Node) -> bool:
+    """Fold ``add(mm(a, b), gather_scatter_backward(...)[k])`` into ``gather_scatter_backward_mm(a, b, k, ...)``,
+    when the new call can stand where every reader of the old one comes after it; False otherwise."""
+    backward = _backward_op(other)
+    if backward is None:
+        return False
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    anchor = max([backward, *(x for x in gemm.args if isinstance(x, Node))], key=order.__getitem__)
+    readers = list(backward.users)
+    if any(order[r] <= order[anchor] for r in readers) or order[add] <= order[anchor]:
+        return False
+    from gnn_inductor import direct_ops  # noqa: PLC0415  (the direct twin, as the graph's other gnn_io calls)
+
+    op = torch.ops.gnn_io.gather_scatter_backward_mm.default
+    target = direct_ops.twin(op) if _is_direct(backward) else None
+    with gm.graph.inserting_after(anchor):
+        fused = gm.graph.call_function(target or op, (*gemm.args, other.args[1], *backward.args),
+                                       dict(backward.kwargs))
+    fused.meta["val"] = backward.meta.get("val")  # not the rest: e.g. its recorded argument values, by position
+    for reader in readers:
+        reader.replace_input_with(backward, fused)
+    add.replace_all_uses_with(other)
+    gm.graph.erase_node(add)
+    gm.graph.erase_node(gemm)
+    gm.graph.erase_node(backward)
+    return True
+
+
+def _is_direct(node: Node) -> bool:
+    return getattr(node.target, "_opname", "").endswith("_direct")
+
+
 def fold(gm: GraphModule) -> int:
-    """Rewrite ``add(mm(a, b), t)`` (either order) into ``addmm_(t, a, b)`` where ``t`` qualifies (module
-    docstring); returns how many adds were folded."""
+    """Rewrite ``add(mm(a, b), t)`` (either order) where ``t`` qualifies (module docstring): into the
+    gather-scatter backward that made ``t`` where it can, else into ``addmm_(t, a, b)``; returns how many adds
+    were folded."""
     folded = 0
     for add in list(gm.graph.nodes):
         if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
@@ -83,12 +134,13 @@ def fold(gm: GraphModule) -> int:
         first, second = add.args
         for gemm, other in ((first, second), (second, first)):
             if _accumulable(gemm, other, add):
-                with gm.graph.inserting_before(add):
-                    inplace = gm.graph.call_function(aten.addmm_.default, (other, *gemm.args))
-                inplace.meta.update(add.meta)
-                add.replace_all_uses_with(inplace)
-                gm.graph.erase_node(add)
-                gm.graph.erase_node(gemm)
+                if not _into_backward(gm, gemm, other, add):
+                    with gm.graph.inserting_before(add):
+                        inplace = gm.graph.call_function(aten.addmm_.default, (other, *gemm.args))
+                    inplace.meta.update(add.meta)
+                    add.replace_all_uses_with(inplace)
+                    gm.graph.erase_node(add)
+                    gm.graph.erase_node(gemm)
                 folded += 1
                 break
     if folded:

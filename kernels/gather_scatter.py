@@ -44,7 +44,7 @@ from torch import Tensor
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import gather_scatter_triton as fused
 from gnn_inductor.kernels._common import (
-    ROLE_SRC, check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
+    ROLE_DENSE, ROLE_SRC, check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
 )
 
 
@@ -182,6 +182,38 @@ def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce,
 def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None, t_plan=None,
       items=None, t_items=None):
     return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
+
+
+@torch.library.custom_op("gnn_io::gather_scatter_backward_mm", mutates_args=(), schema=(
+    "(Tensor a, Tensor b, int index, Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, "
+    "Tensor row, Tensor perm, str fn_key, str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, "
+    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tensor, args: list[Tensor],
+                               roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_key: str,
+                               reduce: str, needs_grad: list[bool], out: Tensor | None = None,
+                               arg: Tensor | None = None, t_plan: list[Tensor] | None = None,
+                               items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> list[Tensor]:
+    """:func:`gather_scatter_backward`'s gradients, argument ``index``'s plus ``a @ b`` (a graph's
+    ``mm(a, b) + grad``, folded by ``gnn_inductor/gemm_accumulate.py``). On the kernels' path, for a float32
+    ``[rows, features]`` argument, the product is the buffer the walk adds that gradient into: no zero-filled
+    gradient buffer, no copy, no separate add. Elsewhere the product is added to the gradient."""
+    base = torch.mm(a, b)
+    target = args[index]
+    into = {}
+    if (_runs_fused(args, roles, rowptr, fn_key) and target.dtype == torch.float32 == base.dtype
+            and target.dim() == 2 and tuple(base.shape) == tuple(target.shape) and base.is_contiguous()
+            and roles[index] != ROLE_DENSE):
+        into = {index: base}
+    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg,
+                          t_plan, items, t_items, into=into or None)
+    grads[index] = base if into else base + grads[index]
+    return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+
+
+@gather_scatter_backward_mm.register_fake
+def _(a, b, index, grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None,
+      t_plan=None, items=None, t_items=None):
+    return [torch.empty_like(x) if need else grad_out.new_empty((0,)) for x, need in zip(args, needs_grad)]
 
 
 def _save(ctx, args, plan_and_results: list, t_plan, items, t_items) -> None:

@@ -20,8 +20,9 @@ DENSE), computes the message tile and folds it into a ``[BLOCK_E, BLOCK_F]`` flo
 (sum, max or min), reduced over the edges once after the loop. A light row (one item) stores its
 result; the items of a hub row combine with ``atomic_add`` (sum, mean: scaled by the whole row's
 degree first) or ``atomic_max``/``atomic_min`` on float32 (the rows of shared items are first set
-to -inf/+inf by a tiny prefill kernel). Hub sums are so order-nondeterministic in the last bits;
-max/min are exact.
+to 0 or -inf/+inf by a small prefill kernel). The output is not memset: a row kernel writes the 0 of the
+rows without edges (they have no item), the prefill the hub rows, the light rows' items the rest. Hub sums
+are so order-nondeterministic in the last bits; max/min are exact.
 
 **Several members, one walk** (:func:`forward_multi`, ``gnn_io::gather_scatter_multi``). The forward
 kernel takes a list of members, each an edge function and a reduce over the same arguments: per edge
@@ -47,7 +48,8 @@ max/min, ``[phi_e == out_i] dY_i / count_i`` with ``count_i`` the number of tied
 the zero base of ``scatter_reduce(include_self=False)`` counts as one more tie where the result is
 0). The gradient kernel of a light row counts the ties itself (a first walk over the row's edges,
 recomputing the messages; the second walk finds them in cache); a *count* kernel does it for the
-hub rows first. The gradient kernels recompute the messages' inputs, evaluate the generated VJP of
+hub rows first, launched over the hub items alone (they lead the plan's items, :func:`hub_item_count`) and
+adding into one row of counts per hub row (at the row's first item) rather than one per node. The gradient kernels recompute the messages' inputs, evaluate the generated VJP of
 ``phi`` and reduce each argument's contributions by its role. Sum/mean: SRC arguments through the
 transposed CSR (walk by source, accumulated in registers, no atomics except for hub items), DST
 arguments through the CSR. Max/min: everything in the CSR walk, SRC rows by atomics masked to the

@@ -55,10 +55,11 @@ def test_leaves_adds_it_cannot_do_in_place(case):
     lambda: SAGEConv(12, 8, aggr="mean"),
     lambda: GraphConv(12, 8, aggr="max"),
 ], ids=["sage_max", "sage_mean", "graphconv_max"])
-def test_layers_with_a_root_map_add_in_place_and_stay_correct(make):
+def test_layers_with_a_root_map_add_in_place_and_stay_correct(make, monkeypatch):
     """``lin_l(aggr) + lin_r(x)`` in the forward and ``dY W_r + (the aggregation's gradient)`` in the backward are
     each one in-place GEMM; outputs and every gradient match eager, on a graph with a hub, self loops, duplicate
-    edges and isolated nodes."""
+    edges and isolated nodes. Strict: a graph Inductor failed to compile would otherwise run op by op, unfolded."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)
     model = make()
     x = torch.randn(40, 12)
@@ -69,6 +70,7 @@ def test_layers_with_a_root_map_add_in_place_and_stay_correct(make):
 
 
 def test_switch_off_keeps_the_adds(monkeypatch):
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv(gemm_accumulate.ENV, "0")
     torch.manual_seed(0)
     model = SAGEConv(12, 8, aggr="max")

@@ -798,6 +798,25 @@ def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
     assert forwards and all(len(s.members) == len(rewrite["details"]["members"]) for s in forwards)
 
 
+@runs_kernel
+@pytest.mark.parametrize("aggr", ["max", "min"])
+def test_compiled_sage_backward_adds_into_the_root_gemm(plan, aggr, monkeypatch, launched):
+    """SAGEConv's ``dX = dY W_r + (the aggregation's gradient)``: the backward op takes the GEMM
+    (``gather_scatter_backward_mm``, gnn_inductor/gemm_accumulate.py) and its kernels add into the product
+    (``accumulate``) instead of a zero-filled buffer; outputs and gradients match eager PyG."""
+    from torch_geometric.nn import SAGEConv
+
+    from gnn_inductor.testing import check_rewrites
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    torch.manual_seed(0)
+    edge_index = random_graph(NUM_NODES, 50, seed=3, hub_degree=HUB_DEGREE, num_isolated=3).to(DEVICE)
+    model = SAGEConv(4, 6, aggr=aggr).to(DEVICE)
+    check_rewrites(model, torch.randn(NUM_NODES, 4, device=DEVICE), edge_index, expect={"gather_scatter": 1})
+    assert any(s.kind == "grad" and s.reduce == aggr and s.accumulate for s in launched)
+
+
 # ---- the interpreter run ----
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
