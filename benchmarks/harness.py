@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import json
 import os
@@ -147,6 +148,20 @@ def _median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+_MODE_BACKENDS: dict = {}
+
+
+def _mode_backend(mode: str):
+    """``gnn_io`` itself, or for another gnn_io mode its own callable around it: Dynamo keeps compiled code per
+    backend, so two modes compiled in one process (``benchmarks/ab.py``) never share a compile made under the
+    other's environment (instances of one module class otherwise pass each other's guards)."""
+    if mode == "gnn_io":
+        return "gnn_io"
+    if mode not in _MODE_BACKENDS:
+        _MODE_BACKENDS[mode] = functools.partial(torch._dynamo.lookup_backend("gnn_io"))
+    return _MODE_BACKENDS[mode]
+
+
 def build(mode: str, layer: torch.nn.Module):
     torch._dynamo.reset()
     if mode == "eager":
@@ -156,7 +171,7 @@ def build(mode: str, layer: torch.nn.Module):
     if mode == "inductor_cg":
         return torch.compile(layer, mode="reduce-overhead")
     if mode.startswith("gnn_io"):
-        return torch.compile(layer, backend="gnn_io")
+        return torch.compile(layer, backend=_mode_backend(mode))
     raise ValueError(mode)
 
 

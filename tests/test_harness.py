@@ -96,3 +96,19 @@ def test_an_interrupted_run_keeps_the_cases_it_finished(monkeypatch, tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert [(r["layer"], r["fwdbwd_ms"]) for r in data["results"]] == [("gcn", 2.5)]
     assert "| rmat-10-8000 |" in (tmp_path / "results.md").read_text()
+
+
+def test_ab_compiles_each_mode_under_its_own_environment():
+    """Two gnn_io modes in one process (``benchmarks/ab.py --modes``): each is compiled under its own environment
+    (here with and without the GEMM-accumulate pass), not one reusing the other's compiled code."""
+    import torch
+
+    import gnn_inductor
+    from benchmarks import ab
+
+    (graph,) = harness.graph_suite(["rmat-small"], str(SHARED_DATA), torch.device("cpu"))
+    first = len(gnn_inductor.rewrite_report.reports())
+    steps = ab._built("sage_max", graph, ("gnn_io_no_gemm_acc", "gnn_io"), 16, torch.device("cpu"))
+    assert set(steps) == {"gnn_io_no_gemm_acc", "gnn_io"}
+    folded = [r.gemm_accumulates for r in gnn_inductor.rewrite_report.reports()[first:]]
+    assert len(folded) == 2 and not any(folded[0].values()) and folded[1] == {"forward": 1, "backward": 1}
