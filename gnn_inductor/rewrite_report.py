@@ -162,8 +162,8 @@ def format_text_for(chosen: list) -> list:
                      f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
         if any(r.gemm_accumulates.values()):
             folded = ", ".join(f"{n} in the {g}" for g, n in r.gemm_accumulates.items() if n)
-            lines.append(f"  GEMMs adding into a fresh buffer in place (addmm_, no copy; gnn_inductor/gemm_accumulate.py): "
-                         f"{folded}")
+            lines.append("  GEMMs adding into a fresh buffer in place (addmm_, no copy; "
+                         f"gnn_inductor/gemm_accumulate.py): {folded}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

@@ -48,10 +48,10 @@ max/min, ``[phi_e == out_i] dY_i / count_i`` with ``count_i`` the number of tied
 the zero base of ``scatter_reduce(include_self=False)`` counts as one more tie where the result is
 0). The gradient kernel of a light row counts the ties itself (a first walk over the row's edges,
 recomputing the messages; the second walk finds them in cache); a *count* kernel does it for the
-hub rows first, launched over the hub items alone (they lead the plan's items, :func:`hub_item_count`) and
-adding into one row of counts per hub row (at the row's first item) rather than one per node. The gradient kernels recompute the messages' inputs, evaluate the generated VJP of
-``phi`` and reduce each argument's contributions by its role. Sum/mean: SRC arguments through the
-transposed CSR (walk by source, accumulated in registers, no atomics except for hub items), DST
+hub rows first, launched over the hub items alone (they lead the plan's items, :func:`hub_item_count`)
+and adding into one row of counts per hub row (at the row's first item) rather than one per node. The
+gradient kernels recompute the messages' inputs, evaluate the generated VJP of ``phi`` and reduce
+each argument's contributions by its role. Sum/mean: SRC arguments through the transposed CSR (walk by source, accumulated in registers, no atomics except for hub items), DST
 arguments through the CSR. Max/min: everything in the CSR walk, SRC rows by atomics masked to the
 edges whose message reached the output (about one per output element, not one per edge and
 feature). EDGE arguments are stored per edge; DENSE arguments summed per program into one of
@@ -151,7 +151,8 @@ def split_summary(rowptr: Tensor, col: Tensor | None = None) -> dict:
     return summary
 
 
-_HUB_ITEMS: dict = {}  # id of an items' ``shared`` tensor -> (weak reference to it, its hub item count)
+# id of an items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold)
+_HUB_ITEMS: dict = {}
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_items", mutates_args=())
