@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
-from gnn_inductor.kernels.spmm_triton import WorkItems, work_items, work_items_op
+from gnn_inductor.kernels.spmm_triton import WorkItems, hub_item_count, work_items, work_items_op
 from torch import Tensor
 
 from gnn_inductor import edge_functions
@@ -1205,9 +1205,13 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     out = torch.zeros((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
     lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
 
-    # hub items keep partial results in compact slots: rows with d > max_edges have ceil(d / max_edges) < 2 d /
-    # max_edges items, so 2 * ceil(E / max_edges) slots always suffice (a size-only bound, no sync)
-    num_slots = 2 * triton.cdiv(col.shape[0], max_edges) + 1
+    # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
+    # that is known (hub_item_count), else a size-only bound (no sync): rows with d > max_edges have
+    # ceil(d / max_edges) < 2 d / max_edges items, so 2 * ceil(E / max_edges) slots always suffice. The combine
+    # kernel is launched over the slots: over the bound, at 2^20 rows and 15M edges ~120k programs per head
+    # that mostly end at once (a launch floor of a few tenths of a ms on the H100)
+    hubs = hub_item_count((item_row, item_start, item_end, item_shared))
+    num_slots = max(hubs, 1) if hubs is not None else 2 * triton.cdiv(col.shape[0], max_edges) + 1
     is_shared = item_shared == 1
     rank = torch.cumsum(is_shared.to(torch.int32), 0) - 1
     slot_of_item = torch.where(is_shared, rank, -1).to(torch.int32)

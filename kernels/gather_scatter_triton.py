@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import math
 import os
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -93,7 +92,9 @@ from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.spmm_triton import PADDING, padded_item_count, work_items
+from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
+    PADDING, hub_item_count, hub_item_width, padded_item_count, remember_hubs, work_items,
+)
 
 # Launch parameters. Measured on an H100 (fp32, F=128, identity message, RMAT 2^20 / 16M edges and 2^17 / 1.1M
 # edges, split at 128): 8 edges x 128 features on 2 warps was the fastest of AUTOTUNE_CONFIGS for sum and max,
@@ -151,10 +152,6 @@ def split_summary(rowptr: Tensor, col: Tensor | None = None) -> dict:
     return summary
 
 
-# id of an items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold)
-_HUB_ITEMS: dict = {}
-
-
 @torch.library.custom_op("gnn_io::gather_scatter_items", mutates_args=())
 def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Work items of ``rowptr`` split at :func:`split_threshold`, padded to a bound that depends on
@@ -172,23 +169,9 @@ def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, T
     pad = count - items.row.numel()
     zeros = items.row.new_zeros((pad,))
     shared = torch.cat([items.shared[order], torch.full((pad,), PADDING, dtype=torch.int8, device=rowptr.device)])
-    key = id(shared)  # the plan syncs here once (work_items already does); the entry goes with the tensor
-    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int(is_hub.sum()), max_edges)
+    remember_hubs(shared, max_edges)
     return (torch.cat([items.row[order], zeros]), torch.cat([items.start[order], zeros]),
             torch.cat([items.end[order], zeros]), shared)
-
-
-def hub_item_count(items) -> int | None:
-    """How many items lead ``items`` as hub items (:func:`gather_scatter_items`), None when unknown (items made
-    elsewhere, or a copy of them): a launch for hub rows then covers every item."""
-    entry = _HUB_ITEMS.get(id(items[3]))
-    return entry[1] if entry is not None and entry[0]() is items[3] else None
-
-
-def hub_item_width(items) -> int:
-    """The split threshold ``items`` were cut at (every hub item but a row's last is that wide), 0 when unknown."""
-    entry = _HUB_ITEMS.get(id(items[3]))
-    return entry[2] if entry is not None and entry[0]() is items[3] else 0
 
 
 @gather_scatter_items.register_fake

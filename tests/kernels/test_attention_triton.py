@@ -237,6 +237,26 @@ def test_saved_log_sum_exp_is_the_reference(plan):
 
 
 @runs_kernel
+def test_hub_slots_exact_or_bounded_give_the_same_result(plan):
+    """The forward's hub slots: as many as the plan's items hold hub items (known for the op's own tensors) or the
+    size-only bound (a copy of the items): the same output and log-sum-exp."""
+    from gnn_inductor.kernels.spmm_triton import hub_item_count
+
+    score_fn, message_fn, _, kinds = CASES["gatv2_edge"]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    copies = [t.clone() for t in items]
+    assert hub_item_count(items) == int((items[3] == 1).sum()) > 0 and hub_item_count(copies) is None
+    exact = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, items, MAX_EDGES)
+    bounded = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, copies, MAX_EDGES)
+    for a, b in zip(exact, bounded):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@runs_kernel
 def test_unrecognised_functions_run_the_reference(plan):
     score = _fn(lambda a0, a1: aten.tanh.default(aten.sum.dim_IntList(aten.mul.Tensor(a0, a1), [-1])))
     message = _fn(lambda alpha, a0, a1: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0))
