@@ -77,7 +77,9 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
-from gnn_inductor.kernels.spmm_triton import WorkItems, hub_item_count, work_items, work_items_op
+from gnn_inductor.kernels.spmm_triton import (
+    WorkItems, hub_item_count, work_items, work_items_op, zero_rows_without_entries,
+)
 from torch import Tensor
 
 from gnn_inductor import edge_functions
@@ -1202,8 +1204,12 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     num_dst, device = rowptr.shape[0] - 1, rowptr.device
-    out = torch.zeros((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
-    lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
+    # every row with an item is stored (light rows by their item, hub rows by the combine kernel): only the rows
+    # without edges are zeroed, no memset of the whole output
+    out = torch.empty((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
+    lse = torch.empty((num_dst, heads), dtype=torch.float32, device=device)
+    zero_rows_without_entries(out, rowptr)
+    zero_rows_without_entries(lse, rowptr)
 
     # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
     # that is known (hub_item_count), else a size-only bound (no sync): rows with d > max_edges have

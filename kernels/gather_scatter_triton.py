@@ -93,7 +93,7 @@ from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
-    PADDING, hub_item_count, hub_item_width, padded_item_count, remember_hubs, work_items,
+    PADDING, hub_item_count, hub_item_width, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
 )
 
 # Launch parameters. Measured on an H100 (fp32, F=128, identity message, RMAT 2^20 / 16M edges and 2^17 / 1.1M
@@ -533,18 +533,6 @@ def prefill(RES, item_row, item_shared, num_items, num_features, value, BLOCK_I:
                  mask=hub[:, None] & (f < num_features)[None, :])
 '''
 
-_ZERO_EMPTY = '''
-@triton.jit
-def zero_empty(RES, rowptr, num_rows, num_features, BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    inside = rows < num_rows
-    empty = inside & (tl.load(rowptr + rows + 1, mask=inside, other=0) == tl.load(rowptr + rows, mask=inside, other=0))
-    for start in range(0, num_features, BLOCK_F):
-        f = start + tl.arange(0, BLOCK_F)
-        tl.store(RES + rows[:, None].to(tl.int64) * num_features + f[None, :], tl.zeros([BLOCK_R, BLOCK_F], tl.float32),
-                 mask=empty[:, None] & (f < num_features)[None, :])
-'''
-
 
 # ---------------------------------------------------------------------------------------------
 # Lowering cache and launches
@@ -613,8 +601,6 @@ def _prefill_kernel():
     return codegen.load_kernels(_PRELUDE + _PREFILL).prefill
 
 
-def _zero_empty_kernel():
-    return codegen.load_kernels(_PRELUDE + _ZERO_EMPTY).zero_empty
 
 
 def _prepare(args, roles):
@@ -693,12 +679,11 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     for out, reduce in zip(outs, reduces):
         if not (num_dst and num_features):
             continue
-        block_f = _block_f(num_features, launch)
-        _zero_empty_kernel()[(triton.cdiv(num_dst, 64),)](out, plan.rowptr, num_dst, num_features, BLOCK_R=64,
-                                                          BLOCK_F=block_f)
+        zero_rows_without_entries(out, plan.rowptr)
         if num_items:
             _prefill_kernel()[(triton.cdiv(num_items, 64),)](
-                out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64, BLOCK_F=block_f)
+                out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64,
+                BLOCK_F=_block_f(num_features, launch))
     max_like = [reduce in ("max", "min") for reduce in reduces]
     with_arg = arg is not None and any(max_like)
     spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))

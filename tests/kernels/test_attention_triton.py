@@ -256,6 +256,35 @@ def test_hub_slots_exact_or_bounded_give_the_same_result(plan):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """``torch.empty`` returning NaN-filled floating tensors: a kernel that leaves an element unwritten shows."""
+    empty = torch.empty
+
+    def poisoned(*args, **kwargs):
+        out = empty(*args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+    monkeypatch.setattr(torch, "empty", poisoned)
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "transformer_edge"])
+def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
+    """The output and log-sum-exp start uninitialised: light rows are stored by their items, hub rows by the combine
+    kernel, rows without edges zeroed (``zero_rows_without_entries``); nothing is left unwritten."""
+    score_fn, message_fn, _, kinds = CASES[name]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    out, lse = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, items, MAX_EDGES)
+    assert not out.isnan().any() and not lse.isnan().any()
+    assert not out[-3:].any() and not lse[-3:].any(), "rows without edges are 0"
+    ref, ref_lse = _reference_with_lse([a.cpu() for a in args], roles, *plan[:4], score, message, EPS)
+    assert_close(out, ref, torch.float32, "output")
+
+
 @runs_kernel
 def test_unrecognised_functions_run_the_reference(plan):
     score = _fn(lambda a0, a1: aten.tanh.default(aten.sum.dim_IntList(aten.mul.Tensor(a0, a1), [-1])))

@@ -122,6 +122,24 @@ def test_plan_items_are_padded_to_a_size_only_bound(plan):
     assert bool((shared[real] == 1).any()), "the hub must be split"
 
 
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_forward_writes_every_row_without_a_memset(plan, reduce, monkeypatch):
+    """The output starts uninitialised (``torch.empty`` poisoned with NaN here): light rows are stored by their
+    items, hub rows prefilled and combined, rows without edges zeroed; nothing is left unwritten."""
+    key = _key(lambda x_j: x_j)
+    args = _valued_inputs([(S, (6,))], "random", seed=9)
+    grad_out = _grad_out(key, args, [S], seed=9)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: (lambda t: t.fill_(float("nan")) if t.is_floating_point()
+                                                         else t)(empty(*a, **k)))
+    out, grads = _run([a.float().to(DEVICE) for a in args], [S], plan, key, reduce, grad_out.to(DEVICE))
+    monkeypatch.undo()
+    ref, ref_grads = _reference(args, [S], plan, key, reduce, grad_out)
+    _assert_within(out, ref)
+    _assert_within(grads[0], ref_grads[0])
+
+
 def test_hub_items_lead_and_their_count_is_known(plan):
     """Hub items come first, a row's items adjacent and in CSR order, the light rows in row order after them;
     the count is known for the plan's own tensor only (a copy: None, and the count kernel covers every item)."""

@@ -246,3 +246,19 @@ def test_kernel_is_interpreted():
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__)
+
+
+def test_zero_rows_without_entries_writes_those_rows_only():
+    """0 in the rows whose CSR row is empty (first, middle, last), every other element untouched; rows of several
+    features and of several blocks of them."""
+    from gnn_inductor.kernels.spmm_triton import zero_rows_without_entries
+
+    if not INTERPRETED and not torch.cuda.is_available():
+        pytest.skip("no GPU: run by the interpreter run")
+    rowptr = torch.tensor([0, 0, 2, 2, 5, 5], device=DEVICE)
+    for shape in ((5, 3), (5, 4, 70)):
+        out = torch.full(shape, float("nan"), device=DEVICE)
+        zero_rows_without_entries(out, rowptr)
+        empty = torch.tensor([True, False, True, False, True])
+        assert not out[empty.to(DEVICE)].isnan().any() and not out[empty.to(DEVICE)].any()
+        assert out[~empty.to(DEVICE)].isnan().all()
