@@ -79,3 +79,23 @@ def test_switch_off_keeps_the_adds(monkeypatch):
     monkeypatch.setenv(gemm_accumulate.ENV, "2")
     with pytest.raises(ValueError, match=gemm_accumulate.ENV):
         gemm_accumulate.enabled()
+
+
+def test_backward_mm_op_is_well_formed_and_adds_the_product():
+    """``gnn_io::gather_scatter_backward_mm``: schema and fake implementation (opcheck), and its gradient is the
+    backward op's plus ``a @ b`` (CPU: the reference path adds them)."""
+    from gnn_inductor import edge_functions
+
+    torch.manual_seed(0)
+    edge_index = random_graph(20, 80, hub_degree=12)
+    rowptr, col, row, perm, *t_plan = torch.ops.gnn_io.csr_plan(edge_index[1], edge_index[0], 20, 20)
+    key = edge_functions.register(torch.fx.symbolic_trace(lambda x_j: x_j))
+    x = torch.randn(20, 6)
+    grad_out = torch.randn(20, 6)
+    a, b = torch.randn(20, 5), torch.randn(5, 6)
+    args = (grad_out, [x], [0], rowptr, col, row, perm, key, "max", [True], None, None, list(t_plan[:3]))
+    torch.library.opcheck(torch.ops.gnn_io.gather_scatter_backward_mm.default, (a, b, 0, *args),
+                          test_utils=("test_schema", "test_faketensor"))
+    (plain,) = torch.ops.gnn_io.gather_scatter_backward(*args)
+    (with_mm,) = torch.ops.gnn_io.gather_scatter_backward_mm(a, b, 0, *args)
+    torch.testing.assert_close(with_mm, plain + a @ b, rtol=1e-6, atol=1e-6)
