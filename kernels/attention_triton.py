@@ -1204,19 +1204,23 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     config = {**defaults, **(config or {})}
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     num_dst, device = rowptr.shape[0] - 1, rowptr.device
-    # every row with an item is stored (light rows by their item, hub rows by the combine kernel): only the rows
-    # without edges are zeroed, no memset of the whole output
-    out = torch.empty((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
-    lse = torch.empty((num_dst, heads), dtype=torch.float32, device=device)
-    zero_rows_without_entries(out, rowptr)
-    zero_rows_without_entries(lse, rowptr)
+    # with a plan's own items (every row with edges has one: the item op remembered them, hub_item_count) each
+    # such row is stored (light rows by their item, hub rows by the combine kernel) and only the rows without edges
+    # are zeroed, no memset of the whole output; other items may cover some rows only (the hybrid path's CSR
+    # part), whose other rows must stay 0
+    hubs = hub_item_count((item_row, item_start, item_end, item_shared))
+    allocate = torch.zeros if hubs is None else torch.empty
+    out = allocate((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
+    lse = allocate((num_dst, heads), dtype=torch.float32, device=device)
+    if hubs is not None:
+        zero_rows_without_entries(out, rowptr)
+        zero_rows_without_entries(lse, rowptr)
 
     # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
     # that is known (hub_item_count), else a size-only bound (no sync): rows with d > max_edges have
     # ceil(d / max_edges) < 2 d / max_edges items, so 2 * ceil(E / max_edges) slots always suffice. The combine
     # kernel is launched over the slots: over the bound, at 2^20 rows and 15M edges ~120k programs per head
     # that mostly end at once (a launch floor of a few tenths of a ms on the H100)
-    hubs = hub_item_count((item_row, item_start, item_end, item_shared))
     num_slots = max(hubs, 1) if hubs is not None else 2 * triton.cdiv(col.shape[0], max_edges) + 1
     is_shared = item_shared == 1
     rank = torch.cumsum(is_shared.to(torch.int32), 0) - 1

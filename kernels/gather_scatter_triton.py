@@ -671,15 +671,19 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     num_features = math.prod(fns[0].message_shape)
     num_dst = plan.rowptr.numel() - 1
     device = plan.rowptr.device
-    # light rows are stored by their item; only the others are written first (no memset of the whole output):
-    # rows without edges (no item) are 0, rows of hub items start at 0 (sum, mean) or -inf/+inf (max, min) for
-    # their atomics; 64 rows or items per program
-    outs = [torch.empty((num_dst, num_features), dtype=torch.float32, device=device) for _ in reduces]
+    # light rows are stored by their item; only the others are written first: rows of hub items start at 0 (sum,
+    # mean) or -inf/+inf (max, min) for their atomics (64 items per program), and with the plan's own items (every
+    # row with edges has one: the item op remembered them, hub_item_count) the rows without edges are zeroed
+    # instead of a memset of the whole output; items from elsewhere may leave rows out, so they get the memset
+    complete = hub_item_count(plan.items) is not None
+    allocate = torch.empty if complete else torch.zeros
+    outs = [allocate((num_dst, num_features), dtype=torch.float32, device=device) for _ in reduces]
     num_items = plan.items[0].shape[0]
     for out, reduce in zip(outs, reduces):
         if not (num_dst and num_features):
             continue
-        zero_rows_without_entries(out, plan.rowptr)
+        if complete:
+            zero_rows_without_entries(out, plan.rowptr)
         if num_items:
             _prefill_kernel()[(triton.cdiv(num_items, 64),)](
                 out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64,
