@@ -18,10 +18,8 @@ import time
 
 import torch
 
-from benchmarks.harness import graph_suite
+from benchmarks.harness import graph_suite, mode_env
 from benchmarks.profile_layer import layer_step
-
-from benchmarks.harness import MODE_ENV
 
 MODES = ("inductor", "gnn_io")
 
@@ -35,24 +33,17 @@ def _time(step, device) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def _with_env(mode, fn):
-    """``fn()`` under the mode's environment (the harness's ``MODE_ENV``), restored after."""
-    saved = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
-    try:
-        os.environ.update(MODE_ENV.get(mode, {}))
-        return fn()
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-
-
 def _built(layer_name, graph, modes, features, device) -> dict:
     """Each mode's step, built first (each build resets Dynamo), then compiled and warmed up under its own
     environment (read when the backend compiles, at the first calls)."""
-    steps = {mode: _with_env(mode, lambda: layer_step(layer_name, graph.name, mode, features, device, graph))
-             for mode in modes}
+    steps = {}
+    for mode in modes:
+        with mode_env(mode):
+            steps[mode] = layer_step(layer_name, graph.name, mode, features, device, graph)
     for mode, step in steps.items():
-        _with_env(mode, lambda: [step() for _ in range(10)])
+        with mode_env(mode):
+            for _ in range(10):
+                step()
     return steps
 
 

@@ -15,6 +15,7 @@ by a time limit keeps what it measured, the chart at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import gc
@@ -191,17 +192,24 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
 
 
-def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
+@contextlib.contextmanager
+def mode_env(mode: str):
+    """The mode's environment (:data:`MODE_ENV`) set inside the block, the previous values restored after."""
     saved = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
     os.environ.update(MODE_ENV.get(mode, {}))
     try:
-        return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
+    with mode_env(mode):
+        return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
 
 
 def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:

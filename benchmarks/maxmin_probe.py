@@ -3,30 +3,17 @@
     python -m benchmarks.maxmin_probe --graphs rmat-large,rmat-arxiv --variants walk,arg
 
 A variant is a value of ``GNN_IO_MAXMIN_BACKWARD`` (``kernels/gather_scatter_triton.py: maxmin_backward``).
-Each variant's gradient is checked against the walk's (the default) before it is timed. Times are medians of
-CUDA-event timings; the per-launch list comes from one profiled backward.
+Each variant's gradient error against the first variant's is printed next to its times (medians of
+CUDA-event timings, ``harness.median_ms``); the per-launch list comes from one profiled backward.
 """
 import argparse
 import os
-import statistics
 
 import torch
 
-from benchmarks.harness import graph_suite
+from benchmarks.harness import graph_suite, median_ms
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import gather_scatter_triton as g
-
-
-def _median_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def _launches(fn) -> list:
@@ -71,7 +58,7 @@ def main():
             if reference is None:
                 reference = grad
             error = ((grad - reference).abs().max() / reference.abs().max().clamp(min=1e-30)).item()
-            forward_ms, backward_ms = _median_ms(fwd, args.reps), _median_ms(bwd, args.reps)
+            forward_ms, backward_ms = median_ms(fwd, args.reps), median_ms(bwd, args.reps)
             print(f"== {graph.name} {variant}: forward {forward_ms:.3f} ms, backward {backward_ms:.3f} ms, "
                   f"grad max rel err vs first {error:.2e}")
             for name, ms in _launches(bwd):

@@ -33,6 +33,8 @@ import os
 import torch
 from torch.fx import GraphModule, Node
 
+from gnn_inductor import direct_ops
+
 aten = torch.ops.aten
 ENV = "GNN_IO_GEMM_ACCUMULATE"
 _GEMMS = (aten.mm.default, aten.addmm.default)
@@ -102,10 +104,8 @@ def _into_backward(gm: GraphModule, gemm: Node, other: Node, add: Node) -> bool:
     readers = list(backward.users)
     if any(order[r] <= order[anchor] for r in readers) or order[add] <= order[anchor]:
         return False
-    from gnn_inductor import direct_ops  # noqa: PLC0415  (the direct twin, as the graph's other gnn_io calls)
-
     op = torch.ops.gnn_io.gather_scatter_backward_mm.default
-    target = direct_ops.twin(op) if _is_direct(backward) else None
+    target = direct_ops.twin(op) if _is_direct(backward) else None  # a twin, as the graph's other gnn_io calls
     with gm.graph.inserting_after(anchor):
         fused = gm.graph.call_function(target or op, (*gemm.args, other.args[1], *backward.args),
                                        dict(backward.kwargs))

@@ -93,7 +93,7 @@ from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
-    PADDING, hub_item_count, hub_item_width, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
+    PADDING, hub_item_count, hub_items, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
 )
 
 # Launch parameters. Measured on an H100 (fp32, F=128, identity message, RMAT 2^20 / 16M edges and 2^17 / 1.1M
@@ -757,9 +757,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
             out.reshape(num_dst, num_features).float()
         # ties of hub rows (the gradient kernel counts light rows itself): one row per hub row where the hub items
         # are known (at the row's first item), else one per node
-        hubs, width = hub_item_count(plan.items), hub_item_width(plan.items)
-        if hubs is None or not width:
-            hubs, width = None, 0
+        hubs, width = hub_items(plan.items) or (None, 0)
         count = torch.zeros((num_dst if hubs is None else max(hubs, 1), num_features), dtype=torch.float32,
                             device=device)
         kernel = _kernel(lowered, KernelSpec("count", "dst", reduce))

@@ -252,17 +252,18 @@ def remember_hubs(shared: Tensor, max_edges: int) -> None:
     _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int((shared == 1).sum()), max_edges)
 
 
+def hub_items(items) -> tuple | None:
+    """``(hub item count, split threshold)`` of ``items`` (from ``gnn_io::gather_scatter_items`` or
+    ``gnn_io::work_items``; every hub item but a row's last is the threshold wide), None when unknown (items made
+    elsewhere, or a copy of them): a launch for hub items then covers every item."""
+    entry = _HUB_ITEMS.get(id(items[3]))
+    return entry[1:] if entry is not None and entry[0]() is items[3] else None
+
+
 def hub_item_count(items) -> int | None:
-    """How many hub items ``items`` (from ``gnn_io::gather_scatter_items`` or ``gnn_io::work_items``) hold, None
-    when unknown (items made elsewhere, or a copy of them): a launch for hub items then covers every item."""
-    entry = _HUB_ITEMS.get(id(items[3]))
-    return entry[1] if entry is not None and entry[0]() is items[3] else None
-
-
-def hub_item_width(items) -> int:
-    """The split threshold ``items`` were cut at (every hub item but a row's last is that wide), 0 when unknown."""
-    entry = _HUB_ITEMS.get(id(items[3]))
-    return entry[2] if entry is not None and entry[0]() is items[3] else 0
+    """How many hub items ``items`` hold, None when unknown (:func:`hub_items`)."""
+    known = hub_items(items)
+    return None if known is None else known[0]
 
 
 @torch.library.custom_op("gnn_io::work_items", mutates_args=())
