@@ -13,9 +13,12 @@ step: the ``Memcpy DtoD`` rows of ``benchmarks/profile_layer.py``).
 
 When ``t`` is a tensor nobody else reads (its only user is the add) and that this graph made (the result
 of a GEMM or of a gnn_io op, never an input, a view or a parameter), the add can happen in ``t``'s own
-memory: ``addmm_(t, a, b)``, with the same value (the product is accumulated onto ``t`` by cuBLAS with
-``beta = 1``; float32 results match ``t + a @ b`` to rounding). Inductor lowers the in-place call as a
-fallback kernel with a mutation, ordered after ``t``'s producer.
+memory: ``gnn_io::addmm_into(t, a, b)``, which runs ``t.addmm_(a, b)``, with the same value (the product is
+accumulated onto ``t`` by cuBLAS with ``beta = 1``; float32 results match ``t + a @ b`` to rounding). Inductor
+lowers the call as a fallback kernel that mutates ``t``, ordered after ``t``'s producer and before its readers.
+It is our own op rather than ``aten.addmm_`` because ATen's in-place op has a decomposition: Inductor refuses to
+lower it as a fallback when the environment variable ``CI`` is set (``make_fallback(aten.addmm_.default): a
+decomposition exists``), and would otherwise decompose it back into the copy this pass removes.
 
 When ``t`` is a gradient of ``gnn_io::gather_scatter_backward``, the op itself takes the GEMM instead:
 ``gnn_io::gather_scatter_backward_mm(a, b, k, ...)`` computes ``a @ b`` first and lets its kernels add the
@@ -38,6 +41,18 @@ from gnn_inductor import direct_ops
 aten = torch.ops.aten
 ENV = "GNN_IO_GEMM_ACCUMULATE"
 _GEMMS = (aten.mm.default, aten.addmm.default)
+
+_LIB = torch.library.Library("gnn_io", "FRAGMENT")
+_LIB.define("addmm_into(Tensor(a!) out, Tensor a, Tensor b) -> ()")
+
+
+def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    out.addmm_(a, b)
+
+
+_LIB.impl("addmm_into", _addmm_into, "CompositeExplicitAutograd")  # every backend, Meta (fake tensors) included
+_LIB.impl("addmm_into", torch.library.fallthrough_kernel, "Autograd")  # only inside compiled graphs: no autograd
+ADDMM_INTO = torch.ops.gnn_io.addmm_into.default
 
 
 def enabled() -> bool:
@@ -125,7 +140,7 @@ def _is_direct(node: Node) -> bool:
 
 def fold(gm: GraphModule) -> int:
     """Rewrite ``add(mm(a, b), t)`` (either order) where ``t`` qualifies (module docstring): into the
-    gather-scatter backward that made ``t`` where it can, else into ``addmm_(t, a, b)``; returns how many adds
+    gather-scatter backward that made ``t`` where it can, else into ``addmm_into(t, a, b)``; returns how many adds
     were folded."""
     folded = 0
     for add in list(gm.graph.nodes):
@@ -136,9 +151,8 @@ def fold(gm: GraphModule) -> int:
             if _accumulable(gemm, other, add):
                 if not _into_backward(gm, gemm, other, add):
                     with gm.graph.inserting_before(add):
-                        inplace = gm.graph.call_function(aten.addmm_.default, (other, *gemm.args))
-                    inplace.meta.update(add.meta)
-                    add.replace_all_uses_with(inplace)
+                        gm.graph.call_function(ADDMM_INTO, (other, *gemm.args))  # returns nothing: t is the sum
+                    add.replace_all_uses_with(other)
                     gm.graph.erase_node(add)
                     gm.graph.erase_node(gemm)
                 folded += 1
