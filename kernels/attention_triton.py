@@ -31,7 +31,7 @@ Each term reaches the edge through its role (src, dst or edge; ``att`` is dense)
 
 Backward recomputes the scores from the saved ``lse`` (``alpha_e = exp(s_e - lse_i)``, ``eps`` dropped, a
 relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, FlashAttention's delta):
-``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Two variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
+``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Three variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
 (read at each call, :func:`backward_variant`):
 
 - ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): ``D [N, H]`` once
@@ -46,6 +46,10 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
   and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
   the transposed CSR once per graph (a stable sort of ``E``) and caches it with the graph's plan entry in
   kernels/attention_paths.py.
+  For the GAT family (a dst-role gradient is a per-head scalar score term) the src pass, which already
+  computes every edge's ``ds_e``, also adds it to its destination's ``[H]`` gradient row by a float32 atomic
+  (``E * H`` scalar atomics), and the dst pass, a second gather of every edge's ``[H, C]`` value row, is
+  skipped: the **one-pass** form (:func:`one_pass_outputs`). ``two_pass`` keeps both passes, to compare.
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
   block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
   edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
@@ -96,7 +100,7 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
-BACKWARD_VARIANTS = ("split", "atomic")
+BACKWARD_VARIANTS = ("split", "atomic", "two_pass")  # two_pass: split, GAT's dst pass kept (comparisons)
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -635,6 +639,17 @@ def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr
 
 
 @triton.jit
+def _scatter_dst_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, MAJOR: tl.constexpr, dst, heads, num_heads,
+                            score_mask, grad_terms):
+    """A dst-role gradient written from the src pass (the one-pass GAT backward): GAT's per-head scalar score
+    term, one float32 atomic per edge and head into its destination's ``[H]`` row (``dst`` is ``[BLOCK_E, 1]``,
+    ``grad_terms`` ``[BLOCK_E, BLOCK_H]``). Only such outputs are given to the src pass (:func:`backward`)."""
+    if MAJOR == 0:
+        if R == 1:
+            tl.atomic_add(ptr + dst.to(tl.int64) * num_heads + heads[None, :], grad_terms * T, mask=score_mask)
+
+
+@triton.jit
 def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
@@ -744,6 +759,11 @@ def _split_backward_all_heads_kernel(
                                tile_mask, grad_terms, grad_value, grad_query)
         _store_edge_grad_heads(g3, G3R, G3T, G3V, G3Q, KIND, eid, heads, num_heads, head_dim, chans, score_mask,
                                tile_mask, grad_terms, grad_value, grad_query)
+        if KIND == 0:  # GAT: dst-role score terms summed by atomics in the src pass (one-pass backward)
+            _scatter_dst_grad_heads(g0, G0R, G0T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
+            _scatter_dst_grad_heads(g1, G1R, G1T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
+            _scatter_dst_grad_heads(g2, G2R, G2T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
+            _scatter_dst_grad_heads(g3, G3R, G3T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
 
     sum_terms = tl.sum(acc_terms, axis=0)
     sum_value = tl.sum(acc_value, axis=0)
@@ -1262,8 +1282,8 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"split"`` (default) or ``"atomic"``, from the ``GNN_IO_ATTENTION_BACKWARD``
-    environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
+    """Which backward the op runs: ``"split"`` (default), ``"atomic"`` or ``"two_pass"`` (the split backward
+    without the one-pass GAT form of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
     ``"split"``: it named the all-heads split backward while it was opt-in, and old commands still set it."""
     variant = os.environ.get(BACKWARD_ENV) or "split"
     if variant == "split_all":
@@ -1322,9 +1342,19 @@ def _grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:
     return outputs
 
 
+def one_pass_outputs(form: AttentionForm, dst_outputs: list, src_outputs: list) -> bool:
+    """Whether the src pass can write the dst pass's gradients too, so that the dst pass is skipped: the GAT
+    family, where a dst-role gradient is only a per-head scalar score term (one atomic per edge and head) and
+    edge-role ones are plain stores by edge id (each edge is walked once in either pass)."""
+    return (form.family == "gat" and bool(dst_outputs)
+            and len(dst_outputs) + len(src_outputs) <= _MAX_GRAD_OUTPUTS
+            and all(role == ROLE_EDGE or (role == ROLE_DST and t > 0 and v == 0 and q == 0)
+                    for _, role, t, v, q in dst_outputs))
+
+
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
-             variant: str | None = None, by_src: SourceCSR | None = None):
+             variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
     regenerated from ``layout.dropout``.
 
@@ -1332,7 +1362,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
     :func:`heads_variant`). The split backward needs every row's items: a caller passing a subset of rows (the
     hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
-    counted too.
+    counted too. ``one_pass`` (default: unless ``GNN_IO_ATTENTION_BACKWARD=two_pass``): for the GAT family the
+    src pass also adds the dst-role scalar gradients, by atomics (:func:`one_pass_outputs`), and the dst pass,
+    a second gather of every edge's ``[H, C]`` value row, is not run.
     """
     form, channels = layout.form, layout.channels
     query = (form.query,) if form.query is not None else ()
@@ -1357,6 +1389,10 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         grad_out = grad_out.contiguous()
         delta = _delta(grad_out, out.contiguous(), config["block_c"])
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
+        if one_pass is None:
+            one_pass = backward_variant() != "two_pass"
+        if one_pass and att_grad is None and one_pass_outputs(form, dst_outputs, src_outputs):
+            src_outputs, dst_outputs = src_outputs + dst_outputs, []
         if dst_outputs or att_grad is not None:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
                         col, perm, grad_out, lse, delta, config)
@@ -1435,7 +1471,13 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
 
 def kernel_name(family: str) -> str:
     heads = ", all heads per program (forward)" if heads_variant() == "all" else ""
-    backward = "atomic backward" if backward_variant() == "atomic" else \
-        "split backward (dst pass, src pass over the transposed CSR, all heads per program)"
+    variant = backward_variant()
+    if variant == "atomic":
+        backward = "atomic backward"
+    elif family == "gat" and variant == "split":
+        backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
+                    "score terms' gradients by atomics)")
+    else:
+        backward = "split backward (dst pass, src pass over the transposed CSR, all heads per program)"
     return (f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work "
             f"items, {backward}")

@@ -369,6 +369,44 @@ def test_variants_mix(plan, forward_variant, backward_variant):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
 
 
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout", "gatv2_edge", "transformer_edge"])
+def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
+    """GAT's split backward is one src pass (dst score terms by atomics), the other families keep the dst pass;
+    either way the gradients equal the two-pass backward's and the reference's (a hub split over several items,
+    self loops, duplicates, isolated nodes)."""
+    score_fn, message_fn, family, kinds = CASES[name]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
+    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
+    dropout = dropout_for(name, DEVICE)
+    layout = attention_triton.prepare(args, roles, perm, score, message, dropout)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    needs = [True] * len(args)
+    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    passes = []
+    launch = attention_triton._split_pass
+    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (passes.append(major),
+                                                                                    launch(layout, major, *a)))
+    grads = {}
+    for one_pass in (True, False):
+        passes.clear()
+        grads[one_pass] = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items,
+                                                    MAX_EDGES, by_src=by_src, one_pass=one_pass)
+        expected = [ROLE_SRC] if one_pass and family == "gat" else [ROLE_DST, ROLE_SRC]
+        assert passes == expected, (one_pass, passes)
+    wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
+    _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS,
+                                                          dropout_for(name)), wide, grad.double().cpu())
+    for i, (g1, g2, r) in enumerate(zip(grads[True], grads[False], ref_grads)):
+        assert torch.isfinite(g1).all(), f"argument {i}"
+        assert_close(g1, g2.double().cpu(), torch.float32, f"one pass against two, argument {i}")
+        assert_close(g1, r, torch.float32, f"one pass against the reference, argument {i}")
+
+
 def test_heads_variant_defaults_to_all_heads_forward(monkeypatch):
     monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
     assert attention_triton.heads_variant() == "all"
