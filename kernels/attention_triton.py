@@ -82,7 +82,7 @@ import triton.language as tl
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
-    WorkItems, hub_item_count, work_items, work_items_op, zero_rows_without_entries,
+    WorkItems, hub_item_count, hub_items, work_items, work_items_op, zero_rows_without_entries,
 )
 from torch import Tensor
 
@@ -1301,6 +1301,7 @@ class SourceCSR(NamedTuple):
     dst: Tensor      # [E] the destination of each edge (col's dtype)
     eid: Tensor      # [E] its edge id, perm[position in the CSR] (what edge-role arguments are indexed by)
     items: WorkItems  # work items of these rows, at most ``max_edges`` edges each
+    max_edges: int = 0  # their split: rows of more entries have several (shared) items; 0 when unknown
 
 
 def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, max_edges: int) -> SourceCSR:
@@ -1315,7 +1316,7 @@ def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, ma
     t_rowptr = torch.zeros(num_src + 1, dtype=torch.long, device=rowptr.device)
     torch.cumsum(counts, 0, out=t_rowptr[1:])
     return SourceCSR(t_rowptr, dst_of_position.index_select(0, position), perm.index_select(0, position),
-                     work_items(t_rowptr, max_edges))
+                     work_items(t_rowptr, max_edges), max_edges)
 
 
 def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_edges: int = 0) -> SourceCSR:
@@ -1368,18 +1369,21 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     """
     form, channels = layout.form, layout.channels
     query = (form.query,) if form.query is not None else ()
-    buffers = {}
-    for i in dict.fromkeys(form.score_terms + query + form.value_terms):
-        if needs_grad[i]:
-            view = layout.views[i]
-            rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
-            buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=rowptr.device)
-    if not buffers:
+    wanted = [i for i in dict.fromkeys(form.score_terms + query + form.value_terms) if needs_grad[i]]
+    if not wanted:
         return [None] * len(layout.args)
-    (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     dst_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
     src_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
-    if by_src is None or max(len(dst_outputs), len(src_outputs)) > _MAX_GRAD_OUTPUTS:
+    split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= _MAX_GRAD_OUTPUTS
+    if split:
+        if one_pass is None:
+            one_pass = backward_variant() != "two_pass"
+        if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
+            src_outputs, dst_outputs = src_outputs + dst_outputs, []
+    buffers = _grad_buffers(layout, wanted, _stored_rows(layout, items, rowptr, by_src, dst_outputs, src_outputs)
+                            if split else {}, rowptr.device)
+    (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
+    if not split:
         _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
                          variant)
     else:
@@ -1389,10 +1393,6 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         grad_out = grad_out.contiguous()
         delta = _delta(grad_out, out.contiguous(), config["block_c"])
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
-        if one_pass is None:
-            one_pass = backward_variant() != "two_pass"
-        if one_pass and att_grad is None and one_pass_outputs(form, dst_outputs, src_outputs):
-            src_outputs, dst_outputs = src_outputs + dst_outputs, []
         if dst_outputs or att_grad is not None:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
                         col, perm, grad_out, lse, delta, config)
@@ -1403,6 +1403,42 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     for i, grad in buffers.items():
         result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
     return result
+
+
+def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_outputs: list,
+                 src_outputs: list) -> dict:
+    """``argument -> (CSR rowptr, split)`` for the gradients the split backward stores row by row: a row-role
+    output of its own pass (dst-role in the dst pass, src-role in the src pass), whose rows with one item are
+    stored by it, so its buffer needs zeros only in the rows without entries and the hub rows (several items
+    add). Only where the items are known to cover every row with entries and their split is known: the plan's
+    own items for the dst pass (:func:`hub_items`), :class:`SourceCSR`'s for the src pass."""
+    stored = {}
+    hubs = hub_items(items) if items else None
+    if hubs is not None:
+        for i, role, *_ in dst_outputs:
+            if role == ROLE_DST and layout.views[i].shape[0] == rowptr.numel() - 1:
+                stored[i] = (rowptr, hubs[1])
+    if by_src.max_edges:
+        for i, role, *_ in src_outputs:
+            if role == ROLE_SRC and layout.views[i].shape[0] == by_src.rowptr.numel() - 1:
+                stored[i] = (by_src.rowptr, by_src.max_edges)
+    return stored
+
+
+def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device) -> dict:
+    """float32 gradient buffers of the ``wanted`` arguments: zeros, but for the ``stored`` ones
+    (:func:`_stored_rows`), uninitialised but for the rows no item stores (512 MiB of memset saved per
+    ``[2^20, 128]`` float32 gradient)."""
+    buffers = {}
+    for i in wanted:
+        view = layout.views[i]
+        rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
+        if i in stored:
+            buffers[i] = torch.empty((rows, *view.shape[1:]), dtype=torch.float32, device=device)
+            zero_rows_without_entries(buffers[i], *stored[i])
+        else:
+            buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=device)
+    return buffers
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,

@@ -286,6 +286,31 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 
 @runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
+@pytest.mark.parametrize("backward_variant", ["split", "two_pass"])
+def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
+    """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
+    cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
+    stored; nothing is left unwritten, and the gradients are the reference's."""
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
+    score_fn, message_fn, _, kinds = CASES[name]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+    args = make_args(kinds, plan[1].numel())
+    _, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS, items,
+                                                             MAX_EDGES), [a.to(DEVICE) for a in args], grad.to(DEVICE))
+    wide = [a.double() for a in args]
+    _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS), wide,
+                            grad.double())
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert not g.isnan().any(), f"argument {i}: an element was left unwritten"
+        assert_close(g, r, torch.float32, f"grad of argument {i}")
+
+
+@runs_kernel
 def test_unrecognised_functions_run_the_reference(plan):
     score = _fn(lambda a0, a1: aten.tanh.default(aten.sum.dim_IntList(aten.mul.Tensor(a0, a1), [-1])))
     message = _fn(lambda alpha, a0, a1: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0))
