@@ -45,11 +45,13 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
   degree-split work items), recomputes each edge's score from the destination's terms, ``lse_i``, ``D_i``
   and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
   the transposed CSR once per graph (a stable sort of ``E``) and caches it with the graph's plan entry in
-  kernels/attention_paths.py.
-  For the GAT family (a dst-role gradient is a per-head scalar score term) the src pass, which already
-  computes every edge's ``ds_e``, also adds it to its destination's ``[H]`` gradient row by a float32 atomic
-  (``E * H`` scalar atomics), and the dst pass, a second gather of every edge's ``[H, C]`` value row, is
-  skipped: the **one-pass** form (:func:`one_pass_outputs`). ``two_pass`` keeps both passes, to compare.
+  kernels/attention_paths.py. Row gradients stored by their own pass start uninitialised: only the rows
+  without edges and the hub rows (several items add) are zeroed first (:func:`_stored_rows`).
+- ``one_pass`` (opt-in; the split backward where the family is not GAT): for the GAT family a dst-role
+  gradient is a per-head scalar score term, so the src pass, which already computes every edge's ``ds_e``,
+  also adds it to its destination's ``[H]`` gradient row by a float32 atomic (``E * H`` scalar atomics), and
+  the dst pass, a second gather of every edge's ``[H, C]`` value row, is skipped (:func:`one_pass_outputs`).
+  Not yet timed on a GPU, hence not the default: it trades that gather for atomics, some onto a hub's row.
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
   block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
   edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
@@ -100,7 +102,7 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
-BACKWARD_VARIANTS = ("split", "atomic", "two_pass")  # two_pass: split, GAT's dst pass kept (comparisons)
+BACKWARD_VARIANTS = ("split", "atomic", "one_pass")  # one_pass: split, GAT's dst pass folded into the src pass
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -1282,8 +1284,8 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"split"`` (default), ``"atomic"`` or ``"two_pass"`` (the split backward
-    without the one-pass GAT form of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
+    """Which backward the op runs: ``"split"`` (default), ``"atomic"`` or ``"one_pass"`` (the split backward
+    with the one-pass GAT form of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
     ``"split"``: it named the all-heads split backward while it was opt-in, and old commands still set it."""
     variant = os.environ.get(BACKWARD_ENV) or "split"
     if variant == "split_all":
@@ -1363,7 +1365,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
     :func:`heads_variant`). The split backward needs every row's items: a caller passing a subset of rows (the
     hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
-    counted too. ``one_pass`` (default: unless ``GNN_IO_ATTENTION_BACKWARD=two_pass``): for the GAT family the
+    counted too. ``one_pass`` (default: ``GNN_IO_ATTENTION_BACKWARD=one_pass``): for the GAT family the
     src pass also adds the dst-role scalar gradients, by atomics (:func:`one_pass_outputs`), and the dst pass,
     a second gather of every edge's ``[H, C]`` value row, is not run.
     """
@@ -1377,7 +1379,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= _MAX_GRAD_OUTPUTS
     if split:
         if one_pass is None:
-            one_pass = backward_variant() != "two_pass"
+            one_pass = backward_variant() == "one_pass"
         if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
             src_outputs, dst_outputs = src_outputs + dst_outputs, []
     buffers = _grad_buffers(layout, wanted, _stored_rows(layout, items, rowptr, by_src, dst_outputs, src_outputs)
@@ -1510,7 +1512,7 @@ def kernel_name(family: str) -> str:
     variant = backward_variant()
     if variant == "atomic":
         backward = "atomic backward"
-    elif family == "gat" and variant == "split":
+    elif family == "gat" and variant == "one_pass":
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients by atomics)")
     else:

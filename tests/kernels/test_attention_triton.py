@@ -287,7 +287,7 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant", ["split", "two_pass"])
+@pytest.mark.parametrize("backward_variant", ["split", "one_pass"])
 def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
