@@ -11,11 +11,12 @@ written in the spellings PyG produces (``index_select`` gathers, ``scatter_add_`
 ``patterns/`` see the same code as for a PyG layer. Outside compilation every method is DGL's own.
 
 Covered while compiling, on graphs with one edge type (homogeneous graphs and blocks):
-``update_all`` (built-in or user-defined message, built-in ``sum``/``mean``/``max``/``min``
-reduce), ``apply_edges`` (built-in or user-defined), ``dgl.ops.edge_softmax`` (all edges, by
-destination), ``in_degrees``/``out_degrees``, node and edge counts, ``srcdata``/``dstdata``/
-``ndata``/``edata``, ``local_scope``. Anything else (heterographs, user-defined reduce functions,
-``apply_node_func``, subsets of edges, graphs built before :func:`install`) runs DGL's own code,
+``update_all`` (built-in or user-defined message; built-in ``sum``/``mean``/``max``/``min`` reduce, or a
+user-defined one that only reduces its mailbox over the degree dimension, see
+gnn_inductor/frontends/dgl_udf.py; a user-defined ``apply_node_func``), ``apply_edges`` (built-in or
+user-defined), ``dgl.ops.edge_softmax`` (all edges, by destination), ``in_degrees``/``out_degrees``, node and
+edge counts, ``srcdata``/``dstdata``/``ndata``/``edata``, ``local_scope``. Anything else (heterographs, other
+user-defined reduce functions, subsets of edges, graphs built before :func:`install`) runs DGL's own code,
 which Dynamo splits at its C calls: slower, never a different result. See docs/dgl.md.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ import types
 from dataclasses import dataclass
 
 import torch
+
+from gnn_inductor.frontends import dgl_udf
 
 _STRUCTURE = "_gnn_io_structure"  # attribute on DGL's graph index (a new index per mutation)
 _INSTALLED = []
@@ -247,18 +250,81 @@ def _set_columns(frame, data: dict) -> None:
         frame.update_column(key, value)
 
 
+def _is_udf(func) -> bool:
+    from dgl.function.base import BuiltinFunction
+
+    return callable(func) and not isinstance(func, BuiltinFunction)
+
+
 def _update_all(graph, s, message_func, reduce_func, apply_node_func=None, etype=None):
     from dgl.function.reducer import SimpleReduceFunction
 
-    if etype is not None or apply_node_func is not None or not isinstance(reduce_func, SimpleReduceFunction) \
-            or reduce_func.name not in ("sum", "mean", "max", "min"):
+    builtin = isinstance(reduce_func, SimpleReduceFunction)
+    if etype is not None or (builtin and reduce_func.name not in dgl_udf.KINDS) \
+            or (not builtin and not _is_udf(reduce_func)) \
+            or (apply_node_func is not None and not _is_udf(apply_node_func)):
         return DECLINED
     messages = _messages(graph, s, message_func)
     if messages is DECLINED:
         return DECLINED
-    out = _scatter(messages[reduce_func.msg_field], s.dst, s.num_dst, reduce_func.name)
-    _set_columns(graph._node_frames[s.dst_ntid], {reduce_func.out_field: out})
+    extreme = builtin and reduce_func.name in ("max", "min")
+    if builtin:
+        out = _scatter(messages[reduce_func.msg_field], s.dst, s.num_dst, reduce_func.name)
+        if extreme and apply_node_func is not None:
+            # DGL's max/min kernel leaves -inf/+inf in the rows without messages for the apply function to see
+            empty = (_degrees(s.dst, s.num_dst) == 0).view(-1, *([1] * (out.dim() - 1)))
+            out = out.masked_fill(empty, float("-inf") if reduce_func.name == "max" else float("inf"))
+        ndata = {reduce_func.out_field: out}
+    else:
+        ndata = _reduce_udf(graph, s, reduce_func, messages)
+        if ndata is DECLINED:
+            return DECLINED
+    if apply_node_func is not None:
+        ndata = _apply_nodes(graph, s, apply_node_func, ndata)
+        if extreme and ndata:  # then zeroes the infinities of the apply function's first output, and only those
+            first = next(iter(ndata))
+            ndata[first] = ndata[first].masked_fill(torch.isinf(ndata[first]), 0)
+    _set_columns(graph._node_frames[s.dst_ntid], ndata)
     return None
+
+
+def _reduce_udf(graph, s, func, messages: dict):
+    """A Python reduce function whose mailbox fields are only reduced over their degree dimension: each
+    reduction scattered by destination, the rest of the function run on per-node tensors
+    (gnn_inductor/frontends/dgl_udf.py); DECLINED for any other."""
+    frame = graph._node_frames[s.dst_ntid]
+    data = {k: frame[k] for k in frame}
+    code = dgl_udf.code_of(func)
+    if code is None:
+        return DECLINED
+    uses = dgl_udf.mailbox_reductions(*code, tuple(messages), tuple(data))
+    if isinstance(uses, str):  # why not: DGL's degree buckets run it
+        return DECLINED
+    mailbox = dict(messages)  # fields the function never reads stay as they are
+    for key, kind in uses:
+        mailbox[key] = dgl_udf.stand_in(_scatter(messages[key], s.dst, s.num_dst, kind))
+    result = func(dgl_udf._Nodes(mailbox, data))
+    has_messages = _degrees(s.dst, s.num_dst) > 0
+    ndata = {}
+    for key, value in dict(result).items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != s.num_dst:
+            return DECLINED  # not one row per node: DGL's merge of the buckets decides what happens
+        ndata[key] = dgl_udf.zero_rows_without_messages(value, has_messages)
+    return ndata
+
+
+def _apply_nodes(graph, s, func, ndata: dict) -> dict:
+    """DGL's apply phase of ``update_all``: ``func`` on every destination node with the reduced fields and the
+    node's other data; only what it returns is written back."""
+    from dgl.udf import NodeBatch
+
+    frame = graph._node_frames[s.dst_ntid]
+    data = dict(ndata)
+    for key in frame:
+        if key not in data:
+            data[key] = frame[key]
+    nodes = torch.arange(s.num_dst, device=s.dst.device)
+    return dict(func(NodeBatch(graph, nodes, s.dst_ntype, data)))
 
 
 def _apply_edges(graph, s, func, edges=None, etype=None):

@@ -199,26 +199,6 @@ def test_user_defined_message(graph, dgl_graph, reduce):
     assert reductions(result, "gather_scatter") == [reduce]
 
 
-class UserReduce(nn.Module):
-    """A Python reduce function: DGL buckets nodes by degree, which is not traceable; the
-    compiled model runs DGL's own code there (graph breaks) and must still match eager."""
-
-    def __init__(self, in_channels: int):
-        super().__init__()
-        self.lin = nn.Linear(in_channels, OUT_CHANNELS)
-
-    def forward(self, graph, x):
-        with graph.local_scope():
-            graph.ndata["h"] = self.lin(x)
-            graph.update_all(fn.copy_u("h", "m"), lambda nodes: {"out": nodes.mailbox["m"].sum(1)})
-            return graph.ndata["out"] + graph.in_degrees().unsqueeze(-1)
-
-
-def test_user_defined_reduce_falls_back_to_dgl(graph, dgl_graph):
-    torch.manual_seed(0)
-    check_rewrites(UserReduce(graph.in_channels), dgl_graph, graph.x, expect=only())
-
-
 class ScoredEdges(nn.Module):
     """``apply_edges`` with a built-in, ``dgl.nn.functional.edge_softmax`` and the ``dgl.ops``
     SpMM: a hand-written attention layer."""
