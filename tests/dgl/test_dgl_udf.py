@@ -157,3 +157,13 @@ def test_analyse_names_each_field_and_says_why_not():
         reason = dgl_udf.analyse(func, ("m",), ("h",))
         assert isinstance(reason, str) and reason, name
     assert "not a dict" in dgl_udf.analyse(lambda nodes: nodes.mailbox["m"].sum(1), ("m",), ())
+
+
+def test_another_reduce_function_recompiles(graph, dgl_graph):
+    """The analysis is a constant of the captured graph: a model given another reduce function (a reducing one of
+    another kind, then one that reads the degree) gets a new graph and the right result each time."""
+    model = ReduceUDF(graph.in_channels, REDUCING["method_sum"][0])
+    compiled = torch.compile(model, backend="gnn_io")
+    for reduce in (REDUCING["method_sum"][0], REDUCING["max_values"][0], NOT_REDUCING["degree"]):
+        model.reduce = reduce
+        torch.testing.assert_close(compiled(dgl_graph, graph.x), model(dgl_graph, graph.x), rtol=1e-5, atol=1e-5)
