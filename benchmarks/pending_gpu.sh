@@ -11,6 +11,8 @@
 #   the A/B below shows it ahead on the large graphs (then make it the default for the GAT family);
 # - the split backward's row gradients without a memset (default): the profile's aten::zeros rows should drop
 #   by one 512 MiB fill per step (GAT; two for GATv2, three for TransformerConv);
+# - D computed in the split backward's dst pass (default; harness mode gnn_io_delta_kernel keeps the kernel):
+#   A/B below on GATv2Conv and TransformerConv;
 # - session 12's attention hub slots and forward without a memset, and gather_scatter_backward_mm.
 set -uo pipefail
 what=${1:-checks}
@@ -24,6 +26,8 @@ if [[ $what == checks ]]; then
     | tee "$out/kernel_tests.txt" | tail -6
   python3 -m benchmarks.ab --layers gat --graphs rmat-large,uniform-large,grid-large \
     --modes gnn_io,gnn_io_one_pass --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_gat_one_pass.txt" | tail -8
+  python3 -m benchmarks.ab --layers gatv2,transformer --graphs rmat-large,rmat-arxiv \
+    --modes gnn_io_delta_kernel,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_delta.txt" | tail -8
   for mode in gnn_io gnn_io_one_pass; do
     python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 20 \
       >"$out/profile_gat_$mode.txt" 2>&1

@@ -34,13 +34,15 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
 ``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Three variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
 (read at each call, :func:`backward_variant`):
 
-- ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): ``D [N, H]`` once
-  (:func:`_delta_kernel`), then two launches of :func:`_split_backward_all_heads_kernel`, one program per
+- ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): two launches of
+  :func:`_split_backward_all_heads_kernel`, one program per
   work item for every head (the item's indices read once, not once per head: measured faster on the H100,
   :data:`SPLIT_BACKWARD_LAUNCH`). The **dst pass** walks the CSR's work items and writes the gradients of
   dst-role arguments (summed in registers over the whole item: one store per item for every head, an atomic
   only for the items of a hub row), of edge-role ones (plain stores: each edge id is one address) and
-  GATv2's dense ``att`` (32 slots, as below). The **src pass** walks the transposed CSR
+  GATv2's dense ``att`` (32 slots, as below); it also computes each row's ``D [N, H]`` from the ``dout`` row it
+  reads anyway and ``out``, and stores it for the src pass (``GNN_IO_ATTENTION_DELTA=kernel``: a separate
+  :func:`_delta_kernel` first, which reads ``dout`` a second time). The **src pass** walks the transposed CSR
   (:class:`SourceCSR`: rows are sources, each with its edges' destinations and edge ids, and its own
   degree-split work items), recomputes each edge's score from the destination's terms, ``lse_i``, ``D_i``
   and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
@@ -102,6 +104,7 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
+DELTA_ENV = "GNN_IO_ATTENTION_DELTA"  # "kernel": D by its own kernel before the split passes (comparisons)
 BACKWARD_VARIANTS = ("split", "atomic", "one_pass")  # one_pass: split, GAT's dst pass folded into the src pass
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
@@ -656,11 +659,11 @@ def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt,
+        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, g0, g1, g2, g3, gatt,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
-        G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
+        DELTA_HERE: tl.constexpr, G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
@@ -672,7 +675,9 @@ def _split_backward_all_heads_kernel(
     (:data:`SPLIT_BACKWARD_LAUNCH`). ``other_ptr`` holds the edges' other endpoint (sources in the dst pass,
     destinations in the src pass) and ``eid_ptr`` their edge ids; ``ROW_*`` say which gradient kinds a row-role
     output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
-    gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store."""
+    gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store.
+    ``DELTA_HERE`` (dst pass): the row's ``D = <dout, out>`` is computed from ``out_ptr`` here and stored for the
+    src pass, instead of read from :func:`_delta_kernel`'s result (every item of a row stores the same value)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -687,9 +692,18 @@ def _split_backward_all_heads_kernel(
     node_mask = hmask[:, None] & cmask[None, :]
     if MAJOR == 1:  # one destination per item: its dout, D and lse once, for every head
         node_heads = row.to(tl.int64) * num_heads + heads
-        grad_row = tl.load(grad_out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
-                           other=0).to(tl.float32)[None, :, :]
-        delta_row = tl.load(delta_ptr + node_heads, mask=hmask, other=0)[None, :]
+        grad_node = tl.load(grad_out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
+                            other=0).to(tl.float32)
+        grad_row = grad_node[None, :, :]
+        if DELTA_HERE:
+            out_node = tl.load(out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
+                               other=0).to(tl.float32)
+            delta_node = tl.sum(grad_node * out_node, axis=1)
+            if shared != 2:  # padding items have no row of their own
+                tl.store(delta_ptr + node_heads, delta_node, mask=hmask)
+            delta_row = delta_node[None, :]
+        else:
+            delta_row = tl.load(delta_ptr + node_heads, mask=hmask, other=0)[None, :]
         lse_row = tl.load(lse_ptr + node_heads, mask=hmask, other=0)[None, :]
     if KIND == 1:
         att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
@@ -1283,6 +1297,16 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
     return view_grad.sum_to_size(arg.shape)
 
 
+def delta_variant() -> str:
+    """Where the split backward computes ``D = <dout, out>``: ``"pass"`` (default: in the dst pass, which reads
+    each row's ``dout`` anyway) or ``"kernel"`` (:func:`_delta_kernel` first, a second read of ``dout``; what the
+    one-pass GAT form always does), from ``GNN_IO_ATTENTION_DELTA``, read at each call."""
+    variant = os.environ.get(DELTA_ENV) or "pass"
+    if variant not in ("pass", "kernel"):
+        raise ValueError(f"{DELTA_ENV}={variant!r}: set it to pass or kernel (or leave it unset)")
+    return variant
+
+
 def backward_variant() -> str:
     """Which backward the op runs: ``"split"`` (default), ``"atomic"`` or ``"one_pass"`` (the split backward
     with the one-pass GAT form of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
@@ -1392,12 +1416,17 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
         defaults = all_heads_launch_config(layout.heads, channels, SPLIT_BACKWARD_LAUNCH[form.family], min_block_c=16)
         config = {**defaults, **(config or {})}
-        grad_out = grad_out.contiguous()
-        delta = _delta(grad_out, out.contiguous(), config["block_c"])
+        grad_out, out = grad_out.contiguous(), out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
-        if dst_outputs or att_grad is not None:
+        dst_pass = bool(dst_outputs) or att_grad is not None
+        # D in the dst pass, which reads each row's dout anyway (its items cover every row with edges, all the src
+        # pass reads), else its own kernel
+        delta_here = dst_pass and delta_variant() == "pass"
+        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device) if delta_here else \
+            _delta(grad_out, out, config["block_c"])
+        if dst_pass:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
-                        col, perm, grad_out, lse, delta, config)
+                        col, perm, grad_out, lse, delta, config, out if delta_here else None)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
                         lse, delta, config)
@@ -1444,9 +1473,10 @@ def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device) -> dict:
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, out: Tensor | None = None
+                ) -> None:
     """One launch of :func:`_split_backward_all_heads_kernel`: the dst pass (``major == ROLE_DST``) or the src
-    pass."""
+    pass; with ``out`` (dst pass) the kernel computes ``delta`` itself and stores it."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
@@ -1461,11 +1491,12 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
              "GATT": att_grad is not None}
     if not items[0].shape[0]:
         return
-    args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads, lse if att_grad is None else att_grad,
+    args = (*items, other, eid, *pointers, lse, delta, grad_out, grad_out if out is None else out, *grads,
+            lse if att_grad is None else att_grad,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
-        *args, **constexprs, MAJOR=major, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS, BLOCK_E=config["block_e"],
-        BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+        *args, **constexprs, MAJOR=major, DELTA_HERE=out is not None, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS,
+        BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
 
 
 def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:

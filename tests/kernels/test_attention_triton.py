@@ -287,12 +287,15 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant", ["split", "one_pass"])
-def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
+@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass")])
+def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, delta, poisoned_empty,
+                                                        monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
-    stored; nothing is left unwritten, and the gradients are the reference's."""
+    stored; nothing is left unwritten, and the gradients are the reference's. ``D`` too starts uninitialised
+    when the dst pass computes it (``delta="pass"``) for the src pass to read."""
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
+    monkeypatch.setenv(attention_triton.DELTA_ENV, delta)
     score_fn, message_fn, _, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
