@@ -57,6 +57,9 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "pna": lambda: pyg.PNAConv(f, f, aggregators=["mean", "min", "max", "std"],
                                    scalers=["identity", "amplification", "attenuation"], deg=PNA_DEGREE_HISTOGRAM,
                                    towers=1),
+        # a linear layer on gathered rows (gnn_inductor/gather_linear.py moves it before the gather)
+        "general_max": lambda: pyg.GeneralConv(f, f, aggr="max"),
+        "edge_conv": lambda: pyg.EdgeConv(torch.nn.Linear(2 * f, f), aggr="max"),
         "gat": lambda: pyg.GATConv(f, f // HEADS, heads=HEADS),
         "gatv2": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS),
         "transformer": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS),
@@ -183,6 +186,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_bwd_atomic": {"GNN_IO_ATTENTION_BACKWARD": "atomic"},
             "gnn_io_one_pass": {"GNN_IO_ATTENTION_BACKWARD": "one_pass"},
             "gnn_io_delta_kernel": {"GNN_IO_ATTENTION_DELTA": "kernel"},
+            "gnn_io_no_gather_linear": {"GNN_IO_GATHER_LINEAR": "0"},
             "gnn_io_csr": {"GNN_IO_ATTENTION_PATH": "csr"}, "gnn_io_block": {"GNN_IO_ATTENTION_PATH": "block"},
             "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
             "gnn_io_spmm_cusparse": {"GNN_IO_SPMM_PATH": "cusparse"}, "gnn_io_spmm_block": {"GNN_IO_SPMM_PATH": "block"},

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU measurements the code still owes, in three device calls of under 10 minutes each (from the repo root,
+# The GPU measurements the code still owes, in four device calls of under 10 minutes each (from the repo root,
 # with .bench_data/ and .wheels/ carried as in benchmarks/device_run.sh; results land in $OUT):
 #   bash benchmarks/pending_gpu.sh checks   # kernel tests on CUDA (CI=1, strict), GAT one-pass A/B, profiles
 #   bash benchmarks/pending_gpu.sh tables   # harness on RMAT 2^20: GATConv (both backwards), SAGEConv max
 #   bash benchmarks/pending_gpu.sh tables2  # harness on RMAT 2^20: GATv2Conv, TransformerConv
+#   bash benchmarks/pending_gpu.sh tables3  # harness on RMAT 2^20: linear layers on gathered rows (PNA & co.)
 #
 # Owed since session 13 (no device time was left there):
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -13,6 +14,8 @@
 #   by one 512 MiB fill per step (GAT; two for GATv2, three for TransformerConv);
 # - D computed in the split backward's dst pass (default; harness mode gnn_io_delta_kernel keeps the kernel):
 #   A/B below on GATv2Conv and TransformerConv;
+# - GEMMs of gathered rows moved before the gather (gnn_inductor/gather_linear.py; harness mode
+#   gnn_io_no_gather_linear turns it off): PNAConv, GeneralConv, EdgeConv;
 # - session 12's attention hub slots and forward without a memset, and gather_scatter_backward_mm.
 set -uo pipefail
 what=${1:-checks}
@@ -41,6 +44,10 @@ elif [[ $what == tables ]]; then
 elif [[ $what == tables2 ]]; then
   python3 -m benchmarks.harness --graphs rmat-large --layers gatv2,transformer --modes eager,inductor,gnn_io \
     --reps 10 --out "$out/attention" 2>"$out/attention_stderr.txt" | tee "$out/attention_stdout.txt" | grep -v '^{'
+elif [[ $what == tables3 ]]; then
+  python3 -m benchmarks.harness --graphs rmat-large --layers pna,general_max,edge_conv \
+    --modes eager,inductor,gnn_io,gnn_io_no_gather_linear --reps 5 --out "$out/gather_linear" \
+    2>"$out/gather_linear_stderr.txt" | tee "$out/gather_linear_stdout.txt" | grep -v '^{'
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3" >&2; exit 2
 fi

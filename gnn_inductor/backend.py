@@ -16,7 +16,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import gemm_accumulate, linear_fusion
+from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion
 from gnn_inductor import direct_ops
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
@@ -230,8 +230,20 @@ def _fuse_linears(aten_gm: torch.fx.GraphModule, graph_report) -> None:
             kernel=f"one GEMM of {len(group['widths'])} maps ({widths} output columns), Inductor/cuBLAS"))
 
 
+def _moved_linears(aten_gm: torch.fx.GraphModule) -> list:
+    """GEMMs of gathered rows moved before their gathers (gnn_inductor/gather_linear.py), as report rewrites."""
+    if not gather_linear.enabled():
+        return []
+    return [_report.Rewrite(
+        "gather_linear", "aten::mm of node rows, then index_select", moved["source"],
+        {"weight": moved["weight"], "gathers": moved["gathers"], "edge_pieces": moved["edge_pieces"]},
+        kernel=f"{moved['gathers']} GEMM(s) over the gathered tensors' rows instead of one over the edges")
+        for moved in gather_linear.move_linears_before_gathers(aten_gm)]
+
+
 def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
+    moved = _moved_linears(aten_gm)
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
                                                num_edges_hint=_edge_count(example_inputs)))
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
@@ -243,14 +255,14 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
         return _inner_compile(gm, list(example_inputs), graph_report)
     for rewrite in ctx.rewrites:
         rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
-    graph_report = _report.GraphReport(0, ctx.rewrites, ctx.near_misses)
+    graph_report = _report.GraphReport(0, ctx.rewrites + moved, ctx.near_misses)
     graph_report.track_parameters(example_inputs)
     insert_index_checks(aten_gm, ctx)
     _fuse_linears(aten_gm, graph_report)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:
         _report.add(graph_report)
-        if not ctx.rewrites:  # nothing of ours in it: exactly what torch.compile's default would run
+        if not ctx.rewrites and not moved:  # nothing of ours in it: exactly what torch.compile's default would run
             return _inner_compile(gm, list(example_inputs), graph_report)
         return _inner_compile(aten_gm, list(example_inputs), graph_report)
 
