@@ -128,6 +128,7 @@ def as_json(model=None) -> dict:
         "rewrites": [dict(graph_id=r.graph_id, **w.as_json()) for r in chosen for w in r.rewrites],
         "near_misses": [dict(graph_id=r.graph_id, **m.as_json()) for r in chosen for m in r.near_misses],
         "attention_paths": _attention_paths(),
+        "dgl_declines": [{"where": where, "why": why} for where, why in _frontend_declines()],
     }
 
 
@@ -138,8 +139,19 @@ def write_env_report() -> None:
             json.dump(as_json(), f, indent=2)
 
 
+def _frontend_declines() -> list:
+    """``(where, why)`` of DGL message passing left to DGL's own code while compiling (gnn_inductor/frontends)."""
+    from gnn_inductor.frontends import dgl
+
+    return list(dgl.DECLINES)
+
+
 def format_text(model=None) -> str:
     lines = format_text_for(reports(model))
+    declines = _frontend_declines()
+    if declines:
+        lines.append("DGL message passing run by DGL's own code (a graph break), in this process:")
+        lines.extend(f"  {where}: {why}" for where, why in declines)
     for d in _attention_paths():
         stats = d["stats"]
         lines.append(f"attention path ({d['family']}, {d['precision']}): {d['path']}, order {d['order']} - {d['reason']}")
@@ -162,7 +174,7 @@ def format_text_for(chosen: list) -> list:
                      f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
         if any(r.gemm_accumulates.values()):
             folded = ", ".join(f"{n} in the {g}" for g, n in r.gemm_accumulates.items() if n)
-            lines.append("  GEMMs adding into a fresh buffer in place (addmm_, no copy; "
+            lines.append("  GEMMs adding into a fresh buffer in place (gnn_io::addmm_into, no copy; "
                          f"gnn_inductor/gemm_accumulate.py): {folded}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
@@ -194,5 +206,8 @@ def report(model=None) -> str:
 
 
 def clear() -> None:
+    from gnn_inductor.frontends import dgl
+
     _REPORTS.clear()
+    dgl.DECLINES.clear()
 

@@ -469,6 +469,32 @@ def _gsddmm_internal(gidx, s, op, lhs, rhs, lhs_target="u", rhs_target="v"):
 # Installation
 # ---------------------------------------------------------------------------------------------
 
+# Message passing left to DGL's own code: what the traceable path does not take, for the report
+_MESSAGE_PASSING = {
+    "update_all": "several edge types, a built-in it does not cover, or a Python reduce function that does more "
+                  "than reduce its mailbox (docs/dgl.md)",
+    "apply_edges": "a subset of edges, several edge types or a built-in it does not cover",
+    "edge_softmax_internal": "a subset of edges or norm_by other than 'dst'",
+    "gspmm_internal": "a reduce other than sum (DGL's max/min leave +-inf in rows without edges there)",
+    "gsddmm_internal": "an operator it does not cover",
+}
+DECLINES: list = []  # (where, why) of message passing left to DGL's own code while Dynamo traced, once each
+
+
+def remember_decline(where: str, why: str) -> None:
+    """Remember that message passing at ``where`` runs DGL's own code (behind a graph break) and why, for
+    ``gnn_inductor.report()``."""
+    if (where, why) not in DECLINES:
+        DECLINES.append((where, why))
+
+
+@torch._dynamo.assume_constant_result
+def note_decline(where: str, why: str) -> bool:
+    """:func:`remember_decline` from traced code (run outside Dynamo's trace: a constant of the captured graph)."""
+    remember_decline(where, why)
+    return True
+
+
 def _switch(original, traced, graph_of=lambda obj: obj._graph):
     """``original`` that runs ``traced(obj, structure, ...)`` instead while Dynamo traces a graph
     with a cached structure; where ``traced`` declines, Dynamo breaks the graph and ``original``
@@ -483,6 +509,8 @@ def _switch(original, traced, graph_of=lambda obj: obj._graph):
                 result = traced(obj, s, *args, **kwargs)
                 if result is not DECLINED:
                     return result
+                if original.__name__ in _MESSAGE_PASSING:  # worth a line in the report
+                    note_decline(f"DGLGraph.{original.__name__}", _MESSAGE_PASSING[original.__name__])
                 # a graph break into DGL's own code, run eagerly (its C calls would break anyway)
                 return eager(obj, *args, **kwargs)
         return original(obj, *args, **kwargs)

@@ -152,8 +152,14 @@ def analyse(func, mailbox_keys: tuple, data_keys: tuple) -> tuple | str:
 @torch._dynamo.assume_constant_result
 def mailbox_reductions(code, bound: bool, mailbox_keys: tuple, data_keys: tuple) -> tuple | str:
     """:func:`analyse_code`, run outside Dynamo's trace (its answer is a constant of the captured graph; code
-    objects, unlike functions with closures or bound methods, can be passed as constants)."""
-    return analyse_code(code, bound, mailbox_keys, data_keys)
+    objects, unlike functions with closures or bound methods, can be passed as constants). A declined function is
+    noted for the report."""
+    uses = analyse_code(code, bound, mailbox_keys, data_keys)
+    if isinstance(uses, str):
+        from gnn_inductor.frontends import dgl
+
+        dgl.remember_decline(f"reduce function {code.co_name} at {code.co_filename}:{code.co_firstlineno}", uses)
+    return uses
 
 
 def stand_in(reduced: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from tests.dgl.conftest import load_dgl
 dgl = load_dgl()
 from dgl import function as fn
 
+from gnn_inductor import rewrite_report
 from gnn_inductor.frontends import dgl_udf
 from gnn_inductor.testing import check_rewrites
 from tests.dgl.test_dgl_zoo import OUT_CHANNELS, only, reductions
@@ -64,8 +65,16 @@ def test_reducing_udf_is_rewritten(graph, dgl_graph, name):
 
 @pytest.mark.parametrize("name", list(NOT_REDUCING))
 def test_other_udf_runs_dgl(graph, dgl_graph, name):
+    """DGL's own code runs, and the report says where and why."""
+    rewrite_report.clear()
     torch.manual_seed(0)
     check_rewrites(ReduceUDF(graph.in_channels, NOT_REDUCING[name]), dgl_graph, graph.x, expect=only())
+    text = rewrite_report.format_text()
+    assert "DGL message passing run by DGL's own code" in text and "reduce function <lambda> at " in text
+    declines = rewrite_report.as_json()["dgl_declines"]
+    assert any(d["where"].startswith("reduce function") and d["why"] == dgl_udf.analyse(
+        NOT_REDUCING[name], ("m",), ("h",)) for d in declines), declines
+    assert any(d["where"] == "DGLGraph.update_all" for d in declines)
 
 
 class ParametrisedReduce(nn.Module):
