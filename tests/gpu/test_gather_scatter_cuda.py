@@ -111,6 +111,28 @@ def test_compiled_layer_matches_eager(name, dtype, monkeypatch):
     assert rewrite["kernel"].startswith("fused degree-split Triton")
 
 
+# a linear layer on gathered rows, moved before the gather (gnn_inductor/gather_linear.py), then fused
+GATHER_LINEAR = {
+    "general_max": (lambda: pyg.GeneralConv(CHANNELS, 16, aggr="max"), ("x", "edge_index"), 1),
+    "cg_sum": (lambda: pyg.CGConv(CHANNELS, dim=EDGE_DIM), ("x", "edge_index", "edge_attr"), 2),
+    "edge_conv_max": (lambda: pyg.EdgeConv(nn.Linear(2 * CHANNELS, 16), aggr="max"), ("x", "edge_index"), 1),
+    "pna": (lambda: pyg.PNAConv(CHANNELS, 16, ["mean", "min", "max", "std"], ["identity", "amplification"],
+                                torch.tensor([0, 10, 30, 5]), edge_dim=EDGE_DIM), ("x", "edge_index", "edge_attr"), 1),
+}
+
+
+@pytest.mark.parametrize("name", list(GATHER_LINEAR))
+def test_linear_on_gathered_rows_is_moved_and_fused(name, monkeypatch):
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    torch.manual_seed(0)
+    make, names, moves = GATHER_LINEAR[name]
+    graph = _graph()
+    result = check_rewrites(make().to(CUDA), *[graph[n] for n in names],
+                            expect={"gather_linear": moves, "gather_scatter": 1, "near_miss": 0})
+    (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "gather_scatter"]
+    assert rewrite["details"]["lowering"] == "triton", rewrite
+
+
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_ties_in_the_hub_share_the_gradient(reduce):
     """Integer features tie often, inside the split hub too; eager's scatter_reduce splits equally."""
