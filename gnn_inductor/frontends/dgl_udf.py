@@ -90,7 +90,10 @@ def _globals_of(code) -> dict | None:
     found = _GLOBALS.get(path)
     if found is None:
         for module in list(sys.modules.values()):
-            file = getattr(module, "__file__", None)
+            try:
+                file = getattr(module, "__file__", None)
+            except Exception:  # noqa: BLE001 - a lazy module may fail on attribute access
+                continue
             if isinstance(file, str) and os.path.realpath(file) == path:
                 found = _GLOBALS[path] = vars(module)
                 break
