@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule, Node
 
-from gnn_inductor.linear_fusion import _call, _transposed_weight, _val
+from gnn_inductor.linear_fusion import _call, _val, linear_map
 
 aten = torch.ops.aten
 ENV = "GNN_IO_GATHER_LINEAR"
@@ -104,20 +104,11 @@ def _pieces(node, start: int, sign: int, squeeze: bool, out: list) -> bool:
 
 
 def _analyse(gemm: Node):
-    """``(A's pieces, bias or None, W)`` of a GEMM worth moving, else None."""
-    if gemm.op != "call_function":
+    """``(A's pieces, bias or None, W, squeeze)`` of a GEMM worth moving, else None."""
+    found = linear_map(gemm)
+    if found is None:
         return None
-    if gemm.target is aten.mm.default and len(gemm.args) == 2:
-        bias, (a, wt) = None, gemm.args
-    elif gemm.target is aten.addmm.default and len(gemm.args) == 3 and not gemm.kwargs:
-        bias, a, wt = gemm.args
-        if not isinstance(bias, Node) or bias.op != "placeholder" or _val(bias) is None or _val(bias).dim() != 1:
-            return None
-    else:
-        return None
-    weight = _transposed_weight(wt)
-    if weight is None or _val(a) is None or _val(a).dim() != 2 or _val(gemm) is None:
-        return None
+    a, weight, bias = found
     squeeze = _select_1_0(a)
     pieces: list = []
     if not _pieces(a.args[0] if squeeze else a, 0, 1, squeeze, pieces):
@@ -151,9 +142,10 @@ def _move(gm: GraphModule, gemm: Node, pieces: list, bias, weight: Node, squeeze
             block = None
             for sign, start, width in parts:
                 rows = _call(gm, aten.slice.Tensor, (weight_t, 0, start, start + width))
-                block = rows if block is None and sign > 0 else \
-                    _call(gm, aten.neg.default, (rows,)) if block is None else \
-                    _call(gm, aten.add.Tensor if sign > 0 else aten.sub.Tensor, (block, rows))
+                if block is not None:
+                    block = _call(gm, aten.add.Tensor if sign > 0 else aten.sub.Tensor, (block, rows))
+                else:
+                    block = rows if sign > 0 else _call(gm, aten.neg.default, (rows,))
             product = _call(gm, aten.mm.default, (_source_rows(gm, source, squeeze), block))
             term = product if index is None else _call(gm, aten.index_select.default, (product, 0, index))
             total = term if total is None else _call(gm, aten.add.Tensor, (total, term))

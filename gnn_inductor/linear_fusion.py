@@ -57,8 +57,9 @@ def _val(node):
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _member(node: Node):
-    """``(x, W, bias or None)`` of a linear map node, else None."""
+def linear_map(node: Node):
+    """``(x, W, bias or None)`` of a linear map node (``mm(x, t(W))`` or ``addmm(b, x, t(W))``, ``x`` 2-D, ``W``
+    and ``b`` graph inputs of ``x``'s dtype), else None."""
     if node.op != "call_function":
         return None
     if node.target is aten.mm.default:
@@ -85,7 +86,7 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
 
     groups = defaultdict(list)
     for node in gm.graph.nodes:
-        member = _member(node)
+        member = linear_map(node)
         if member is not None:
             x, weight, bias = member
             groups[(x, bias is None, _val(x).dtype, _val(x).device)].append((node, weight, bias))

@@ -170,9 +170,8 @@ def stand_in(reduced: torch.Tensor) -> torch.Tensor:
     return reduced.unsqueeze(1)
 
 
-def zero_rows_without_messages(value, has_messages: torch.Tensor):
-    """``value`` with the rows of nodes without in-edges set to 0 (DGL does not call the UDF for them)."""
-    if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != has_messages.shape[0]:
-        return value
+def zero_rows_without_messages(value: torch.Tensor, has_messages: torch.Tensor) -> torch.Tensor:
+    """``value`` (``[num_dst, ...]``) with the rows of nodes without in-edges set to 0 (DGL does not call the UDF
+    for them)."""
     mask = has_messages.view(-1, *([1] * (value.dim() - 1)))
     return torch.where(mask, value, torch.zeros((), dtype=value.dtype, device=value.device))
