@@ -56,7 +56,8 @@ def ab_case(layer_name: str, graph, features: int, rounds: int, device, modes=MO
     try:
         for r in range(rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
-                times[mode].append(_time(steps[mode], device))
+                with mode_env(mode):  # some switches are read at each call (GNN_IO_ATTENTION_BACKWARD)
+                    times[mode].append(_time(steps[mode], device))
     finally:
         gc.enable()
     a, b = modes

@@ -297,6 +297,21 @@ def _tanh(x):
     return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
 
 
+def _softplus(x, beta="1.0", threshold="20.0"):
+    """``log1p(exp(beta x)) / beta``, or ``x`` where ``beta x > threshold`` (ATen's form). ``log1p(e)`` of the
+    small ``e = exp(-|beta x|)`` is ``log(u) e / (u - 1)`` with ``u = 1 + e`` (exact to rounding; ``e`` where
+    ``u`` rounds to 1), since Triton's ``log1p`` is not in every backend."""
+    bx = f"({beta} * {x})"
+    e = f"tl.exp(-tl.abs({bx}))"
+    log1p = f"tl.where((1.0 + {e}) == 1.0, {e}, tl.log(1.0 + {e}) * {e} / ((1.0 + {e}) - 1.0))"
+    return f"tl.where({bx} > {threshold}, {x}, (tl.maximum({bx}, 0.0) + {log1p}) / {beta})"
+
+
+def _softplus_backward(g, x, beta="1.0", threshold="20.0"):
+    bx = f"({beta} * {x})"
+    return f"tl.where({bx} > {threshold}, {g}, {g} * tl.sigmoid({bx}))"
+
+
 def _sign(x):
     return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))"
 
@@ -334,6 +349,7 @@ _EMIT = {
     aten.erf.default: (lambda x: f"tl.erf({x})", _FLOAT),
     aten.sgn.default: (_sign, _FLOAT), aten.sign.default: (_sign, _FLOAT),
     aten.gelu.default: (_gelu, _FLOAT),
+    aten.softplus.default: (_softplus, _FLOAT),
     aten.maximum.default: (lambda a, b: f"tl.maximum({a}, {b})", _FLOAT),
     aten.minimum.default: (lambda a, b: f"tl.minimum({a}, {b})", _FLOAT),
     aten.clamp.default: (_clamp, _FLOAT), aten.clamp.Tensor: (_clamp, _FLOAT),
@@ -352,6 +368,7 @@ _EMIT = {
     aten.sigmoid_backward.default: (lambda g, y: f"({g} * (1.0 - {y}) * {y})", _FLOAT),
     aten.tanh_backward.default: (lambda g, y: f"({g} * (1.0 - {y} * {y}))", _FLOAT),
     aten.gelu_backward.default: (_gelu_backward, _FLOAT),
+    aten.softplus_backward.default: (_softplus_backward, _FLOAT),
     # comparisons and logic: boolean tiles
     aten.gt.Tensor: (_binary(">"), _BOOL), aten.gt.Scalar: (_binary(">"), _BOOL),
     aten.ge.Tensor: (_binary(">="), _BOOL), aten.ge.Scalar: (_binary(">="), _BOOL),

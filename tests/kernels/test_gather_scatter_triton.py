@@ -212,6 +212,9 @@ MESSAGES = {
     "edge_weight": (lambda x_j, w: x_j * w.view(-1, 1), [(S, (6,)), (E, ())]),
     "leaky_dst": (lambda x_j, x_i, w: F.leaky_relu(x_j - x_i, 0.2) * w, [(S, (2, 3)), (D, (2, 3)), (E, (2, 1))]),
     "dense_param": (lambda x_j, p: torch.tanh(x_j) * p + 0.5, [(S, (6,)), (DN, (6,))]),
+    # CGConv's gate; beta and threshold put some entries on each side of the threshold, others far below 0
+    "softplus_gate": (lambda x_j, e: torch.sigmoid(x_j) * (F.softplus(8.0 * e) + F.softplus(e, 2.0, 1.0)),
+                      [(S, (6,)), (E, (6,))]),
 }
 
 
