@@ -7,7 +7,10 @@ Times are medians of ``--reps`` runs timed with CUDA events after warm-up, on ra
 inputs, each forward+backward starting with every gradient set to None (as ``optimizer.zero_grad()``
 leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
 parameters and gradients included); "step GB" is that peak less what was allocated before the step (inputs,
-weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. The roofline column is the least bytes a layer must move
+weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. Outputs kept
+for comparison (the mode's own no-grad output, eager's as the reference) are held on the host, so they count
+in no mode's peak (before session 14 they stayed on the device: up to 2 output-sized tensors too many in
+later modes' peaks). The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
 ``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
 by a time limit keeps what it measured, the chart at the end.
@@ -246,6 +249,9 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             record["fwd_ms"] = median_ms(forward, reps)
         x_grad = x.clone().requires_grad_(True)
         grad = torch.randn_like(out)
+        # the no-grad output goes to the host: left on the device it would count in this mode's peak, and as a
+        # reference (eager's) in every later mode's
+        out = out.cpu()
 
         params = list(layer.parameters())
 
@@ -276,7 +282,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
                                           - record["fwd_ms"]) if reps else None
         if reference is not None:
-            ref = reference.float()
+            ref = reference.float().cpu()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
         record["out"] = out.detach()
         from gnn_inductor.kernels import attention_paths
@@ -464,6 +470,7 @@ def main(argv=None) -> int:
         for layer in args.layers.split(","):
             reference = None
             exact = None if is_random(layer) else float32_reference(layer, graph, args.features, dtype, device)
+            exact = None if exact is None else exact.cpu()  # off the device: not in any mode's peak
             for mode in args.modes.split(","):
                 r = run_case(layer, graph, mode, args.features, dtype, device, args.reps, reference)
                 if mode == "eager" and "out" in r and not is_random(layer):

@@ -14,6 +14,13 @@ have a bias, and by dtype. Each member's output becomes a column slice of the fu
 view, which the fused kernels and Inductor read through its strides. ``GNN_IO_FUSE_LINEARS=0`` turns the
 pass off.
 
+**Saved and short-lived maps apart (session 14).** A slice of the fused output keeps the whole ``[N, sum F_out]``
+buffer alive while any slice is. When some members feed a gnn_io op (which saves them for its backward:
+TransformerConv's query, key and value) and others do not (its skip map, read once by an addition), only the
+saved ones are fused, so the short-lived map's output is freed after the forward instead of living on in the
+fused buffer until the backward: 512 MiB less at the peak of TransformerConv on RMAT 2^20 (128 features, fp32;
+docs/benchmarks/session14/). ``GNN_IO_FUSE_LINEARS=all`` fuses every member, as before.
+
 Only groups of at least :data:`MIN_GROUP` maps are fused. The backward pays for the fusion with one copy:
 the members' output gradients are concatenated into the fused GEMM's ``[N, sum F_out]`` gradient. Measured
 on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer, session 9):
@@ -33,11 +40,45 @@ ENV = "GNN_IO_FUSE_LINEARS"
 MIN_GROUP = 3   # maps per fused GEMM (module docstring: two measured slower, four faster)
 
 
-def enabled() -> bool:
+def _setting() -> str:
     value = os.environ.get(ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    if value not in ("0", "1", "all"):
+        raise ValueError(f"{ENV}={value!r}: set it to 0, 1 or all (or leave it unset)")
+    return value
+
+
+def enabled() -> bool:
+    return _setting() != "0"
+
+
+_VIEWS = {aten.slice.Tensor, aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+          aten.permute.default, aten.transpose.int, aten.t.default, aten.select.int, aten.unsqueeze.default,
+          aten.squeeze.dim, aten.expand.default, aten.alias.default}
+
+
+def feeds_gnn_io_op(node: Node) -> bool:
+    """Whether ``node``'s value reaches a gnn_io op, directly or through views of it (the op may save it)."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user in seen or user.op != "call_function":
+                continue
+            seen.add(user)
+            if getattr(user.target, "namespace", None) == "gnn_io":
+                return True
+            if user.target in _VIEWS:
+                stack.append(user)
+    return False
+
+
+def _saved_members(members: list) -> list:
+    """The members to fuse: all of them, or (module docstring) only those that feed a gnn_io op when the
+    others do not."""
+    saved = [m for m in members if feeds_gnn_io_op(m[0])]
+    if _setting() == "all" or not saved or len(saved) == len(members) or len(saved) < MIN_GROUP:
+        return members
+    return saved
 
 
 def _transposed_weight(node) -> Node | None:
@@ -92,6 +133,7 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
             groups[(x, bias is None, _val(x).dtype, _val(x).device)].append((node, weight, bias))
     fused = []
     for (x, no_bias, _, _), members in groups.items():
+        members = _saved_members(members)
         if len(members) < MIN_GROUP:
             continue
         first = members[0][0]

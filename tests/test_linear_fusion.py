@@ -51,18 +51,19 @@ def test_groups_below_the_minimum_stay_apart():
     assert linear_fusion.fuse_shared_input_linears(gm) == []
 
 
-@pytest.mark.parametrize("make, maps", [
-    (lambda: TransformerConv(12, 5, heads=3), 4),                          # query, key, value, skip
-    (lambda: TransformerConv(12, 5, heads=2, root_weight=False), 3),
+@pytest.mark.parametrize("make, maps, setting", [
+    (lambda: TransformerConv(12, 5, heads=3), ["query", "key", "value"], "1"),  # skip: not saved, kept apart
+    (lambda: TransformerConv(12, 5, heads=3), ["query", "key", "value", "skip"], "all"),
+    (lambda: TransformerConv(12, 5, heads=2, root_weight=False), ["query", "key", "value"], "1"),
 ])
-def test_layers_with_shared_input_maps_are_fused_and_correct(make, maps):
+def test_layers_with_shared_input_maps_are_fused_and_correct(make, maps, setting, monkeypatch):
+    monkeypatch.setenv(linear_fusion.ENV, setting)
     torch.manual_seed(0)
     edge_index = random_graph(40, 200, hub_degree=30)
     x = torch.randn(40, 12, requires_grad=True)
     result = check_rewrites(make(), x, edge_index, expect={"attention": 1, "shared_input_linears": 1})
     fused = [r for g in result.report["graphs"] for r in g["rewrites"] if r["pattern"] == "shared_input_linears"]
-    assert len(fused[0]["details"]["widths"]) == maps
-    assert all(name.endswith(".weight") and name.startswith("lin_") for name in fused[0]["details"]["weights"])
+    assert fused[0]["details"]["weights"] == [f"lin_{m}.weight" for m in maps]
 
 
 @pytest.mark.parametrize("make", [lambda: GATConv(12, 5, heads=3), lambda: SAGEConv(12, 7, aggr="max"),
@@ -80,3 +81,22 @@ def test_switched_off_by_its_environment_variable(monkeypatch):
     monkeypatch.setenv(linear_fusion.ENV, "yes")
     with pytest.raises(ValueError, match="GNN_IO_FUSE_LINEARS"):
         linear_fusion.enabled()
+
+
+def test_only_maps_read_by_a_gnn_io_op_are_fused_when_others_are_not():
+    """Three maps feed a gnn_io op (saved for its backward), the fourth only an addition: the fourth stays a
+    GEMM of its own, so its output is not kept alive by the fused buffer."""
+    def layer(x, w1, w2, w3, w4):
+        q, k, v = (torch.nn.functional.linear(x, w) for w in (w1, w2, w3))
+        out = torch.zeros(q.shape)
+        torch.ops.gnn_io.addmm_into(out, q, k.t())
+        torch.ops.gnn_io.addmm_into(out, v, k.t())
+        return out + torch.nn.functional.linear(x, w4)
+
+    import gnn_inductor.gemm_accumulate  # noqa: F401  (registers gnn_io::addmm_into)
+    inputs = [torch.randn(6, 4)] + [torch.randn(6, 4) for _ in range(4)]
+    gm = make_fx(layer, tracing_mode="fake")(*inputs)
+    expected = layer(*inputs)
+    (group,) = linear_fusion.fuse_shared_input_linears(gm)
+    assert group["widths"] == [6, 6, 6]
+    torch.testing.assert_close(gm(*inputs), expected)
