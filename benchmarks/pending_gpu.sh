@@ -5,6 +5,7 @@
 #   bash benchmarks/pending_gpu.sh tables   # harness on RMAT 2^20: GATConv (both backwards), SAGEConv max
 #   bash benchmarks/pending_gpu.sh tables2  # harness on RMAT 2^20: GATv2Conv, TransformerConv
 #   bash benchmarks/pending_gpu.sh tables3  # harness on RMAT 2^20: linear layers on gathered rows (PNA & co.)
+#   bash benchmarks/pending_gpu.sh session14  # bias folded into attention, skip map apart: tests, A/B, memory
 #
 # Owed since session 13 (no device time was left there):
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -48,6 +49,17 @@ elif [[ $what == tables3 ]]; then
   python3 -m benchmarks.harness --graphs rmat-large --layers pna,general_max,edge_conv \
     --modes eager,inductor,gnn_io,gnn_io_no_gather_linear --reps 5 --out "$out/gather_linear" \
     2>"$out/gather_linear_stderr.txt" | tee "$out/gather_linear_stdout.txt" | grep -v '^{'
+elif [[ $what == session14 ]]; then
+  # the attention bias folded into the op (GNN_IO_ATTENTION_BIAS) and TransformerConv's skip map kept out of the
+  # fused GEMM (GNN_IO_FUSE_LINEARS=all is the old grouping): kernel tests, then time and memory A/B
+  CI=1 GNN_IO_STRICT=1 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "bias or fused_matches" 2>&1 | tee "$out/kernel_tests.txt" | tail -3
+  timeout 200 python3 -m benchmarks.harness --graphs rmat-large --layers gat,gatv2 --modes eager,gnn_io,gnn_io_no_bias_fold \
+    --reps 5 --out "$out/bias" 2>"$out/bias_stderr.txt" | grep -v '^{' | tail -5
+  timeout 170 python3 -m benchmarks.harness --graphs rmat-large --layers transformer \
+    --modes eager,inductor,gnn_io,gnn_io_fuse_all --reps 5 --out "$out/skip" 2>"$out/skip_stderr.txt" | grep -v '^{' | tail -3
+  timeout 80 python3 -m benchmarks.memory_anatomy --layers transformer --graph rmat-large --modes gnn_io --rows 16 \
+    2>"$out/anatomy_stderr.txt" | tee "$out/anatomy.txt"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14" >&2; exit 2
 fi

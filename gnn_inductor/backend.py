@@ -23,6 +23,7 @@ from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns
+from patterns import attention as attention_pattern
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
@@ -230,6 +231,16 @@ def _fuse_linears(aten_gm: torch.fx.GraphModule, graph_report) -> None:
             kernel=f"one GEMM of {len(group['widths'])} maps ({widths} output columns), Inductor/cuBLAS"))
 
 
+def _fold_attention_bias(aten_gm: torch.fx.GraphModule, graph_report) -> None:
+    """The bias added to an attention output, made inside the op (patterns/attention.py ``fold_bias``); each fold
+    listed in the report as a rewrite."""
+    for folded in attention_pattern.fold_bias(aten_gm):
+        graph_report.rewrites.append(_report.Rewrite(
+            "attention_bias", "aten::add of the attention output and a bias", folded["source"],
+            {"bias": folded["bias"]},
+            kernel="added in the attention op's output memory; the backward's D reads out - bias"))
+
+
 def _moved_linears(aten_gm: torch.fx.GraphModule) -> list:
     """GEMMs of gathered rows moved before their gathers (gnn_inductor/gather_linear.py), as report rewrites."""
     if not gather_linear.enabled():
@@ -258,6 +269,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     graph_report = _report.GraphReport(0, ctx.rewrites + moved, ctx.near_misses)
     graph_report.track_parameters(example_inputs)
     insert_index_checks(aten_gm, ctx)
+    _fold_attention_bias(aten_gm, graph_report)
     _fuse_linears(aten_gm, graph_report)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:

@@ -159,7 +159,7 @@ def _move(gm: GraphModule, gemm: Node, pieces: list, bias, weight: Node, squeeze
 def move_linears_before_gathers(gm: GraphModule) -> list:
     """Move each qualifying GEMM of gathered rows (module docstring) before its gathers, in place; returns one
     ``{"source", "weight", "gathers", "edge_pieces"}`` per GEMM moved, in graph order."""
-    from gnn_inductor.linear_fusion import _name
+    from gnn_inductor.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 
     moved = []
@@ -170,7 +170,7 @@ def move_linears_before_gathers(gm: GraphModule) -> list:
         pieces, bias, weight, squeeze = found
         source = source_of(node)
         _move(gm, node, pieces, bias, weight, squeeze)
-        moved.append({"source": source, "weight": _name(weight),
+        moved.append({"source": source, "weight": parameter_name(weight),
                       "gathers": len({(p.source, p.index) for p in pieces if p.index is not None}),
                       "edge_pieces": sum(p.index is None for p in pieces)})
     if moved:

@@ -156,18 +156,19 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
                 start += width
         for node, _, _ in members:
             gm.graph.erase_node(node)
-        fused.append({"source": source, "weights": [_name(w) for _, w, _ in members], "widths": widths})
+        fused.append({"source": source, "weights": [parameter_name(w) for _, w, _ in members], "widths": widths})
     if fused:
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return fused
 
 
-def _name(placeholder: Node) -> str:
-    """``lin_key.weight`` from Dynamo's ``L_self_modules_lin_key_parameters_weight_``; the node name otherwise."""
+def parameter_name(placeholder: Node) -> str:
+    """``lin_key.weight`` from Dynamo's ``L_self_modules_lin_key_parameters_weight_`` (``bias`` from
+    ``L_self_parameters_bias_``); the node name otherwise."""
     name = placeholder.meta.get("dynamo_name", placeholder.name)
     name = re.sub(r"^[Ll]_(self_)?", "", name).rstrip("_")
-    return name.replace("modules_", "").replace("_parameters_", ".")
+    return re.sub(r"^parameters_", "", name).replace("modules_", "").replace("_parameters_", ".")
 
 
 def _call(gm: GraphModule, target, args) -> Node:

@@ -21,6 +21,11 @@ Ops:
   (``e`` the edge's position in the edge index the op's plan was built from, ``h`` the head; ``u`` the
   counter-based generator of ``kernels/rng.py``). The message function gets the dropped alpha. Forward,
   backward and the reference all regenerate the same mask from the seed: nothing edge-sized is stored.
+- ``bias`` (optional, a tensor of the message's per-edge shape ``M`` or of ``prod(M)`` elements): ``out + bias``
+  (PyG's GATConv and GATv2Conv add their bias to the concatenated heads; ``patterns/attention.py`` folds that
+  addition into the op). The sum is made in the output's own memory, and the backward's
+  ``D = <dout, out - bias>`` reads it back: the attention output and the layer's output are one tensor, not two
+  (512 MiB less at the peak of GATConv on RMAT 2^20, 128 features, fp32; docs/benchmarks/session14/).
 - ``gnn_io::attention_forward(...) -> (out, lse)`` also returns the per-(node, head) log-sum-exp of the
   scores (float32, ``[N, *H]``, 0 for nodes without edges), which its backward reads: the fused kernels
   recompute ``alpha_e = exp(s_e - lse_i)`` there instead of storing the attention matrix.
@@ -105,13 +110,13 @@ def _fused(args, rowptr: Tensor) -> bool:
 _lib = torch.library.Library("gnn_io", "FRAGMENT")
 _lib.define("attention(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
             "str score_key, str message_key, float eps, Tensor[]? items=None, int max_edges=0, "
-            "Tensor? dropout_seed=None, float dropout_p=0.0) -> Tensor")
+            "Tensor? dropout_seed=None, float dropout_p=0.0, Tensor? bias=None) -> Tensor")
 
 
 def _attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None, max_edges=0,
-               dropout_seed=None, dropout_p=0.0):
+               dropout_seed=None, dropout_p=0.0, bias=None):
     return attention_forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items or [],
-                             max_edges, dropout_seed, dropout_p)[0]
+                             max_edges, dropout_seed, dropout_p, bias)[0]
 
 
 _lib.impl("attention", _attention, "CompositeImplicitAutograd")
@@ -120,7 +125,24 @@ _lib.impl("attention", _attention, "CompositeImplicitAutograd")
 @torch.library.custom_op("gnn_io::attention_forward", mutates_args=())
 def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                       score_key: str, message_key: str, eps: float, items: list[Tensor], max_edges: int,
-                      dropout_seed: Tensor | None = None, dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+                      dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
+                      bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    out, lse = _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
+                        dropout_seed, dropout_p)
+    if bias is not None:
+        _check_bias(bias, out)
+        out.add_(bias.view(out.shape[1:]))  # a fresh tensor of the op's own: the layer's output in its memory
+    return out, lse
+
+
+def _check_bias(bias: Tensor, out: Tensor) -> None:
+    if bias.numel() != out[0].numel() or bias.dtype != out.dtype or bias.device != out.device:
+        raise ValueError(f"attention bias of shape {tuple(bias.shape)} ({bias.dtype}, {bias.device}) does not fit "
+                         f"the output rows {tuple(out.shape[1:])} ({out.dtype}, {out.device})")
+
+
+def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
+             dropout_p) -> tuple:
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
@@ -153,7 +175,7 @@ def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, i
 
 @attention_forward.register_fake
 def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed=None,
-      dropout_p=0.0):
+      dropout_p=0.0, bias=None):
     values = fake_edge_values(args, roles, col.shape[0])
     scores = edge_functions.lookup(score_key)(*values)
     messages = edge_functions.lookup(message_key)(scores, *values)
@@ -167,43 +189,51 @@ def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, m
 def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                        row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
                        max_edges: int, dropout_seed: Tensor | None, dropout_p: float, out: Tensor, lse: Tensor,
-                       needs_grad: list[bool]) -> list[Tensor]:
+                       needs_grad: list[bool], bias: Tensor | None = None) -> list[Tensor]:
+    """Gradients of the arguments flagged in ``needs_grad`` (empty tensors elsewhere), then, with a ``bias``
+    (``out`` is then the biased output), the bias's gradient."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
+    bias_rows = None if bias is None else bias.view(out.shape[1:])
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
         if not isinstance(layout, str):
             decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
                                                items, max_edges)
             if decision is not None and decision.path != "csr":
-                grads = attention_paths.run_backward(decision, layout, grad_out, out, lse, args, roles, rowptr, col,
-                                                     perm, score_key, message_key, needs_grad, max_edges)
+                grads = attention_paths.run_backward(
+                    decision, layout, grad_out, out if bias is None else out - bias_rows, lse, args, roles, rowptr,
+                    col, perm, score_key, message_key, needs_grad, max_edges)
             else:
                 by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
                     if attention_triton.backward_variant() in ("split", "one_pass") else None
                 grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
-                                                  max_edges, by_src=by_src)
+                                                  max_edges, by_src=by_src, bias=bias_rows)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
                                            dropout),
             list(args), grad_out, needs_grad)
-    return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+    grads = [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+    if bias is not None:
+        grads.append(grad_out.sum(0, dtype=torch.float32).to(bias.dtype).view(bias.shape))
+    return grads
 
 
 @attention_backward.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
-      dropout_p, out, lse, needs_grad):
-    return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
+      dropout_p, out, lse, needs_grad, bias=None):
+    grads = [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
+    return grads + ([torch.empty_like(bias)] if bias is not None else [])
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed, dropout_p = \
-        inputs
+    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed, dropout_p, \
+        bias = (*inputs, None)[:14]
     out, lse = output
     ctx.mark_non_differentiable(lse)
     # the seed, not the mask: backward regenerates the forward's mask from it
-    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, dropout_seed, *items)
+    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, dropout_seed, bias, *items)
     ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges, dropout_p)
     ctx.needs = [bool(a.requires_grad) for a in args]
 
@@ -211,12 +241,14 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad_out, _grad_lse):
     num_args, roles, score_key, message_key, eps, max_edges, dropout_p = ctx.meta
     saved = ctx.saved_tensors
-    args, (rowptr, col, row, perm, out, lse, dropout_seed), items = \
-        list(saved[:num_args]), saved[num_args:num_args + 7], list(saved[num_args + 7:])
+    args, (rowptr, col, row, perm, out, lse, dropout_seed, bias), items = \
+        list(saved[:num_args]), saved[num_args:num_args + 8], list(saved[num_args + 8:])
     grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
-                               max_edges, dropout_seed, dropout_p, out, lse, ctx.needs)
+                               max_edges, dropout_seed, dropout_p, out, lse, ctx.needs, bias)
+    bias_grad = grads[num_args] if bias is not None and ctx.needs_input_grad[-1] else None
     return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
-            None, [None] * len(items), None, None, None)[:len(ctx.needs_input_grad)]  # a call may omit dropout
+            None, [None] * len(items), None, None, None, bias_grad)[:len(ctx.needs_input_grad)]  # a call may omit
+    # dropout and bias
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup)

@@ -659,11 +659,11 @@ def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, g0, g1, g2, g3, gatt,
+        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, bias_ptr, g0, g1, g2, g3, gatt,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
-        DELTA_HERE: tl.constexpr, G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
+        DELTA_HERE: tl.constexpr, BIAS: tl.constexpr, G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
@@ -677,7 +677,8 @@ def _split_backward_all_heads_kernel(
     output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
     gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store.
     ``DELTA_HERE`` (dst pass): the row's ``D = <dout, out>`` is computed from ``out_ptr`` here and stored for the
-    src pass, instead of read from :func:`_delta_kernel`'s result (every item of a row stores the same value)."""
+    src pass, instead of read from :func:`_delta_kernel`'s result (every item of a row stores the same value);
+    ``BIAS``: ``out`` holds the biased output and ``bias_ptr`` the ``[H, C]`` bias, subtracted first."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -698,6 +699,9 @@ def _split_backward_all_heads_kernel(
         if DELTA_HERE:
             out_node = tl.load(out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
                                other=0).to(tl.float32)
+            if BIAS:
+                out_node -= tl.load(bias_ptr + heads[:, None] * head_dim + chans[None, :], mask=node_mask,
+                                    other=0).to(tl.float32)
             delta_node = tl.sum(grad_node * out_node, axis=1)
             if shared != 2:  # padding items have no row of their own
                 tl.store(delta_ptr + node_heads, delta_node, mask=hmask)
@@ -1381,7 +1385,8 @@ def one_pass_outputs(form: AttentionForm, dst_outputs: list, src_outputs: list) 
 
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
-             variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None):
+             variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None,
+             bias: Tensor | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
     regenerated from ``layout.dropout``.
 
@@ -1391,7 +1396,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
     counted too. ``one_pass`` (default: ``GNN_IO_ATTENTION_BACKWARD=one_pass``): for the GAT family the
     src pass also adds the dst-role scalar gradients, by atomics (:func:`one_pass_outputs`), and the dst pass,
-    a second gather of every edge's ``[H, C]`` value row, is not run.
+    a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``), ``out`` is the
+    biased output (kernels/attention.py): the dst pass subtracts it where it computes ``D``, the other variants
+    get ``out - bias``.
     """
     form, channels = layout.form, layout.channels
     query = (form.query,) if form.query is not None else ()
@@ -1410,8 +1417,8 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                             if split else {}, rowptr.device)
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     if not split:
-        _atomic_backward(layout, buffers, grad_out, out, lse, col, perm, (item_row, item_start, item_end), config,
-                         variant)
+        _atomic_backward(layout, buffers, grad_out, out if bias is None else out - bias, lse, col, perm,
+                         (item_row, item_start, item_end), config, variant)
     else:
         # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
         defaults = all_heads_launch_config(layout.heads, channels, SPLIT_BACKWARD_LAUNCH[form.family], min_block_c=16)
@@ -1423,10 +1430,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         # pass reads), else its own kernel
         delta_here = dst_pass and delta_variant() == "pass"
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device) if delta_here else \
-            _delta(grad_out, out, config["block_c"])
+            _delta(grad_out, out if bias is None else out - bias, config["block_c"])
         if dst_pass:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
-                        col, perm, grad_out, lse, delta, config, out if delta_here else None)
+                        col, perm, grad_out, lse, delta, config, out if delta_here else None,
+                        bias.contiguous() if delta_here and bias is not None else None)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
                         lse, delta, config)
@@ -1473,10 +1481,11 @@ def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device) -> dict:
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, out: Tensor | None = None
-                ) -> None:
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, out: Tensor | None = None,
+                bias: Tensor | None = None) -> None:
     """One launch of :func:`_split_backward_all_heads_kernel`: the dst pass (``major == ROLE_DST``) or the src
-    pass; with ``out`` (dst pass) the kernel computes ``delta`` itself and stores it."""
+    pass; with ``out`` (dst pass) the kernel computes ``delta`` itself and stores it, from ``out - bias`` with a
+    ``bias`` (``[H, C]``, contiguous)."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
@@ -1491,11 +1500,13 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
              "GATT": att_grad is not None}
     if not items[0].shape[0]:
         return
-    args = (*items, other, eid, *pointers, lse, delta, grad_out, grad_out if out is None else out, *grads,
+    args = (*items, other, eid, *pointers, lse, delta, grad_out, grad_out if out is None else out,
+            lse if bias is None else bias, *grads,
             lse if att_grad is None else att_grad,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
-        *args, **constexprs, MAJOR=major, DELTA_HERE=out is not None, **specs, **flags, DENSE_SLOTS=DENSE_GRAD_SLOTS,
+        *args, **constexprs, MAJOR=major, DELTA_HERE=out is not None, BIAS=bias is not None, **specs, **flags,
+        DENSE_SLOTS=DENSE_GRAD_SLOTS,
         BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
 
 

@@ -25,6 +25,8 @@ Near misses: the weights pass through another random op that reads them, or the 
 per-edge math; those aggregations are left to the gather-scatter family, with the edge softmax
 kept as its own op.
 """
+import os
+
 import torch
 from gnn_inductor.kernels import rng
 from gnn_inductor.kernels.attention_triton import MAX_EDGES, recognise
@@ -143,3 +145,60 @@ def replace(agg, ctx):
 
 
 PATTERN = Pattern("attention", COVERS, match, replace)
+
+
+BIAS_ENV = "GNN_IO_ATTENTION_BIAS"
+_RESHAPES = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
+
+
+def fold_bias(gm) -> list:
+    """Fold ``attention(...) + bias`` into the attention op's ``bias`` argument (kernels/attention.py: the sum is
+    made in the op's output, so the attention output and the layer's output are one tensor). Two spellings: PyG's
+    GATConv and GATv2Conv add a bias of ``H * C`` elements to the concatenated heads, ``view(out, [N, H * C]) +
+    bias``; DGL's GATConv adds one of shape ``[1, H, C]`` to ``out`` itself. Only for an attention output read by
+    that reshape (read by the addition alone) or by the addition alone, and a bias of ``H * C`` elements of the
+    output's dtype and device that exists before the op (a graph input or an earlier node), broadcast over rows
+    only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions (``{"source", "bias"}``)."""
+    from gnn_inductor.linear_fusion import parameter_name
+    from gnn_inductor.rewrite_report import source_of
+
+    if os.environ.get(BIAS_ENV, "1") == "0":
+        return []
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    folded = []
+    for node in list(gm.graph.nodes):
+        if node.target is not torch.ops.gnn_io.attention.default or node.kwargs.get("bias") is not None \
+                or len(node.users) != 1:
+            continue
+        (user,) = node.users
+        rows = user if user.target in _RESHAPES else None
+        if rows is not None and len(rows.users) != 1:
+            continue
+        add = next(iter(rows.users)) if rows is not None else user
+        summand = rows if rows is not None else node
+        if add.target is not torch.ops.aten.add.Tensor or add.kwargs or len(add.args) != 2 \
+                or not isinstance(add.args[0], torch.fx.Node) or not isinstance(add.args[1], torch.fx.Node):
+            continue
+        bias = add.args[1] if add.args[0] is summand else add.args[0]
+        if bias is summand or order[bias] > order[node] or not _fits_as_bias(val(bias), val(node), val(summand),
+                                                                             val(add)):
+            continue
+        node.kwargs = {**node.kwargs, "bias": bias}
+        add.replace_all_uses_with(summand)
+        name = parameter_name(bias) if bias.op == "placeholder" else bias.name
+        folded.append({"source": source_of(add), "bias": name})
+        gm.graph.erase_node(add)
+    if folded:
+        gm.recompile()
+    return folded
+
+
+def _fits_as_bias(bias, out, summand, total) -> bool:
+    """Whether ``summand + bias`` (``summand`` the attention output ``out`` or its ``[N, H * C]`` view) is
+    ``out`` plus one bias row broadcast over the rows, with the summand's shape and dtype."""
+    if bias is None or out is None or summand is None or total is None:
+        return False
+    row = tuple(summand.shape[1:])
+    return (bias.dtype == out.dtype == total.dtype and bias.device == out.device
+            and tuple(total.shape) == tuple(summand.shape) and bias.numel() == out[0].numel()
+            and tuple(bias.shape) in (row, (1, *row)))

@@ -435,6 +435,63 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
         assert_close(g1, r, torch.float32, f"one pass against the reference, argument {i}")
 
 
+def _check_bias(plan, name, device, dtype=torch.float32):
+    """The op with a bias against the reference plus the bias: output, every argument's gradient and the bias's."""
+    score_fn, message_fn, _, kinds = CASES[name]
+    score, message = _fn(score_fn), _fn(message_fn)
+    roles = [role for role, _ in kinds]
+    on_device = [t.to(device) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    args = make_args(kinds, plan[1].numel(), dtype) + [torch.randn(HEADS * CHANNELS).to(dtype)]
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
+    dropout = dropout_for(name, device)
+    out, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a[:-1], roles, *on_device, score, message, EPS, items,
+                                                               MAX_EDGES, *dropout_args(dropout), bias=a[-1]),
+                          [a.to(device) for a in args], grad.to(device))
+    wide = [a.double() if a.is_floating_point() else a for a in args]
+    ref, ref_grads = grads_of(lambda a: attention_reference(a[:-1], roles, *plan[:4], score, message, EPS,
+                                                            dropout_for(name)) + a[-1].view(HEADS, CHANNELS),
+                              wide, grad.double())
+    assert_close(out, ref, dtype, "output")
+    assert_close(out[-3:], args[-1].view(HEADS, CHANNELS).expand(3, -1, -1).double(), dtype, "rows without edges")
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert g is not None and torch.isfinite(g).all(), f"grad of argument {i}"
+        assert_close(g, r, dtype, f"grad of argument {i}")
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
+@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass"),
+                                                     ("atomic", "pass")])
+def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, backward_variant, delta, monkeypatch):
+    """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor; every backward variant takes
+    ``D = <dout, out - b>`` (the dst pass subtracts ``b`` itself, the others get ``out - b``), and ``b``'s gradient
+    is ``dout`` summed over the rows."""
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
+    monkeypatch.setenv(attention_triton.DELTA_ENV, delta)
+    _check_bias(plan, name, DEVICE)
+
+
+@runs_kernel
+def test_bias_in_half_precision(plan):
+    _check_bias(plan, "gatv2_edge", DEVICE, torch.bfloat16)
+
+
+def test_bias_on_the_reference_path(plan):
+    """The CPU reference (no interpreter): the same contract."""
+    if INTERPRETED:
+        pytest.skip("the interpreter runs the fused kernels on CPU tensors: covered above")
+    _check_bias(plan, "gatv2_edge", torch.device("cpu"))
+
+
+def test_bias_of_the_wrong_size_is_an_error(plan):
+    score_fn, message_fn, _, kinds = CASES["gat"]
+    args = make_args(kinds, plan[1].numel())
+    with pytest.raises(ValueError, match="attention bias of shape"):
+        torch.ops.gnn_io.attention(args, [r for r, _ in kinds], *plan[:4], _fn(score_fn), _fn(message_fn), EPS,
+                                   bias=torch.randn(HEADS * CHANNELS + 1))
+
+
 def test_heads_variant_defaults_to_all_heads_forward(monkeypatch):
     monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
     assert attention_triton.heads_variant() == "all"

@@ -101,3 +101,28 @@ def test_returned_attention_weights_read_the_ops_mask(graphs, monkeypatch):
     torch.testing.assert_close(alpha, expected_alpha)
     torch.testing.assert_close(out, expected_out)
     assert (alpha == 0).any(), "dropout must drop some weights"
+
+
+@pytest.mark.parametrize("make, folded", [
+    (lambda: GATConv(8, 4, heads=2), True),
+    (lambda: GATv2Conv(8, 4, heads=2, edge_dim=3), True),
+    (lambda: GATConv(8, 4, heads=2, bias=False), False),
+    (lambda: GATConv(8, 4, heads=2, concat=False), False),     # mean over heads first: not the op's output plus b
+    (lambda: TransformerConv(8, 4, heads=2), False),           # a skip map, not a bias
+])
+def test_bias_on_the_attention_output_is_folded_into_the_op(make, folded, graphs, monkeypatch):
+    """PyG's bias on the concatenated heads becomes the op's ``bias`` argument (reported as ``attention_bias``);
+    outputs and every gradient, the bias's included, stay eager PyG's."""
+    from gnn_inductor.testing import check_rewrites
+
+    torch.manual_seed(0)
+    edge_index = random_graph(30, 120, seed=2, hub_degree=15, num_isolated=2)
+    model = make()
+    inputs = [torch.randn(30, 8), edge_index]
+    if getattr(model, "edge_dim", None):
+        inputs.append(torch.randn(edge_index.shape[1], 3))
+    check_rewrites(model, *inputs, expect={"attention": 1, "attention_bias": int(folded)})
+    ops = [n for gm in graphs for n in gm.graph.nodes if n.target == torch.ops.gnn_io.attention.default]
+    assert ops and all((n.kwargs.get("bias") is not None) == folded for n in ops)
+    monkeypatch.setenv("GNN_IO_ATTENTION_BIAS", "0")
+    check_rewrites(make(), *inputs, expect={"attention": 1, "attention_bias": 0})
