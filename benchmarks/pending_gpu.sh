@@ -60,6 +60,14 @@ elif [[ $what == session14 ]]; then
     --modes eager,inductor,gnn_io,gnn_io_fuse_all --reps 5 --out "$out/skip" 2>"$out/skip_stderr.txt" | grep -v '^{' | tail -3
   timeout 80 python3 -m benchmarks.memory_anatomy --layers transformer --graph rmat-large --modes gnn_io --rows 16 \
     2>"$out/anatomy_stderr.txt" | tee "$out/anatomy.txt"
+elif [[ $what == session14b ]]; then
+  # the bias added in the forward kernels' store (epilogue), then interleaved A/B of both memory changes
+  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "bias or without_a_memset" 2>&1 | tee "$out/kernel_tests.txt" | tail -2
+  timeout 200 python3 -m benchmarks.ab --layers gat,gatv2 --graphs rmat-large --modes gnn_io_no_bias_fold,gnn_io \
+    --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_bias.txt" | tail -3
+  timeout 120 python3 -m benchmarks.ab --layers transformer --graphs rmat-large --modes gnn_io_fuse_all,gnn_io \
+    --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_skip.txt" | tail -2
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b" >&2; exit 2
 fi

@@ -39,6 +39,8 @@ Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attent
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from gnn_inductor.kernels import attention_paths, attention_triton, rng
 from gnn_inductor.kernels._common import (
@@ -127,22 +129,24 @@ def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col:
                       score_key: str, message_key: str, eps: float, items: list[Tensor], max_edges: int,
                       dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
                       bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    out, lse = _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
-                        dropout_seed, dropout_p)
-    if bias is not None:
-        _check_bias(bias, out)
+    out, lse, biased = _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
+                                dropout_seed, dropout_p, bias)
+    if bias is not None and not biased:
+        _check_bias(bias, out.shape[1:], out.dtype, out.device)
         out.add_(bias.view(out.shape[1:]))  # a fresh tensor of the op's own: the layer's output in its memory
     return out, lse
 
 
-def _check_bias(bias: Tensor, out: Tensor) -> None:
-    if bias.numel() != out[0].numel() or bias.dtype != out.dtype or bias.device != out.device:
+def _check_bias(bias: Tensor, row_shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
+    """A bias has one output row's elements, the output's dtype and its device."""
+    if bias.numel() != math.prod(row_shape) or bias.dtype != dtype or bias.device != device:
         raise ValueError(f"attention bias of shape {tuple(bias.shape)} ({bias.dtype}, {bias.device}) does not fit "
-                         f"the output rows {tuple(out.shape[1:])} ({out.dtype}, {out.device})")
+                         f"the output rows {tuple(row_shape)} ({dtype}, {device})")
 
 
 def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
-             dropout_p) -> tuple:
+             dropout_p, bias) -> tuple:
+    """``(out, lse, biased)``: ``biased`` when the CSR kernel added ``bias`` itself (its store's epilogue)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
@@ -150,10 +154,14 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
             decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
                                                items, max_edges)
             if decision is not None and decision.path != "csr":
-                return attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
-                                                   message_key, eps, max_edges)
-            return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
-    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout)
+                return (*attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
+                                                     message_key, eps, max_edges), False)
+            if bias is not None:
+                _check_bias(bias, (layout.heads, layout.channels), attention_triton._out_dtype(args), rowptr.device)
+            rows = None if bias is None else bias.view(layout.heads, layout.channels)
+            return (*attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows),
+                    bias is not None)
+    return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
 def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges) -> tuple:

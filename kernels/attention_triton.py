@@ -433,9 +433,10 @@ def _forward_kernel(
 
 
 @triton.jit
-def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lse_ptr, num_slots, num_heads,
-                    head_dim, eps, BLOCK_C: tl.constexpr):
-    """Merge the partial (max, sum, acc) of a hub's items; the program of a hub's first slot does it."""
+def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lse_ptr, bias_ptr, num_slots,
+                    num_heads, head_dim, eps, BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Merge the partial (max, sum, acc) of a hub's items; the program of a hub's first slot does it. ``BIAS``: the
+    ``[H, C]`` bias at ``bias_ptr`` is added to the stored row."""
     slot = tl.program_id(0)
     h = tl.program_id(1)
     chans = tl.arange(0, BLOCK_C)
@@ -460,7 +461,10 @@ def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr,
             k += 1
             same = tl.load(slot_row_ptr + k, mask=k < num_slots, other=-1) == row
         out_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
-        tl.store(out_ptr + out_offsets, acc / (total + eps), mask=cmask)
+        result = acc / (total + eps)
+        if BIAS:
+            result += tl.load(bias_ptr + h * head_dim + chans, mask=cmask, other=0).to(tl.float32)
+        tl.store(out_ptr + out_offsets, result, mask=cmask)
         tl.store(lse_ptr + row.to(tl.int64) * num_heads + h, m + tl.log(total))
 
 
@@ -855,10 +859,12 @@ def _forward_all_heads_kernel(
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-        num_heads, head_dim, slope, score_scale, message_scale, eps,
+        num_heads, head_dim, slope, score_scale, message_scale, eps, bias_ptr,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, BIAS: tl.constexpr,
         BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The all-heads forward of one work item (section comment above); ``BIAS``: the ``[H, C]`` bias at
+    ``bias_ptr`` is added to a row this item stores (hub rows: by :func:`_combine_kernel`)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -906,8 +912,11 @@ def _forward_all_heads_kernel(
     acc_rows = tl.sum(acc, axis=0)
     node_heads = row.to(tl.int64) * num_heads + heads
     if shared == 0:
-        tl.store(out_ptr + node_heads[:, None] * head_dim + chans[None, :], acc_rows / (total[:, None] + eps),
-                 mask=node_mask)
+        result = acc_rows / (total[:, None] + eps)
+        if BIAS:
+            result += tl.load(bias_ptr + heads[:, None] * head_dim + chans[None, :], mask=node_mask,
+                              other=0).to(tl.float32)
+        tl.store(out_ptr + node_heads[:, None] * head_dim + chans[None, :], result, mask=node_mask)
         tl.store(lse_ptr + node_heads, m + tl.log(total), mask=hmask)
     elif shared == 1:
         slot_heads = tl.load(slot_of_item_ptr + item).to(tl.int64) * num_heads + heads
@@ -1234,9 +1243,12 @@ def prepare(args, roles, perm: Tensor, score_key: str, message_key: str,
 
 
 def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: float, items=(), max_edges: int = 0,
-            config: dict | None = None, variant: str | None = None) -> tuple:
+            config: dict | None = None, variant: str | None = None, bias: Tensor | None = None) -> tuple:
     """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring); ``variant`` picks
-    the per-head or all-heads kernel (default: :func:`heads_variant`)."""
+    the per-head or all-heads kernel (default: :func:`heads_variant`). With ``bias`` (``[H, C]``, the output's
+    dtype) ``out`` is the attention output plus ``bias``: added by the all-heads kernel and the hub combine as they
+    store a row, written into the rows without edges, or (per-head kernel, items without a known hub count) added
+    to the whole output afterwards."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
     defaults = all_heads_launch_config(heads, channels, ALL_HEADS_FORWARD_LAUNCH[form.family]) if all_heads else \
@@ -1252,8 +1264,11 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     allocate = torch.zeros if hubs is None else torch.empty
     out = allocate((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
     lse = allocate((num_dst, heads), dtype=torch.float32, device=device)
+    epilogue = bias is not None and all_heads and hubs is not None
+    if bias is not None and epilogue:
+        bias = bias.contiguous()
     if hubs is not None:
-        zero_rows_without_entries(out, rowptr)
+        zero_rows_without_entries(out, rowptr, fill=bias if epilogue else None)
         zero_rows_without_entries(lse, rowptr)
 
     # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
@@ -1279,14 +1294,17 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
                        form.message_scale, eps)
         if all_heads:
             _forward_all_heads_kernel[(item_row.shape[0],)](
-                *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_H=config["block_h"],
-                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+                *kernel_args, bias if epilogue else lse, **constexprs, BIAS=epilogue, BLOCK_E=config["block_e"],
+                BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
         else:
             _forward_kernel[(item_row.shape[0], heads)](
                 *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
                 num_warps=config["num_warps"])
-        _combine_kernel[(num_slots, heads)](slot_row, part_m, part_l, part_acc, out, lse, num_slots, heads, channels,
-                                            eps, BLOCK_C=config["block_c"], num_warps=1)
+        _combine_kernel[(num_slots, heads)](slot_row, part_m, part_l, part_acc, out, lse, bias if epilogue else lse,
+                                            num_slots, heads, channels, eps, BIAS=epilogue, BLOCK_C=config["block_c"],
+                                            num_warps=1)
+    if bias is not None and not epilogue:
+        out.add_(bias)
     return out, lse
 
 

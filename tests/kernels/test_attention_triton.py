@@ -461,12 +461,15 @@ def _check_bias(plan, name, device, dtype=torch.float32):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass"),
-                                                     ("atomic", "pass")])
-def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, backward_variant, delta, monkeypatch):
-    """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor; every backward variant takes
-    ``D = <dout, out - b>`` (the dst pass subtracts ``b`` itself, the others get ``out - b``), and ``b``'s gradient
-    is ``dout`` summed over the rows."""
+@pytest.mark.parametrize("heads, backward_variant, delta", [
+    ("all", "split", "pass"), ("all", "split", "kernel"), ("all", "one_pass", "pass"), ("per_head", "atomic", "pass")])
+def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, delta, poisoned_empty,
+                                                        monkeypatch):
+    """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor: added by the all-heads kernel and
+    the hub combine as they store a row, written into the rows without edges (outputs start uninitialised), added
+    afterwards behind the per-head kernel. Every backward variant takes ``D = <dout, out - b>`` (the dst pass
+    subtracts ``b`` itself, the others get ``out - b``), and ``b``'s gradient is ``dout`` summed over the rows."""
+    monkeypatch.setenv(attention_triton.HEADS_ENV, heads)
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
     monkeypatch.setenv(attention_triton.DELTA_ENV, delta)
     _check_bias(plan, name, DEVICE)
