@@ -7,7 +7,7 @@
 #   bash benchmarks/pending_gpu.sh tables3  # harness on RMAT 2^20: linear layers on gathered rows (PNA & co.)
 #   bash benchmarks/pending_gpu.sh session14  # bias folded into attention, skip map apart: tests, A/B, memory
 #
-# Owed since session 13 (no device time was left there):
+# Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
 # - the one-pass GAT backward (GNN_IO_ATTENTION_BACKWARD=one_pass, harness mode gnn_io_one_pass): opt-in until
 #   the A/B below shows it ahead on the large graphs (then make it the default for the GAT family);
