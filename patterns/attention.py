@@ -157,8 +157,8 @@ def fold_bias(gm) -> list:
     GATConv and GATv2Conv add a bias of ``H * C`` elements to the concatenated heads, ``view(out, [N, H * C]) +
     bias``; DGL's GATConv adds one of shape ``[1, H, C]`` to ``out`` itself. Only for an attention output read by
     that reshape (read by the addition alone) or by the addition alone, and a bias of ``H * C`` elements of the
-    output's dtype and device that exists before the op (a graph input or an earlier node), broadcast over rows
-    only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions (``{"source", "bias"}``)."""
+    output's dtype and device that exists before the op (a graph input or an earlier node, or a reshape of one),
+    broadcast over rows only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions (``{"source", "bias"}``)."""
     from gnn_inductor.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 
@@ -180,8 +180,11 @@ def fold_bias(gm) -> list:
                 or not isinstance(add.args[0], torch.fx.Node) or not isinstance(add.args[1], torch.fx.Node):
             continue
         bias = add.args[1] if add.args[0] is summand else add.args[0]
-        if bias is summand or order[bias] > order[node] or not _fits_as_bias(val(bias), val(node), val(summand),
-                                                                             val(add)):
+        if bias is summand or not _fits_as_bias(val(bias), val(node), val(summand), val(add)):
+            continue
+        while order[bias] > order[node] and bias.target in _RESHAPES and isinstance(bias.args[0], torch.fx.Node):
+            bias = bias.args[0]  # DGL's bias.view(1, H, C), made after the op: its base (the op views it itself)
+        if order[bias] > order[node]:
             continue
         node.kwargs = {**node.kwargs, "bias": bias}
         add.replace_all_uses_with(summand)

@@ -124,6 +124,17 @@ def test_attention_dropout_is_part_of_the_op(graph, dgl_graph, layer, monkeypatc
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 
+@pytest.mark.parametrize("layer, folded", [(GATConv, 1), (GATv2Conv, 0)], ids=["gat", "gatv2"])
+def test_attention_bias_is_folded_into_the_op(graph, dgl_graph, layer, folded):
+    """GATConv's bias ``[1, H, C]``, added to the attention output (a view made after the op), becomes the op's
+    ``bias`` (patterns/attention.py); GATv2Conv's biases are its linear maps', so nothing is folded. Outputs and
+    gradients stay eager DGL's."""
+    torch.manual_seed(0)
+    model = layer(graph.in_channels, 4, 2, allow_zero_in_degree=True, bias=True).train()
+    result = check_rewrites(model, dgl_graph, graph.x, expect=only(attention=1))
+    assert len(rewrites(result, "attention_bias")) == folded
+
+
 def test_gatv2_conv(graph, dgl_graph):
     torch.manual_seed(0)
     model = GATv2Conv(graph.in_channels, 4, 2, allow_zero_in_degree=True).train()
