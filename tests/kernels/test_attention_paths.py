@@ -260,6 +260,35 @@ def test_gat_paths_match_reference(case, dtype, monkeypatch):
 
 
 @runs_kernel
+def test_bias_paths_match_reference(monkeypatch):
+    # GAT with a bias on the hybrid path: the op adds the bias after the block and CSR kernels, and both backwards
+    # get out - bias for D; the bias's gradient is dout summed over rows
+    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    score_fn, message_fn, _, kinds = CASES["gat"]
+    src, dst = graph(NUM_NODES, 200, seed=7, hub_degree=30, duplicates=2)
+    rowptr, col, row, perm = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)[:4]
+    args, roles = make_args(kinds, src.numel(), torch.float32, seed=4), [role for role, _ in kinds]
+    args.append(torch.randn(8, generator=torch.Generator().manual_seed(5)))
+    score, message = _fn(score_fn), _fn(message_fn)
+    grad_out = torch.randn(NUM_NODES, 2, 4, generator=torch.Generator().manual_seed(3))
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    out = torch.ops.gnn_io.attention_forward(leaves[:-1], roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
+                                             perm.to(DEVICE), score, message, EPS, [], 0, None, 0.0, leaves[-1])[0]
+    out.backward(grad_out.to(DEVICE))
+    (decision,) = attention_paths._DECISIONS
+    assert decision.path == "hybrid", decision.as_dict()
+    wide = [a.double().requires_grad_() for a in args]
+    ref = attention_reference(wide[:-1], roles, rowptr, col, row, perm, score, message, EPS) + wide[-1].view(2, 4)
+    ref.backward(grad_out.double())
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), rtol=1e-4, atol=1e-5)
+    for i, (leaf, expected) in enumerate(zip(leaves, wide)):
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, i=i: f"grad of argument {i}: {m}")
+
+
+@runs_kernel
 def test_dropout_paths_match_reference(monkeypatch):
     # TransformerConv with attention dropout on the hybrid path: the block kernels (their windows) and the CSR
     # kernels (the duplicate windows) regenerate the same mask from the seed, forward and backward
