@@ -10,7 +10,8 @@ parameters and gradients included); "step GB" is that peak less what was allocat
 weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. Outputs kept
 for comparison (the mode's own no-grad output, eager's as the reference) are held on the host, so they count
 in no mode's peak (before session 14 they stayed on the device: up to 2 output-sized tensors too many in
-later modes' peaks). The roofline column is the least bytes a layer must move
+later modes' peaks), and the input that requires grad shares the no-grad input's storage (before session 14 it
+was a copy: one input-sized tensor too many in every mode's peak). The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
 ``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
 by a time limit keeps what it measured, the chart at the end.
@@ -248,7 +249,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         with torch.no_grad():
             out = forward().clone()
             record["fwd_ms"] = median_ms(forward, reps)
-        x_grad = x.clone().requires_grad_(True)
+        x_grad = x.detach().requires_grad_(True)  # the same storage: no second copy of the input in the peak
         grad = torch.randn_like(out)
         # the no-grad output goes to the host: left on the device it would count in this mode's peak, and as a
         # reference (eager's) in every later mode's
