@@ -5,8 +5,9 @@
 Per (layer, mode): one forward+backward step (as :func:`benchmarks.profile_layer.layer_step` builds it) is
 run under ``torch.cuda.memory._record_memory_history``; the allocator's trace is replayed to find the peak of
 the step, and the blocks alive at that moment (allocated before the step or during it) are listed, largest
-first (and the blocks resident before the step, recorded from the layer's build on), each with the innermost Python frame outside torch's own sources and, for Inductor's generated code,
-that source line. A short table last: resident GB before the step, peak GB, and the step's share.
+first (and the blocks resident before the step, recorded from the layer's build on), each with the innermost
+Python frame outside torch's own sources and, for Inductor's generated code, that source line. A short table
+last: resident GB before the step, peak GB, and the step's share.
 """
 import argparse
 import linecache

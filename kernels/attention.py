@@ -133,7 +133,7 @@ def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col:
                                 dropout_seed, dropout_p, bias)
     if bias is not None and not biased:
         _check_bias(bias, out.shape[1:], out.dtype, out.device)
-        out.add_(bias.view(out.shape[1:]))  # a fresh tensor of the op's own: the layer's output in its memory
+        out.add_(bias.reshape(out.shape[1:]))  # a fresh tensor of the op's own: the layer's output in its memory
     return out, lse
 
 
@@ -158,7 +158,7 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
                                                      message_key, eps, max_edges), False)
             if bias is not None:
                 _check_bias(bias, (layout.heads, layout.channels), attention_triton._out_dtype(args), rowptr.device)
-            rows = None if bias is None else bias.view(layout.heads, layout.channels)
+            rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
             return (*attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows),
                     bias is not None)
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
@@ -202,7 +202,7 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
     (``out`` is then the biased output), the bias's gradient."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
-    bias_rows = None if bias is None else bias.view(out.shape[1:])
+    bias_rows = None if bias is None else bias.reshape(out.shape[1:])
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
         if not isinstance(layout, str):

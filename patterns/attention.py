@@ -158,7 +158,8 @@ def fold_bias(gm) -> list:
     bias``; DGL's GATConv adds one of shape ``[1, H, C]`` to ``out`` itself. Only for an attention output read by
     that reshape (read by the addition alone) or by the addition alone, and a bias of ``H * C`` elements of the
     output's dtype and device that exists before the op (a graph input or an earlier node, or a reshape of one),
-    broadcast over rows only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions (``{"source", "bias"}``)."""
+    broadcast over rows only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions
+    (``{"source", "bias"}``)."""
     from gnn_inductor.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 

@@ -487,6 +487,21 @@ def test_bias_on_the_reference_path(plan):
     _check_bias(plan, "gatv2_edge", torch.device("cpu"))
 
 
+def test_bias_need_not_be_contiguous(plan):
+    """A bias of the row's elements in any layout (here the transpose of a ``[C, H]`` tensor) is read in its logical
+    order, on whichever path the op takes on this machine."""
+    score_fn, message_fn, _, kinds = CASES["gat"]
+    roles = [r for r, _ in kinds]
+    args = [a.to(OP_DEVICE) for a in make_args(kinds, plan[1].numel())]
+    on_device = [t.to(OP_DEVICE) for t in plan[:4]]
+    bias = torch.randn(CHANNELS, HEADS).to(OP_DEVICE).t()
+    assert not bias.is_contiguous()
+    score, message = _fn(score_fn), _fn(message_fn)
+    out = torch.ops.gnn_io.attention(args, roles, *on_device, score, message, EPS, bias=bias)
+    plain = torch.ops.gnn_io.attention(args, roles, *on_device, score, message, EPS)
+    torch.testing.assert_close(out, plain + bias)
+
+
 def test_bias_of_the_wrong_size_is_an_error(plan):
     score_fn, message_fn, _, kinds = CASES["gat"]
     args = make_args(kinds, plan[1].numel())
