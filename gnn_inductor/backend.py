@@ -23,7 +23,7 @@ from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns
-from patterns import attention as attention_pattern
+from gnn_inductor.patterns import attention as attention_pattern
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)

@@ -1,5 +1,6 @@
 """The backend as a user meets it: entry point, report (text and JSON), near misses, bad input."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -468,3 +469,13 @@ def test_report_lookup_by_parameter_is_by_identity_not_by_a_reusable_id():
     # q takes over p's id in the record (as a freed parameter's id can be reused): still not q's graph
     report.parameter_refs[id(q)] = weakref.ref(p)
     assert not report.uses([q])
+
+
+def test_package_imports_outside_the_repository_root(tmp_path):
+    """``patterns/`` and ``kernels/`` are installed as ``gnn_inductor.patterns`` and ``gnn_inductor.kernels``: an
+    import of them as top-level packages works only from the repository root (where pytest runs), so the package
+    must import from anywhere else, as the examples and users' scripts do."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", "import gnn_inductor, gnn_inductor.backend"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
