@@ -254,9 +254,9 @@ def _backward(ctx, grad_out, _grad_lse):
     grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
                                max_edges, dropout_seed, dropout_p, out, lse, ctx.needs, bias)
     bias_grad = grads[num_args] if bias is not None and ctx.needs_input_grad[-1] else None
+    # a call may omit the trailing dropout and bias arguments
     return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
-            None, [None] * len(items), None, None, None, bias_grad)[:len(ctx.needs_input_grad)]  # a call may omit
-    # dropout and bias
+            None, [None] * len(items), None, None, None, bias_grad)[:len(ctx.needs_input_grad)]
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup)

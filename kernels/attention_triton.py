@@ -667,7 +667,8 @@ def _split_backward_all_heads_kernel(
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
-        DELTA_HERE: tl.constexpr, BIAS: tl.constexpr, G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
+        DELTA_HERE: tl.constexpr, BIAS: tl.constexpr,
+        G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
@@ -1265,7 +1266,7 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     out = allocate((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
     lse = allocate((num_dst, heads), dtype=torch.float32, device=device)
     epilogue = bias is not None and all_heads and hubs is not None
-    if bias is not None and epilogue:
+    if epilogue:
         bias = bias.contiguous()
     if hubs is not None:
         zero_rows_without_entries(out, rowptr, fill=bias if epilogue else None)

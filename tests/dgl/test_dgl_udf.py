@@ -126,13 +126,8 @@ def test_reduce_lambda_with_a_closure(graph, dgl_graph):
     assert reductions(result, "spmm") == ["mean"]
 
 
-class ApplyNodes(nn.Module):
+class ApplyNodes(ReduceUDF):
     """``update_all(message, reduce, apply_node_func)``: DGL writes back only what the apply function returns."""
-
-    def __init__(self, in_channels: int, reduce):
-        super().__init__()
-        self.lin = nn.Linear(in_channels, OUT_CHANNELS)
-        self.reduce = reduce
 
     def forward(self, graph, x):
         with graph.local_scope():
