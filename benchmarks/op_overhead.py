@@ -1,12 +1,14 @@
 """CPU cost of one gnn_io op call on a tiny graph (GPU work negligible), taken apart: through the dispatcher
 (``torch.ops``), its direct twin (what compiled graphs call, gnn_inductor/direct_ops.py), the op's Python alone (its implementation called directly), the same with its kernel launches
-skipped, and one bare launch of its kernel.
+skipped, and one bare launch of its kernel; each row with Triton's JIT launching the kernels
+(``GNN_IO_FAST_LAUNCH=0``) and with kernels/launch.py's fast path (the default).
 
     python -m benchmarks.op_overhead
 
 Microseconds per call, median of 5 rounds of 2000 calls, CPU issue time only (the GPU queue is drained
 between rounds).
 """
+import os
 import statistics
 import time
 
@@ -14,7 +16,7 @@ import torch
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor import direct_ops, edge_functions
-from gnn_inductor.kernels import gather_scatter, gather_scatter_triton
+from gnn_inductor.kernels import gather_scatter, gather_scatter_triton, spmm_triton
 from gnn_inductor.testing import random_graph
 
 
@@ -33,6 +35,17 @@ def per_call_us(fn, calls: int = 2000, rounds: int = 5) -> float:
 
 
 def main():
+    table = {}
+    for fast in ("0", "1"):
+        os.environ["GNN_IO_FAST_LAUNCH"] = fast
+        for name, us in rows_of_one_setting():
+            table.setdefault(name, {})[fast] = us
+    print("| what | us per call, Triton's JIT launch | fast launch |\n|---|---|---|")
+    for name, cells in table.items():
+        print(f"| {name} | {cells['0']:.1f} | {cells['1']:.1f} |")
+
+
+def rows_of_one_setting() -> list:
     device = torch.device("cuda")
     num_nodes = 256
     src, dst = random_graph(num_nodes, 2048, seed=0).to(device)
@@ -70,11 +83,11 @@ def main():
     launch = gather_scatter_triton.LAUNCH
     rows.append(("one launch of the forward kernel", per_call_us(
         lambda: gather_scatter_triton._launch(kernel, plan.items[0].shape[0], tensors, 128, launch))))
+    rows.append(("one launch of the rows-without-entries kernel", per_call_us(
+        lambda: spmm_triton.zero_rows_without_entries(out, plan.rowptr))))
     rows.append(("torch.zeros([256, 128])", per_call_us(lambda: torch.zeros(num_nodes, 128, device=device))))
     rows.append(("x.add(1) (one ATen kernel)", per_call_us(lambda: x.add(1))))
-    print("| what | us per call |\n|---|---|")
-    for name, us in rows:
-        print(f"| {name} | {us:.1f} |")
+    return rows
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@
 #   bash benchmarks/pending_gpu.sh tables2  # harness on RMAT 2^20: GATv2Conv, TransformerConv
 #   bash benchmarks/pending_gpu.sh tables3  # harness on RMAT 2^20: linear layers on gathered rows (PNA & co.)
 #   bash benchmarks/pending_gpu.sh session14  # bias folded into attention, skip map apart: tests, A/B, memory
+#   bash benchmarks/pending_gpu.sh session15  # RMAT 2^17: step anatomy and CPU profiles of attention and SAGE max
+#   bash benchmarks/pending_gpu.sh session15b # GPU tests with the fast kernel launch; launch cost per call
+#   bash benchmarks/pending_gpu.sh session15c # RMAT 2^17: fast launch against Triton's JIT launch, A/B and anatomy
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -68,6 +71,27 @@ elif [[ $what == session14b ]]; then
     --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_bias.txt" | tail -3
   timeout 120 python3 -m benchmarks.ab --layers transformer --graphs rmat-large --modes gnn_io_fuse_all,gnn_io \
     --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_skip.txt" | tail -2
+elif [[ $what == session15 ]]; then
+  # mid-size graphs (RMAT 2^17, 1.1M edges): where the CPU time of a step goes, per layer (issues 4 and 5)
+  timeout 300 python3 -m benchmarks.step_anatomy --layers transformer,gatv2,sage_max --graph rmat-arxiv \
+    --modes inductor,gnn_io --steps 30 >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; tail -9 "$out/anatomy.txt"
+  for layer in transformer sage_max; do
+    timeout 90 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --rows 45 \
+      >"$out/cpu_profile_$layer.txt" 2>&1; grep "^==" "$out/cpu_profile_$layer.txt"
+  done
+  timeout 90 python3 -m benchmarks.profile_layer --layer transformer --graph rmat-arxiv --mode gnn_io --rows 30 \
+    >"$out/profile_transformer.txt" 2>&1
+elif [[ $what == session15b ]]; then
+  # kernels launched through kernels/launch.py's fast path: every GPU test, then the launch cost alone
+  CI=1 GNN_IO_STRICT=1 timeout 400 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/kernels/test_attention_triton.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -4
+  timeout 90 python3 -m benchmarks.op_overhead >"$out/op_overhead.txt" 2>&1; tail -14 "$out/op_overhead.txt"
+elif [[ $what == session15c ]]; then
+  # the fast launch against Triton's JIT launch on mid-size graphs: interleaved A/B, then the step anatomy
+  timeout 240 python3 -m benchmarks.ab --layers transformer,gatv2,sage_max,gat --graphs rmat-arxiv \
+    --modes gnn_io_jit_launch,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_launch.txt" | tail -5
+  timeout 300 python3 -m benchmarks.step_anatomy --layers transformer,gatv2,sage_max --graph rmat-arxiv \
+    --modes inductor,gnn_io_jit_launch,gnn_io --steps 30 >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; tail -11 "$out/anatomy.txt"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bc]" >&2; exit 2
 fi

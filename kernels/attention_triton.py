@@ -83,10 +83,11 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
-    WorkItems, hub_item_count, hub_items, work_items, work_items_op, zero_rows_without_entries,
+    WorkItems, hub_item_count, hub_items, items_memo, work_items, work_items_op, zero_rows_without_entries,
 )
 from torch import Tensor
 
@@ -373,6 +374,7 @@ def _score(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2
     return score, terms, query
 
 
+@fast_launch
 @triton.jit
 def _forward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
@@ -432,6 +434,7 @@ def _forward_kernel(
         tl.store(part_acc_ptr + (slot * num_heads + h) * head_dim + chans, acc_row, mask=cmask)
 
 
+@fast_launch
 @triton.jit
 def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lse_ptr, bias_ptr, num_slots,
                     num_heads, head_dim, eps, BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -502,6 +505,7 @@ def _weight_and_value(keep_bits_ptr, dropout_scale, DROPOUT: tl.constexpr, v0, v
     return weight, value
 
 
+@fast_launch
 @triton.jit
 def _backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
@@ -658,6 +662,7 @@ def _scatter_dst_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, MAJOR: tl.con
             tl.atomic_add(ptr + dst.to(tl.int64) * num_heads + heads[None, :], grad_terms * T, mask=score_mask)
 
 
+@fast_launch
 @triton.jit
 def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
@@ -807,6 +812,7 @@ def _split_backward_all_heads_kernel(
                       mask=node_mask)
 
 
+@fast_launch
 @triton.jit
 def _delta_kernel(grad_out_ptr, out_ptr, delta_ptr, num_rows, head_dim, BLOCK_R: tl.constexpr,
                   BLOCK_C: tl.constexpr):
@@ -854,6 +860,7 @@ def _head_scores(KIND: tl.constexpr, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s
     return score, terms, query
 
 
+@fast_launch
 @triton.jit
 def _forward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
@@ -938,6 +945,7 @@ def _add_head_grad(ptr, ROLE: tl.constexpr, src, dst, eid, inner, row_width, gra
         tl.atomic_add(ptr + rows * row_width + inner, grad, mask=mask)
 
 
+@fast_launch
 @triton.jit
 def _backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
@@ -1243,6 +1251,17 @@ def prepare(args, roles, perm: Tensor, score_key: str, message_key: str,
     return layout.reason if layout.reason is not None else layout
 
 
+def _hub_slots(item_row: Tensor, item_shared: Tensor, num_slots: int) -> tuple:
+    """``(slot_of_item, slot_row)``: each item's hub slot (-1 for an item that has its row alone) and each slot's
+    row (-1 past the hub items), int32; structure of the items alone, kept with a plan's items (items_memo)."""
+    is_shared = item_shared == 1
+    rank = torch.cumsum(is_shared.to(torch.int32), 0) - 1
+    slot_of_item = torch.where(is_shared, rank, -1).to(torch.int32)
+    slot_row = torch.full((num_slots + 1,), -1, dtype=torch.int32, device=item_row.device)
+    slot_row.scatter_(0, torch.where(is_shared, rank, num_slots).long(), item_row.to(torch.int32))
+    return slot_of_item, slot_row[:num_slots]
+
+
 def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: float, items=(), max_edges: int = 0,
             config: dict | None = None, variant: str | None = None, bias: Tensor | None = None) -> tuple:
     """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring); ``variant`` picks
@@ -1278,12 +1297,8 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     # kernel is launched over the slots: over the bound, at 2^20 rows and 15M edges ~120k programs per head
     # that mostly end at once (a launch floor of a few tenths of a ms on the H100)
     num_slots = max(hubs, 1) if hubs is not None else 2 * triton.cdiv(col.shape[0], max_edges) + 1
-    is_shared = item_shared == 1
-    rank = torch.cumsum(is_shared.to(torch.int32), 0) - 1
-    slot_of_item = torch.where(is_shared, rank, -1).to(torch.int32)
-    slot_row = torch.full((num_slots + 1,), -1, dtype=torch.int32, device=device)
-    slot_row.scatter_(0, torch.where(is_shared, rank, num_slots).long(), item_row.to(torch.int32))
-    slot_row = slot_row[:num_slots]
+    slot_of_item, slot_row = items_memo((item_row, item_start, item_end, item_shared), ("hub_slots", num_slots),
+                                        lambda: _hub_slots(item_row, item_shared, num_slots))
     part_m = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
     part_l = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
     part_acc = torch.empty((num_slots, heads, channels), dtype=torch.float32, device=device)

@@ -51,6 +51,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
@@ -174,6 +175,7 @@ def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_
     return key, value, eid, eid >= 0, score
 
 
+@fast_launch
 @triton.jit
 def _dot_forward_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
@@ -279,6 +281,7 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
 # Dot-product backward
 # ---------------------------------------------------------------------------------------------
 
+@fast_launch
 @triton.jit
 def _dot_backward_query_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
@@ -318,6 +321,7 @@ def _dot_backward_query_kernel(
     tl.store(grad_q_ptr + node_offsets, grad_query * score_scale, mask=row_mask)
 
 
+@fast_launch
 @triton.jit
 def _dot_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
@@ -123,6 +124,7 @@ def _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2: tl.constexpr, BLOCK_
 # Forward
 # ---------------------------------------------------------------------------------------------
 
+@fast_launch
 @triton.jit
 def _gat_forward_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
@@ -274,6 +276,7 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
 # Backward
 # ---------------------------------------------------------------------------------------------
 
+@fast_launch
 @triton.jit
 def _gat_backward_row_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
@@ -349,6 +352,7 @@ def _gat_backward_row_kernel(
         tl.store(grad_att_ptr + (program.to(tl.int64) * num_heads + h) * head_dim + chans, grad_att, mask=cmask)
 
 
+@fast_launch
 @triton.jit
 def _gat_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,

@@ -53,6 +53,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision
 from torch import Tensor
 
@@ -83,6 +84,7 @@ def dense_rows(blocks: BlockFormat, num_rows: int) -> Tensor:
     return mask[:num_rows]
 
 
+@fast_launch
 @triton.jit
 def _block_spmm_kernel(
         windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr, values_ptr,
@@ -118,6 +120,7 @@ def _block_spmm_kernel(
              mask=rmask[:, None] & fmask[None, :])
 
 
+@fast_launch
 @triton.jit
 def _values_grad_kernel(
         tile_window_ptr, dense_ok_ptr, window_rows_ptr, tile_col_ptr, tile_edge_ptr,

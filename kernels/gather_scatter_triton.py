@@ -92,6 +92,7 @@ from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.launch import fast_launch
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
 )
@@ -593,12 +594,14 @@ def _kernel(lowered, spec: KernelSpec):
     objects, one or a tuple of them, live in ``_LOWERED`` for the process, so their ids are stable keys)."""
     key = (tuple(map(id, lowered)) if isinstance(lowered, tuple) else id(lowered), spec)
     if key not in _KERNELS:
-        _KERNELS[key] = codegen.load_kernels(_PRELUDE + kernel_source(lowered, spec)).kernel
+        _KERNELS[key] = fast_launch(codegen.load_kernels(_PRELUDE + kernel_source(lowered, spec)).kernel)
     return _KERNELS[key]
 
 
 def _prefill_kernel():
-    return codegen.load_kernels(_PRELUDE + _PREFILL).prefill
+    if "prefill" not in _KERNELS:
+        _KERNELS["prefill"] = fast_launch(codegen.load_kernels(_PRELUDE + _PREFILL).prefill)
+    return _KERNELS["prefill"]
 
 
 

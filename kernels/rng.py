@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from torch import Tensor
 
 SEED_HIGH = 2**31 - 1    # seeds are drawn from [0, SEED_HIGH)
@@ -168,6 +169,7 @@ def packed_dropped_triton(weight, bits_ptr, edge, head, num_heads, scale):
     return tl.where(kept, weight * scale, 0.0)
 
 
+@fast_launch
 @triton.jit
 def _keep_bits_kernel(seed_ptr, out_ptr, num_counters, num_words, p, BLOCK_W: tl.constexpr):
     words = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -190,12 +192,14 @@ def keep_bits_by_triton(dropout: Dropout, num_counters: int) -> Tensor:
     return out
 
 
+@fast_launch
 @triton.jit
 def _keep_kernel(seed_ptr, out_ptr, numel, p, BLOCK: tl.constexpr):
     counter = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + counter, keep_triton(seed_ptr, counter, p).to(tl.int8), mask=counter < numel)
 
 
+@fast_launch
 @triton.jit
 def _uniform_kernel(seed_ptr, counter_ptr, out_ptr, numel, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

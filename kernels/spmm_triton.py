@@ -40,9 +40,11 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor.kernels.launch import fast_launch
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
+from gnn_inductor.kernels._common import outside_graph_pool
 from gnn_inductor.kernels.spmm import SPMM_REDUCTIONS
 
 DEFAULT_MAX_EDGES = 256
@@ -216,6 +218,7 @@ def padded_item_count(num_rows, num_entries, max_edges: int):
     return num_rows + (num_entries + max_edges - 1) // max_edges
 
 
+@fast_launch
 @triton.jit
 def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, above, FILL: tl.constexpr,
                             BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
@@ -267,6 +270,26 @@ def hub_items(items) -> tuple | None:
     elsewhere, or a copy of them): a launch for hub items then covers every item."""
     entry = _HUB_ITEMS.get(id(items[3]))
     return entry[1:] if entry is not None and entry[0]() is items[3] else None
+
+
+# (id of a plan's items' ``shared`` tensor, what) -> (weak reference to it, the value)
+_ITEMS_MEMO: dict = {}
+
+
+def items_memo(items, what, build):
+    """``build()`` kept with a plan's ``items`` (those whose hub count is known, :func:`hub_items`) under the
+    hashable ``what``: structure derived from the items alone (the attention forward's hub slots), computed at the
+    first call, not at every one. Items made elsewhere get ``build()`` each time. What ``build`` allocates stays
+    out of a CUDA-graph pool (:func:`outside_graph_pool`)."""
+    shared = items[3]
+    if hub_items(items) is None:
+        return build()
+    key = (id(shared), what)
+    entry = _ITEMS_MEMO.get(key)
+    if entry is None or entry[0]() is not shared:
+        value = outside_graph_pool(build, shared.device)
+        _ITEMS_MEMO[key] = entry = (weakref.ref(shared, lambda _: _ITEMS_MEMO.pop(key, None)), value)
+    return entry[1]
 
 
 def hub_item_count(items) -> int | None:
