@@ -20,6 +20,8 @@ def main():
     parser.add_argument("--mode", default="gnn_io")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--callees", default="", help="comma-separated pstats patterns (e.g. "
+                        "'attention_triton.py:.*\\(forward\\)'): print what those functions call, with times")
     args = parser.parse_args()
     step = layer_step(args.layer, args.graph, args.mode)
     for _ in range(5):
@@ -41,6 +43,8 @@ def main():
     stats = pstats.Stats(profile).sort_stats("tottime")
     stats.print_stats(args.rows)
     stats.sort_stats("cumulative").print_stats(args.rows)
+    for pattern in filter(None, args.callees.split(",")):
+        stats.sort_stats("cumulative").print_callees(pattern)
 
 
 if __name__ == "__main__":

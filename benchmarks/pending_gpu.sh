@@ -92,6 +92,20 @@ elif [[ $what == session15c ]]; then
     --modes gnn_io_jit_launch,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_launch.txt" | tail -5
   timeout 300 python3 -m benchmarks.step_anatomy --layers transformer,gatv2,sage_max --graph rmat-arxiv \
     --modes inductor,gnn_io --steps 30 >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; tail -8 "$out/anatomy.txt"
+elif [[ $what == session15d ]]; then
+  # what the attention ops' Python calls, per call (cProfile callees), RMAT 2^17
+  timeout 120 python3 -m benchmarks.cpu_profile --layer transformer --graph rmat-arxiv --mode gnn_io --rows 60 \
+    --steps 50 --callees "attention_triton.py:.*\(forward\),attention_triton.py:.*\(backward\),attention.py:.*\(_forward\),attention.py:.*\(attention_backward\),attention.py:.*\(attention_forward\),_split_pass,_grad_buffers" \
+    >"$out/cpu_profile_transformer.txt" 2>&1; grep "^==" "$out/cpu_profile_transformer.txt"
+  timeout 120 python3 -m benchmarks.cpu_profile --layer sage_max --graph rmat-arxiv --mode gnn_io --rows 60 --steps 50 \
+    --callees "gather_scatter.py:.*\(gather_scatter_forward\),gather_scatter.py:.*\(gather_scatter_backward_mm\),gather_scatter_triton.py:.*\(forward\)" \
+    >"$out/cpu_profile_sage_max.txt" 2>&1; grep "^==" "$out/cpu_profile_sage_max.txt"
+elif [[ $what == session15e ]]; then
+  # tensors passed to the launcher as addresses: the kernel tests that launch through it, then the A/B again
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    tests/gpu/test_gather_scatter_cuda.py tests/kernels/test_rng.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2,sage_max --graphs rmat-arxiv \
+    --modes gnn_io_jit_launch,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_launch.txt" | tail -5
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bc]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]" >&2; exit 2
 fi

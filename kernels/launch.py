@@ -7,13 +7,14 @@ The first call of each *specialization* goes through Triton's JIT (which compile
 and launches it); the :class:`triton.compiler.CompiledKernel` it returns is kept under a key that describes
 everything Triton specialises on, computed in Python:
 
-- a tensor: its dtype and whether its address is a multiple of 16 (Triton's pointer alignment);
+- a tensor: its dtype, whether its address is a multiple of 16 (Triton's pointer alignment) and its device;
 - an int: whether it is 1, whether it is a multiple of 16, and its range (int32, int64, uint64), or its value
   where the parameter is a ``tl.constexpr``; a bool, ``None`` and any other object: its value; a float: its type;
 - every keyword argument (constexprs and options such as ``num_warps``) by value, the current device.
 
 The key describes at least what Triton's own specialisation does, so a hit runs the kernel Triton would pick.
-Later calls with that key launch the kept kernel directly through its launcher. Triton's JIT still runs where
+Later calls with that key launch the kept kernel directly through its launcher, with each tensor passed as its
+address (no ``data_ptr()`` call and driver query per pointer in the launcher). Triton's JIT still runs where
 the fast path cannot mirror it exactly: under the interpreter (``TRITON_INTERPRET=1``), with a grid given as a
 function, with launch hooks installed (profilers such as proton), with the JIT's pre-run hooks, or with
 ``GNN_IO_FAST_LAUNCH=0`` (read at each call: the A/B switch).
@@ -39,9 +40,7 @@ def enabled() -> bool:
     return not _INTERPRETED and os.environ.get(ENV, "1") != "0"
 
 
-def _key(arg, constexpr: bool):
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
+def _scalar_key(arg, constexpr: bool):
     if isinstance(arg, bool) or arg is None or constexpr:
         return arg
     if isinstance(arg, int):
@@ -76,7 +75,19 @@ class FastKernel:
             return self.kernel[grid](*args, **kwargs)
         device = torch.cuda.current_device()
         constexpr = self._constexpr
-        key = (device, tuple(_key(a, constexpr[i]) for i, a in enumerate(args)), tuple(kwargs.items()))
+        # tensors go to the launcher as their addresses: it reads an int as the pointer itself, where for a tensor
+        # it calls data_ptr() and asks the driver about the address (a driver call per pointer argument, on every
+        # launch); the first launch of each key (the device in it) went through the JIT, which checked them
+        values, key = [], [device]
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                address = a.data_ptr()
+                values.append(address)
+                key.append((a.dtype, address % 16 == 0, a.device))
+            else:
+                values.append(a)
+                key.append(_scalar_key(a, constexpr[i]))
+        key = (tuple(key), tuple(kwargs.items()))
         entry = self._compiled.get(key)
         if entry is None:
             compiled = self.kernel[grid](*args, **kwargs)  # compiles (or finds) and launches
@@ -89,7 +100,7 @@ class FastKernel:
         grid_1 = grid[1] if len(grid) > 1 else 1
         grid_2 = grid[2] if len(grid) > 2 else 1
         compiled.run(grid[0], grid_1, grid_2, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                     *args, *tail)
+                     *values, *tail)
         return compiled
 
 

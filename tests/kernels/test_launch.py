@@ -61,10 +61,10 @@ def test_a_second_call_of_one_specialisation_skips_the_jit(kernel):
     # grid, stream, function, metadata, no launch metadata or hooks, the arguments, then the constexpr tail
     assert run[:4] == (5, 2, 1, 1234) and run[4] is first.function and run[5] is first.packed_metadata
     assert run[6:9] == (None, None, None)
-    assert run[9] is x and run[10:] == (100, 0.25, True, 64)
+    assert run[9:] == (x.data_ptr(), 100, 0.25, True, 64)  # a tensor as its address
 
 
-@pytest.mark.parametrize("change", ["misaligned", "dtype", "int_is_one", "int_alignment", "int_range", "constexpr",
+@pytest.mark.parametrize("change", ["misaligned", "dtype", "device", "int_is_one", "int_alignment", "int_range", "constexpr",
                                     "option", "positional_constexpr"])
 def test_what_triton_specialises_on_goes_back_to_the_jit(kernel, change):
     jit, fast = kernel
@@ -75,6 +75,8 @@ def test_what_triton_specialises_on_goes_back_to_the_jit(kernel, change):
         args[0] = storage[1:]  # 4 bytes past a 16-byte boundary
     elif change == "dtype":
         args[0] = torch.zeros(64, dtype=torch.float64)
+    elif change == "device":  # a tensor of another device is the JIT's to check (it rejects host memory)
+        args[0] = torch.zeros(64, device="meta")
     elif change == "int_is_one":
         args[1] = 1
     elif change == "int_alignment":
