@@ -31,6 +31,7 @@ def main():
     parser.add_argument("--edges", type=int, default=40000)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--callees", default="", help="comma-separated pstats patterns: what they call")
     args = parser.parse_args()
     launches = []
     InterpretedFunction.__getitem__ = lambda self, grid: (lambda *a, **k: launches.append(self.fn.__name__))
@@ -66,6 +67,8 @@ def main():
     profile.disable()
     stats = pstats.Stats(profile).sort_stats("tottime")
     stats.print_stats(args.rows)
+    for pattern in filter(None, args.callees.split(",")):
+        stats.sort_stats("cumulative").print_callees(pattern)
 
 
 if __name__ == "__main__":
