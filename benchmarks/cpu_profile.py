@@ -22,6 +22,8 @@ def main():
     parser.add_argument("--rows", type=int, default=30)
     parser.add_argument("--callees", default="", help="comma-separated pstats patterns (e.g. "
                         "'attention_triton.py:.*\\(forward\\)'): print what those functions call, with times")
+    parser.add_argument("--sampler", action="store_true", help="also sample the stack (benchmarks/stack_sampler.py: "
+                        "no per-call cost, so Python-heavy code is not inflated as under cProfile)")
     args = parser.parse_args()
     step = layer_step(args.layer, args.graph, args.mode)
     for _ in range(5):
@@ -34,6 +36,14 @@ def main():
     torch.cuda.synchronize()
     wall_ms = (time.perf_counter() - start) * 1e3 / args.steps
     print(f"== {args.layer} {args.graph} {args.mode}: CPU {cpu_ms:.3f} ms/step issued, {wall_ms:.3f} ms/step with the GPU")
+    if args.sampler:
+        from benchmarks.stack_sampler import StackSampler
+
+        with StackSampler() as sampler:
+            for _ in range(args.steps * 5):
+                step()
+            torch.cuda.synchronize()
+        print(sampler.table(args.rows))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.steps):

@@ -21,6 +21,10 @@
 # - GEMMs of gathered rows moved before the gather (gnn_inductor/gather_linear.py; harness mode
 #   gnn_io_no_gather_linear turns it off): PNAConv, GeneralConv, EdgeConv;
 # - session 12's attention hub slots and forward without a memset, and gather_scatter_backward_mm.
+#
+# Owed since session 15 (no device time was left): host-side cdiv / next_power_of_2 in the launch code
+# (kernels/launch.py; CPU only: python -m benchmarks.python_overhead 2.957 -> 2.902 ms per step); rerun
+# session15e's A/B and the GPU kernel tests with it.
 set -uo pipefail
 what=${1:-checks}
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"

@@ -60,6 +60,12 @@ def main():
         times.append((time.perf_counter() - start) * 1e3)
     print(f"step without kernels: median {statistics.median(times):.3f} ms (CPU tensors of {args.nodes} nodes, "
           f"{args.edges} edges)")
+    from benchmarks.stack_sampler import StackSampler
+
+    with StackSampler() as sampler:
+        for _ in range(args.steps):
+            step()
+    print(sampler.table(args.rows))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.steps):

@@ -83,7 +83,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
@@ -1059,7 +1059,7 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
     (``BLOCK_C``, a power of two of at least 16) and ``BLOCK_E`` edges. ``phase``: ``"forward"``
     (``BLOCK_E * BLOCK_C`` near the measured tile of :data:`PER_HEAD_LAUNCH`, ``BLOCK_E`` between 2 and 32) or
     ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
-    block_c = max(16, triton.next_power_of_2(head_dim))
+    block_c = max(16, next_power_of_2(head_dim))
     if phase == "atomic" or os.environ.get(LAUNCH_ENV) == "legacy":
         block_e = max(8, min(32, 1024 // block_c))
         return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
@@ -1088,7 +1088,7 @@ def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = 
     ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C`` near that tile (``BLOCK_E`` between 2 and 32), the
     warps scaled with the tile. Without (the all-heads atomic backward, not re-measured) or with
     ``GNN_IO_ATTENTION_LAUNCH=legacy``: about 2048 elements."""
-    block_h, block_c = triton.next_power_of_2(heads), max(min_block_c, triton.next_power_of_2(head_dim))
+    block_h, block_c = next_power_of_2(heads), max(min_block_c, next_power_of_2(head_dim))
     width = block_h * block_c
     if measured is not None and os.environ.get(LAUNCH_ENV) != "legacy":
         tile, warps = measured
@@ -1296,7 +1296,7 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     # ceil(d / max_edges) < 2 d / max_edges items, so 2 * ceil(E / max_edges) slots always suffice. The combine
     # kernel is launched over the slots: over the bound, at 2^20 rows and 15M edges ~120k programs per head
     # that mostly end at once (a launch floor of a few tenths of a ms on the H100)
-    num_slots = max(hubs, 1) if hubs is not None else 2 * triton.cdiv(col.shape[0], max_edges) + 1
+    num_slots = max(hubs, 1) if hubs is not None else 2 * cdiv(col.shape[0], max_edges) + 1
     slot_of_item, slot_row = items_memo((item_row, item_start, item_end, item_shared), ("hub_slots", num_slots),
                                         lambda: _hub_slots(item_row, item_shared, num_slots))
     part_m = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
@@ -1550,7 +1550,7 @@ def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:
     delta = torch.empty((num_dst, heads), dtype=torch.float32, device=out.device)
     block_r = max(1, 2048 // block_c)
     if delta.numel():
-        _delta_kernel[(triton.cdiv(delta.numel(), block_r),)](grad_out, out, delta, delta.numel(), channels,
+        _delta_kernel[(cdiv(delta.numel(), block_r),)](grad_out, out, delta, delta.numel(), channels,
                                                                 BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
     return delta
 

@@ -51,7 +51,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
@@ -110,7 +110,7 @@ def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_
     order = order.to(device=device, dtype=torch.long)
     if order.shape != (num_rows,):
         raise ValueError(f"order must hold each of the {num_rows} {rows_name} once, got shape {tuple(order.shape)}")
-    num_windows = triton.cdiv(num_rows, WINDOW)
+    num_windows = cdiv(num_rows, WINDOW)
     window_rows = torch.full((num_windows * WINDOW,), -1, dtype=torch.int32, device=device)
     window_rows[:num_rows] = order.to(torch.int32)
     position = torch.empty_like(order)
@@ -273,7 +273,7 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
             DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
-            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, triton.next_power_of_2(channels)))
+            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)))
     return out, lse
 
 
@@ -402,7 +402,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     delta = (grad_out.float() * out.float()).sum(-1).contiguous()
     grad_out = grad_out.to(query.dtype).contiguous()
     common = {"DROPOUT": dropout is not None, "PRECISION": _precision(allow_tf32, query.dtype),
-              "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, triton.next_power_of_2(channels))}
+              "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
     operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 
     grad_query = torch.zeros(query.shape, dtype=torch.float32, device=device) if need_query else None

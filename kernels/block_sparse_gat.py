@@ -47,7 +47,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
@@ -242,7 +242,7 @@ def _kernel_operands(ops: _Operands) -> tuple:
     pointers = [*_slot(src, value, v2), *_slot(dst, value, v2), *_slot(edge, value, v2), *att,
                 value, *value.stride(), *dropout_slot(layout.dropout, value)]
     channels = layout.channels
-    block_c = max(16, triton.next_power_of_2(channels))
+    block_c = max(16, next_power_of_2(channels))
     constexprs = {"HAS_SRC": src is not None, "HAS_DST": dst is not None, "HAS_EDGE": edge is not None,
                   "DROPOUT": layout.dropout is not None, "V2": v2, "WINDOW": WINDOW, "TILE": TILE,
                   "BLOCK_C": block_c,

@@ -53,7 +53,7 @@ import math
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision
 from torch import Tensor
 
@@ -65,7 +65,7 @@ LAUNCH = {"block_f": None, "num_warps": 4, "num_stages": 3}
 def _feature_block(num_features: int) -> int:
     """Feature columns per program: the power of two covering ``num_features``, within ``[16, MAX_BLOCK_F]``
     (16 is ``tl.dot``'s smallest N and K)."""
-    return min(MAX_BLOCK_F, max(16, triton.next_power_of_2(num_features)))
+    return min(MAX_BLOCK_F, max(16, next_power_of_2(num_features)))
 
 
 def values_by_edge_id(csr_values: Tensor, perm: Tensor) -> Tensor:
@@ -175,7 +175,7 @@ def _launch_product(blocks: BlockFormat, values: Tensor, x: Tensor, scale: Tenso
     if not blocks.dense_windows.shape[0] or not num_features:
         return
     block_f = min(LAUNCH["block_f"] or MAX_BLOCK_F, _feature_block(num_features))
-    _block_spmm_kernel[(blocks.dense_windows.shape[0], triton.cdiv(num_features, block_f))](
+    _block_spmm_kernel[(blocks.dense_windows.shape[0], cdiv(num_features, block_f))](
         blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge, values,
         x, *x.stride(), values if scale is None else scale, out, num_features,
         ROW_SCALE=scale is not None and not column_scale, COLUMN_SCALE=scale is not None and column_scale,

@@ -85,14 +85,13 @@ import os
 from dataclasses import dataclass
 
 import torch
-import triton
 from torch import Tensor
 
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
 )
@@ -616,7 +615,7 @@ def _prepare(args, roles):
 
 
 def _block_f(num_features: int, launch) -> int:
-    return launch["block_f"] or max(16, min(MAX_BLOCK_F, triton.next_power_of_2(num_features)))
+    return launch["block_f"] or max(16, min(MAX_BLOCK_F, next_power_of_2(num_features)))
 
 
 def _launch(kernel, num_programs: int, tensors, num_features, launch):
@@ -624,7 +623,7 @@ def _launch(kernel, num_programs: int, tensors, num_features, launch):
     block_f = _block_f(num_features, launch)
     if num_programs == 0 or num_features == 0:
         return
-    grid = (num_programs, triton.cdiv(num_features, block_f))
+    grid = (num_programs, cdiv(num_features, block_f))
     kernel[grid](*tensors, num_features, BLOCK_E=launch["block_e"], BLOCK_F=block_f, num_warps=launch["num_warps"])
 
 
@@ -688,7 +687,7 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
         if complete:
             zero_rows_without_entries(out, plan.rowptr)
         if num_items:
-            _prefill_kernel()[(triton.cdiv(num_items, 64),)](
+            _prefill_kernel()[(cdiv(num_items, 64),)](
                 out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64,
                 BLOCK_F=_block_f(num_features, launch))
     max_like = [reduce in ("max", "min") for reduce in reduces]
@@ -795,7 +794,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
         kernel = _kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"], accumulate=accumulate))
         tensors = [*prepared, *(grads[i] for i in walks["dst"]), cot, arg, plan.col, plan.perm, num_dst]
-        _launch(kernel, triton.cdiv(num_dst, launch["block_e"]), tensors, num_features, launch)
+        _launch(kernel, cdiv(num_dst, launch["block_e"]), tensors, num_features, launch)
     result = []
     for i, a in enumerate(args):
         if i not in grads or i in into:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch
 from torch import Tensor
 
 SEED_HIGH = 2**31 - 1    # seeds are drawn from [0, SEED_HIGH)
@@ -119,7 +119,7 @@ def keep_bits(dropout: Dropout, num_counters: int) -> Tensor:
     """The keep-mask of counters ``0 .. num_counters - 1`` as a bitset (torch, any device): int32 word ``w``
     holds ``keep(32 w + i)`` in bit ``i``, padded with :data:`KEEP_BITS_PAD` zero words. What
     :func:`keep_bits_by_triton` computes, for tests and CPU callers."""
-    num_words = triton.cdiv(num_counters, 32)
+    num_words = cdiv(num_counters, 32)
     counter = torch.arange(num_words * 32, device=dropout.seed.device)
     bits = (keep(dropout.seed, counter, dropout.p) & (counter < num_counters)).view(num_words, 32).long()
     words = (bits << torch.arange(32, device=bits.device)).sum(dim=1)
@@ -184,10 +184,10 @@ def _keep_bits_kernel(seed_ptr, out_ptr, num_counters, num_words, p, BLOCK_W: tl
 def keep_bits_by_triton(dropout: Dropout, num_counters: int) -> Tensor:
     """:func:`keep_bits` computed on the device (CUDA, or CPU under ``TRITON_INTERPRET=1``): ``num_counters / 8``
     bytes, drawn once per op call and read by every CSR kernel of that call."""
-    num_words = triton.cdiv(num_counters, 32)
+    num_words = cdiv(num_counters, 32)
     out = torch.zeros(num_words + KEEP_BITS_PAD, dtype=torch.int32, device=dropout.seed.device)
     if num_words:
-        _keep_bits_kernel[(triton.cdiv(num_words, 32),)](dropout.seed.reshape(1), out, num_counters, num_words,
+        _keep_bits_kernel[(cdiv(num_words, 32),)](dropout.seed.reshape(1), out, num_counters, num_words,
                                                          as_float32(dropout.p), BLOCK_W=32)
     return out
 
@@ -213,7 +213,7 @@ def uniform_by_triton(seed: Tensor, counter: Tensor) -> Tensor:
     counter = counter.long().contiguous()
     out = torch.empty(counter.shape, dtype=torch.float32, device=counter.device)
     if counter.numel():
-        _uniform_kernel[(triton.cdiv(counter.numel(), 1024),)](seed.reshape(1), counter, out, counter.numel(),
+        _uniform_kernel[(cdiv(counter.numel(), 1024),)](seed.reshape(1), counter, out, counter.numel(),
                                                                BLOCK=1024)
     return out
 
@@ -230,7 +230,7 @@ def dropout_keep(seed: Tensor, size: list[int], p: float) -> Tensor:
     if seed.is_cuda:
         out = torch.empty(numel, dtype=torch.int8, device=seed.device)
         if numel:
-            _keep_kernel[(triton.cdiv(numel, 1024),)](seed.reshape(1), out, numel, as_float32(p), BLOCK=1024)
+            _keep_kernel[(cdiv(numel, 1024),)](seed.reshape(1), out, numel, as_float32(p), BLOCK=1024)
         return out.view(torch.bool).view(size)
     return keep(seed, torch.arange(numel, device=seed.device), p).view(size)
 

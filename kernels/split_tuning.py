@@ -27,8 +27,9 @@ import os
 import statistics
 
 import torch
-import triton
 from torch import Tensor
+
+from gnn_inductor.kernels.launch import next_power_of_2
 
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
@@ -46,7 +47,7 @@ def rule_threshold(mean_degree: float) -> int:
     """8 times the mean degree rounded up to a power of two, clamped to [``MIN_MAX_EDGES``,
     ``MAX_MAX_EDGES``]: rows up to a few times the mean degree stay whole, hubs are cut into items of a
     length that bounds every program's work."""
-    return min(MAX_MAX_EDGES, max(MIN_MAX_EDGES, triton.next_power_of_2(max(1, math.ceil(8 * mean_degree)))))
+    return min(MAX_MAX_EDGES, max(MIN_MAX_EDGES, next_power_of_2(max(1, math.ceil(8 * mean_degree)))))
 
 
 def candidates(max_degree: int) -> list:

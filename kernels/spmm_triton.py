@@ -40,7 +40,7 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
@@ -147,7 +147,7 @@ def _spmm_kernel(x_ptr, values_ptr, rowptr_ptr, col_ptr, item_row_ptr, item_star
 def default_block_f(num_features: int, element_size: int) -> int:
     """The feature block when none is given: 256 bytes of a row (64 float32 or 128 half features), less
     when the features are fewer (rounded up to a power of two, at least 16)."""
-    return max(16, min(_BLOCK_F_BYTES // element_size, triton.next_power_of_2(num_features)))
+    return max(16, min(_BLOCK_F_BYTES // element_size, next_power_of_2(num_features)))
 
 
 def _check(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items, reduce: str) -> None:
@@ -183,7 +183,7 @@ def _spmm(kernel, x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items,
     num_features = features.shape[1]
     block_f = default_block_f(num_features, x.element_size()) if block_f is None else block_f
     out = torch.zeros((num_rows, num_features), dtype=torch.float32, device=x.device)
-    grid = (items[0].shape[0], triton.cdiv(num_features, block_f))
+    grid = (items[0].shape[0], cdiv(num_features, block_f))
     kernel[grid](features, values, rowptr, col, *items, out, num_features, features.stride(0), features.stride(1),
                  MEAN=reduce == "mean", BLOCK_E=block_e, BLOCK_F=block_f, num_warps=num_warps)
     return out.to(x.dtype).reshape(num_rows, *x.shape[1:])
@@ -246,9 +246,9 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
     if fill is not None and fill.numel() != width:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
     if num_rows and width:
-        _zero_empty_rows_kernel[(triton.cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows,
+        _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows,
                                                                width, above, FILL=fill is not None, BLOCK_R=64,
-                                                               BLOCK_W=min(128, triton.next_power_of_2(width)))
+                                                               BLOCK_W=min(128, next_power_of_2(width)))
 
 
 # id of a plan's items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold)

@@ -262,3 +262,28 @@ def test_zero_rows_without_entries_writes_those_rows_only():
         empty = torch.tensor([True, False, True, False, True])
         assert not out[empty.to(DEVICE)].isnan().any() and not out[empty.to(DEVICE)].any()
         assert out[~empty.to(DEVICE)].isnan().all()
+
+
+def test_items_memo_builds_once_per_plan_items_and_goes_with_them(plan):
+    import gc
+
+    rowptr, col, _ = plan
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))  # the plan's: hub count remembered
+    built = []
+
+    def build():
+        built.append(1)
+        return torch.arange(len(built))
+
+    first = spmm_triton.items_memo(items, "slots", build)
+    assert spmm_triton.items_memo(items, "slots", build) is first and len(built) == 1
+    spmm_triton.items_memo(items, ("slots", 2), build)  # another key: built again
+    assert len(built) == 2
+    copy = [t.clone() for t in items]  # items made elsewhere: no known hub count, built at every call
+    spmm_triton.items_memo(copy, "slots", build)
+    spmm_triton.items_memo(copy, "slots", build)
+    assert len(built) == 4
+    key = id(items[3])
+    del items
+    gc.collect()
+    assert not [k for k in spmm_triton._ITEMS_MEMO if k[0] == key]
