@@ -13,6 +13,8 @@ everything Triton specialises on, computed in Python:
 - every keyword argument (constexprs and options such as ``num_warps``) by value, the current device.
 
 The key describes at least what Triton's own specialisation does, so a hit runs the kernel Triton would pick.
+(Triton's JIT also checks at each call that the module globals a kernel reads have not changed since it was
+compiled; the fast path does not: the kernels here read only constants that nothing reassigns.)
 Later calls with that key launch the kept kernel directly through its launcher, with each tensor passed as its
 address (no ``data_ptr()`` call and driver query per pointer in the launcher). Triton's JIT still runs where
 the fast path cannot mirror it exactly: under the interpreter (``TRITON_INTERPRET=1``), with a grid given as a
