@@ -9,6 +9,7 @@
 #   bash benchmarks/pending_gpu.sh session15  # RMAT 2^17: step anatomy and CPU profiles of attention and SAGE max
 #   bash benchmarks/pending_gpu.sh session15b # GPU tests with the fast kernel launch; launch cost per call
 #   bash benchmarks/pending_gpu.sh session15c # RMAT 2^17: fast launch against Triton's JIT launch, A/B and anatomy
+#   bash benchmarks/pending_gpu.sh session16  # owed GPU tests; sampled CPU profiles of RMAT 2^17 steps
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -24,7 +25,7 @@
 #
 # Owed since session 15 (no device time was left): host-side cdiv / next_power_of_2 in the launch code
 # (kernels/launch.py; CPU only: python -m benchmarks.python_overhead 2.957 -> 2.902 ms per step); rerun
-# session15e's A/B and the GPU kernel tests with it.
+# the GPU kernel tests with it (part session16).
 set -uo pipefail
 what=${1:-checks}
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
@@ -110,6 +111,15 @@ elif [[ $what == session15e ]]; then
     tests/gpu/test_gather_scatter_cuda.py tests/kernels/test_rng.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
   timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2,sage_max --graphs rmat-arxiv \
     --modes gnn_io_jit_launch,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_launch.txt" | tail -5
+elif [[ $what == session16 ]]; then
+  # owed by session 15: the kernel tests with the host-side cdiv / next_power_of_2, then where the CPU time of an
+  # arxiv-size step goes by stack sampling (benchmarks/stack_sampler.py: no per-call cost, unlike cProfile)
+  CI=1 GNN_IO_STRICT=1 timeout 400 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/kernels/test_attention_triton.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  for layer in transformer gatv2 sage_max; do
+    timeout 90 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --rows 60 --sampler \
+      >"$out/sampled_$layer.txt" 2>&1; grep "^==" "$out/sampled_$layer.txt"
+  done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16" >&2; exit 2
 fi
