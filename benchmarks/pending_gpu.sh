@@ -24,8 +24,9 @@
 # - session 12's attention hub slots and forward without a memset, and gather_scatter_backward_mm.
 #
 # Owed since session 15 (no device time was left): host-side cdiv / next_power_of_2 in the launch code
-# (kernels/launch.py; CPU only: python -m benchmarks.python_overhead 2.957 -> 2.902 ms per step); rerun
-# the GPU kernel tests with it (part session16).
+# (kernels/launch.py; CPU only: python -m benchmarks.python_overhead 2.957 -> 2.902 ms per step), and
+# GNN_IO_ATTENTION_BACKWARD=one_pass_segment (GAT's dst score-term gradients per edge, summed by the SpMM):
+# rerun the GPU kernel tests with them and A/B the segment variant (session16).
 set -uo pipefail
 what=${1:-checks}
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
@@ -112,10 +113,13 @@ elif [[ $what == session15e ]]; then
   timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2,sage_max --graphs rmat-arxiv \
     --modes gnn_io_jit_launch,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_launch.txt" | tail -5
 elif [[ $what == session16 ]]; then
-  # owed by session 15: the kernel tests with the host-side cdiv / next_power_of_2, then where the CPU time of an
-  # arxiv-size step goes by stack sampling (benchmarks/stack_sampler.py: no per-call cost, unlike cProfile)
+  # owed by session 15: the kernel tests with the host-side cdiv / next_power_of_2 and the segment variant of the
+  # one-pass GAT backward, its A/B against the default split backward, then where the CPU time of an arxiv-size
+  # step goes by stack sampling (benchmarks/stack_sampler.py: no per-call cost, unlike cProfile)
   CI=1 GNN_IO_STRICT=1 timeout 400 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/kernels/test_attention_triton.py \
     -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 150 python3 -m benchmarks.ab --layers gat --graphs rmat-large,rmat-arxiv --modes gnn_io,gnn_io_one_pass_segment \
+    --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_segment.txt" | tail -3
   for layer in transformer gatv2 sage_max; do
     timeout 90 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --rows 60 --sampler \
       >"$out/sampled_$layer.txt" 2>&1; grep "^==" "$out/sampled_$layer.txt"

@@ -214,7 +214,7 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                     col, perm, score_key, message_key, needs_grad, max_edges)
             else:
                 by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
-                    if attention_triton.backward_variant() in ("split", "one_pass") else None
+                    if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
                 grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
                                                   max_edges, by_src=by_src, bias=bias_rows)
     if grads is None:

@@ -106,7 +106,9 @@ HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work ite
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
 DELTA_ENV = "GNN_IO_ATTENTION_DELTA"  # "kernel": D by its own kernel before the split passes (comparisons)
-BACKWARD_VARIANTS = ("split", "atomic", "one_pass")  # one_pass: split, GAT's dst pass folded into the src pass
+# one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
+# stored per edge and summed over each destination's CSR row (no atomics on hub rows)
+BACKWARD_VARIANTS = ("split", "atomic", "one_pass", "one_pass_segment")
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -1442,13 +1444,22 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     dst_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
     src_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
     split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= _MAX_GRAD_OUTPUTS
+    by_edge = []  # dst-role outputs the src pass stores per edge, summed over the CSR rows after it
     if split:
         if one_pass is None:
-            one_pass = backward_variant() == "one_pass"
+            one_pass = backward_variant() in ("one_pass", "one_pass_segment")
         if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
+            if backward_variant() == "one_pass_segment":
+                by_edge = [o for o in dst_outputs
+                           if o[1] == ROLE_DST and layout.views[o[0]].shape[0] == rowptr.numel() - 1]
+                dst_outputs = [(o[0], ROLE_EDGE, *o[2:]) if o in by_edge else o for o in dst_outputs]
             src_outputs, dst_outputs = src_outputs + dst_outputs, []
-    buffers = _grad_buffers(layout, wanted, _stored_rows(layout, items, rowptr, by_src, dst_outputs, src_outputs)
-                            if split else {}, rowptr.device)
+    by_edge_ids = [o[0] for o in by_edge]
+    buffers = _grad_buffers(layout, [i for i in wanted if i not in by_edge_ids],
+                            _stored_rows(layout, items, rowptr, by_src, dst_outputs, src_outputs) if split else {},
+                            rowptr.device)
+    for i in by_edge_ids:  # [E, H] by edge id; zeros: an edge without a source row is walked by no program
+        buffers[i] = torch.zeros((col.numel(), layout.heads), dtype=torch.float32, device=rowptr.device)
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
     if not split:
         _atomic_backward(layout, buffers, grad_out, out if bias is None else out - bias, lse, col, perm,
@@ -1472,10 +1483,24 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
                         lse, delta, config)
+        for i in by_edge_ids:
+            buffers[i] = _sum_by_destination(buffers[i], rowptr, perm, (item_row, item_start, item_end, item_shared))
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
     return result
+
+
+def _sum_by_destination(by_edge: Tensor, rowptr: Tensor, perm: Tensor, items) -> Tensor:
+    """``[N, H]``: row ``i`` sums ``by_edge[perm[q]]`` over the CSR positions ``q`` of row ``i`` (``by_edge`` is
+    ``[E, H]`` by edge id): the Triton SpMM over the CSR with ``perm`` as its columns and unit values, on the CSR's
+    degree-split work items (a hub row's items add; the one-pass backward's per-edge atomics into one ``[H]`` row
+    serialise on a hub instead). The unit values are kept with the plan's items (:func:`items_memo`)."""
+    from gnn_inductor.kernels.spmm_triton import triton_spmm
+
+    ones = items_memo(items, ("unit_values", perm.numel()),
+                      lambda: torch.ones(perm.numel(), dtype=torch.float32, device=perm.device))
+    return triton_spmm(by_edge, ones, rowptr, perm, items, "sum")
 
 
 def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_outputs: list,
@@ -1522,6 +1547,8 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
     ``bias`` (``[H, C]``, contiguous)."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
+    # an edge-role output is stored by edge id (the segment variant's per-edge dst score terms too)
+    constexprs["NEED_EID"] = constexprs["NEED_EID"] or any(o[1] == ROLE_EDGE for o in outputs)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
     grads, specs = [], {}
     for k, output in enumerate(slots):
@@ -1591,6 +1618,9 @@ def kernel_name(family: str) -> str:
     elif family == "gat" and variant == "one_pass":
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients by atomics)")
+    elif family == "gat" and variant == "one_pass_segment":
+        backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
+                    "score terms' gradients stored per edge and summed per destination by the SpMM)")
     else:
         backward = "split backward (dst pass, src pass over the transposed CSR, all heads per program)"
     return (f"fused CSR attention (Triton, {family} family{heads}): online softmax, saved LSE, degree-split work "

@@ -287,7 +287,8 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass")])
+@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass"),
+                                                     ("one_pass_segment", "pass")])
 def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, delta, poisoned_empty,
                                                         monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
@@ -399,10 +400,13 @@ def test_variants_mix(plan, forward_variant, backward_variant):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout", "gatv2_edge", "transformer_edge"])
-def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
-    """GAT's split backward is one src pass (dst score terms by atomics), the other families keep the dst pass;
-    either way the gradients equal the two-pass backward's and the reference's (a hub split over several items,
-    self loops, duplicates, isolated nodes)."""
+@pytest.mark.parametrize("variant", ["one_pass", "one_pass_segment"])
+def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
+    """GAT's split backward is one src pass (dst score terms by atomics, or with ``one_pass_segment`` stored per
+    edge and summed over each destination's CSR row by the SpMM), the other families keep the dst pass; either
+    way the gradients equal the two-pass backward's and the reference's (a hub split over several items, self
+    loops, duplicates, isolated nodes)."""
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
     score_fn, message_fn, family, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
@@ -419,13 +423,20 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
     launch = attention_triton._split_pass
     monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (passes.append(major),
                                                                                     launch(layout, major, *a)))
+    summed = []
+    sum_by_destination = attention_triton._sum_by_destination
+    monkeypatch.setattr(attention_triton, "_sum_by_destination", lambda *a: (summed.append(1),
+                                                                             sum_by_destination(*a))[1])
     grads = {}
     for one_pass in (True, False):
         passes.clear()
+        summed.clear()
         grads[one_pass] = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items,
                                                     MAX_EDGES, by_src=by_src, one_pass=one_pass)
         expected = [ROLE_SRC] if one_pass and family == "gat" else [ROLE_DST, ROLE_SRC]
         assert passes == expected, (one_pass, passes)
+        # GAT's one dst-role score term: summed per destination by the SpMM in the segment variant only
+        assert len(summed) == int(one_pass and family == "gat" and variant == "one_pass_segment"), summed
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
     _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS,
                                                           dropout_for(name)), wide, grad.double().cpu())
@@ -462,7 +473,8 @@ def _check_bias(plan, name, device, dtype=torch.float32):
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
 @pytest.mark.parametrize("heads, backward_variant, delta", [
-    ("all", "split", "pass"), ("all", "split", "kernel"), ("all", "one_pass", "pass"), ("per_head", "atomic", "pass")])
+    ("all", "split", "pass"), ("all", "split", "kernel"), ("all", "one_pass", "pass"), ("all", "one_pass_segment", "pass"),
+    ("per_head", "atomic", "pass")])
 def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, delta, poisoned_empty,
                                                         monkeypatch):
     """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor: added by the all-heads kernel and
