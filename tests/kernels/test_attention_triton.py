@@ -453,7 +453,10 @@ def _check_bias(plan, name, device, dtype=torch.float32):
     roles = [role for role, _ in kinds]
     on_device = [t.to(device) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
-    args = make_args(kinds, plan[1].numel(), dtype) + [torch.randn(HEADS * CHANNELS).to(dtype)]
+    # seeded: drawn from the global generator, the bias (and the verdict of the bf16 case, see docs/attention.md,
+    # "Precision") depended on the tests that ran before
+    bias = torch.randn(HEADS * CHANNELS, generator=torch.Generator().manual_seed(0))
+    args = make_args(kinds, plan[1].numel(), dtype) + [bias.to(dtype)]
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
     dropout = dropout_for(name, device)
     out, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a[:-1], roles, *on_device, score, message, EPS, items,
