@@ -1446,10 +1446,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= _MAX_GRAD_OUTPUTS
     by_edge = []  # dst-role outputs the src pass stores per edge, summed over the CSR rows after it
     if split:
+        setting = backward_variant()
         if one_pass is None:
-            one_pass = backward_variant() in ("one_pass", "one_pass_segment")
+            one_pass = setting in ("one_pass", "one_pass_segment")
         if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
-            if backward_variant() == "one_pass_segment":
+            if setting == "one_pass_segment":
                 by_edge = [o for o in dst_outputs
                            if o[1] == ROLE_DST and layout.views[o[0]].shape[0] == rowptr.numel() - 1]
                 dst_outputs = [(o[0], ROLE_EDGE, *o[2:]) if o in by_edge else o for o in dst_outputs]
@@ -1578,7 +1579,7 @@ def _delta(grad_out: Tensor, out: Tensor, block_c: int) -> Tensor:
     block_r = max(1, 2048 // block_c)
     if delta.numel():
         _delta_kernel[(cdiv(delta.numel(), block_r),)](grad_out, out, delta, delta.numel(), channels,
-                                                                BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+                                                        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
     return delta
 
 

@@ -40,11 +40,11 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
 from gnn_inductor.kernels._common import outside_graph_pool
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm import SPMM_REDUCTIONS
 
 DEFAULT_MAX_EDGES = 256
@@ -246,12 +246,13 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
     if fill is not None and fill.numel() != width:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
     if num_rows and width:
-        _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows,
-                                                               width, above, FILL=fill is not None, BLOCK_R=64,
-                                                               BLOCK_W=min(128, next_power_of_2(width)))
+        _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows, width,
+                                                       above, FILL=fill is not None, BLOCK_R=64,
+                                                       BLOCK_W=min(128, next_power_of_2(width)))
 
 
-# id of a plan's items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold)
+# id of a plan's items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold, a dict
+# of structure derived from those items, items_memo)
 _HUB_ITEMS: dict = {}
 
 
@@ -261,35 +262,35 @@ def remember_hubs(shared: Tensor, max_edges: int) -> None:
     program per item costs about 0.9 ms on an H100 at 2^20 rows even when every program ends at once, so
     kernels about hub items alone are launched over their real number where it is known."""
     key = id(shared)  # the entry goes with the tensor
-    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int((shared == 1).sum()), max_edges)
+    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int((shared == 1).sum()), max_edges,
+                       {})
+
+
+def _entry(items) -> tuple | None:
+    entry = _HUB_ITEMS.get(id(items[3]))
+    return entry if entry is not None and entry[0]() is items[3] else None
 
 
 def hub_items(items) -> tuple | None:
     """``(hub item count, split threshold)`` of ``items`` (from ``gnn_io::gather_scatter_items`` or
     ``gnn_io::work_items``; every hub item but a row's last is the threshold wide), None when unknown (items made
     elsewhere, or a copy of them): a launch for hub items then covers every item."""
-    entry = _HUB_ITEMS.get(id(items[3]))
-    return entry[1:] if entry is not None and entry[0]() is items[3] else None
-
-
-# (id of a plan's items' ``shared`` tensor, what) -> (weak reference to it, the value)
-_ITEMS_MEMO: dict = {}
+    entry = _entry(items)
+    return None if entry is None else entry[1:3]
 
 
 def items_memo(items, what, build):
-    """``build()`` kept with a plan's ``items`` (those whose hub count is known, :func:`hub_items`) under the
-    hashable ``what``: structure derived from the items alone (the attention forward's hub slots), computed at the
-    first call, not at every one. Items made elsewhere get ``build()`` each time. What ``build`` allocates stays
-    out of a CUDA-graph pool (:func:`outside_graph_pool`)."""
-    shared = items[3]
-    if hub_items(items) is None:
+    """``build()`` kept with a plan's ``items`` (those :func:`remember_hubs` knows) under the hashable ``what``:
+    structure derived from the items alone (the attention forward's hub slots), computed at the first call, not
+    at every one, and gone with the items. Items made elsewhere get ``build()`` each time. What ``build``
+    allocates stays out of a CUDA-graph pool (:func:`outside_graph_pool`)."""
+    entry = _entry(items)
+    if entry is None:
         return build()
-    key = (id(shared), what)
-    entry = _ITEMS_MEMO.get(key)
-    if entry is None or entry[0]() is not shared:
-        value = outside_graph_pool(build, shared.device)
-        _ITEMS_MEMO[key] = entry = (weakref.ref(shared, lambda _: _ITEMS_MEMO.pop(key, None)), value)
-    return entry[1]
+    memo = entry[3]
+    if what not in memo:
+        memo[what] = outside_graph_pool(build, items[3].device)
+    return memo[what]
 
 
 def hub_item_count(items) -> int | None:
