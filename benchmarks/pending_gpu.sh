@@ -10,6 +10,8 @@
 #   bash benchmarks/pending_gpu.sh session15b # GPU tests with the fast kernel launch; launch cost per call
 #   bash benchmarks/pending_gpu.sh session15c # RMAT 2^17: fast launch against Triton's JIT launch, A/B and anatomy
 #   bash benchmarks/pending_gpu.sh session16  # owed GPU tests; sampled CPU profiles of RMAT 2^17 steps
+#   bash benchmarks/pending_gpu.sh session16b # the attention kernel tests session16 cut off; GAT kernels, RMAT 2^20
+#   bash benchmarks/pending_gpu.sh session17  # owed: plan changes on CUDA; mini-batch switch A/B
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -124,6 +126,23 @@ elif [[ $what == session16 ]]; then
     timeout 90 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --rows 60 --sampler \
       >"$out/sampled_$layer.txt" 2>&1; grep "^==" "$out/sampled_$layer.txt"
   done
+elif [[ $what == session16b ]]; then
+  # the attention kernel tests cut off by session16's 400 s limit; GAT on RMAT 2^20, kernel by kernel, with the
+  # default split backward and with the segment variant (equal in session16's A/B: where does each pass go?)
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests_attention.txt" | tail -2
+  for mode in gnn_io gnn_io_one_pass_segment; do
+    timeout 120 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 22 \
+      >"$out/profile_gat_$mode.txt" 2>&1; grep -A 26 "^==" "$out/profile_gat_$mode.txt" | cut -c1-60,100-175 | head -30
+  done
+elif [[ $what == session17 ]]; then
+  # owed by session 16: the plan changes on CUDA (dedupe, one-sync index checks, searchsorted offsets, one-sync
+  # work items) through the GPU tests, then mini-batch training with the switch to torch.compile's code for small
+  # churning graphs against the rewrites kept (gnn_io_churn_off), one process per layer
+  CI=1 GNN_IO_STRICT=1 timeout 330 python3 -m pytest -q -p no:cacheprovider tests/gpu -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
+  MODES=eager,gnn_io,gnn_io_churn_off,inductor timeout 250 bash benchmarks/minibatch_suite.sh rmat-arxiv \
+    gcn,sage_max,transformer --steps 20
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17" >&2; exit 2
 fi

@@ -309,12 +309,83 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     compiled = _inner_compile(aten_gm, list(example_inputs) + list(hoisted.output_vals), graph_report,
                               static_inputs)
     _report.add(graph_report)
+    churn = _Churn(gm, example_inputs, device, cache, positions, graph_report)
 
     def run(*args):
-        return compiled(*args, *plan_of(args))
+        if churn.plain_now:
+            return churn.plain(*args)
+        out = compiled(*args, *plan_of(args))
+        churn.observe(args)
+        return out
 
     run._gnn_io_cache = cache
+    run._gnn_io_churn = churn
     return run
+
+
+class _Churn:
+    """Mini-batch training meets a new graph at every step: the plan (CSR builds, index checks, self loops and
+    normalisation run eagerly, op by op) is rebuilt every call and never reused. On small graphs that costs more
+    than the fused kernels save: on the H100, RMAT 2^17 subgraphs of about 18k edges (two layers, a new subgraph
+    per step, ``benchmarks/minibatch.py``), GCNConv took 2.2 ms against torch.compile's 1.3 (docs/usage.md).
+
+    A graph Dynamo compiled with dynamic shapes (its input sizes changed: the mini-batch case) and a plan is
+    also compiled as ``torch.compile``'s default would compile it (``plain``, structure work inside, no gnn_io
+    ops). Once at least :data:`CHURN_CALLS` calls ran, at least :data:`CHURN_SHARE` of them built a new plan,
+    and the current graph has at most ``GNN_IO_CHURN_EDGES`` (default :data:`CHURN_EDGES`) edges, every later
+    call runs ``plain``, and the report says so. ``GNN_IO_CHURN``: ``auto`` (default: on for CUDA graphs, off on
+    the CPU, whose default leaves the aggregations to Inductor anyway), ``on``, ``off``."""
+
+    def __init__(self, gm, example_inputs, device: str, cache, positions, graph_report):
+        self.cache, self.positions, self.graph_report = cache, positions, graph_report
+        self.calls, self.plain, self.plain_now = 0, None, False
+        mode = os.environ.get("GNN_IO_CHURN", "auto").strip().lower()
+        enabled = mode == "on" or (mode == "auto" and device == "cuda")
+        if not enabled or not any(isinstance(e, torch.SymInt) for e in example_inputs):
+            return
+        try:
+            self.plain = _inner_compile(gm, list(example_inputs), graph_report)
+        except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs every call)
+            if _strict():
+                raise
+            self._note(f"not compiled as torch.compile's default ({type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0][:160]}): a new graph every step keeps the rewrites")
+
+    def _note(self, reason: str) -> None:
+        self.graph_report.near_misses.append(_report.NearMiss(
+            "mini_batch", reason, {"source": "<graph>", "layer": None, "frames": []}))
+
+    def observe(self, args) -> None:
+        if self.plain is None:
+            return
+        self.calls += 1
+        builds = self.cache.builds
+        if self.calls < CHURN_CALLS or builds < CHURN_SHARE * self.calls:
+            return
+        limit = int(os.environ.get("GNN_IO_CHURN_EDGES", CHURN_EDGES))
+        edges = _structure_edges([args[i] for i in self.positions])
+        if edges is None or edges > limit:
+            return
+        self.plain_now = True
+        self._note(f"a new graph on {builds} of {self.calls} calls ({edges} edges, at most {limit}): its plan "
+                   f"was rebuilt every step, so later calls run as torch.compile's default compiles the graph "
+                   f"(GNN_IO_CHURN=off keeps the rewrites)")
+
+
+# The mini-batch switch (:class:`_Churn`): calls seen first, the share of them that built a plan, and the largest
+# graph (edges) it applies to. The edge bound is not calibrated: at 1.1M edges a fixed graph's fused kernels
+# run at 1.0-1.4x of torch.compile's step on the H100, less than a plan rebuilt per step costs there.
+CHURN_CALLS = 8
+CHURN_SHARE = 0.75
+CHURN_EDGES = 1_000_000
+
+
+def _structure_edges(tensors) -> int | None:
+    """Edges of the graph among a plan's inputs: the length of a ``[2, E]`` index, else of the longest
+    one-dimensional integer tensor (separate source and destination tensors)."""
+    counts = [t.shape[1] if t.dim() == 2 and t.shape[0] == 2 else t.numel() for t in tensors
+              if isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dim() in (1, 2)]
+    return max(counts) if counts else None
 
 
 # Concrete-size compiles kept per data-dependent-size graph under CUDA graphs before the dynamic fallback.

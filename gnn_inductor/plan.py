@@ -114,6 +114,7 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
         return None
     size_outputs = [sgraph.call_function(torch.ops.aten.sym_size.int, (env[n], d)) for _, n, d in symbol_sources]
     sgraph.output(tuple(env[o] for o in outputs) + tuple(size_outputs))
+    dedupe_structure(sgraph)
     structure_gm = GraphModule(owner, sgraph)
 
     last = placeholders[-1]
@@ -135,6 +136,61 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
     gm.recompile()
     return Hoisted(structure_gm, [placeholders.index(p) for p in needed], outputs,
                    [val(n).shape[d] for _, n, d in symbol_sources] + [val(o) for o in outputs], len(work))
+
+
+def _pure(node: Node) -> bool:
+    """A call whose result depends only on its arguments and that changes nothing: a functional ATen op (no
+    argument written, no random draw), an arithmetic or comparison of sizes, an item of a tuple. Index checks and
+    runtime size assertions count too: a repeat of one with the same arguments can only repeat its verdict."""
+    import operator
+
+    target = node.target
+    if node.op != "call_function":
+        return False
+    if isinstance(target, torch._ops.OpOverload):
+        if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
+            return False
+        return True
+    return target in (operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.ge,
+                      operator.gt, operator.le, operator.lt, operator.eq, operator.ne, torch.sym_sum,
+                      torch.sym_max, torch.sym_min)
+
+
+def _frozen(value, canonical: dict):
+    """A hashable image of a node's arguments: nodes by identity (after deduplication), lists as tuples."""
+    if isinstance(value, Node):
+        return ("node", id(canonical.get(value, value)))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_frozen(v, canonical) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _frozen(v, canonical)) for k, v in value.items()))
+    return (type(value).__name__, repr(value))
+
+
+def dedupe_structure(graph: Graph) -> int:
+    """Common subexpressions of a structure graph computed once: each layer of a model repeats the structure
+    work of its graph (PyG's GCNConv adds self loops and normalises per layer; each attention layer builds its
+    CSR), so a two-layer model's plan held every step twice, run again for each new graph (mini-batches). A
+    pure call (:func:`_pure`) with the same target and arguments as an earlier one is replaced by it; index
+    checks are matched without the text that names their site (the first site's is kept). Returns the number
+    of calls removed."""
+    seen, canonical, removed = {}, {}, 0
+    for node in list(graph.nodes):
+        if not _pure(node):
+            continue
+        args = node.args
+        if node.target is torch.ops.gnn_io.check_index.default:
+            args = args[:2]
+        key = (node.target, _frozen(args, canonical), _frozen(dict(node.kwargs), canonical))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            continue
+        node.replace_all_uses_with(first)
+        canonical[node] = first
+        graph.erase_node(node)
+        removed += 1
+    return removed
 
 
 _aten = torch.ops.aten
@@ -251,9 +307,20 @@ class PlanCache:
         del self.entries[MAX_PLANS_PER_GRAPH:]
 
 
+# Plans whose graph statistics the report records: the first few graphs a compiled graph meets. Reading them
+# costs device syncs, which a stream of new graphs (mini-batch training) would pay at every step.
+STATS_BUILDS = 2
+
+
 def plan_stats_hook(rewrites: list, outputs_index: dict) -> Callable:
-    """Fills each rewrite's ``graph_stats`` from its CSR ``rowptr`` when a plan is built."""
+    """Fills each rewrite's ``graph_stats`` from its CSR ``rowptr`` when one of the first
+    :data:`STATS_BUILDS` plans is built (the report then shows the latest of those graphs)."""
+    builds = [0]
+
     def on_build(outputs):
+        builds[0] += 1
+        if builds[0] > STATS_BUILDS:
+            return
         for rewrite in rewrites:
             pos = outputs_index.get(getattr(rewrite, "plan_node", None))
             if pos is not None:

@@ -20,35 +20,48 @@ from torch import Tensor
 
 
 def _check_index(name: str, index: Tensor, bound: int, bound_name: str, where: str = "") -> None:
-    if index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be an int64 or int32 tensor, got {index.dtype}")
-    if index.dim() != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(index.shape)}")
-    if index.numel() == 0:
+    _check_indices([(name, index, bound, bound_name)], where)
+
+
+def _check_indices(checks: list, where: str = "") -> None:
+    """Each ``(name, index, bound, bound_name)`` of ``checks`` in ``[0, bound)``, with one device sync for all of
+    them (each sync drains the GPU's queue: a plan is built per new graph, once per step in mini-batch
+    training)."""
+    ranges = []
+    for name, index, _bound, _ in checks:
+        if index.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{name} must be an int64 or int32 tensor, got {index.dtype}")
+        if index.dim() != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {tuple(index.shape)}")
+        if index.numel():
+            ranges.append(torch.stack(torch.aminmax(index)).long())
+    if not ranges:
         return
-    lo, hi = int(index.min()), int(index.max())
-    if lo < 0:
-        raise IndexError(f"{name} has negative values (min {lo}){where}")
-    if hi >= bound:
-        raise IndexError(f"{name} has values >= {bound_name} (max {hi}, {bound_name} {bound}){where}")
+    values = iter(torch.cat(ranges).tolist())
+    for name, index, bound, bound_name in checks:
+        if not index.numel():
+            continue
+        lo, hi = next(values), next(values)
+        if lo < 0:
+            raise IndexError(f"{name} has negative values (min {lo}){where}")
+        if hi >= bound:
+            raise IndexError(f"{name} has values >= {bound_name} (max {hi}, {bound_name} {bound}){where}")
 
 
 @torch.library.custom_op("gnn_io::csr_plan", mutates_args=())
 def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
              num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    _check_index("edge_index (destination row)", dst, num_dst, "num_nodes")
-    _check_index("edge_index (source row)", src, num_src, "num_nodes")
+    _check_indices([("edge_index (destination row)", dst, num_dst, "num_nodes"),
+                    ("edge_index (source row)", src, num_src, "num_nodes")])
     if dst.numel() != src.numel():
         raise ValueError(f"source and destination index differ in length ({src.numel()} vs {dst.numel()})")
     if dst.is_cuda and dst.numel() >= 2**31 - 1:
         raise ValueError(f"graphs with 2^31 or more edges are not supported on CUDA yet (got {dst.numel()})")
-    dst = dst.long()
-    perm = torch.sort(dst, stable=True).indices
-    row = dst.index_select(0, perm)
+    row, perm = torch.sort(dst.long(), stable=True)
     col = src.long().index_select(0, perm)
-    t_perm = torch.sort(col, stable=True).indices
+    col_sorted, t_perm = torch.sort(col, stable=True)
     t_col = row.index_select(0, t_perm)
-    parts = (_offsets(row, num_dst), col, row, perm, _offsets(col, num_src), t_col, t_perm)
+    parts = (_offsets(row, num_dst), col, row, perm, _offsets(col_sorted, num_src), t_col, t_perm)
     return tuple(p.to(index_dtype(dst.device)) for p in parts)
 
 
@@ -58,9 +71,10 @@ def index_dtype(device) -> torch.dtype:
 
 
 def _offsets(sorted_index: Tensor, num: int) -> Tensor:
-    offsets = torch.zeros(num + 1, dtype=torch.long, device=sorted_index.device)
-    torch.cumsum(torch.bincount(sorted_index, minlength=num), 0, out=offsets[1:])
-    return offsets
+    """CSR offsets of an ascending index: ``offsets[i]`` = how many entries are below ``i``. A binary search
+    per row, without the device sync of ``bincount`` (which reads the maximum on the host to size its
+    output)."""
+    return torch.searchsorted(sorted_index, torch.arange(num + 1, device=sorted_index.device))
 
 
 @csr_plan.register_fake
@@ -126,15 +140,13 @@ def _(rowptr, col, values, t_rowptr, t_col, t_values):
 
 def degree_stats(rowptr: Tensor) -> dict:
     """Node/edge counts and in-degree profile of a plan, for the rewrite report."""
-    deg = rowptr[1:] - rowptr[:-1]
+    deg = (rowptr[1:] - rowptr[:-1]).long()
     num_nodes = int(deg.numel())
-    return {
-        "nodes": num_nodes,
-        "edges": int(rowptr[-1]),
-        "max_degree": int(deg.max()) if num_nodes else 0,
-        "mean_degree": round(float(deg.float().mean()), 3) if num_nodes else 0.0,
-        "isolated_nodes": int((deg == 0).sum()),
-    }
+    if not num_nodes:
+        return {"nodes": 0, "edges": int(rowptr[-1]), "max_degree": 0, "mean_degree": 0.0, "isolated_nodes": 0}
+    edges, max_degree, isolated = torch.stack([rowptr[-1].long(), deg.max(), (deg == 0).sum()]).tolist()  # one sync
+    return {"nodes": num_nodes, "edges": edges, "max_degree": max_degree,
+            "mean_degree": round(edges / num_nodes, 3), "isolated_nodes": isolated}
 
 
 @torch.library.custom_op("gnn_io::check_index", mutates_args=())

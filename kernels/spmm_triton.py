@@ -91,13 +91,13 @@ def work_items(rowptr: Tensor, max_edges: int = DEFAULT_MAX_EDGES) -> WorkItems:
     if rowptr.dim() != 1 or rowptr.numel() < 1:
         raise ValueError(f"rowptr must be one-dimensional with num_rows + 1 entries, got shape {tuple(rowptr.shape)}")
     rowptr = rowptr.long()
-    num_entries = int(rowptr[-1])
-    if num_entries >= 2**31:
-        raise ValueError(f"work items index CSR entries with int32; got {num_entries} entries (at most 2^31 - 1)")
     degree = rowptr[1:] - rowptr[:-1]
     items_per_row = (degree + (max_edges - 1)) // max_edges
+    num_entries, num_items = torch.stack([rowptr[-1], items_per_row.sum()]).tolist()  # the one sync
+    if num_entries >= 2**31:
+        raise ValueError(f"work items index CSR entries with int32; got {num_entries} entries (at most 2^31 - 1)")
     rows = torch.arange(degree.numel(), device=rowptr.device)
-    row = torch.repeat_interleave(rows, items_per_row)
+    row = torch.repeat_interleave(rows, items_per_row, output_size=num_items)
     first_item = torch.cumsum(items_per_row, 0) - items_per_row
     rank = torch.arange(row.numel(), device=rowptr.device) - first_item[row]
     start = rowptr[row] + rank * max_edges

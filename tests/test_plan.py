@@ -4,6 +4,7 @@ import gc
 import weakref
 from collections import Counter
 
+import pytest
 import torch
 from torch_geometric.nn import GCNConv
 
@@ -108,3 +109,106 @@ def test_data_dependent_size_used_by_both_plan_and_model():
     torch.testing.assert_close(out, f(x, edge_index, attr))
     assert [w.pattern for w in rewrite_report.reports()[-1].rewrites] == ["gather_scatter"]
     assert not rewrite_report.reports()[-1].near_misses
+
+
+class TwoGCNLayers(torch.nn.Module):
+    """Each layer adds self loops and normalises on its own: the plan holds that work once."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = GCNConv(8, 8), GCNConv(8, 4)
+
+    def forward(self, x, edge_index):
+        return self.second(torch.relu(self.first(x, edge_index)), edge_index)
+
+
+def test_structure_repeated_by_layers_runs_once_per_graph():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = TwoGCNLayers()
+    model = torch.compile(eager, backend="gnn_io")
+    x = torch.randn(50, 8, requires_grad=True)
+    model(x, random_graph(50, 200, seed=1, hub_degree=40))
+    edge_index = random_graph(50, 200, hub_degree=40)
+    outs = []
+    counts = op_counts(lambda: outs.append(model(x, edge_index)))
+    assert counts["gnn_io::csr_plan"] == 1 and counts["aten::nonzero"] == 1, counts
+    assert counts["gnn_io::spmm"] == 2
+    expected = eager(x, edge_index)
+    torch.testing.assert_close(outs[0], expected)
+    (grad,) = torch.autograd.grad(outs[0].square().sum(), x)
+    (grad_eager,) = torch.autograd.grad(expected.square().sum(), x)
+    torch.testing.assert_close(grad, grad_eager)
+    with torch.no_grad():  # out-of-range indices still meet a clear error, once for both layers
+        bad = edge_index.clone()
+        bad[0, 3] = 50
+        try:
+            model(x, bad)
+        except Exception as exc:  # raised inside the plan, possibly wrapped by Dynamo
+            assert "num_nodes" in str(exc) and "50" in str(exc), exc
+        else:
+            raise AssertionError("an out-of-range index passed")
+
+
+def test_dedupe_keeps_random_and_in_place_calls():
+    from torch.fx import Graph
+
+    from gnn_inductor.plan import dedupe_structure
+
+    graph = Graph()
+    a = graph.placeholder("a")
+    same = [graph.call_function(torch.ops.aten.mul.Tensor, (a, a)) for _ in range(2)]
+    draws = [graph.call_function(torch.ops.aten.rand_like.default, (a,)) for _ in range(2)]
+    writes = [graph.call_function(torch.ops.aten.add_.Tensor, (a, 1)) for _ in range(2)]
+    checks = [graph.call_function(torch.ops.gnn_io.check_index.default, (a, 5, f"site {i}")) for i in range(2)]
+    graph.output((*same, *draws, *writes))
+    assert dedupe_structure(graph) == 2  # the second product and the second check
+    kept = [n for n in graph.nodes if n.op == "call_function"]
+    assert same[0] in kept and same[1] not in kept and checks[0] in kept and checks[1] not in kept
+    assert all(n in kept for n in draws + writes)
+    assert list(graph.output_node().args[0][:2]) == [same[0], same[0]]
+
+
+def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch):
+    """Mini-batches: once most calls built a new plan, the graph runs as torch.compile's default compiles it
+    (structure inside, no gnn_io ops), results unchanged, and the report says so."""
+    monkeypatch.setenv("GNN_IO_CHURN", "on")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = TwoGCNLayers()
+    model = torch.compile(eager, backend="gnn_io")
+    runs = []
+    for step in range(14):
+        nodes = 40 + 3 * step  # new sizes: Dynamo compiles the graph with dynamic shapes at the second call
+        edge_index, x = random_graph(nodes, 4 * nodes, seed=step, hub_degree=nodes // 2), torch.randn(nodes, 8)
+        x.requires_grad_(True)
+        counts = op_counts(lambda: runs.append(model(x, edge_index)))
+        out = runs[-1]
+        expected = eager(x, edge_index)
+        torch.testing.assert_close(out, expected)
+        (grad,) = torch.autograd.grad(out.square().sum(), x)
+        (grad_eager,) = torch.autograd.grad(expected.square().sum(), x)
+        torch.testing.assert_close(grad, grad_eager)
+        runs.append(counts["gnn_io::csr_plan"])
+    plans_built = runs[1::2]
+    # (the first two calls compile, which runs the structure on fake graphs too)
+    assert plans_built[2:9] == [1] * 7 and plans_built[-3:] == [0, 0, 0], plans_built
+    misses = [m for r in rewrite_report.reports() for m in r.near_misses if m.pattern == "mini_batch"]
+    assert misses and "torch.compile's default" in misses[-1].reason, misses
+
+
+@pytest.mark.parametrize("env", [{"GNN_IO_CHURN": "off"},
+                                 # every graph below has more edges than that
+                                 {"GNN_IO_CHURN": "on", "GNN_IO_CHURN_EDGES": "100"}], ids=["off", "large_graphs"])
+def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.compile(TwoGCNLayers(), backend="gnn_io")
+    built = []
+    for step in range(11):
+        nodes = 40 + 3 * step
+        edge_index, x = random_graph(nodes, 4 * nodes, seed=step), torch.randn(nodes, 8)
+        built.append(op_counts(lambda: model(x, edge_index))["gnn_io::csr_plan"])
+    assert built[2:] == [1] * 9, built

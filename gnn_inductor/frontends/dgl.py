@@ -183,7 +183,20 @@ def _degrees(index: torch.Tensor, num: int) -> torch.Tensor:
 # DECLINED where it does not cover the call; DGL's own code then runs.
 # ---------------------------------------------------------------------------------------------
 
-DECLINED = object()
+class _Declined:
+    """The type of :data:`DECLINED`: tested with ``isinstance``, which Dynamo answers for any traced value (an
+    identity test against a plain object fails in Dynamo when the other side is a symbolic size, as
+    ``graph.num_edges()`` is once a new block size made the graph dynamic)."""
+
+    def __repr__(self) -> str:
+        return "DECLINED"
+
+
+DECLINED = _Declined()
+
+
+def declined(value) -> bool:
+    return isinstance(value, _Declined)
 
 
 def _is_all(value) -> bool:
@@ -265,7 +278,7 @@ def _update_all(graph, s, message_func, reduce_func, apply_node_func=None, etype
             or (apply_node_func is not None and not _is_udf(apply_node_func)):
         return DECLINED
     messages = _messages(graph, s, message_func)
-    if messages is DECLINED:
+    if declined(messages):
         return DECLINED
     extreme = builtin and reduce_func.name in ("max", "min")
     if builtin:
@@ -277,7 +290,7 @@ def _update_all(graph, s, message_func, reduce_func, apply_node_func=None, etype
         ndata = {reduce_func.out_field: out}
     else:
         ndata = _reduce_udf(graph, s, reduce_func, messages)
-        if ndata is DECLINED:
+        if declined(ndata):
             return DECLINED
     if apply_node_func is not None:
         ndata = _apply_nodes(graph, s, apply_node_func, ndata)
@@ -331,7 +344,7 @@ def _apply_edges(graph, s, func, edges=None, etype=None):
     if not _is_all(edges) or etype is not None:
         return DECLINED
     messages = _messages(graph, s, func)
-    if messages is DECLINED:
+    if declined(messages):
         return DECLINED
     _set_columns(graph._edge_frames[0], messages)
     return None
@@ -507,7 +520,7 @@ def _switch(original, traced, graph_of=lambda obj: obj._graph):
             s = getattr(graph_of(obj), _STRUCTURE, None)
             if s is not None:
                 result = traced(obj, s, *args, **kwargs)
-                if result is not DECLINED:
+                if not declined(result):
                     return result
                 if original.__name__ in _MESSAGE_PASSING:  # worth a line in the report
                     note_decline(f"DGLGraph.{original.__name__}", _MESSAGE_PASSING[original.__name__])

@@ -280,3 +280,29 @@ def test_two_families_share_one_plan(graph, dgl_graph, monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")  # a rewrite-pass error must fail, not fall back
     torch.manual_seed(0)
     check_rewrites(GCNThenGAT(graph.in_channels).train(), dgl_graph, graph.x, expect=only(spmm=1, attention=1))
+
+
+@pytest.mark.parametrize("layer", ["sage_mean", "gat"])
+def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
+    """Mini-batch training as DGL's samplers feed it: a new block (bipartite, sources then destinations) of a
+    new size every step. From the second block Dynamo traces with symbolic sizes, where the frontend's
+    ``graph.num_edges()`` is a symbol (it used to crash Dynamo there: an identity test against the decline
+    sentinel)."""
+    from gnn_inductor import rewrite_report
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = SAGEConv(graph.in_channels, OUT_CHANNELS, "mean") if layer == "sage_mean" else \
+        GATConv(graph.in_channels, 3, num_heads=2, allow_zero_in_degree=True)
+    model = torch.compile(conv, backend="gnn_io")
+    generator = torch.Generator().manual_seed(0)
+    for step in range(3):
+        seeds = torch.randperm(graph.num_nodes, generator=generator)[:8 + 3 * step]
+        block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
+        x = graph.x[block.srcdata[dgl.NID]].clone().requires_grad_(True)
+        out, expected = model(block, x), conv(block, x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(torch.autograd.grad(out.square().sum(), x)[0],
+                                   torch.autograd.grad(expected.square().sum(), x)[0])
+    report = rewrite_report.reports()[-1]
+    assert [w.pattern for w in report.rewrites][:1] == ["spmm" if layer == "sage_mean" else "attention"]

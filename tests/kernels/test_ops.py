@@ -240,3 +240,27 @@ def test_spmm_rejects_wrong_weight_shape(graph):
     with pytest.raises(ValueError, match="values must have shape"):
         ops.spmm(torch.randn(NUM_NODES, 2), torch.rand(3), torch.rand(3), rowptr, col, row, t_rowptr, t_col, [], [],
                  "sum")
+
+
+def test_csr_offsets_without_a_sync_match_bincount():
+    from gnn_inductor.kernels.csr import _offsets
+
+    g = torch.Generator().manual_seed(0)
+    for num, edges in ((1, 0), (5, 0), (7, 30), (64, 1000)):
+        index = torch.sort(torch.randint(0, num, (edges,), generator=g)).values
+        expected = torch.zeros(num + 1, dtype=torch.long)
+        expected[1:] = torch.cumsum(torch.bincount(index, minlength=num), 0)
+        torch.testing.assert_close(_offsets(index, num), expected)
+
+
+def test_index_checks_name_each_bad_index_in_one_pass():
+    from gnn_inductor.kernels.csr import _check_indices
+
+    good, empty = torch.tensor([0, 3, 2]), torch.tensor([], dtype=torch.long)
+    _check_indices([("a", good, 4, "n"), ("b", empty, 1, "n")])
+    with pytest.raises(IndexError, match=r"b has values >= n \(max 3, n 3\)"):
+        _check_indices([("a", good, 4, "n"), ("e", empty, 1, "n"), ("b", good.int(), 3, "n")])
+    with pytest.raises(IndexError, match=r"a has negative values \(min -1\)"):
+        _check_indices([("a", torch.tensor([-1, 0]), 4, "n"), ("b", good, 3, "n")])
+    with pytest.raises(TypeError, match="int64 or int32"):
+        _check_indices([("a", good.float(), 4, "n")])

@@ -1,0 +1,223 @@
+"""Mini-batch training, as PyG's ``NeighborLoader`` feeds it: a new sampled subgraph every step, so every step
+meets a graph the backend has not seen (its plan, the CSR and the structure work built again) and shapes that
+change from step to step (``torch.compile`` goes shape-generic after the second size).
+
+    python -m benchmarks.minibatch --graph rmat-arxiv --layers sage_mean,sage_max,gcn,gat,transformer \\
+        --modes eager,inductor,gnn_io --batch 1024 --fanout 15,10
+
+Subgraphs are drawn before timing (``--pool`` of them, cycled, more than the plans a compiled graph keeps, so
+every step misses the plan cache): ``--batch`` seed nodes, then per hop up to ``fanout`` in-neighbours of each
+frontier node drawn uniformly with replacement and deduplicated, nodes relabelled seeds first. The model is two
+layers of the harness's kind (``make_layer``) with a ReLU between; the loss reads the seeds' rows. Per mode: the
+median of steps timed alone (synchronised before and after, as the harness times), the time per step issued
+back to back (synchronised once at the end), Dynamo's frame compilations during the timed steps (a shape
+recompile shows there), and the output's error against eager on one subgraph. A table last.
+"""
+import argparse
+import gc
+import os
+import statistics
+import time
+
+import torch
+
+from benchmarks.harness import build, graph_suite, make_layer, mode_env
+
+
+def in_csr(edge_index: torch.Tensor, num_nodes: int) -> tuple:
+    """(rowptr, sources) of the in-neighbour lists, by destination."""
+    src, dst = edge_index
+    order = torch.argsort(dst, stable=True)
+    counts = torch.bincount(dst, minlength=num_nodes)
+    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    rowptr[1:] = torch.cumsum(counts, 0)
+    return rowptr, src[order]
+
+
+def sample(rowptr: torch.Tensor, sources: torch.Tensor, seeds: torch.Tensor, fanouts: list,
+           generator: torch.Generator) -> tuple:
+    """(nodes, edge_index): the sampled subgraph's original node ids (seeds first) and its edges in local ids.
+    Each hop draws ``fanout`` in-neighbours per frontier node with replacement (nodes without in-neighbours
+    draw none) and keeps the distinct (source, destination) pairs."""
+    nodes = seeds
+    local = {int(n): i for i, n in enumerate(seeds.tolist())}
+    frontier = seeds
+    edges_src, edges_dst = [], []
+    for fanout in fanouts:
+        start, degree = rowptr[frontier], rowptr[frontier + 1] - rowptr[frontier]
+        draw = (torch.rand(len(frontier), fanout, generator=generator) * degree[:, None]).long()
+        has = (degree > 0)[:, None].expand(-1, fanout)
+        picked = sources[(start[:, None] + draw)[has]]
+        targets = frontier[:, None].expand(-1, fanout)[has]
+        pairs = torch.unique(torch.stack([picked, targets]), dim=1)
+        new = []
+        for n in pairs[0].tolist():
+            if n not in local:
+                local[n] = len(local)
+                new.append(n)
+        new = torch.tensor(new, dtype=torch.long)
+        nodes = torch.cat([nodes, new])
+        edges_src.append(pairs[0])
+        edges_dst.append(pairs[1])
+        frontier = new
+    relabel = torch.full((int(rowptr.numel()) - 1,), -1, dtype=torch.long)
+    relabel[nodes] = torch.arange(len(nodes))
+    edge_index = torch.stack([relabel[torch.cat(edges_src)], relabel[torch.cat(edges_dst)]])
+    return nodes, edge_index
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self, layer: str, features: int):
+        super().__init__()
+        self.first = make_layer(layer, features)
+        self.second = make_layer(layer, features)
+
+    def forward(self, x, edge_index):
+        return self.second(torch.relu(self.first(x, edge_index)), edge_index)
+
+
+def _profile(step, sync, name: str, steps: int = 10) -> None:
+    """Where a mini-batch step's CPU time goes: the torch profiler's CPU table (syncs and host reads show as
+    ``cudaStreamSynchronize``/``aten::item``...) and a sampled Python stack (benchmarks/stack_sampler.py)."""
+    from benchmarks.stack_sampler import StackSampler
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        sync()
+    print(f"== profile {name}: per {steps} steps")
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=70))
+    with StackSampler() as sampler:
+        for i in range(5 * steps):
+            step(steps + i)
+        sync()
+    print(sampler.table(rows=60))
+
+
+def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, profile=False):
+    """``inductor_breaks``: ``torch.compile`` default as a user gets it without gnn_inductor imported, Dynamo
+    breaking the graph at data-dependent sizes (``capture_dynamic_output_shape_ops`` off; loading the backend
+    turns it on for every mode of the process)."""
+    import torch._dynamo.config as dynamo_config
+
+    with mode_env(mode), dynamo_config.patch(capture_dynamic_output_shape_ops=mode != "inductor_breaks"):
+        torch.manual_seed(0)
+        model = build("inductor" if mode == "inductor_breaks" else mode, TwoLayers(layer, features_all.shape[1]).to(device))
+        params = list(model.parameters())
+        target = torch.randn(batch, features_all.shape[1], device=device)
+
+        def step(i):
+            nodes, edge_index = pool[i % len(pool)]
+            for p in params:
+                p.grad = None
+            out = model(features_all[nodes], edge_index)
+            (out[:batch] * target).sum().backward()
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        for i in range(warmup):
+            step(i)
+        sync()
+        from torch._dynamo.utils import counters
+        compiles_before = counters["stats"]["unique_graphs"]
+        gc.disable()
+        try:
+            alone = []
+            for i in range(steps):
+                sync()
+                t = time.perf_counter()
+                step(warmup + i)
+                sync()
+                alone.append((time.perf_counter() - t) * 1e3)
+            sync()
+            t = time.perf_counter()
+            for i in range(steps):
+                step(warmup + steps + i)
+            sync()
+            back_to_back = (time.perf_counter() - t) * 1e3 / steps
+        finally:
+            gc.enable()
+        if profile:
+            _profile(lambda i: step(warmup + 2 * steps + i), sync, f"{layer} {mode}")
+        record = {"layer": layer, "mode": mode, "alone_ms": statistics.median(alone),
+                  "back_to_back_ms": back_to_back, "compiles": counters["stats"]["unique_graphs"] - compiles_before}
+        nodes, edge_index = pool[0]
+        with torch.no_grad():
+            record["out"] = model(features_all[nodes], edge_index)[:batch].float().cpu()
+    return record
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--graph", default="rmat-arxiv")
+    parser.add_argument("--layers", default="sage_mean,sage_max,gcn,gat,transformer")
+    parser.add_argument("--modes", default="eager,inductor,gnn_io")
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--fanout", default="15,10")
+    parser.add_argument("--pool", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=12)
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--profile", default="", help="comma-separated modes to profile after timing")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), "cpu")
+    rowptr, sources = in_csr(graph.edge_index.cpu(), graph.num_nodes)
+    generator = torch.Generator().manual_seed(0)
+    pool = []
+    for _ in range(args.pool):
+        seeds = torch.randperm(graph.num_nodes, generator=generator)[:args.batch]
+        nodes, edge_index = sample(rowptr, sources, seeds, [int(f) for f in args.fanout.split(",")], generator)
+        pool.append((nodes.to(device), edge_index.to(device)))
+    sizes = [(len(n), e.shape[1]) for n, e in pool]
+    print(f"== {args.graph}: {args.pool} subgraphs of {args.batch} seeds, fanout {args.fanout}: "
+          f"{min(s[0] for s in sizes)}-{max(s[0] for s in sizes)} nodes, "
+          f"{min(s[1] for s in sizes)}-{max(s[1] for s in sizes)} edges", flush=True)
+    torch.manual_seed(0)
+    features_all = torch.randn(graph.num_nodes, args.features, device=device)
+    records = []
+    for layer in args.layers.split(","):
+        reference = None
+        for mode in args.modes.split(","):
+            try:
+                record = run_mode(layer, mode, pool, features_all, args.batch, device, args.steps, args.warmup,
+                                  profile=mode in args.profile.split(","))
+            except Exception as exc:  # a crash of one mode is a result
+                record = {"layer": layer, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+            out = record.pop("out", None)
+            if out is not None:
+                if reference is None:
+                    reference = out
+                record["rel_err"] = float((out - reference).norm() / reference.norm().clamp_min(1e-30))
+            records.append(record)
+            print(f"== {record}", flush=True)
+    modes = args.modes.split(",")
+    print(f"\n{torch.__version__}, {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, two layers, "
+          f"{args.features} features, {args.graph}, batch {args.batch}, fanout {args.fanout}, a new subgraph each "
+          f"step; ms per step (alone = synchronised per step, median of {args.steps}; loop = back to back)\n")
+    print("| layer | " + " | ".join(f"{m} alone | {m} loop" for m in modes) + " | gnn_io x eager | gnn_io x inductor "
+          "| compiles while timed | rel err |")  # x inductor: inductor_breaks where inductor failed
+    print("|---|" + "---|" * (2 * len(modes) + 4))
+    by = {(r["layer"], r["mode"]): r for r in records}
+    for layer in args.layers.split(","):
+        cells = []
+        for m in modes:
+            r = by[(layer, m)]
+            if "alone_ms" in r:
+                cells += [f"{r['alone_ms']:.2f}", f"{r['back_to_back_ms']:.2f}"]
+            else:
+                cells += [r.get("error", "-")[:60], "-"]
+        g, e = by.get((layer, "gnn_io"), {}), by.get((layer, "eager"), {})
+        i = by.get((layer, "inductor"), {})
+        if "alone_ms" not in i:
+            i = by.get((layer, "inductor_breaks"), {})
+        ratio = (lambda a, b: f"{a['alone_ms'] / b['alone_ms']:.2f}" if "alone_ms" in a and "alone_ms" in b else "-")
+        compiles = ", ".join(f"{m} {by[(layer, m)].get('compiles', '-')}" for m in modes)
+        errs = ", ".join(f"{by[(layer, m)].get('rel_err', float('nan')):.1e}" for m in modes[1:])
+        print(f"| {layer} | " + " | ".join(cells) + f" | {ratio(e, g)} | {ratio(i, g)} | {compiles} | {errs} |")
+
+
+if __name__ == "__main__":
+    main()
