@@ -343,8 +343,13 @@ class _Churn:
         enabled = mode == "on" or (mode == "auto" and device == "cuda")
         if not enabled or not any(isinstance(e, torch.SymInt) for e in example_inputs):
             return
+        import torch._functorch.config as functorch_config
+
         try:
-            self.plain = _inner_compile(gm, list(example_inputs), graph_report)
+            # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a
+            # failure could no longer fall back to the rewritten graph)
+            with functorch_config.patch(force_non_lazy_backward_lowering=True):
+                self.plain = _inner_compile(gm, list(example_inputs), graph_report)
         except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs every call)
             if _strict():
                 raise

@@ -212,3 +212,33 @@ def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
         edge_index, x = random_graph(nodes, 4 * nodes, seed=step), torch.randn(nodes, 8)
         built.append(op_counts(lambda: model(x, edge_index))["gnn_io::csr_plan"])
     assert built[2:] == [1] * 9, built
+
+
+def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch):
+    """Where torch.compile's default cannot compile the graph (forward or backward: both are compiled up front),
+    a new graph every step keeps the rewrites, and the report says why."""
+    from gnn_inductor import backend
+
+    monkeypatch.setenv("GNN_IO_CHURN", "on")
+    monkeypatch.delenv("GNN_IO_STRICT", raising=False)
+    compile_rewritten = backend._inner_compile
+
+    def failing_plain(gm, example_inputs, graph_report=None, static_inputs=None):
+        if static_inputs is None:  # the plain compile of Dynamo's graph (the rewritten one names its static inputs)
+            raise RuntimeError("plain compile failed on purpose")
+        return compile_rewritten(gm, example_inputs, graph_report, static_inputs)
+    monkeypatch.setattr(backend, "_inner_compile", failing_plain)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = TwoGCNLayers()
+    model = torch.compile(eager, backend="gnn_io")
+    built = []
+    for step in range(11):
+        nodes = 40 + 3 * step
+        edge_index, x = random_graph(nodes, 4 * nodes, seed=step), torch.randn(nodes, 8)
+        counts = op_counts(lambda: built.append(model(x, edge_index)))
+        torch.testing.assert_close(built.pop(), eager(x, edge_index))
+        built.append(counts["gnn_io::csr_plan"])
+    assert built[2:] == [1] * 9, built
+    misses = [m.reason for r in rewrite_report.reports() for m in r.near_misses if m.pattern == "mini_batch"]
+    assert any("plain compile failed on purpose" in reason for reason in misses), misses
