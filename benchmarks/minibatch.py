@@ -142,6 +142,12 @@ def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, prof
             _profile(lambda i: step(warmup + 2 * steps + i), sync, f"{layer} {mode}")
         record = {"layer": layer, "mode": mode, "alone_ms": statistics.median(alone),
                   "back_to_back_ms": back_to_back, "compiles": counters["stats"]["unique_graphs"] - compiles_before}
+        if mode.startswith("gnn_io"):
+            from gnn_inductor import rewrite_report
+
+            # the switch to torch.compile's code for small graphs that change every step (backend._Churn)
+            record["switched"] = any(m.pattern == "mini_batch" and "later calls run" in m.reason
+                                     for r in rewrite_report.reports(model) for m in r.near_misses)
         nodes, edge_index = pool[0]
         with torch.no_grad():
             record["out"] = model(features_all[nodes], edge_index)[:batch].float().cpu()
@@ -214,7 +220,8 @@ def main(argv=None):
         if "alone_ms" not in i:
             i = by.get((layer, "inductor_breaks"), {})
         ratio = (lambda a, b: f"{a['alone_ms'] / b['alone_ms']:.2f}" if "alone_ms" in a and "alone_ms" in b else "-")
-        compiles = ", ".join(f"{m} {by[(layer, m)].get('compiles', '-')}" for m in modes)
+        compiles = ", ".join(f"{m} {by[(layer, m)].get('compiles', '-')}" for m in modes) + "".join(
+            f" ({m} switched to torch.compile's code)" for m in modes if by[(layer, m)].get("switched"))
         errs = ", ".join(f"{by[(layer, m)].get('rel_err', float('nan')):.1e}" for m in modes[1:])
         print(f"| {layer} | " + " | ".join(cells) + f" | {ratio(e, g)} | {ratio(i, g)} | {compiles} | {errs} |")
 
