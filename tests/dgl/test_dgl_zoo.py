@@ -296,6 +296,7 @@ def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
         GATConv(graph.in_channels, 3, num_heads=2, allow_zero_in_degree=True)
     model = torch.compile(conv, backend="gnn_io")
     generator = torch.Generator().manual_seed(0)
+    dgl.seed(0)  # the neighbour draws
     for step in range(3):
         seeds = torch.randperm(graph.num_nodes, generator=generator)[:8 + 3 * step]
         block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
@@ -306,3 +307,27 @@ def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
                                    torch.autograd.grad(expected.square().sum(), x)[0])
     report = rewrite_report.reports()[-1]
     assert [w.pattern for w in report.rewrites][:1] == ["spmm" if layer == "sage_mean" else "attention"]
+
+
+def test_sampled_blocks_switch_to_the_plain_compile(graph, dgl_graph, monkeypatch):
+    """A new small block every step (backend._Churn, on by default for CUDA; forced here): after the switch the
+    compiled layer runs torch.compile's code of the traced DGL graph, results unchanged."""
+    from gnn_inductor import rewrite_report
+
+    monkeypatch.setenv("GNN_IO_CHURN", "on")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = SAGEConv(graph.in_channels, OUT_CHANNELS, "mean")
+    model = torch.compile(conv, backend="gnn_io")
+    generator = torch.Generator().manual_seed(0)
+    dgl.seed(0)  # the neighbour draws
+    for step in range(12):
+        seeds = torch.randperm(graph.num_nodes, generator=generator)[:6 + step]
+        block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
+        x = graph.x[block.srcdata[dgl.NID]].clone().requires_grad_(True)
+        out, expected = model(block, x), conv(block, x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(torch.autograd.grad(out.square().sum(), x)[0],
+                                   torch.autograd.grad(expected.square().sum(), x)[0])
+    reasons = [m.reason for r in rewrite_report.reports(conv) for m in r.near_misses if m.pattern == "mini_batch"]
+    assert any("later calls run" in reason for reason in reasons), reasons
