@@ -156,6 +156,15 @@ def _pure(node: Node) -> bool:
                       torch.sym_max, torch.sym_min)
 
 
+def _written(node: Node) -> bool:
+    """Whether a call that may write into its arguments uses ``node`` (then two equal values must stay two
+    tensors), or ``node`` allocates memory it leaves unset (``empty``: a later write gives it its value)."""
+    if getattr(node.target, "__name__", "").startswith(("empty", "new_empty")):
+        return True
+    return any(isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable
+               for user in node.users)
+
+
 def _frozen(value, canonical: dict):
     """A hashable image of a node's arguments: nodes by identity (after deduplication), lists as tuples."""
     if isinstance(value, Node):
@@ -176,7 +185,7 @@ def dedupe_structure(graph: Graph) -> int:
     of calls removed."""
     seen, canonical, removed = {}, {}, 0
     for node in list(graph.nodes):
-        if not _pure(node):
+        if not _pure(node) or _written(node):
             continue
         args = node.args
         if node.target is torch.ops.gnn_io.check_index.default:

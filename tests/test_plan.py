@@ -161,11 +161,15 @@ def test_dedupe_keeps_random_and_in_place_calls():
     draws = [graph.call_function(torch.ops.aten.rand_like.default, (a,)) for _ in range(2)]
     writes = [graph.call_function(torch.ops.aten.add_.Tensor, (a, 1)) for _ in range(2)]
     checks = [graph.call_function(torch.ops.gnn_io.check_index.default, (a, 5, f"site {i}")) for i in range(2)]
-    graph.output((*same, *draws, *writes))
+    buffers = [graph.call_function(torch.ops.aten.empty.memory_format, ([4],)) for _ in range(2)]
+    bases = [graph.call_function(torch.ops.aten.zeros.default, ([4],)) for _ in range(2)]
+    filled = [graph.call_function(torch.ops.aten.fill_.Scalar, (b, float(i))) for i, b in enumerate(bases)]
+    graph.output((*same, *draws, *writes, *buffers, *filled))
     assert dedupe_structure(graph) == 2  # the second product and the second check
     kept = [n for n in graph.nodes if n.op == "call_function"]
     assert same[0] in kept and same[1] not in kept and checks[0] in kept and checks[1] not in kept
-    assert all(n in kept for n in draws + writes)
+    # random draws, in-place writes, unset memory and tensors written in place later stay apart
+    assert all(n in kept for n in draws + writes + buffers + bases + filled)
     assert list(graph.output_node().args[0][:2]) == [same[0], same[0]]
 
 
