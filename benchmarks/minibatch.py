@@ -36,34 +36,29 @@ def in_csr(edge_index: torch.Tensor, num_nodes: int) -> tuple:
 
 def sample(rowptr: torch.Tensor, sources: torch.Tensor, seeds: torch.Tensor, fanouts: list,
            generator: torch.Generator) -> tuple:
-    """(nodes, edge_index): the sampled subgraph's original node ids (seeds first) and its edges in local ids.
-    Each hop draws ``fanout`` in-neighbours per frontier node with replacement (nodes without in-neighbours
-    draw none) and keeps the distinct (source, destination) pairs."""
-    nodes = seeds
-    local = {int(n): i for i, n in enumerate(seeds.tolist())}
-    frontier = seeds
-    edges_src, edges_dst = [], []
+    """(nodes, edge_index): the sampled subgraph's original node ids (seeds first, then each hop's new nodes in
+    id order) and its edges in local ids. Each hop draws ``fanout`` in-neighbours per frontier node with
+    replacement (nodes without in-neighbours draw none) and keeps the distinct (source, destination) pairs.
+    Vectorised: a few seconds for a pool of 2M-edge subgraphs of RMAT 2^20."""
+    seen = torch.zeros(int(rowptr.numel()) - 1, dtype=torch.bool)
+    seen[seeds] = True
+    nodes, frontier = [seeds], seeds
+    edges = []
     for fanout in fanouts:
         start, degree = rowptr[frontier], rowptr[frontier + 1] - rowptr[frontier]
         draw = (torch.rand(len(frontier), fanout, generator=generator) * degree[:, None]).long()
         has = (degree > 0)[:, None].expand(-1, fanout)
         picked = sources[(start[:, None] + draw)[has]]
         targets = frontier[:, None].expand(-1, fanout)[has]
-        pairs = torch.unique(torch.stack([picked, targets]), dim=1)
-        new = []
-        for n in pairs[0].tolist():
-            if n not in local:
-                local[n] = len(local)
-                new.append(n)
-        new = torch.tensor(new, dtype=torch.long)
-        nodes = torch.cat([nodes, new])
-        edges_src.append(pairs[0])
-        edges_dst.append(pairs[1])
-        frontier = new
+        edges.append(torch.unique(torch.stack([picked, targets]), dim=1))
+        candidates = torch.unique(picked)
+        frontier = candidates[~seen[candidates]]
+        seen[frontier] = True
+        nodes.append(frontier)
+    nodes = torch.cat(nodes)
     relabel = torch.full((int(rowptr.numel()) - 1,), -1, dtype=torch.long)
     relabel[nodes] = torch.arange(len(nodes))
-    edge_index = torch.stack([relabel[torch.cat(edges_src)], relabel[torch.cat(edges_dst)]])
-    return nodes, edge_index
+    return nodes, relabel[torch.cat(edges, dim=1)]
 
 
 class TwoLayers(torch.nn.Module):

@@ -143,6 +143,9 @@ elif [[ $what == session17 ]]; then
     | tee "$out/gpu_tests.txt" | tail -2
   MODES=eager,gnn_io,gnn_io_churn_off,inductor timeout 250 bash benchmarks/minibatch_suite.sh rmat-arxiv \
     gcn,sage_max,transformer --steps 20
+  # subgraphs above the switch's 1M-edge bound (rewrites kept, plan rebuilt per step): where is the crossover?
+  MODES=gnn_io,inductor timeout 150 bash benchmarks/minibatch_suite.sh rmat-large gcn --batch 65536 --fanout 25,10 \
+    --pool 10 --steps 10
 else
   echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17" >&2; exit 2
 fi
