@@ -345,16 +345,25 @@ class _Churn:
             return
         import torch._functorch.config as functorch_config
 
+        # its own report: an Inductor failure there (which _guarded_inner_compile turns into an op-by-op graph and
+        # a near miss) means no switch, and nothing of that compile lands in this graph's report
+        scratch = _report.GraphReport(0, [], [])
         try:
             # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a
             # failure could no longer fall back to the rewritten graph)
             with functorch_config.patch(force_non_lazy_backward_lowering=True):
-                self.plain = _inner_compile(gm, list(example_inputs), graph_report)
+                plain = _inner_compile(gm, list(example_inputs), scratch)
         except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs every call)
             if _strict():
                 raise
             self._note(f"not compiled as torch.compile's default ({type(exc).__name__}: "
                        f"{str(exc).splitlines()[0][:160]}): a new graph every step keeps the rewrites")
+            return
+        if scratch.near_misses:
+            self._note(f"not compiled as torch.compile's default ({scratch.near_misses[0].reason}): a new graph "
+                       f"every step keeps the rewrites")
+            return
+        self.plain = plain
 
     def _note(self, reason: str) -> None:
         self.graph_report.near_misses.append(_report.NearMiss(

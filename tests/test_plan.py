@@ -218,9 +218,11 @@ def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
     assert built[2:] == [1] * 9, built
 
 
-def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch):
+@pytest.mark.parametrize("failure", ["raised", "op_by_op"])
+def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
     """Where torch.compile's default cannot compile the graph (forward or backward: both are compiled up front),
-    a new graph every step keeps the rewrites, and the report says why."""
+    a new graph every step keeps the rewrites, and the report says why: whether the compile raised, or Inductor
+    failed and the guarded compile fell back to running the graph op by op (a near miss in its report)."""
     from gnn_inductor import backend
 
     monkeypatch.setenv("GNN_IO_CHURN", "on")
@@ -229,7 +231,10 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch):
 
     def failing_plain(gm, example_inputs, graph_report=None, static_inputs=None):
         if static_inputs is None:  # the plain compile of Dynamo's graph (the rewritten one names its static inputs)
-            raise RuntimeError("plain compile failed on purpose")
+            if failure == "raised":
+                raise RuntimeError("plain compile failed on purpose")
+            graph_report.near_misses.append(rewrite_report.NearMiss(
+                "inductor", "plain compile failed on purpose; it runs op by op instead", {"source": "<graph>"}))
         return compile_rewritten(gm, example_inputs, graph_report, static_inputs)
     monkeypatch.setattr(backend, "_inner_compile", failing_plain)
     torch._dynamo.reset()
