@@ -339,6 +339,7 @@ class _Churn:
     def __init__(self, gm, example_inputs, device: str, cache, positions, graph_report):
         self.cache, self.positions, self.graph_report = cache, positions, graph_report
         self.calls, self.plain, self.plain_now = 0, None, False
+        self.limit = int(os.environ.get("GNN_IO_CHURN_EDGES", CHURN_EDGES))
         mode = os.environ.get("GNN_IO_CHURN", "auto").strip().lower()
         enabled = mode == "on" or (mode == "auto" and device == "cuda")
         if not enabled or not any(isinstance(e, torch.SymInt) for e in example_inputs):
@@ -376,12 +377,11 @@ class _Churn:
         builds = self.cache.builds
         if self.calls < CHURN_CALLS or builds < CHURN_SHARE * self.calls:
             return
-        limit = int(os.environ.get("GNN_IO_CHURN_EDGES", CHURN_EDGES))
         edges = _structure_edges([args[i] for i in self.positions])
-        if edges is None or edges > limit:
+        if edges is None or edges > self.limit:
             return
         self.plain_now = True
-        self._note(f"a new graph on {builds} of {self.calls} calls ({edges} edges, at most {limit}): its plan "
+        self._note(f"a new graph on {builds} of {self.calls} calls ({edges} edges, at most {self.limit}): its plan "
                    f"was rebuilt every step, so later calls run as torch.compile's default compiles the graph "
                    f"(GNN_IO_CHURN=off keeps the rewrites)")
 
@@ -395,11 +395,13 @@ CHURN_EDGES = 1_000_000
 
 
 def _structure_edges(tensors) -> int | None:
-    """Edges of the graph among a plan's inputs: the length of a ``[2, E]`` index, else of the longest
-    one-dimensional integer tensor (separate source and destination tensors)."""
-    counts = [t.shape[1] if t.dim() == 2 and t.shape[0] == 2 else t.numel() for t in tensors
-              if isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dim() in (1, 2)]
-    return max(counts) if counts else None
+    """Edges of the graph among a plan's inputs: :func:`_edge_count` (a ``[2, E]`` index), else the length of the
+    longest one-dimensional integer tensor (DGL's separate source and destination tensors)."""
+    edges = _edge_count(tensors)
+    if edges is not None:
+        return edges
+    lengths = [t.numel() for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point()]
+    return max(lengths) if lengths else None
 
 
 # Concrete-size compiles kept per data-dependent-size graph under CUDA graphs before the dynamic fallback.

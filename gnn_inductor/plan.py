@@ -13,6 +13,7 @@ call (mini-batches) simply builds a new plan each call.
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -142,8 +143,6 @@ def _pure(node: Node) -> bool:
     """A call whose result depends only on its arguments and that changes nothing: a functional ATen op (no
     argument written, no random draw), an arithmetic or comparison of sizes, an item of a tuple. Index checks and
     runtime size assertions count too: a repeat of one with the same arguments can only repeat its verdict."""
-    import operator
-
     target = node.target
     if node.op != "call_function":
         return False

@@ -173,6 +173,24 @@ def test_dedupe_keeps_random_and_in_place_calls():
     assert list(graph.output_node().args[0][:2]) == [same[0], same[0]]
 
 
+def plans_per_step(model, steps: int, eager=None) -> list:
+    """``csr_plan`` calls of each step of ``model`` on a new graph of a new size (Dynamo compiles it with dynamic
+    shapes from the second); with ``eager``, each step's output and input gradient checked against it."""
+    built = []
+    for step in range(steps):
+        nodes = 40 + 3 * step
+        edge_index, x = random_graph(nodes, 4 * nodes, seed=step, hub_degree=nodes // 2), torch.randn(nodes, 8)
+        x.requires_grad_(True)
+        outs = []
+        built.append(op_counts(lambda: outs.append(model(x, edge_index)))["gnn_io::csr_plan"])
+        if eager is not None:
+            expected = eager(x, edge_index)
+            torch.testing.assert_close(outs[0], expected)
+            torch.testing.assert_close(torch.autograd.grad(outs[0].square().sum(), x)[0],
+                                       torch.autograd.grad(expected.square().sum(), x)[0])
+    return built
+
+
 def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch):
     """Mini-batches: once most calls built a new plan, the graph runs as torch.compile's default compiles it
     (structure inside, no gnn_io ops), results unchanged, and the report says so."""
@@ -180,23 +198,9 @@ def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch):
     torch._dynamo.reset()
     torch.manual_seed(0)
     eager = TwoGCNLayers()
-    model = torch.compile(eager, backend="gnn_io")
-    runs = []
-    for step in range(14):
-        nodes = 40 + 3 * step  # new sizes: Dynamo compiles the graph with dynamic shapes at the second call
-        edge_index, x = random_graph(nodes, 4 * nodes, seed=step, hub_degree=nodes // 2), torch.randn(nodes, 8)
-        x.requires_grad_(True)
-        counts = op_counts(lambda: runs.append(model(x, edge_index)))
-        out = runs[-1]
-        expected = eager(x, edge_index)
-        torch.testing.assert_close(out, expected)
-        (grad,) = torch.autograd.grad(out.square().sum(), x)
-        (grad_eager,) = torch.autograd.grad(expected.square().sum(), x)
-        torch.testing.assert_close(grad, grad_eager)
-        runs.append(counts["gnn_io::csr_plan"])
-    plans_built = runs[1::2]
+    built = plans_per_step(torch.compile(eager, backend="gnn_io"), 14, eager)
     # (the first two calls compile, which runs the structure on fake graphs too)
-    assert plans_built[2:9] == [1] * 7 and plans_built[-3:] == [0, 0, 0], plans_built
+    assert built[2:9] == [1] * 7 and built[-3:] == [0, 0, 0], built
     misses = [m for r in rewrite_report.reports() for m in r.near_misses if m.pattern == "mini_batch"]
     assert misses and "torch.compile's default" in misses[-1].reason, misses
 
@@ -209,12 +213,7 @@ def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
         monkeypatch.setenv(name, value)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = torch.compile(TwoGCNLayers(), backend="gnn_io")
-    built = []
-    for step in range(11):
-        nodes = 40 + 3 * step
-        edge_index, x = random_graph(nodes, 4 * nodes, seed=step), torch.randn(nodes, 8)
-        built.append(op_counts(lambda: model(x, edge_index))["gnn_io::csr_plan"])
+    built = plans_per_step(torch.compile(TwoGCNLayers(), backend="gnn_io"), 11)
     assert built[2:] == [1] * 9, built
 
 
@@ -240,14 +239,7 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
     torch._dynamo.reset()
     torch.manual_seed(0)
     eager = TwoGCNLayers()
-    model = torch.compile(eager, backend="gnn_io")
-    built = []
-    for step in range(11):
-        nodes = 40 + 3 * step
-        edge_index, x = random_graph(nodes, 4 * nodes, seed=step), torch.randn(nodes, 8)
-        counts = op_counts(lambda: built.append(model(x, edge_index)))
-        torch.testing.assert_close(built.pop(), eager(x, edge_index))
-        built.append(counts["gnn_io::csr_plan"])
+    built = plans_per_step(torch.compile(eager, backend="gnn_io"), 11, eager)
     assert built[2:] == [1] * 9, built
     misses = [m.reason for r in rewrite_report.reports() for m in r.near_misses if m.pattern == "mini_batch"]
     assert any("plain compile failed on purpose" in reason for reason in misses), misses

@@ -282,6 +282,21 @@ def test_two_families_share_one_plan(graph, dgl_graph, monkeypatch):
     check_rewrites(GCNThenGAT(graph.in_channels).train(), dgl_graph, graph.x, expect=only(spmm=1, attention=1))
 
 
+def check_sampled_blocks(model, conv, graph, dgl_graph, seed_counts) -> None:
+    """One step per entry of ``seed_counts``: a block sampled around that many seeds (4 in-neighbours each, seeded
+    draws), ``model``'s output and input gradient on it against ``conv``'s (eager DGL)."""
+    generator = torch.Generator().manual_seed(0)
+    dgl.seed(0)  # the neighbour draws
+    for count in seed_counts:
+        seeds = torch.randperm(graph.num_nodes, generator=generator)[:count]
+        block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
+        x = graph.x[block.srcdata[dgl.NID]].clone().requires_grad_(True)
+        out, expected = model(block, x), conv(block, x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(torch.autograd.grad(out.square().sum(), x)[0],
+                                   torch.autograd.grad(expected.square().sum(), x)[0])
+
+
 @pytest.mark.parametrize("layer", ["sage_mean", "gat"])
 def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
     """Mini-batch training as DGL's samplers feed it: a new block (bipartite, sources then destinations) of a
@@ -295,16 +310,7 @@ def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
     conv = SAGEConv(graph.in_channels, OUT_CHANNELS, "mean") if layer == "sage_mean" else \
         GATConv(graph.in_channels, 3, num_heads=2, allow_zero_in_degree=True)
     model = torch.compile(conv, backend="gnn_io")
-    generator = torch.Generator().manual_seed(0)
-    dgl.seed(0)  # the neighbour draws
-    for step in range(3):
-        seeds = torch.randperm(graph.num_nodes, generator=generator)[:8 + 3 * step]
-        block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
-        x = graph.x[block.srcdata[dgl.NID]].clone().requires_grad_(True)
-        out, expected = model(block, x), conv(block, x)
-        torch.testing.assert_close(out, expected)
-        torch.testing.assert_close(torch.autograd.grad(out.square().sum(), x)[0],
-                                   torch.autograd.grad(expected.square().sum(), x)[0])
+    check_sampled_blocks(model, conv, graph, dgl_graph, [8, 11, 14])
     report = rewrite_report.reports()[-1]
     assert [w.pattern for w in report.rewrites][:1] == ["spmm" if layer == "sage_mean" else "attention"]
 
@@ -319,15 +325,6 @@ def test_sampled_blocks_switch_to_the_plain_compile(graph, dgl_graph, monkeypatc
     torch.manual_seed(0)
     conv = SAGEConv(graph.in_channels, OUT_CHANNELS, "mean")
     model = torch.compile(conv, backend="gnn_io")
-    generator = torch.Generator().manual_seed(0)
-    dgl.seed(0)  # the neighbour draws
-    for step in range(12):
-        seeds = torch.randperm(graph.num_nodes, generator=generator)[:6 + step]
-        block = dgl.to_block(dgl.sampling.sample_neighbors(dgl_graph, seeds, 4), seeds)
-        x = graph.x[block.srcdata[dgl.NID]].clone().requires_grad_(True)
-        out, expected = model(block, x), conv(block, x)
-        torch.testing.assert_close(out, expected)
-        torch.testing.assert_close(torch.autograd.grad(out.square().sum(), x)[0],
-                                   torch.autograd.grad(expected.square().sum(), x)[0])
+    check_sampled_blocks(model, conv, graph, dgl_graph, range(6, 18))
     reasons = [m.reason for r in rewrite_report.reports(conv) for m in r.near_misses if m.pattern == "mini_batch"]
     assert any("later calls run" in reason for reason in reasons), reasons
