@@ -99,7 +99,8 @@ def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, prof
 
     with mode_env(mode), dynamo_config.patch(capture_dynamic_output_shape_ops=mode != "inductor_breaks"):
         torch.manual_seed(0)
-        model = build("inductor" if mode == "inductor_breaks" else mode, TwoLayers(layer, features_all.shape[1]).to(device))
+        layers = TwoLayers(layer, features_all.shape[1]).to(device)
+        model = build("inductor" if mode == "inductor_breaks" else mode, layers)
         params = list(model.parameters())
         target = torch.randn(batch, features_all.shape[1], device=device)
 
