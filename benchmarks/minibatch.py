@@ -15,8 +15,12 @@ recompile shows there), and the output's error against eager on one subgraph. A 
 """
 import argparse
 import gc
+import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -141,8 +145,10 @@ def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, prof
             from gnn_inductor import rewrite_report
 
             # the switch to torch.compile's code for small graphs that change every step (backend._Churn)
-            record["switched"] = any(m.pattern == "mini_batch" and "later calls run" in m.reason
-                                     for r in rewrite_report.reports(model) for m in r.near_misses)
+            misses = [m for r in rewrite_report.reports(model) for m in r.near_misses]
+            record["switched"] = any(m.pattern == "mini_batch" and "later calls run" in m.reason for m in misses)
+            # why a graph kept its rewrites, or went to Inductor whole (the first of each pattern's reasons)
+            record["near_misses"] = {m.pattern: m.reason[:200] for m in reversed(misses)}
         nodes, edge_index = pool[0]
         with torch.no_grad():
             record["out"] = model(features_all[nodes], edge_index)[:batch].float().cpu()
@@ -162,7 +168,13 @@ def main(argv=None):
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--profile", default="", help="comma-separated modes to profile after timing")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--same-process", action="store_true",
+                        help="every mode in this process (by default each mode runs in a fresh one)")
+    parser.add_argument("--records-out", default=None, help=argparse.SUPPRESS)  # a child's records, as JSON
     args = parser.parse_args(argv)
+    modes = args.modes.split(",")
+    if not args.same_process and args.records_out is None and len(modes) > 1:
+        return _isolated(argv, args, modes)
     device = torch.device(args.device)
     (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), "cpu")
     rowptr, sources = in_csr(graph.edge_index.cpu(), graph.num_nodes)
@@ -180,8 +192,8 @@ def main(argv=None):
     features_all = torch.randn(graph.num_nodes, args.features, device=device)
     records = []
     for layer in args.layers.split(","):
-        reference = None
-        for mode in args.modes.split(","):
+        reference = _eager_output(layer, pool[0], features_all, args.batch)
+        for mode in modes:
             try:
                 record = run_mode(layer, mode, pool, features_all, args.batch, device, args.steps, args.warmup,
                                   profile=mode in args.profile.split(","))
@@ -189,15 +201,57 @@ def main(argv=None):
                 record = {"layer": layer, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
             out = record.pop("out", None)
             if out is not None:
-                if reference is None:
-                    reference = out
                 record["rel_err"] = float((out - reference).norm() / reference.norm().clamp_min(1e-30))
             records.append(record)
             print(f"== {record}", flush=True)
-    modes = args.modes.split(",")
+    if args.records_out is not None:
+        with open(args.records_out, "w") as f:
+            json.dump(records, f)
+        return
+    print_table(records, args, modes, device)
+
+
+def _eager_output(layer, subgraph, features_all, batch):
+    """Eager PyG's output on one subgraph (the model of :func:`run_mode`, same seed): the error reference."""
+    torch.manual_seed(0)
+    model = TwoLayers(layer, features_all.shape[1]).to(features_all.device)
+    nodes, edge_index = subgraph
+    with torch.no_grad():
+        return model(features_all[nodes], edge_index)[:batch].float().cpu()
+
+
+def _isolated(argv, args, modes):
+    """Each mode in a fresh process, one after another, then one table. In one process the mode timed last ran
+    faster (the same mode: TransformerConv under torch.compile 1.46 ms first, 1.04 ms third, on the CPU; on the
+    H200 torch.compile, timed last, led gnn_io's identical code by 15-20%): Dynamo's state carried across modes
+    (its automatic-dynamic memory of the frame survives ``torch._dynamo.reset``), warm caches, the allocator."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            path = os.path.join(tmp, f"{mode}.json")
+            child = [a for a in argv]
+            if "--modes" in child:
+                i = child.index("--modes")
+                del child[i:i + 2]
+            child = [a for a in child if not a.startswith("--modes=")]
+            subprocess.run([sys.executable, "-m", "benchmarks.minibatch", *child, "--modes", mode,
+                            "--records-out", path], check=False)
+            if os.path.exists(path):
+                with open(path) as f:
+                    records += json.load(f)
+            else:
+                records += [{"layer": layer, "mode": mode, "error": "the process failed"}
+                            for layer in args.layers.split(",")]
+    device = torch.device(args.device)
+    print_table(records, args, modes, device)
+
+
+def print_table(records, args, modes, device):
     print(f"\n{torch.__version__}, {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, two layers, "
           f"{args.features} features, {args.graph}, batch {args.batch}, fanout {args.fanout}, a new subgraph each "
-          f"step; ms per step (alone = synchronised per step, median of {args.steps}; loop = back to back)\n")
+          f"step, each mode in {'this process' if args.same_process else 'its own process'}; ms per step (alone = "
+          f"synchronised per step, median of {args.steps}; loop = back to back); rel err against eager PyG\n")
     print("| layer | " + " | ".join(f"{m} alone | {m} loop" for m in modes) + " | gnn_io x eager | gnn_io x inductor "
           "| compiles while timed | rel err |")  # x inductor: inductor_breaks where inductor failed
     print("|---|" + "---|" * (2 * len(modes) + 4))
@@ -217,7 +271,7 @@ def main(argv=None):
         ratio = (lambda a, b: f"{a['alone_ms'] / b['alone_ms']:.2f}" if "alone_ms" in a and "alone_ms" in b else "-")
         compiles = ", ".join(f"{m} {by[(layer, m)].get('compiles', '-')}" for m in modes) + "".join(
             f" ({m} switched to torch.compile's code)" for m in modes if by[(layer, m)].get("switched"))
-        errs = ", ".join(f"{by[(layer, m)].get('rel_err', float('nan')):.1e}" for m in modes[1:])
+        errs = ", ".join(f"{by[(layer, m)].get('rel_err', float('nan')):.1e}" for m in modes if m != "eager")
         print(f"| {layer} | " + " | ".join(cells) + f" | {ratio(e, g)} | {ratio(i, g)} | {compiles} | {errs} |")
 
 

@@ -12,6 +12,10 @@
 #   bash benchmarks/pending_gpu.sh session16  # owed GPU tests; sampled CPU profiles of RMAT 2^17 steps
 #   bash benchmarks/pending_gpu.sh session16b # the attention kernel tests session16 cut off; GAT kernels, RMAT 2^20
 #   bash benchmarks/pending_gpu.sh session17  # owed: plan changes on CUDA; mini-batch switch A/B
+#   bash benchmarks/pending_gpu.sh session17b # mini-batch subgraphs above the switch's edge bound
+#   bash benchmarks/pending_gpu.sh session17c # split backward launch per pass; mini-batch TransformerConv
+#   bash benchmarks/pending_gpu.sh session17d # each split pass at its measured launch: GPU tests, A/B
+#   bash benchmarks/pending_gpu.sh session17e # mini-batch, each mode in its own process
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -139,13 +143,37 @@ elif [[ $what == session17 ]]; then
   # owed by session 16: the plan changes on CUDA (dedupe, one-sync index checks, searchsorted offsets, one-sync
   # work items) through the GPU tests, then mini-batch training with the switch to torch.compile's code for small
   # churning graphs against the rewrites kept (gnn_io_churn_off), one process per layer
-  CI=1 GNN_IO_STRICT=1 timeout 330 python3 -m pytest -q -p no:cacheprovider tests/gpu -k "not interpreter" 2>&1 \
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu -k "not interpreter" 2>&1 \
     | tee "$out/gpu_tests.txt" | tail -2
-  MODES=eager,gnn_io,gnn_io_churn_off,inductor timeout 250 bash benchmarks/minibatch_suite.sh rmat-arxiv \
+  MODES=eager,gnn_io,gnn_io_churn_off,inductor timeout 260 bash benchmarks/minibatch_suite.sh rmat-arxiv \
     gcn,sage_max,transformer --steps 20
+elif [[ $what == session17b ]]; then
   # subgraphs above the switch's 1M-edge bound (rewrites kept, plan rebuilt per step): where is the crossover?
   MODES=gnn_io,inductor timeout 150 bash benchmarks/minibatch_suite.sh rmat-large gcn --batch 65536 --fanout 25,10 \
     --pool 10 --steps 10
+elif [[ $what == session17c ]]; then
+  # the split backward's passes launched apart (GATConv on RMAT 2^20: the src pass is 4.1 of the backward's
+  # 5.7 ms); mini-batch TransformerConv, which kept gnn_io 20% behind torch.compile: why (near misses), and
+  # Inductor's 3-D tiles (GNN_IO_INDUCTOR_MAX_TILES=3) in the graph it runs whole
+  timeout 260 python3 -m benchmarks.probe --parts split_sweep --graphs rmat-large --attention-graphs rmat-large \
+    --families gat,gatv2,dot --out "$out/split_sweep" >"$out/split_sweep.txt" 2>&1
+  grep "^| split_sweep" "$out/split_sweep.txt" | cut -c1-160
+  MODES=gnn_io,gnn_io_tiles3,inductor timeout 150 bash benchmarks/minibatch_suite.sh rmat-arxiv transformer --steps 20
+  grep "^== {" "$out/minibatch_rmat-arxiv_transformer.txt" | cut -c1-600
+elif [[ $what == session17d ]]; then
+  # each split backward pass at its own launch (session 17's sweep): the kernel tests that run the split backward,
+  # then whole layers against session 9's launch in both passes, interleaved
+  CI=1 GNN_IO_STRICT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "not interpreter and (split or one_pass or fused_matches or bias)" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 330 python3 -m benchmarks.ab --layers gat,gatv2,transformer --graphs rmat-large,rmat-arxiv \
+    --modes gnn_io_split_s9,gnn_io --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_split_launch.txt" | tail -8
+elif [[ $what == session17e ]]; then
+  # mini-batch training with each mode in its own process (benchmarks/minibatch.py now does that: in one process
+  # the mode timed last ran faster), then subgraphs above the switch's edge bound
+  MODES=eager,gnn_io,inductor timeout 400 bash benchmarks/minibatch_suite.sh rmat-arxiv gcn,sage_max,transformer \
+    --steps 20
+  MODES=gnn_io,inductor timeout 170 bash benchmarks/minibatch_suite.sh rmat-large gcn --batch 65536 --fanout 25,10 \
+    --pool 10 --steps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-e]" >&2; exit 2
 fi

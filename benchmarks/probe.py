@@ -286,6 +286,43 @@ ATTENTION_SWEEP += [("all", e, w) for e, w in ((2, 1), (2, 2), (4, 1), (4, 2), (
 ATTENTION_SWEEP += [("split", e, w) for e, w in ((2, 1), (2, 2), (2, 4), (4, 2), (4, 4), (8, 4))]
 
 
+SPLIT_PASS_SWEEP = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (16, 4), (16, 8)]
+
+
+def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 1024)):
+    """The split backward's two passes launched apart, fp32: per family, the whole backward timed with one pass's
+    launch (``block_e`` edges per block, warps) swept and the other's at its default (rows ``src`` and ``dst``),
+    and the src pass's work items at each ``max_edges`` (rows ``src_items``); each checked against the default."""
+    from gnn_inductor.kernels import attention_triton as at
+
+    rowptr, col, _, perm = plan[:4]
+    generator = torch.Generator(device=device).manual_seed(0)
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    for family in families:
+        score, message, roles, args = family_inputs(family, graph.num_nodes, device, generator)
+        layout = at.prepare(args, roles, perm, score, message)
+        needs = [True] * len(args)
+        out, lse = at.forward(layout, rowptr, col, perm, 1e-16, items, 256)
+        sources = {m: at.build_source_csr(rowptr, col, perm, graph.num_nodes, m) for m in max_edges_list}
+        reference = at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
+        runs = [("default", None, 256)] + [(f"src_items", None, m) for m in max_edges_list if m != 256]
+        runs += [(p, {p: dict(block_e=e, num_warps=w)}, 256) for p in ("src", "dst") for e, w in SPLIT_PASS_SWEEP]
+        for name, launch, src_max in runs:
+            def bwd():
+                return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, 256, config=launch,
+                                   by_src=sources[src_max])
+            try:
+                errs = [_rel_err(g, r) for g, r in zip(bwd(), reference) if g is not None]
+                ms = median_ms(bwd, reps=10)
+                emit(part="split_sweep", graph=graph.name, family=family, kernel="csr", dtype="fp32", order=name,
+                     ms=round(ms, 3), max_rel_err=max(errs), launch=(launch or {}).get(name, "default"),
+                     src_max_edges=src_max)
+            except Exception as exc:  # noqa: BLE001
+                emit(part="split_sweep", graph=graph.name, family=family, order=name, launch=str(launch),
+                     error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
     """The CSR attention kernels' launch parameters, fp32: forward alone (rows ``per_head`` and ``all``) and the
     split backward alone (rows ``split``), per family, each against the default launch."""
@@ -405,6 +442,8 @@ def main():
                 part_spmm_sweep(graph, plan, device)
             if "attn_launch" in parts and name in args.attention_graphs.split(","):
                 part_attention_launch(graph, plan, device, args.families.split(","))
+            if "split_sweep" in parts and name in args.attention_graphs.split(","):
+                part_split_sweep(graph, plan, device, args.families.split(","))
             if "reduction" in parts:
                 part_reduction(graph, plan, device, bandwidth)
             if "attention" in parts and name in args.attention_graphs.split(","):

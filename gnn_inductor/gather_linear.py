@@ -32,6 +32,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from gnn_inductor.linear_fusion import _call, _val, linear_map
+from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
 ENV = "GNN_IO_GATHER_LINEAR"
@@ -40,7 +41,7 @@ ENV = "GNN_IO_GATHER_LINEAR"
 def enabled() -> bool:
     value = os.environ.get(ENV, "1").strip()
     if value not in ("0", "1"):
-        raise ValueError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
     return value == "1"
 
 

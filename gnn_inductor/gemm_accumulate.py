@@ -37,6 +37,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from gnn_inductor import direct_ops
+from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
 ENV = "GNN_IO_GEMM_ACCUMULATE"
@@ -58,7 +59,7 @@ ADDMM_INTO = torch.ops.gnn_io.addmm_into.default
 def enabled() -> bool:
     value = os.environ.get(ENV, "1").strip()
     if value not in ("0", "1"):
-        raise ValueError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
     return value == "1"
 
 

@@ -34,6 +34,7 @@ from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
+from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
 ENV = "GNN_IO_FUSE_LINEARS"
@@ -43,7 +44,7 @@ MIN_GROUP = 3   # maps per fused GEMM (module docstring: two measured slower, fo
 def _setting() -> str:
     value = os.environ.get(ENV, "1").strip()
     if value not in ("0", "1", "all"):
-        raise ValueError(f"{ENV}={value!r}: set it to 0, 1 or all (or leave it unset)")
+        raise SettingError(f"{ENV}={value!r}: set it to 0, 1 or all (or leave it unset)")
     return value
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels._common import SettingError
 
 # Block-sparse format: rows in windows of TILE_ROWS, each window's distinct source columns
 # condensed and cut into tiles of TILE_COLS.
@@ -316,10 +317,10 @@ def _forced() -> Optional[str]:
     value = os.environ.get(ENV_VAR, "auto").strip().lower()
     valid = ["auto", "off", *CANDIDATES]
     if value not in valid:
-        raise ValueError(f"{ENV_VAR}={value!r} is not one of {valid}")
+        raise SettingError(f"{ENV_VAR}={value!r} is not one of {valid}")
     if value == "partition" and _pymetis() is None:
-        raise ValueError(f"{ENV_VAR}=partition needs pymetis (pip install pymetis), or choose one of "
-                         f"{[v for v in valid if v != 'partition']}")
+        raise SettingError(f"{ENV_VAR}=partition needs pymetis (pip install pymetis), or choose one of "
+                           f"{[v for v in valid if v != 'partition']}")
     return None if value == "auto" else value
 
 

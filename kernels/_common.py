@@ -24,6 +24,13 @@ import threading
 import torch
 from torch import Tensor
 
+
+
+class SettingError(ValueError):
+    """A ``GNN_IO_*`` environment variable set to a value it does not take. The backend raises it to the user
+    instead of falling back to Inductor (a misspelt setting would otherwise pass unnoticed)."""
+
+
 ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3
 ROLE_NAMES = {ROLE_SRC: "src", ROLE_DST: "dst", ROLE_EDGE: "edge", ROLE_DENSE: "dense"}
 REDUCTIONS = ("sum", "mean", "max", "min")

@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor.kernels import block_sparse, block_sparse_gat
-from gnn_inductor.kernels._common import outside_graph_pool
+from gnn_inductor.kernels._common import SettingError, outside_graph_pool
 from gnn_inductor.kernels.spmm_triton import PADDING
 
 PATH_ENV = "GNN_IO_ATTENTION_PATH"
@@ -100,7 +100,7 @@ AUTO_ORDERS = ("none", "degree", "rcm")
 def path_setting() -> str:
     value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
     if value not in PATHS:
-        raise ValueError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
+        raise SettingError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
     return value
 
 

@@ -84,7 +84,7 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, outside_graph_pool
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, outside_graph_pool
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
     WorkItems, hub_item_count, hub_items, items_memo, work_items, work_items_op, zero_rows_without_entries,
@@ -1080,21 +1080,41 @@ ALL_HEADS_FORWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
 # these launches (2 edges per block at 4 x 32) it took 5.25 / 8.77 / 8.94 ms for GAT / GATv2 / TransformerConv
 # (GAT on 2 warps: 5.53 ms) against 7.69 / 12.07 / 10.67 ms for the former per-head split backward at its
 # default launch; whole layers, forward and backward, 13.78 / 20.41 / 25.90 ms against 16.24 / 24.30 / 27.61 ms.
-SPLIT_BACKWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
+SPLIT_BACKWARD_LAUNCH_SESSION9 = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
+# Each pass's own launch, (dst pass, src pass), measured on the H200 in session 17 (fp32, 4 x 32, RMAT 2^20, the
+# whole backward timed with one pass's launch swept and the other's at session 9's; benchmarks/probe.py --parts
+# split_sweep, docs/benchmarks/session17/): GAT's dst pass at 4 edges per block took the backward from 4.59 to
+# 4.36 ms; GATv2's passes at 1 edge per block each 7.70 -> 7.21 (src) and 7.29 ms (dst); TransformerConv's dst
+# pass at 1 edge 6.97 -> 6.59 ms (its src pass kept 2 edges on 2 warps: 1 edge took 7.05). The src pass gathers
+# every edge's destination ``dout`` row, ``D`` and ``lse``; the dst pass reads them once per row.
+# ``GNN_IO_SPLIT_LAUNCH=session9`` runs :data:`SPLIT_BACKWARD_LAUNCH_SESSION9` in both passes (the A/B).
+SPLIT_BACKWARD_LAUNCH = {"gat": ((512, 1), (256, 1)), "gatv2": ((128, 1), (128, 1)), "dot": ((128, 1), (256, 2))}
+SPLIT_LAUNCH_ENV = "GNN_IO_SPLIT_LAUNCH"
 
 
-def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = None, min_block_c: int = 1) -> dict:
+def split_launch(family: str) -> tuple:
+    """((tile, warps) of the dst pass, of the src pass) for ``family``'s split backward."""
+    value = os.environ.get(SPLIT_LAUNCH_ENV) or "measured"
+    if value not in ("measured", "session9"):
+        raise SettingError(f"{SPLIT_LAUNCH_ENV}={value!r}: set it to measured or session9 (or leave it unset)")
+    if value == "session9":
+        return (SPLIT_BACKWARD_LAUNCH_SESSION9[family],) * 2
+    return SPLIT_BACKWARD_LAUNCH[family]
+
+
+def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = None, min_block_c: int = 1,
+                            min_block_e: int = 2) -> dict:
     """Block sizes of the all-heads kernels: every head in one tile row (``BLOCK_H x BLOCK_C``, each rounded up
     to a power of two, ``BLOCK_C`` at least ``min_block_c``). With ``measured = (tile elements, warps)`` (the
     forward's :data:`ALL_HEADS_FORWARD_LAUNCH`, the split backward's :data:`SPLIT_BACKWARD_LAUNCH`):
-    ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C`` near that tile (``BLOCK_E`` between 2 and 32), the
+    ``BLOCK_E`` edges with ``BLOCK_E * BLOCK_H * BLOCK_C`` near that tile (between ``min_block_e`` and 32), the
     warps scaled with the tile. Without (the all-heads atomic backward, not re-measured) or with
     ``GNN_IO_ATTENTION_LAUNCH=legacy``: about 2048 elements."""
     block_h, block_c = next_power_of_2(heads), max(min_block_c, next_power_of_2(head_dim))
     width = block_h * block_c
     if measured is not None and os.environ.get(LAUNCH_ENV) != "legacy":
         tile, warps = measured
-        block_e = max(2, min(32, tile // width))
+        block_e = max(min_block_e, min(32, tile // width))
         warps = min(8, warps * max(1, block_e * width // tile))
         return {"block_e": block_e, "block_h": block_h, "block_c": block_c, "num_warps": warps}
     block_e = max(8, min(32, 2048 // width))
@@ -1110,7 +1130,8 @@ def heads_variant(default: str = "all") -> str:
     the atomic backward per head (its all-heads form is not measured)."""
     variant = os.environ.get(HEADS_ENV) or default
     if variant not in HEADS_VARIANTS:
-        raise ValueError(f"{HEADS_ENV}={variant!r}: set it to one of {', '.join(HEADS_VARIANTS)} (or leave it unset)")
+        raise SettingError(f"{HEADS_ENV}={variant!r}: set it to one of {', '.join(HEADS_VARIANTS)} "
+                           "(or leave it unset)")
     return variant
 
 
@@ -1343,7 +1364,7 @@ def delta_variant() -> str:
     one-pass GAT form always does), from ``GNN_IO_ATTENTION_DELTA``, read at each call."""
     variant = os.environ.get(DELTA_ENV) or "pass"
     if variant not in ("pass", "kernel"):
-        raise ValueError(f"{DELTA_ENV}={variant!r}: set it to pass or kernel (or leave it unset)")
+        raise SettingError(f"{DELTA_ENV}={variant!r}: set it to pass or kernel (or leave it unset)")
     return variant
 
 
@@ -1355,8 +1376,8 @@ def backward_variant() -> str:
     if variant == "split_all":
         return "split"
     if variant not in BACKWARD_VARIANTS:
-        raise ValueError(f"{BACKWARD_ENV}={variant!r}: set it to one of {', '.join(BACKWARD_VARIANTS)} "
-                         "(or leave it unset)")
+        raise SettingError(f"{BACKWARD_ENV}={variant!r}: set it to one of {', '.join(BACKWARD_VARIANTS)} "
+                           "(or leave it unset)")
     return variant
 
 
@@ -1434,7 +1455,8 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     src pass also adds the dst-role scalar gradients, by atomics (:func:`one_pass_outputs`), and the dst pass,
     a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``), ``out`` is the
     biased output (kernels/attention.py): the dst pass subtracts it where it computes ``D``, the other variants
-    get ``out - bias``.
+    get ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...) overrides both split passes'
+    launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one pass's.
     """
     form, channels = layout.form, layout.channels
     query = (form.query,) if form.query is not None else ()
@@ -1467,8 +1489,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                          (item_row, item_start, item_end), config, variant)
     else:
         # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
-        defaults = all_heads_launch_config(layout.heads, channels, SPLIT_BACKWARD_LAUNCH[form.family], min_block_c=16)
-        config = {**defaults, **(config or {})}
+        dst_launch, src_launch = split_launch(form.family)
+        overrides = {k: v for k, v in (config or {}).items() if k not in ("dst", "src")}
+        config, src_config = ({**all_heads_launch_config(layout.heads, channels, launch, min_block_c=16, min_block_e=1),
+                               **overrides, **((config or {}).get(name) or {})}
+                              for launch, name in ((dst_launch, "dst"), (src_launch, "src")))
         grad_out, out = grad_out.contiguous(), out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
         dst_pass = bool(dst_outputs) or att_grad is not None
@@ -1483,7 +1508,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                         bias.contiguous() if delta_here and bias is not None else None)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
-                        lse, delta, config)
+                        lse, delta, src_config)
         for i in by_edge_ids:
             buffers[i] = _sum_by_destination(buffers[i], rowptr, perm, (item_row, item_start, item_end, item_shared))
     result = [None] * len(layout.args)

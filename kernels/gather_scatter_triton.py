@@ -90,7 +90,7 @@ from torch import Tensor
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
@@ -710,8 +710,8 @@ def maxmin_backward() -> str:
     element, and hub rows, 64% of that graph's edges, are walked either way."""
     variant = os.environ.get(MAXMIN_BACKWARD_ENV) or "walk"
     if variant not in MAXMIN_BACKWARDS:
-        raise ValueError(f"{MAXMIN_BACKWARD_ENV}={variant!r}: set it to one of {', '.join(MAXMIN_BACKWARDS)} "
-                         "(or leave it unset)")
+        raise SettingError(f"{MAXMIN_BACKWARD_ENV}={variant!r}: set it to one of {', '.join(MAXMIN_BACKWARDS)} "
+                           "(or leave it unset)")
     return variant
 
 

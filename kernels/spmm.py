@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 import torch
-from gnn_inductor.kernels._common import segment_reduce
+from gnn_inductor.kernels._common import SettingError, segment_reduce
 from torch import Tensor
 
 SPMM_REDUCTIONS = ("sum", "mean")
@@ -48,7 +48,7 @@ def spmm_binding() -> str:
     or ``triton`` (``kernels/spmm_triton.py``); docs/spmm_binding.md."""
     binding = os.environ.get("GNN_IO_SPMM", "cusparse")
     if binding not in SPMM_BINDINGS:
-        raise ValueError(f"GNN_IO_SPMM must be one of {SPMM_BINDINGS}, got {binding!r}")
+        raise SettingError(f"GNN_IO_SPMM must be one of {SPMM_BINDINGS}, got {binding!r}")
     return binding
 
 

@@ -35,7 +35,7 @@ from collections import OrderedDict
 
 import numpy as np
 import torch
-from gnn_inductor.kernels._common import outside_graph_pool
+from gnn_inductor.kernels._common import SettingError, outside_graph_pool
 from torch import Tensor
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -150,7 +150,7 @@ class _Entry:
         best = None
         forced = os.environ.get("GNN_IO_CUSPARSE_ALG")
         if forced is not None and forced not in KNOWN_ALGORITHMS:
-            raise ValueError(f"GNN_IO_CUSPARSE_ALG must be one of {KNOWN_ALGORITHMS}, got {forced!r}")
+            raise SettingError(f"GNN_IO_CUSPARSE_ALG must be one of {KNOWN_ALGORITHMS}, got {forced!r}")
         names = (forced,) if forced else CANDIDATE_ALGORITHMS
         if len(names) == 1:  # nothing to choose: no timing, no device sync
             self.algorithm = getattr(cs.SpMMAlg, names[0])

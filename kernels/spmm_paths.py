@@ -34,7 +34,7 @@ import time
 
 import torch
 from gnn_inductor.kernels import attention_paths, block_sparse, block_sparse_spmm
-from gnn_inductor.kernels._common import outside_graph_pool
+from gnn_inductor.kernels._common import SettingError, outside_graph_pool
 from torch import Tensor
 
 PATH_ENV = "GNN_IO_SPMM_PATH"
@@ -46,7 +46,7 @@ MIN_GAIN = 0.05
 def path_setting() -> str:
     value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
     if value not in PATHS:
-        raise ValueError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
+        raise SettingError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
     return value
 
 

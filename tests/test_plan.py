@@ -191,10 +191,14 @@ def plans_per_step(model, steps: int, eager=None) -> list:
     return built
 
 
-def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch):
+@pytest.mark.parametrize("setting", ["on", None], ids=["on", "default"])
+def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch, setting):
     """Mini-batches: once most calls built a new plan, the graph runs as torch.compile's default compiles it
-    (structure inside, no gnn_io ops), results unchanged, and the report says so."""
-    monkeypatch.setenv("GNN_IO_CHURN", "on")
+    (structure inside, no gnn_io ops), results unchanged, and the report says so; by default on the CPU too."""
+    if setting is None:
+        monkeypatch.delenv("GNN_IO_CHURN", raising=False)
+    else:
+        monkeypatch.setenv("GNN_IO_CHURN", setting)
     torch._dynamo.reset()
     torch.manual_seed(0)
     eager = TwoGCNLayers()
@@ -215,6 +219,13 @@ def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
     torch.manual_seed(0)
     built = plans_per_step(torch.compile(TwoGCNLayers(), backend="gnn_io"), 11)
     assert built[2:] == [1] * 9, built
+
+
+def test_an_unknown_churn_setting_is_an_error(monkeypatch):
+    monkeypatch.setenv("GNN_IO_CHURN", "sometimes")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="GNN_IO_CHURN"):
+        plans_per_step(torch.compile(TwoGCNLayers(), backend="gnn_io"), 3)
 
 
 @pytest.mark.parametrize("failure", ["raised", "op_by_op"])

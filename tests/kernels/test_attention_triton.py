@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gnn_inductor.kernels import attention_triton, rng
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError
+from gnn_inductor.kernels.launch import next_power_of_2
 from gnn_inductor.kernels.attention import (
     _reference_with_lse,
     attention_reference,
@@ -396,6 +397,49 @@ def test_variants_mix(plan, forward_variant, backward_variant):
                                         variant="per_head")
     for i, (g, r) in enumerate(zip(mixed, default)):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat", "gatv2_edge", "transformer_edge"])
+def test_split_passes_launch_apart(plan, name, monkeypatch):
+    """Each split pass takes its own launch (session 17's measured pair, session 9's, or one pass overridden down to
+    one edge per block): the launches change no gradient, and each pass ran with the launch asked of it."""
+    score_fn, message_fn, family, kinds = CASES[name]
+    roles = [role for role, _ in kinds]
+    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
+    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
+    layout = attention_triton.prepare(args, roles, perm, _fn(score_fn), _fn(message_fn))
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    needs = [True] * len(args)
+    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    launches = []
+    split_pass = attention_triton._split_pass
+    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (launches.append(
+        (major, next(x["block_e"] for x in a if isinstance(x, dict) and "block_e" in x))), split_pass(layout, major, *a)))
+
+    def run(setting, config=None):
+        monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, setting)
+        launches.clear()
+        grads = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
+                                          by_src=by_src, config=config)
+        return grads, dict(launches)
+    measured, blocks = run("measured")
+    width = next_power_of_2(HEADS) * max(16, next_power_of_2(CHANNELS))  # BLOCK_H * BLOCK_C of this case
+    (dst_tile, _), (src_tile, _) = attention_triton.SPLIT_BACKWARD_LAUNCH[family]
+    assert blocks == {ROLE_DST: max(1, dst_tile // width), ROLE_SRC: max(1, src_tile // width)}, blocks
+    session9, blocks9 = run("session9")
+    assert set(blocks9.values()) == {max(2, attention_triton.SPLIT_BACKWARD_LAUNCH_SESSION9[family][0] // width)}
+    single, blocks1 = run("measured", {"src": {"block_e": 1}, "dst": {"block_e": 1, "num_warps": 1}})
+    assert blocks1 == {ROLE_DST: 1, ROLE_SRC: 1}
+    for i, (a, b, c) in enumerate(zip(measured, session9, single)):
+        if a is not None:
+            assert_close(b, a.double().cpu(), torch.float32, f"grad of argument {i}, session 9 launch")
+            assert_close(c, a.double().cpu(), torch.float32, f"grad of argument {i}, one edge per block")
+    monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, "fastest")
+    with pytest.raises(SettingError, match="GNN_IO_SPLIT_LAUNCH"):
+        attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES, by_src=by_src)
 
 
 @runs_kernel
