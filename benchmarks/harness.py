@@ -180,6 +180,15 @@ def build(mode: str, layer: torch.nn.Module):
         return torch.compile(layer, mode="reduce-overhead")
     if mode.startswith("gnn_io"):
         return torch.compile(layer, backend=_mode_backend(mode))
+    if mode in ("compile_fx", "inner_compile"):
+        # diagnostics: Inductor called from a custom backend callable, as gnn_io calls it for a graph it leaves
+        # whole (plainly, or through the backend's own options: gnn_inductor.backend._inner_compile)
+        from torch._inductor.compile_fx import compile_fx
+
+        from gnn_inductor import backend
+
+        return torch.compile(layer, backend=compile_fx if mode == "compile_fx" else
+                             (lambda gm, example_inputs: backend._inner_compile(gm, list(example_inputs))))
     raise ValueError(mode)
 
 

@@ -9,7 +9,7 @@ shift 2 2>/dev/null || shift $#
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GNN_IO_DATA=${GNN_IO_DATA:-.bench_data}
 for layer in ${layers//,/ }; do
-  timeout 240 python3 -m benchmarks.minibatch --graph "$graph" --layers "$layer" \
+  timeout ${LAYER_TIMEOUT:-270} python3 -m benchmarks.minibatch --graph "$graph" --layers "$layer" \
     --modes "${MODES:-eager,gnn_io,inductor,inductor_breaks}" "$@" >"$out/minibatch_${graph}_$layer.txt" 2>"$out/minibatch_${graph}_${layer}_stderr.txt"
   grep "^| $layer " "$out/minibatch_${graph}_$layer.txt" | cut -c1-300
 done

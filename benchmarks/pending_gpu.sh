@@ -16,6 +16,9 @@
 #   bash benchmarks/pending_gpu.sh session17c # split backward launch per pass; mini-batch TransformerConv
 #   bash benchmarks/pending_gpu.sh session17d # each split pass at its measured launch: GPU tests, A/B
 #   bash benchmarks/pending_gpu.sh session17e # mini-batch, each mode in its own process
+#   bash benchmarks/pending_gpu.sh session17f # mini-batch: Inductor through a custom backend, and our options
+#   bash benchmarks/pending_gpu.sh session17g # block-sparse TransformerConv (bf16, block model) kernel by kernel
+#   bash benchmarks/pending_gpu.sh session17h # mini-batch GATConv: fused attention where Inductor fails
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -174,6 +177,25 @@ elif [[ $what == session17e ]]; then
     --steps 20
   MODES=gnn_io,inductor timeout 170 bash benchmarks/minibatch_suite.sh rmat-large gcn --batch 65536 --fanout 25,10 \
     --pool 10 --steps 10
+elif [[ $what == session17f ]]; then
+  # mini-batch: gnn_io behind torch.compile where it runs torch.compile's own code (SAGEConv max switched,
+  # TransformerConv declined). Inductor behind a custom backend callable (compile_fx), and through the backend's
+  # own Inductor options (inner_compile), each mode in its own process
+  MODES=inductor,compile_fx,inner_compile,gnn_io timeout 560 bash benchmarks/minibatch_suite.sh rmat-arxiv \
+    sage_max,transformer --steps 20
+elif [[ $what == session17g ]]; then
+  # issue 8: the block-sparse path's TransformerConv layer kernel by kernel (bf16, the block model), against the
+  # CSR path's, to see where the block path's time goes
+  for mode in gnn_io_block gnn_io_csr; do
+    timeout 150 python3 -m benchmarks.profile_layer --layer transformer --graph sbm-dense --mode $mode --dtype bfloat16 \
+      --rows 24 >"$out/profile_transformer_$mode.txt" 2>&1
+    grep -A 30 "^==" "$out/profile_transformer_$mode.txt" | cut -c1-62,100-180 | head -32
+  done
+elif [[ $what == session17h ]]; then
+  # mini-batch GATConv: torch.compile fails there (an unbacked-size assertion), and gnn_io, which leaves small
+  # float32 attention to Inductor, ran its graph op by op (1.5x eager); now the fused attention runs instead
+  MODES=eager,gnn_io,inductor_breaks timeout 300 bash benchmarks/minibatch_suite.sh rmat-arxiv gat --steps 20
+  grep -h "^== {" "$out/minibatch_rmat-arxiv_gat.txt" | cut -c1-400
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-e]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-h]" >&2; exit 2
 fi

@@ -10,7 +10,8 @@ import torch
 from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
 
 
-def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None):
+def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None,
+               dtype=torch.float32):
     """``step()``: one forward+backward of ``layer`` compiled in ``mode`` (its harness environment applied) on
     ``graph_name`` (or on the loaded ``graph``), on CUDA unless ``device`` says otherwise, with every gradient
     set to None first, as the harness times it. Same seed, same weights and inputs for every mode."""
@@ -19,10 +20,10 @@ def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, devi
     if graph is None:
         (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
     torch.manual_seed(0)
-    model = build(mode, make_layer(layer, features).to(device))
-    x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
+    model = build(mode, make_layer(layer, features).to(device=device, dtype=dtype))
+    x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype, requires_grad=True)
     edge_index = graph.edge_index.to(device)
-    grad = torch.randn(graph.num_nodes, features, device=device)
+    grad = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
 
     def step():
         x.grad = None
@@ -39,8 +40,13 @@ def main():
     parser.add_argument("--mode", default="gnn_io")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (float32)")
     args = parser.parse_args()
-    step = layer_step(args.layer, args.graph, args.mode, args.features)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+    step = layer_step(args.layer, args.graph, args.mode, args.features, dtype=getattr(torch, args.dtype))
     for _ in range(5):
         step()
     torch.cuda.synchronize()
@@ -49,7 +55,7 @@ def main():
         for _ in range(10):
             step()
         torch.cuda.synchronize()
-    print(f"== {args.layer} {args.graph} {args.mode}: per 10 steps")
+    print(f"== {args.layer} {args.graph} {args.mode} {args.dtype}{' tf32' if args.tf32 else ''}: per 10 steps")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=60))
     print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=12, max_name_column_width=60))
 

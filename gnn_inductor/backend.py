@@ -110,11 +110,14 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
         if _strict():
             raise
         reason = (f"Inductor failed to compile this graph ({type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0][:160]}); it runs op by op instead")
+                  f"{str(exc).splitlines()[0][:160]}){OP_BY_OP}")
         if graph_report is not None:
             graph_report.near_misses.append(_report.NearMiss("inductor", reason,
                                                              {"source": "<graph>", "layer": None, "frames": []}))
         return _OpByOp(pristine)
+
+
+OP_BY_OP = "; it runs op by op instead"
 
 
 def _compile_in_workers(example_inputs) -> None:
@@ -262,10 +265,17 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size
-        graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
-        graph_report.track_parameters(example_inputs)
-        _report.add(graph_report)
-        return _inner_compile(gm, list(example_inputs), graph_report)
+        plain, failure = _plain_compile(gm, example_inputs)
+        if plain is not None:
+            graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
+            graph_report.track_parameters(example_inputs)
+            _report.add(graph_report)
+            return plain
+        # Inductor cannot compile the graph (mini-batch GATConv on the H100: an unbacked-size assertion; run op by
+        # op it took 1.5x eager PyG's step): the fused attention runs after all
+        ctx.near_misses.append(_report.NearMiss(
+            "attention", f"the cost model left this graph to Inductor, which failed on it ({failure}); the fused "
+            f"attention runs instead", {"source": "<graph>", "layer": None, "frames": []}))
     for rewrite in ctx.rewrites:
         rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
     graph_report = _report.GraphReport(0, ctx.rewrites + moved, ctx.near_misses)
@@ -325,6 +335,28 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     return run
 
 
+def _plain_compile(gm, example_inputs) -> tuple:
+    """``(compiled, None)``: Dynamo's graph compiled as ``torch.compile``'s default compiles it, forward and backward
+    both now; or ``(None, why)`` where Inductor could not (an exception, or a failure that
+    :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can run the rewritten
+    graph instead. Nothing of this compile lands in a graph's report. ``GNN_IO_STRICT=1`` re-raises."""
+    import torch._functorch.config as functorch_config
+
+    scratch = _report.GraphReport(0, [], [])
+    try:
+        # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a failure
+        # could no longer fall back to the rewritten graph)
+        with functorch_config.patch(force_non_lazy_backward_lowering=True):
+            compiled = _inner_compile(gm, list(example_inputs), scratch)
+    except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs)
+        if _strict():
+            raise
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    if scratch.near_misses:  # the guarded compile's fallback, which the caller replaces
+        return None, scratch.near_misses[0].reason.replace(OP_BY_OP, "")
+    return compiled, None
+
+
 class _Churn:
     """Mini-batch training meets a new graph at every step: the plan (CSR builds, index checks, self loops and
     normalisation run eagerly, op by op) is rebuilt every call and never reused. On small graphs that costs more
@@ -348,26 +380,10 @@ class _Churn:
             raise SettingError(f"GNN_IO_CHURN={mode!r}: set it to auto, on or off")
         if mode == "off" or not any(isinstance(e, torch.SymInt) for e in example_inputs):
             return
-        import torch._functorch.config as functorch_config
-
-        # its own report: an Inductor failure there (which _guarded_inner_compile turns into an op-by-op graph and
-        # a near miss) means no switch, and nothing of that compile lands in this graph's report
-        scratch = _report.GraphReport(0, [], [])
-        try:
-            # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a
-            # failure could no longer fall back to the rewritten graph)
-            with functorch_config.patch(force_non_lazy_backward_lowering=True):
-                plain = _inner_compile(gm, list(example_inputs), scratch)
-        except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs every call)
-            if _strict():
-                raise
-            self._note(f"not compiled as torch.compile's default ({type(exc).__name__}: "
-                       f"{str(exc).splitlines()[0][:160]}): a new graph every step keeps the rewrites")
-            return
-        if scratch.near_misses:
-            self._note(f"not compiled as torch.compile's default ({scratch.near_misses[0].reason}): a new graph "
-                       f"every step keeps the rewrites")
-            return
+        plain, failure = _plain_compile(gm, example_inputs)
+        if plain is None:
+            self._note(f"not compiled as torch.compile's default ({failure}): a new graph every step keeps the "
+                       f"rewrites")
         self.plain = plain
 
     def _note(self, reason: str) -> None:
