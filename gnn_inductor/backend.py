@@ -266,13 +266,22 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size
         plain, failure = _plain_compile(gm, example_inputs)
-        if plain is not None:
+        dynamic = any(isinstance(e, torch.SymInt) for e in example_inputs)
+        if plain is not None or dynamic:
             graph_report = _report.GraphReport(0, [], ctx.near_misses + declined)
             graph_report.track_parameters(example_inputs)
             _report.add(graph_report)
-            return plain
-        # Inductor cannot compile the graph (mini-batch GATConv on the H100: an unbacked-size assertion; run op by
-        # op it took 1.5x eager PyG's step): the fused attention runs after all
+            if plain is not None:
+                return plain
+            # Inductor cannot compile a graph of changing sizes (mini-batch GATConv: an unbacked-size assertion).
+            # Its AOT graphs op by op took 1.5x eager PyG's step (H100), the fused attention with a plan built per
+            # step 1.9x (H200): Dynamo's graph runs as captured, in eager mode
+            graph_report.near_misses.append(_report.NearMiss(
+                "inductor", f"Inductor failed on this graph, which the cost model left to it ({failure}); its sizes "
+                f"change from call to call (mini-batches), so it runs as captured, in eager mode",
+                {"source": "<graph>", "layer": None, "frames": []}))
+            return gm
+        # a graph of fixed sizes: its plan is built once, and the fused attention runs after all
         ctx.near_misses.append(_report.NearMiss(
             "attention", f"the cost model left this graph to Inductor, which failed on it ({failure}); the fused "
             f"attention runs instead", {"source": "<graph>", "layer": None, "frames": []}))

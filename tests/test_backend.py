@@ -481,17 +481,13 @@ def test_package_imports_outside_the_repository_root(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("crashing", ["forward", "backward"])
-def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monkeypatch, crashing):
-    """A graph the cost model leaves to Inductor whole (on CUDA: small float32 attention graphs; declined here by a
-    stand-in) where Inductor fails, in the forward or the backward (both compiled up front): the rewritten graph
-    runs, not Dynamo's graph op by op (mini-batch GATConv on the H100: Inductor failed on an unbacked size, and op
-    by op took 1.5x eager PyG's step). Results match eager; the report says why."""
+def _compile_with_crashing_inductor(monkeypatch, crashing: str):
+    """Inductor failing on any graph without gnn_io ops (in the forward or the backward compile), and the cost
+    model declining every attention graph (on CUDA: small float32 graphs), as a stand-in."""
     import torch._inductor.compile_fx as inductor
-    from torch_geometric.nn import GATConv
 
     from gnn_inductor import cost
-    from gnn_inductor.rewrite_report import clear, reports
+    from gnn_inductor.rewrite_report import clear
 
     real = inductor.compile_fx_inner
 
@@ -506,9 +502,9 @@ def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monke
     monkeypatch.delenv("GNN_IO_STRICT", raising=False)
     torch._dynamo.reset()
     clear()
-    torch.manual_seed(0)
-    conv = GATConv(6, 3, heads=2)
-    x, edge_index = torch.randn(40, 6), random_graph(40, 150, hub_degree=20)
+
+
+def _check_against_eager(conv, x, edge_index):
     x_new, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     out, ref = torch.compile(conv, backend="gnn_io")(x_new, edge_index), conv(x_ref, edge_index)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
@@ -516,10 +512,47 @@ def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monke
     for g, w in zip(torch.autograd.grad(out, [x_new, *conv.parameters()], grad),
                     torch.autograd.grad(ref, [x_ref, *conv.parameters()], grad)):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("crashing", ["forward", "backward"])
+def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monkeypatch, crashing):
+    """A graph of fixed sizes the cost model leaves to Inductor whole, where Inductor fails (forward or backward,
+    both compiled up front): the rewritten graph runs (its plan built once), not Dynamo's graph op by op. Results
+    match eager; the report says why."""
+    from torch_geometric.nn import GATConv
+
+    from gnn_inductor.rewrite_report import reports
+
+    _compile_with_crashing_inductor(monkeypatch, crashing)
+    torch.manual_seed(0)
+    conv = GATConv(6, 3, heads=2)
+    _check_against_eager(conv, torch.randn(40, 6), random_graph(40, 150, hub_degree=20))
     mine = reports(conv)
     assert [r.pattern for g in mine for r in g.rewrites if r.pattern == "attention"], mine
     reasons = [m.reason for g in mine for m in g.near_misses]
     assert any("Inductor failed on Dynamo's graph (simulated)" in r and "fused attention runs instead" in r
                for r in reasons), reasons
     assert not any("runs op by op" in r for r in reasons), reasons
+    torch._dynamo.reset()
+
+
+def test_a_declined_graph_of_changing_sizes_inductor_cannot_compile_runs_eagerly(monkeypatch):
+    """Mini-batches (sizes that change, Dynamo's dynamic-shape graph) where Inductor fails on a declined graph
+    (GATConv on the H100: an unbacked-size assertion): Dynamo's graph runs in eager mode, with no gnn_io op and no
+    plan; results match eager at every size; the report says why."""
+    from torch_geometric.nn import GATConv
+
+    from gnn_inductor.rewrite_report import reports
+    from tests.test_plan import op_counts
+
+    _compile_with_crashing_inductor(monkeypatch, "backward")
+    torch.manual_seed(0)
+    conv = GATConv(6, 3, heads=2)
+    for step, nodes in enumerate((40, 47, 53)):
+        edge_index = random_graph(nodes, 4 * nodes, seed=step, hub_degree=nodes // 2)
+        counts = op_counts(lambda: _check_against_eager(conv, torch.randn(nodes, 6), edge_index))
+        if step == 2:  # the dynamic-shape graph, compiled at step 1: nothing of gnn_io's runs
+            assert not any(name.startswith("gnn_io::") for name in counts), counts
+    reasons = [m.reason for g in reports(conv) for m in g.near_misses]
+    assert any("Inductor failed on Dynamo's graph (simulated)" in r and "in eager mode" in r for r in reasons), reasons
     torch._dynamo.reset()
