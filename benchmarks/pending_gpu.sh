@@ -19,6 +19,7 @@
 #   bash benchmarks/pending_gpu.sh session17f # mini-batch: Inductor through a custom backend, and our options
 #   bash benchmarks/pending_gpu.sh session17g # block-sparse TransformerConv (bf16, block model) kernel by kernel
 #   bash benchmarks/pending_gpu.sh session17h # mini-batch GATConv: fused attention where Inductor fails
+#   bash benchmarks/pending_gpu.sh session17i # block-sparse attention kernels: warps and stages
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -196,6 +197,12 @@ elif [[ $what == session17h ]]; then
   # float32 attention to Inductor, ran its graph op by op (1.5x eager); now the fused attention runs instead
   MODES=eager,gnn_io,inductor_breaks timeout 300 bash benchmarks/minibatch_suite.sh rmat-arxiv gat --steps 20
   grep -h "^== {" "$out/minibatch_rmat-arxiv_gat.txt" | cut -c1-400
+elif [[ $what == session17i ]]; then
+  # issue 8: the block-sparse attention kernels ran at Triton's default launch (4 warps, 3 stages) on 16 x 32 tiles;
+  # warps and stages per kernel, bf16, the block model in RCM order
+  timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
+    --families ${FAMILIES:-dot,gat,gatv2} --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
+  grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-h]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]" >&2; exit 2
 fi

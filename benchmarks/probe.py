@@ -254,6 +254,60 @@ def part_attention(graph, plan, device, order_names, families):
         torch.set_float32_matmul_precision("highest")
 
 
+BLOCK_KERNELS = {family: tuple(f"{family}_{k}" for k in kernels) for family, kernels in (
+    ("dot", ("forward", "query", "source")), ("gat", ("forward", "row", "source")),
+    ("gatv2", ("forward", "row", "source")))}
+BLOCK_LAUNCH_SWEEP = [dict(num_warps=w, num_stages=st) for w in (1, 2, 4, 8) for st in (1, 3)]
+
+
+def part_block_launch(graph, plan, device, families, order="rcm"):
+    """The block-sparse attention kernels' launch options (``block_sparse.BLOCK_LAUNCH``: warps, pipeline stages),
+    bf16, the block path forced in ``order``: forward+backward of the op at the current launches (row
+    ``default``), at each kernel's own (row ``kernels' own``: Triton's defaults for the dot kernels), and with
+    one kernel's launch swept and the others current; each checked against the current launches."""
+    rowptr, col, row, perm = plan[:4]
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    generator = torch.Generator(device=device).manual_seed(0)
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator).to(torch.bfloat16)
+    os.environ["GNN_IO_ATTENTION_PATH"], os.environ["GNN_IO_REORDER"] = "block", order
+    try:
+        for family in families:
+            score, message, roles, base = family_inputs(family, graph.num_nodes, device, generator)
+            args = [b.detach().to(torch.bfloat16).requires_grad_() for b in base]
+
+            def step():
+                for a in args:
+                    a.grad = None
+                out = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16,
+                                                         items, 256)[0]
+                out.backward(grad)
+                return [out] + [a.grad for a in args]
+            reset_decisions()
+            reference = [t.clone() for t in step()]
+            chosen = attention_paths._DECISIONS[-1].path if attention_paths._DECISIONS else "?"
+            saved = dict(block_sparse.BLOCK_LAUNCH)
+            emit(part="block_launch", graph=graph.name, family=family, kernel="default", dtype="bf16", order=order,
+                 ms=round(median_ms(step, reps=10), 3), chosen=chosen,
+                 launch={k: saved[k] for k in BLOCK_KERNELS[family]})
+            runs = [("kernels' own", {name: {} for name in BLOCK_KERNELS[family]})]
+            runs += [(name, {name: launch}) for name in BLOCK_KERNELS[family] for launch in BLOCK_LAUNCH_SWEEP]
+            for name, launches in runs:
+                block_sparse.BLOCK_LAUNCH.update(launches)
+                try:
+                    errs = [_rel_err(a, b) for a, b in zip(step(), reference)]
+                    emit(part="block_launch", graph=graph.name, family=family, kernel=name, dtype="bf16",
+                         order=order, ms=round(median_ms(step, reps=10), 3), max_rel_err=max(errs),
+                         launch=launches)
+                except Exception as exc:  # noqa: BLE001  (a failing launch is a row)
+                    emit(part="block_launch", graph=graph.name, family=family, kernel=name, launch=launches,
+                         error=f"{type(exc).__name__}: {exc}"[:300])
+                finally:
+                    block_sparse.BLOCK_LAUNCH.update(saved)
+    finally:
+        for var in ("GNN_IO_ATTENTION_PATH", "GNN_IO_REORDER"):
+            os.environ.pop(var, None)
+
+
 SPMM_SWEEP = [dict(block_f=f, block_e=e, num_warps=w) for f in (32, 64, 128)
               for e, w in ((4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4))]
 
@@ -442,6 +496,8 @@ def main():
                 part_spmm_sweep(graph, plan, device)
             if "attn_launch" in parts and name in args.attention_graphs.split(","):
                 part_attention_launch(graph, plan, device, args.families.split(","))
+            if "block_launch" in parts and name in args.attention_graphs.split(","):
+                part_block_launch(graph, plan, device, [f for f in args.families.split(",") if f in BLOCK_KERNELS])
             if "split_sweep" in parts and name in args.attention_graphs.split(","):
                 part_split_sweep(graph, plan, device, args.families.split(","))
             if "reduction" in parts:

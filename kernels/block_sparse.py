@@ -61,6 +61,17 @@ from torch import Tensor
 WINDOW = 16  # destination rows per window: the M side of the tl.dot tiles
 TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side of P V
 
+# Launch options (``num_warps``, ``num_stages``) of each block-sparse attention kernel, by name, over the kernel's
+# own (empty: Triton's defaults, 4 warps and 3 stages; GATv2's kernels take 8 warps for head dims of 64 and more).
+# ``python -m benchmarks.probe --parts block_launch`` sweeps one kernel at a time (H200, bf16, 4 heads x 32, the
+# block model in RCM order, forward+backward of the op, session 17): the dot kernels took the op from 5.95 ms at
+# 4 warps each to 4.17 on 1-2 warps (8 warps: 5.8-8.1); GAT's, one kernel at a time, 6.87 -> 6.54 (forward, 2
+# warps, 1 stage), 6.07 (row backward, 1 warp, 1 stage), 5.09 (source backward, 1 warp). GATv2's (gatv2_*)
+# are not measured yet.
+BLOCK_LAUNCH = {"dot_forward": {"num_warps": 2}, "dot_query": {"num_warps": 1}, "dot_source": {"num_warps": 1},
+                "gat_forward": {"num_warps": 2, "num_stages": 1}, "gat_row": {"num_warps": 1, "num_stages": 1},
+                "gat_source": {"num_warps": 1}, "gatv2_forward": {}, "gatv2_row": {}, "gatv2_source": {}}
+
 
 class BlockFormat(NamedTuple):
     """Block format of a graph (module docstring); ``W`` windows, ``T`` tiles."""
@@ -273,7 +284,7 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
             DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
-            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)))
+            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)), **BLOCK_LAUNCH["dot_forward"])
     return out, lse
 
 
@@ -410,7 +421,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
         _dot_backward_query_kernel[(blocks.dense_windows.shape[0], heads)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
-            **common)
+            **common, **BLOCK_LAUNCH["dot_query"])
     grad_key = torch.zeros(key.shape, dtype=torch.float32, device=device) if need_key else None
     grad_value = torch.zeros(value.shape, dtype=torch.float32, device=device) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
@@ -419,7 +430,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             transposed.tile_edge, *operands, grad_out, lse, delta,
             lse if grad_key is None else grad_key, lse if grad_value is None else grad_value,
             heads, channels, form.score_scale, form.message_scale, GRAD_KEY=need_key, GRAD_VALUE=need_value,
-            **common)
+            **common, **BLOCK_LAUNCH["dot_source"])
 
     grads = [None] * len(layout.args)
     for terms, grad in ((form.score_terms, grad_key), (form.value_terms, grad_value), ((form.query,), grad_query)):

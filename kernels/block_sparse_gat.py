@@ -51,7 +51,7 @@ from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
-from gnn_inductor.kernels.block_sparse import TILE, WINDOW, BlockFormat, _precision, attention_function
+from gnn_inductor.kernels.block_sparse import BLOCK_LAUNCH, TILE, WINDOW, BlockFormat, _precision, attention_function
 from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
@@ -232,6 +232,11 @@ def _slot(t: Tensor | None, dummy: Tensor, vector: bool) -> list:
     return [t, t.stride(0), t.stride(1), t.stride(2) if vector else 0]
 
 
+def _launch_prefix(ops: _Operands) -> str:
+    """``block_sparse.BLOCK_LAUNCH``'s key prefix of this attention's kernels: GAT's and GATv2's are measured apart."""
+    return "gatv2" if ops.layout.form.family == "gatv2" else "gat"
+
+
 def _kernel_operands(ops: _Operands) -> tuple:
     """The pointer/stride arguments shared by the three kernels and their common constexprs."""
     layout = ops.layout
@@ -268,7 +273,8 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
         _gat_forward_kernel[(blocks.dense_windows.shape[0], heads)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, out, lse, heads, channels, form.negative_slope, form.score_scale, form.message_scale, eps,
-            PRECISION=_precision(allow_tf32, ops.value.dtype), **constexprs)
+            PRECISION=_precision(allow_tf32, ops.value.dtype),
+            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_forward"]})
     return out, lse
 
 
@@ -462,7 +468,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             *[lse if g is None else g for g in (grad_terms[ROLE_DST], grad_terms[ROLE_EDGE], grad_att)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_DST=need[ROLE_DST], GRAD_EDGE=need[ROLE_EDGE], GRAD_ATT=need_att, PRECISION=precision,
-            **constexprs)
+            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_row"]})
     grad_value = torch.zeros(ops.value.shape, dtype=torch.float32, device=device) if need_value else None
     if (need[ROLE_SRC] or need_value) and transposed.dense_windows.shape[0] and heads:
         _gat_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
@@ -470,7 +476,8 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             transposed.tile_edge, *pointers, grad_out, lse, delta,
             *[lse if g is None else g for g in (grad_terms[ROLE_SRC], grad_value)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
-            GRAD_SRC=need[ROLE_SRC], GRAD_VALUE=need_value, PRECISION=precision, **constexprs)
+            GRAD_SRC=need[ROLE_SRC], GRAD_VALUE=need_value, PRECISION=precision,
+            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_source"]})
 
     parts = [(ops.terms[role][0], grad_terms[role]) for role in (ROLE_SRC, ROLE_DST, ROLE_EDGE)]
     parts += [(form.value_terms, grad_value)]
