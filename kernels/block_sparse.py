@@ -255,12 +255,22 @@ def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str, d
         raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
     form = layout.form
     query = layout.views[form.query]
-    key = sum(layout.views[i] for i in form.score_terms)
-    value = sum(layout.views[i] for i in form.value_terms)
+    key = summed_views(layout, form.score_terms)
+    value = summed_views(layout, form.value_terms)
     half = attention_triton._out_dtype(layout.args)
     if half != torch.float32:
         query, key, value = (t.to(half) for t in (query, key, value))
     return layout, query, key, value
+
+
+def summed_views(layout, indices) -> Tensor:
+    """The sum of the layout's ``[rows, H, C]`` views of ``indices``; a single term is its view, not a copy (Python's
+    ``sum`` starts from 0, which copied every key and value term at every call, forward and backward)."""
+    views = [layout.views[i] for i in indices]
+    total = views[0]
+    for view in views[1:]:
+        total = total + view
+    return total
 
 
 def _precision(allow_tf32: bool, dtype: torch.dtype) -> str:

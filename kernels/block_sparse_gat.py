@@ -51,7 +51,8 @@ from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
-from gnn_inductor.kernels.block_sparse import BLOCK_LAUNCH, TILE, WINDOW, BlockFormat, _precision, attention_function
+from gnn_inductor.kernels.block_sparse import (BLOCK_LAUNCH, TILE, WINDOW, BlockFormat, _precision,
+                                               attention_function, summed_views)
 from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
@@ -217,7 +218,7 @@ def _operands(args, roles, perm: Tensor, score_key: str, message_key: str, dropo
         else:
             term = sum(layout.views[i].float() for i in indices)
         terms[role] = (indices, term)
-    value = sum(layout.views[i] for i in form.value_terms)
+    value = summed_views(layout, form.value_terms)
     half = attention_triton._out_dtype(layout.args)
     if half != torch.float32:
         value = value.to(half)
