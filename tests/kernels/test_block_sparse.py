@@ -304,6 +304,32 @@ def test_dot_backward_only_what_is_needed():
     assert grads[1] is None and grads[2] is None and grads[0].shape == args[0].shape
 
 
+@runs_kernel
+def test_launch_options_change_no_result(monkeypatch):
+    """The dot kernels at launches other than ``block_sparse.BLOCK_LAUNCH``'s give the same output, log-sum-exp and
+    gradients (a hub: windows of several tiles)."""
+    num_nodes = 24
+    src, dst = graph(num_nodes, 80, seed=5, hub_degree=20)
+    plan, blocks = plan_and_blocks(src, dst, num_nodes)
+    transposed = transpose_block_format(blocks, num_nodes)
+    args, roles, score, message, _ = dot_inputs(num_nodes, False, torch.float32)
+    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                          for b in (blocks, transposed)]
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    grad_out = torch.randn(num_nodes, *args[0].shape[1:], generator=torch.Generator().manual_seed(9)).to(DEVICE)
+
+    def run():
+        out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
+        return [out, lse] + dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+                                         [True] * len(args))
+    expected = run()
+    for launch in ({"num_warps": 4, "num_stages": 3}, {"num_warps": 1, "num_stages": 1}):
+        for key in block_sparse.BLOCK_LAUNCH:
+            monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, launch)
+        for i, (actual, wanted) in enumerate(zip(run(), expected)):
+            torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-5, msg=lambda m: f"result {i}: {m}")
+
+
 def test_other_families_are_refused():
     def gat_score(a0, a1, a2):
         return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)

@@ -9,7 +9,7 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton, block_sparse_gat, rng
+from gnn_inductor.kernels import attention_triton, block_sparse, block_sparse_gat, rng
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention import _reference_with_lse
 from gnn_inductor.kernels.block_sparse import BlockFormat, transpose_block_format
@@ -200,6 +200,28 @@ def test_gat_backward_only_what_is_needed(name):
                              dropout=dropout)
         assert all((g is not None) == need for g, need in zip(grads, needs))
         assert grads[picked].shape == args[picked].shape and grads[picked].abs().max() > 0
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge"])
+def test_launch_options_change_no_result(name, monkeypatch):
+    """Every kernel at a launch other than its own (``block_sparse.BLOCK_LAUNCH``, merged over the warps a GAT
+    kernel picks itself: passing both once raised "multiple values for keyword argument 'num_warps'") gives the
+    same output, log-sum-exp and gradients."""
+    plan, blocks, transposed, args, roles, score, message = case_inputs(name, "hub", torch.float32)
+    blocks, transposed = on_device(blocks), on_device(transposed)
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    grad_out = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+
+    def run():
+        out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS)
+        return [out, lse] + gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+                                         [True] * len(args))
+    expected = run()
+    for key in block_sparse.BLOCK_LAUNCH:
+        monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {"num_warps": 1, "num_stages": 1})
+    for i, (actual, wanted) in enumerate(zip(run(), expected)):
+        assert_close(actual, wanted.cpu(), torch.float32, f"result {i}")
 
 
 # ---- recognition and refusals (every machine) ----
