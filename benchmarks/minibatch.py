@@ -11,7 +11,8 @@ frontier node drawn uniformly with replacement and deduplicated, nodes relabelle
 layers of the harness's kind (``make_layer``) with a ReLU between; the loss reads the seeds' rows. Per mode: the
 median of steps timed alone (synchronised before and after, as the harness times), the time per step issued
 back to back (synchronised once at the end), Dynamo's frame compilations during the timed steps (a shape
-recompile shows there), and the output's error against eager on one subgraph. A table last.
+recompile shows there), the output's error against eager on one subgraph, and (gnn_io modes) the report's near
+misses. Each mode runs in a fresh process unless ``--same-process`` (see :func:`_isolated`). A table last.
 """
 import argparse
 import gc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Mini-batch training on the GPU (benchmarks/minibatch.py), one process per layer: a CUDA error of one mode
-# (torch.compile's "misaligned address" on GATConv) poisons the process's context for every later mode.
+# Mini-batch training on the GPU (benchmarks/minibatch.py), one process per layer, and minibatch.py runs each mode
+# in a process of its own: a CUDA error of one mode (torch.compile's "misaligned address" on GATConv) poisons the
+# process's context for every later mode, and in one process the mode timed last ran faster.
 #   bash benchmarks/minibatch_suite.sh [graph] [layers] [extra args...]   (MODES=... to pick the modes)
 set -uo pipefail
 graph=${1:-rmat-arxiv}
