@@ -24,7 +24,7 @@ from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels._common import SettingError, int_setting
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
@@ -383,7 +383,7 @@ class _Churn:
     def __init__(self, gm, example_inputs, cache, positions, graph_report):
         self.cache, self.positions, self.graph_report = cache, positions, graph_report
         self.calls, self.plain, self.plain_now = 0, None, False
-        self.limit = int(os.environ.get("GNN_IO_CHURN_EDGES", CHURN_EDGES))
+        self.limit = int_setting("GNN_IO_CHURN_EDGES", CHURN_EDGES)
         mode = os.environ.get("GNN_IO_CHURN", "auto").strip().lower()
         if mode not in ("auto", "on", "off"):
             raise SettingError(f"GNN_IO_CHURN={mode!r}: set it to auto, on or off")

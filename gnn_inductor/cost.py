@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from gnn_inductor.kernels._common import int_setting
+
 # Measured on the H100 (docs/benchmarks/results.md): SAGE-mean and GIN lose to Inductor at 0.2M-1.1M
 # edges and win from 4M; GCN wins from 0.2M on (its normalisation is hoisted either way).
 SPMM_MIN_EDGES_CUDA = 2_000_000
@@ -61,7 +63,7 @@ ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000
 
 
 def spmm_min_edges() -> int:
-    return int(os.environ.get("GNN_IO_SPMM_MIN_EDGES", SPMM_MIN_EDGES_CUDA))
+    return int_setting("GNN_IO_SPMM_MIN_EDGES", SPMM_MIN_EDGES_CUDA)
 
 
 def forced() -> bool:
@@ -74,7 +76,7 @@ def spmm_declined(device_type: str, num_edges: Optional[int]) -> Optional[str]:
 
 
 def gather_scatter_min_edges() -> int:
-    return int(os.environ.get("GNN_IO_GS_MIN_EDGES", GATHER_SCATTER_MIN_EDGES_CUDA))
+    return int_setting("GNN_IO_GS_MIN_EDGES", GATHER_SCATTER_MIN_EDGES_CUDA)
 
 
 def gather_scatter_declined(device_type: str, num_edges: Optional[int]) -> Optional[str]:
@@ -136,7 +138,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
-        threshold = int(os.environ["GNN_IO_ATTENTION_MIN_EDGES"])
+        threshold = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold)
     if threshold is None or dtype != "float32" or tf32:
         return None
     return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",

@@ -31,6 +31,21 @@ class SettingError(ValueError):
     instead of falling back to Inductor (a misspelt setting would otherwise pass unnoticed)."""
 
 
+def int_setting(name: str, default: int) -> int:
+    """The integer environment variable ``name`` (``default`` when unset); :class:`SettingError` naming it when it
+    is not a non-negative integer."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise SettingError(f"{name}={value!r}: set it to a non-negative integer (or leave it unset)")
+    return number
+
+
 ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3
 ROLE_NAMES = {ROLE_SRC: "src", ROLE_DST: "dst", ROLE_EDGE: "edge", ROLE_DENSE: "dense"}
 REDUCTIONS = ("sum", "mean", "max", "min")

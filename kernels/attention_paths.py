@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor.kernels import block_sparse, block_sparse_gat
-from gnn_inductor.kernels._common import SettingError, outside_graph_pool
+from gnn_inductor.kernels._common import SettingError, int_setting, outside_graph_pool
 from gnn_inductor.kernels.spmm_triton import PADDING
 
 PATH_ENV = "GNN_IO_ATTENTION_PATH"
@@ -111,7 +111,7 @@ def path_setting() -> str:
 
 
 def expected_calls() -> int:
-    return int(os.environ.get(CALLS_ENV, DEFAULT_EXPECTED_CALLS))
+    return int_setting(CALLS_ENV, DEFAULT_EXPECTED_CALLS)
 
 
 def precision_of(dtype: torch.dtype) -> str:

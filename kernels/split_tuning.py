@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor.kernels.launch import next_power_of_2
+from gnn_inductor.kernels._common import int_setting
 
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
@@ -147,9 +148,9 @@ def _measures(rowptr: Tensor) -> bool:
 def choose(rowptr: Tensor, col: Tensor) -> dict:
     """``{"max_edges", "source", "probe_ms"?, "key"?}``: the split threshold for this CSR and how it was
     chosen (``env``, ``rule``, ``no hubs``, ``measured``, ``measured (cached)``, or ``rule (probe failed: ...)``)."""
-    override = os.environ.get(OVERRIDE_ENV)
+    override = int_setting(OVERRIDE_ENV, 0)
     if override:
-        return {"max_edges": max(MIN_MAX_EDGES, int(override)), "source": "env"}
+        return {"max_edges": max(MIN_MAX_EDGES, override), "source": "env"}
     num_rows = max(1, rowptr.numel() - 1)
     rule = rule_threshold(int(rowptr[-1]) / num_rows)
     if not _measures(rowptr) or os.environ.get(SPLIT_ENV, "measure") == "rule":

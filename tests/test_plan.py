@@ -254,3 +254,21 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
     assert built[2:] == [1] * 9, built
     misses = [m.reason for r in rewrite_report.reports() for m in r.near_misses if m.pattern == "mini_batch"]
     assert any("plain compile failed on purpose" in reason for reason in misses), misses
+
+
+@pytest.mark.parametrize("value", ["many", "-5", "1e6"])
+def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
+    """Integer settings (edge bounds, expected calls) name the variable on a bad value, never fall back silently."""
+    from gnn_inductor import cost
+    from gnn_inductor.kernels._common import SettingError, int_setting
+
+    monkeypatch.setenv("GNN_IO_SPMM_MIN_EDGES", value)
+    with pytest.raises(SettingError, match="GNN_IO_SPMM_MIN_EDGES"):
+        cost.spmm_min_edges()
+    monkeypatch.setenv("GNN_IO_CHURN_EDGES", value)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="GNN_IO_CHURN_EDGES"):
+        plans_per_step(torch.compile(TwoGCNLayers(), backend="gnn_io"), 3)
+    monkeypatch.setenv("GNN_IO_EXPECTED_CALLS", " ")
+    assert int_setting("GNN_IO_EXPECTED_CALLS", 7) == 7
+    torch._dynamo.reset()
