@@ -347,8 +347,9 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
 def _plain_compile(gm, example_inputs) -> tuple:
     """``(compiled, None)``: Dynamo's graph compiled as ``torch.compile``'s default compiles it, forward and backward
     both now; or ``(None, why)`` where Inductor could not (an exception, or a failure that
-    :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can run the rewritten
-    graph instead. Nothing of this compile lands in a graph's report. ``GNN_IO_STRICT=1`` re-raises."""
+    :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can pick what runs
+    instead (the rewritten graph, or Dynamo's graph in eager mode). Nothing of this compile lands in a graph's
+    report. ``GNN_IO_STRICT=1`` re-raises."""
     import torch._functorch.config as functorch_config
 
     scratch = _report.GraphReport(0, [], [])
