@@ -20,6 +20,7 @@
 #   bash benchmarks/pending_gpu.sh session17g # block-sparse TransformerConv (bf16, block model) kernel by kernel
 #   bash benchmarks/pending_gpu.sh session17h # mini-batch GATConv: fused attention where Inductor fails
 #   bash benchmarks/pending_gpu.sh session17i # block-sparse attention kernels: warps and stages
+#   bash benchmarks/pending_gpu.sh session18  # owed: block-sparse layers after the retune (harness, bf16)
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -203,6 +204,13 @@ elif [[ $what == session17i ]]; then
   timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
     --families ${FAMILIES:-dot,gat,gatv2} --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
   grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
+elif [[ $what == session18 ]]; then
+  # owed by session 17 (no device time left): whole layers on the locally dense graphs after the block kernels'
+  # launch retune and the operand-copy change, block and CSR forced and the chooser's pick, bf16, each mode in
+  # its own process (issue 8's harness table)
+  timeout 560 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
+    2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{'
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18" >&2; exit 2
 fi
