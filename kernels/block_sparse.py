@@ -420,7 +420,8 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     need_key = any(needs_grad[i] for i in form.score_terms)
     need_value = any(needs_grad[i] for i in form.value_terms)
     device = blocks.tile_ptr.device
-    delta = (grad_out.float() * out.float()).sum(-1).contiguous()
+    # D = <dO, O> per (row, head) in one kernel (was two float32 copies, a product and a sum)
+    delta = attention_triton._delta(grad_out.contiguous(), out.contiguous(), max(16, next_power_of_2(channels)))
     grad_out = grad_out.to(query.dtype).contiguous()
     common = {"DROPOUT": dropout is not None, "PRECISION": _precision(allow_tf32, query.dtype),
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}

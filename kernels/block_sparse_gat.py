@@ -447,7 +447,8 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     need_value = needed(form.value_terms)
     need_att = v2 and bool(needs_grad[form.query])
     device = blocks.tile_ptr.device
-    delta = (grad_out.float() * out.float()).sum(-1).contiguous()
+    # D = <dO, O> per (row, head) in one kernel (was two float32 copies, a product and a sum)
+    delta = attention_triton._delta(grad_out.contiguous(), out.contiguous(), max(16, next_power_of_2(channels)))
     grad_out = grad_out.to(ops.value.dtype).contiguous()
     pointers, constexprs = _kernel_operands(ops)
     precision = _precision(allow_tf32, ops.value.dtype)
