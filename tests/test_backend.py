@@ -110,6 +110,18 @@ def test_out_of_range_edge_index_raises_a_clear_error():
         model(x, bad)
 
 
+def check_against_eager(conv, x, edge_index):
+    """``conv`` compiled with gnn_io against itself in eager mode: output and the gradients of ``x`` and every
+    parameter, float32 at 1e-5."""
+    x_new, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    out, ref = torch.compile(conv, backend="gnn_io")(x_new, edge_index), conv(x_ref, edge_index)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    grad = torch.randn_like(ref)
+    for g, w in zip(torch.autograd.grad(out, [x_new, *conv.parameters()], grad),
+                    torch.autograd.grad(ref, [x_ref, *conv.parameters()], grad)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["gcn", "sage_max", "gat", "transformer"])
 def test_cpu_leaves_aggregation_to_inductor_unless_asked(name, monkeypatch):
     """On CPU the ops' references are slower than Inductor's C++ code, so by default every aggregation is left
@@ -129,13 +141,7 @@ def test_cpu_leaves_aggregation_to_inductor_unless_asked(name, monkeypatch):
         clear()  # reports of earlier tests' modules: a freed parameter's id can come back
         torch.manual_seed(0)
         conv = make()
-        x_new, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-        out, ref = torch.compile(conv, backend="gnn_io")(x_new, edge_index), conv(x_ref, edge_index)
-        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-        grad = torch.randn_like(ref)
-        for g, w in zip(torch.autograd.grad(out, [x_new, *conv.parameters()], grad),
-                        torch.autograd.grad(ref, [x_ref, *conv.parameters()], grad)):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        check_against_eager(conv, x, edge_index)
         mine = reports(conv)
         rewrites = [r for g in mine for r in g.rewrites]
         cpu_misses = [m for g in mine for m in g.near_misses if "on CPU Inductor's C++ code beats" in m.reason]
@@ -504,16 +510,6 @@ def _compile_with_crashing_inductor(monkeypatch, crashing: str):
     clear()
 
 
-def _check_against_eager(conv, x, edge_index):
-    x_new, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    out, ref = torch.compile(conv, backend="gnn_io")(x_new, edge_index), conv(x_ref, edge_index)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    grad = torch.randn_like(ref)
-    for g, w in zip(torch.autograd.grad(out, [x_new, *conv.parameters()], grad),
-                    torch.autograd.grad(ref, [x_ref, *conv.parameters()], grad)):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("crashing", ["forward", "backward"])
 def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monkeypatch, crashing):
     """A graph of fixed sizes the cost model leaves to Inductor whole, where Inductor fails (forward or backward,
@@ -526,7 +522,7 @@ def test_a_declined_graph_inductor_cannot_compile_runs_the_fused_attention(monke
     _compile_with_crashing_inductor(monkeypatch, crashing)
     torch.manual_seed(0)
     conv = GATConv(6, 3, heads=2)
-    _check_against_eager(conv, torch.randn(40, 6), random_graph(40, 150, hub_degree=20))
+    check_against_eager(conv, torch.randn(40, 6), random_graph(40, 150, hub_degree=20))
     mine = reports(conv)
     assert [r.pattern for g in mine for r in g.rewrites if r.pattern == "attention"], mine
     reasons = [m.reason for g in mine for m in g.near_misses]
@@ -550,7 +546,7 @@ def test_a_declined_graph_of_changing_sizes_inductor_cannot_compile_runs_eagerly
     conv = GATConv(6, 3, heads=2)
     for step, nodes in enumerate((40, 47, 53)):
         edge_index = random_graph(nodes, 4 * nodes, seed=step, hub_degree=nodes // 2)
-        counts = op_counts(lambda: _check_against_eager(conv, torch.randn(nodes, 6), edge_index))
+        counts = op_counts(lambda: check_against_eager(conv, torch.randn(nodes, 6), edge_index))
         if step == 2:  # the dynamic-shape graph, compiled at step 1: nothing of gnn_io's runs
             assert not any(name.startswith("gnn_io::") for name in counts), counts
     reasons = [m.reason for g in reports(conv) for m in g.near_misses]

@@ -399,21 +399,28 @@ def test_variants_mix(plan, forward_variant, backward_variant):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
 
 
+def split_backward_case(name, plan, dropout=None) -> tuple:
+    """``(layout, rowptr, col, perm, items, by_src, grad, needs, out, lse)``: a case's forward on ``plan``, with
+    what its split backward takes (the source CSR, an output gradient, every argument needing one)."""
+    score_fn, message_fn, _, kinds = CASES[name]
+    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
+    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
+    layout = attention_triton.prepare(args, [role for role, _ in kinds], perm, _fn(score_fn), _fn(message_fn),
+                                      dropout)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    return layout, rowptr, col, perm, items, by_src, grad, [True] * len(args), out, lse
+
+
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gatv2_edge", "transformer_edge"])
 def test_split_passes_launch_apart(plan, name, monkeypatch):
     """Each split pass takes its own launch (session 17's measured pair, session 9's, or one pass overridden down to
     one edge per block): the launches change no gradient, and each pass ran with the launch asked of it."""
-    score_fn, message_fn, family, kinds = CASES[name]
-    roles = [role for role, _ in kinds]
-    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
-    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
-    layout = attention_triton.prepare(args, roles, perm, _fn(score_fn), _fn(message_fn))
-    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
-    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
-    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    needs = [True] * len(args)
-    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    family = CASES[name][2]
+    layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan)
     launches = []
     split_pass = attention_triton._split_pass
     monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (launches.append(
@@ -454,15 +461,8 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
     score_fn, message_fn, family, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
-    rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
-    args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
     dropout = dropout_for(name, DEVICE)
-    layout = attention_triton.prepare(args, roles, perm, score, message, dropout)
-    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
-    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
-    grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    needs = [True] * len(args)
-    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan, dropout)
     passes = []
     launch = attention_triton._split_pass
     monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (passes.append(major),
