@@ -231,7 +231,7 @@ def _isolated(argv, args, modes):
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             path = os.path.join(tmp, f"{mode}.json")
-            child = [a for a in argv]
+            child = list(argv)
             if "--modes" in child:
                 i = child.index("--modes")
                 del child[i:i + 2]

@@ -2,7 +2,8 @@
 # Mini-batch training on the GPU (benchmarks/minibatch.py), one process per layer, and minibatch.py runs each mode
 # in a process of its own: a CUDA error of one mode (torch.compile's "misaligned address" on GATConv) poisons the
 # process's context for every later mode, and in one process the mode timed last ran faster.
-#   bash benchmarks/minibatch_suite.sh [graph] [layers] [extra args...]   (MODES=... to pick the modes)
+#   bash benchmarks/minibatch_suite.sh [graph] [layers] [extra args...]   (MODES=... to pick the modes,
+#   LAYER_TIMEOUT=seconds per layer, default 270)
 set -uo pipefail
 graph=${1:-rmat-arxiv}
 layers=${2:-gcn,sage_mean,sage_max,gin,gat,gatv2,transformer}

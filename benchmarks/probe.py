@@ -360,7 +360,7 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
         out, lse = at.forward(layout, rowptr, col, perm, 1e-16, items, 256)
         sources = {m: at.build_source_csr(rowptr, col, perm, graph.num_nodes, m) for m in max_edges_list}
         reference = at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
-        runs = [("default", None, 256)] + [(f"src_items", None, m) for m in max_edges_list if m != 256]
+        runs = [("default", None, 256)] + [("src_items", None, m) for m in max_edges_list if m != 256]
         runs += [(p, {p: dict(block_e=e, num_warps=w)}, 256) for p in ("src", "dst") for e, w in SPLIT_PASS_SWEEP]
         for name, launch, src_max in runs:
             def bwd():

@@ -1489,11 +1489,15 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                          (item_row, item_start, item_end), config, variant)
     else:
         # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
+        given = config or {}
+        overrides = {k: v for k, v in given.items() if k not in ("dst", "src")}
+
+        def pass_config(measured: tuple, name: str) -> dict:
+            """A pass's launch: its measured tile and warps, then ``config``'s keys, then its own entry's."""
+            return {**all_heads_launch_config(layout.heads, channels, measured, min_block_c=16, min_block_e=1),
+                    **overrides, **(given.get(name) or {})}
         dst_launch, src_launch = split_launch(form.family)
-        overrides = {k: v for k, v in (config or {}).items() if k not in ("dst", "src")}
-        config, src_config = ({**all_heads_launch_config(layout.heads, channels, launch, min_block_c=16, min_block_e=1),
-                               **overrides, **((config or {}).get(name) or {})}
-                              for launch, name in ((dst_launch, "dst"), (src_launch, "src")))
+        config, src_config = pass_config(dst_launch, "dst"), pass_config(src_launch, "src")
         grad_out, out = grad_out.contiguous(), out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
         dst_pass = bool(dst_outputs) or att_grad is not None
