@@ -205,10 +205,13 @@ elif [[ $what == session17i ]]; then
     --families ${FAMILIES:-dot,gat,gatv2} --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
   grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
 elif [[ $what == session18 ]]; then
-  # owed by session 17 (no device time left): whole layers on the locally dense graphs after the block kernels'
-  # launch retune and the operand-copy change, block and CSR forced and the chooser's pick, bf16, each mode in
-  # its own process (issue 8's harness table)
-  timeout 560 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+  # owed by session 17 (no device time left): the block-sparse and attention kernel tests on CUDA after the block
+  # kernels' launch retune, operand and D changes; then whole layers on the locally dense graphs, block and CSR
+  # forced and the chooser's pick, bf16, each mode in its own process (issue 8's harness table)
+  CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
+    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py tests/kernels/test_attention_triton.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 330 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
     --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
     2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{'
 else
