@@ -21,6 +21,7 @@
 #   bash benchmarks/pending_gpu.sh session17h # mini-batch GATConv: fused attention where Inductor fails
 #   bash benchmarks/pending_gpu.sh session17i # block-sparse attention kernels: warps and stages
 #   bash benchmarks/pending_gpu.sh session18  # owed: block-sparse layers after the retune (harness, bf16)
+#   bash benchmarks/pending_gpu.sh session18b # block-sparse dot kernels with every head in one program
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -214,6 +215,14 @@ elif [[ $what == session18 ]]; then
   timeout 330 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
     --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
     2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{'
+elif [[ $what == session18b ]]; then
+  # issue 8: the dot kernels with all heads per program (batched [H, 16, 16] dots, tile columns and edge ids read
+  # once per tile): their CUDA tests, then warps and stages swept with and without, bf16, block model in RCM order
+  CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 400 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
+    --families dot --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
+  grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b]" >&2; exit 2
 fi

@@ -173,16 +173,39 @@ def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
-def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes,
-                 chans, cmask, score_scale, PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr):
-    """One tile of a row window: its key and value rows ``[TILE, C]``, edge ids ``[WINDOW, TILE]`` (-1: no
-    edge), and the scaled scores ``Q K^T`` (unmasked), shared by the forward and the query backward."""
+def _head_block(num_heads, BLOCK_H: tl.constexpr):
+    """The heads of this program (``program_id(1)``'s block of ``BLOCK_H``), ``[BLOCK_H]``, and their mask."""
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    return heads, heads < num_heads
+
+
+@triton.jit
+def _head_rows(ptr, rows, rmask, heads, hmask, chans, cmask, sr, sh, sc):
+    """``[BLOCK_H, len(rows), BLOCK_C]`` of the ``[rows, H, C]`` tensor at ``ptr`` (strides ``sr, sh, sc``), 0 where
+    masked, and the mask."""
+    mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
+    offsets = rows[None, :, None] * sr + heads[:, None, None] * sh + chans[None, None, :] * sc
+    return tl.load(ptr + offsets, mask=mask, other=0), mask
+
+
+@triton.jit
+def _node_offsets(rows, heads, num_heads, head_dim, chans):
+    """Offsets of ``[BLOCK_H, len(rows), BLOCK_C]`` in a contiguous ``[N, H, C]`` tensor."""
+    return (rows[None, :, None] * num_heads + heads[:, None, None]) * head_dim + chans[None, None, :]
+
+
+@triton.jit
+def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, heads, hmask,
+                 slots, lanes, chans, cmask, score_scale, PRECISION: tl.constexpr, WINDOW: tl.constexpr,
+                 TILE: tl.constexpr):
+    """One tile of a row window for the program's heads: key and value rows ``[BLOCK_H, TILE, C]``, edge ids
+    ``[WINDOW, TILE]`` (-1: no edge, read once for all heads), and the scaled scores ``Q K^T`` ``[BLOCK_H, WINDOW,
+    TILE]`` (unmasked), shared by the forward and the query backward."""
     cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
-    colmask = (cols >= 0)[:, None] & cmask[None, :]
-    key = tl.load(k_ptr + cols[:, None] * kr + h * kh + chans[None, :] * kc, mask=colmask, other=0)
-    value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc, mask=colmask, other=0)
+    key, _ = _head_rows(k_ptr, cols, cols >= 0, heads, hmask, chans, cmask, kr, kh, kc)
+    value, _ = _head_rows(v_ptr, cols, cols >= 0, heads, hmask, chans, cmask, vr, vh, vc)
     eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
-    score = tl.dot(query, tl.trans(key), input_precision=PRECISION) * score_scale
+    score = tl.dot(query, tl.permute(key, (0, 2, 1)), input_precision=PRECISION) * score_scale
     return key, value, eid, eid >= 0, score
 
 
@@ -193,44 +216,45 @@ def _dot_forward_kernel(
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         out_ptr, lse_ptr, num_heads, head_dim, score_scale, message_scale, eps,
         DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One (dense row window, block of ``BLOCK_H`` heads): batched ``[BLOCK_H, WINDOW, TILE]`` dots per tile."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    h = tl.program_id(1)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    query = tl.load(q_ptr + rows[:, None] * qr + h * qh + chans[None, :] * qc,
-                    mask=rmask[:, None] & cmask[None, :], other=0)
+    query, row_mask = _head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
 
-    m = tl.full([WINDOW], float("-inf"), tl.float32)
-    total = tl.zeros([WINDOW], dtype=tl.float32)
-    acc = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    m = tl.full([BLOCK_H, WINDOW], float("-inf"), tl.float32)
+    total = tl.zeros([BLOCK_H, WINDOW], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         key, value, eid, has_edge, score = _tile_scores(
-            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes, chans,
-            cmask, score_scale, PRECISION, WINDOW, TILE)
-        score = tl.where(has_edge, score, float("-inf"))
-        m_new = tl.maximum(m, tl.max(score, axis=1))
+            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, heads, hmask, slots,
+            lanes, chans, cmask, score_scale, PRECISION, WINDOW, TILE)
+        score = tl.where(has_edge[None, :, :], score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=2))
         # a row with no edge so far keeps m = -inf: shift by 0 there so exp gives 0, never nan
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         correction = tl.exp(m - shift)
-        p = tl.exp(score - shift[:, None])
-        total = total * correction + tl.sum(p, axis=1)
+        p = tl.exp(score - shift[:, :, None])
+        total = total * correction + tl.sum(p, axis=2)
         if DROPOUT:
-            p = dropped_triton(p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
-        acc = acc * correction[:, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
+            p = dropped_triton(p, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads, dropout_p,
+                               dropout_scale)
+        acc = acc * correction[:, :, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
         m = m_new
 
-    out = acc * message_scale / (total + eps)[:, None]
-    offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
+    out = acc * message_scale / (total + eps)[:, :, None]
+    tl.store(out_ptr + _node_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
+             mask=row_mask)
     lse = tl.where(total > 0, m + tl.log(tl.where(total > 0, total, 1.0)), 0.0)
-    tl.store(lse_ptr + rows * num_heads + h, lse, mask=rmask)
+    tl.store(lse_ptr + rows[None, :] * num_heads + heads[:, None], lse, mask=hmask[:, None] & rmask[None, :])
 
 
 def dot_form_reason(layout) -> str | None:
@@ -289,12 +313,13 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     out = torch.zeros((num_dst, heads, channels), dtype=query.dtype, device=device)
     lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
     if blocks.dense_windows.shape[0] and heads:
-        _dot_forward_kernel[(blocks.dense_windows.shape[0], heads)](
+        programs, block_h, launch = head_launch("dot_forward", heads)
+        _dot_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
             DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
-            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)), **BLOCK_LAUNCH["dot_forward"])
+            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)), BLOCK_H=block_h, **launch)
     return out, lse
 
 
@@ -309,35 +334,37 @@ def _dot_backward_query_kernel(
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, num_heads, head_dim, score_scale, message_scale,
         DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dQ of one (row window, head): ``scale * sum_tiles dS K``."""
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
+    """dQ of one (row window, block of heads): ``scale * sum_tiles dS K``."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    h = tl.program_id(1)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    row_mask = rmask[:, None] & cmask[None, :]
-    query = tl.load(q_ptr + rows[:, None] * qr + h * qh + chans[None, :] * qc, mask=row_mask, other=0)
-    node_offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
+    query, row_mask = _head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
+    node_offsets = _node_offsets(rows, heads, num_heads, head_dim, chans)
     grad_out = tl.load(grad_out_ptr + node_offsets, mask=row_mask, other=0)
-    lse = tl.load(lse_ptr + rows * num_heads + h, mask=rmask, other=0)
-    delta = tl.load(delta_ptr + rows * num_heads + h, mask=rmask, other=0)
+    stat_offsets = rows[None, :] * num_heads + heads[:, None]
+    stat_mask = hmask[:, None] & rmask[None, :]
+    lse = tl.load(lse_ptr + stat_offsets, mask=stat_mask, other=0)
+    delta = tl.load(delta_ptr + stat_offsets, mask=stat_mask, other=0)
 
-    grad_query = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    grad_query = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         key, value, eid, has_edge, score = _tile_scores(
-            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, h, slots, lanes, chans,
-            cmask, score_scale, PRECISION, WINDOW, TILE)
-        p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
-        grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
+            tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, heads, hmask, slots,
+            lanes, chans, cmask, score_scale, PRECISION, WINDOW, TILE)
+        p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, :, None], float("-inf")))
+        grad_p = tl.dot(grad_out, tl.permute(value, (0, 2, 1)), input_precision=PRECISION) * message_scale
         if DROPOUT:
-            grad_p = dropped_triton(grad_p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
-        grad_score = p * (grad_p - delta[:, None])
+            grad_p = dropped_triton(grad_p, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads, dropout_p,
+                                    dropout_scale)
+        grad_score = p * (grad_p - delta[:, :, None])
         grad_query += tl.dot(grad_score.to(key.dtype), key, input_precision=PRECISION)
     tl.store(grad_q_ptr + node_offsets, grad_query * score_scale, mask=row_mask)
 
@@ -349,52 +376,65 @@ def _dot_backward_source_kernel(
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr, num_heads, head_dim, score_scale, message_scale,
         DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
-        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dK and dV of one (source window of the transposed format, head), its tiles' columns destination rows:
-    ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles."""
+        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
+    """dK and dV of one (source window of the transposed format, block of heads), its tiles' columns destination
+    rows: ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    h = tl.program_id(1)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     srcs = tl.load(window_srcs_ptr + window * WINDOW + slots).to(tl.int64)
-    src_mask = (srcs >= 0)[:, None] & cmask[None, :]
-    key = tl.load(k_ptr + srcs[:, None] * kr + h * kh + chans[None, :] * kc, mask=src_mask, other=0)
-    value = tl.load(v_ptr + srcs[:, None] * vr + h * vh + chans[None, :] * vc, mask=src_mask, other=0)
+    key, src_mask = _head_rows(k_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, kr, kh, kc)
+    value, _ = _head_rows(v_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, vr, vh, vc)
 
-    grad_key = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
-    grad_value = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    grad_key = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
+    grad_value = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         dsts = tl.load(tile_dst_ptr + tile * TILE + lanes).to(tl.int64)
         dst_valid = dsts >= 0
-        dst_mask = dst_valid[:, None] & cmask[None, :]
-        query = tl.load(q_ptr + dsts[:, None] * qr + h * qh + chans[None, :] * qc, mask=dst_mask, other=0)
-        grad_out = tl.load(grad_out_ptr + (dsts[:, None] * num_heads + h) * head_dim + chans[None, :],
-                           mask=dst_mask, other=0)
-        lse = tl.load(lse_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
+        query, dst_mask = _head_rows(q_ptr, dsts, dst_valid, heads, hmask, chans, cmask, qr, qh, qc)
+        grad_out = tl.load(grad_out_ptr + _node_offsets(dsts, heads, num_heads, head_dim, chans), mask=dst_mask,
+                           other=0)
+        stat_offsets = dsts[None, :] * num_heads + heads[:, None]
+        stat_mask = hmask[:, None] & dst_valid[None, :]
+        lse = tl.load(lse_ptr + stat_offsets, mask=stat_mask, other=0)
         eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
         has_edge = eid >= 0
-        score = tl.dot(key, tl.trans(query), input_precision=PRECISION) * score_scale
-        p = tl.exp(tl.where(has_edge, score - lse[None, :], float("-inf")))
+        score = tl.dot(key, tl.permute(query, (0, 2, 1)), input_precision=PRECISION) * score_scale
+        p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, None, :], float("-inf")))
         p_weighted = p * message_scale
         if DROPOUT:
-            p_weighted = dropped_triton(p_weighted, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
+            p_weighted = dropped_triton(p_weighted, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads,
+                                        dropout_p, dropout_scale)
         if GRAD_VALUE:
             grad_value += tl.dot(p_weighted.to(grad_out.dtype), grad_out, input_precision=PRECISION)
         if GRAD_KEY:
-            delta = tl.load(delta_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
+            delta = tl.load(delta_ptr + stat_offsets, mask=stat_mask, other=0)
             # p * (message_scale * w * <dO, V> - D) = p_weighted * <dO, V> - p * D
-            grad_p = tl.dot(value, tl.trans(grad_out), input_precision=PRECISION)
-            grad_score = p_weighted * grad_p - p * delta[None, :]
+            grad_p = tl.dot(value, tl.permute(grad_out, (0, 2, 1)), input_precision=PRECISION)
+            grad_score = p_weighted * grad_p - p * delta[:, None, :]
             grad_key += tl.dot(grad_score.to(query.dtype), query, input_precision=PRECISION)
-    offsets = (srcs[:, None] * num_heads + h) * head_dim + chans[None, :]
+    offsets = _node_offsets(srcs, heads, num_heads, head_dim, chans)
     if GRAD_KEY:
         tl.store(grad_k_ptr + offsets, grad_key * score_scale, mask=src_mask)
     if GRAD_VALUE:
         tl.store(grad_v_ptr + offsets, grad_value, mask=src_mask)
+
+
+def head_launch(name: str, heads: int) -> tuple:
+    """``(programs per window, BLOCK_H, launch options)`` of block-sparse kernel ``name`` for ``heads`` heads:
+    ``BLOCK_LAUNCH[name]["heads"]`` is ``"all"`` (one program per window for every head, its tile columns and
+    edge-id mask read once) or 1 (a program per head); the rest of the entry goes to the launch."""
+    options = dict(BLOCK_LAUNCH[name])
+    per_program = options.pop("heads", 1)
+    if per_program not in (1, "all"):
+        raise ValueError(f"BLOCK_LAUNCH[{name!r}]['heads'] must be 1 or 'all', got {per_program!r}")
+    block_h = next_power_of_2(heads) if per_program == "all" else 1
+    return cdiv(heads, block_h), block_h, options
 
 
 def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
@@ -429,19 +469,21 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
 
     grad_query = torch.zeros(query.shape, dtype=torch.float32, device=device) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
-        _dot_backward_query_kernel[(blocks.dense_windows.shape[0], heads)](
+        programs, block_h, launch = head_launch("dot_query", heads)
+        _dot_backward_query_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
-            **common, **BLOCK_LAUNCH["dot_query"])
+            **common, BLOCK_H=block_h, **launch)
     grad_key = torch.zeros(key.shape, dtype=torch.float32, device=device) if need_key else None
     grad_value = torch.zeros(value.shape, dtype=torch.float32, device=device) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
-        _dot_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
+        programs, block_h, launch = head_launch("dot_source", heads)
+        _dot_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *operands, grad_out, lse, delta,
             lse if grad_key is None else grad_key, lse if grad_value is None else grad_value,
             heads, channels, form.score_scale, form.message_scale, GRAD_KEY=need_key, GRAD_VALUE=need_value,
-            **common, **BLOCK_LAUNCH["dot_source"])
+            **common, BLOCK_H=block_h, **launch)
 
     grads = [None] * len(layout.args)
     for terms, grad in ((form.score_terms, grad_key), (form.value_terms, grad_value), ((form.query,), grad_query)):

@@ -188,17 +188,31 @@ def _dot_score(a0, a1, a2):
     return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0)
 
 
-def _dot_message(alpha, a0, a1, a2):
-    return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, HEADS, 1]))
+def _dot_message_of(heads):
+    def _dot_message(alpha, a0, a1, a2):
+        return aten.mul.Tensor(a0, aten.view.default(alpha, [-1, heads, 1]))
+    return _dot_message
 
 
-def dot_inputs(num_nodes, dropout, dtype, seed=0):
+def dot_inputs(num_nodes, dropout, dtype, seed=0, heads=HEADS):
     """``(args, roles, score, message, dropout)`` of TransformerConv without edge features; ``dropout`` is
     :data:`DROPOUT` (on CPU) or None."""
     generator = torch.Generator().manual_seed(seed)
-    args = [torch.randn(num_nodes, HEADS, CHANNELS, generator=generator) for _ in range(3)]  # value, query, key
+    args = [torch.randn(num_nodes, heads, CHANNELS, generator=generator) for _ in range(3)]  # value, query, key
     roles = [ROLE_SRC, ROLE_DST, ROLE_SRC]
-    return [a.to(dtype) for a in args], roles, _fn(_dot_score), _fn(_dot_message), DROPOUT if dropout else None
+    return ([a.to(dtype) for a in args], roles, _fn(_dot_score), _fn(_dot_message_of(heads)),
+            DROPOUT if dropout else None)
+
+
+DOT_KERNELS = ("dot_forward", "dot_query", "dot_source")
+
+
+@pytest.fixture(params=[1, "all"], ids=["head_per_program", "all_heads"])
+def heads_per_program(request, monkeypatch):
+    """Runs the dot kernels with one program per head and with every head in one program (batched dots)."""
+    for name in DOT_KERNELS:
+        monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, name, {**block_sparse.BLOCK_LAUNCH[name], "heads": request.param})
+    return request.param
 
 
 def dropout_on(dropout, device):
@@ -212,7 +226,7 @@ def dropout_on(dropout, device):
     pytest.param(torch.bfloat16, marks=pytest.mark.skipif(INTERPRETED, reason="interpreter's bf16 tl.dot"))],
     ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("case", ["hub", "duplicates", "order", "dropout"])
-def test_dot_forward_matches_reference(case, dtype):
+def test_dot_forward_matches_reference(case, dtype, heads_per_program):
     num_nodes = 40
     src, dst = graph(num_nodes, 100, seed=2, hub_degree=30 if case == "hub" else 0,
                      duplicates=1 if case == "duplicates" else 0)
@@ -245,7 +259,7 @@ def test_dot_forward_matches_reference(case, dtype):
 @runs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("case", ["hub", "duplicates", "order", "dropout"])
-def test_dot_backward_matches_reference(case, dtype):
+def test_dot_backward_matches_reference(case, dtype, heads_per_program):
     # query, key and value gradients of BlockSparseDotAttention against autograd through the float64 reference,
     # whose output gradient is zero on rows of windows that are not dense_ok (those edges are the CSR path's)
     num_nodes = 40
@@ -330,6 +344,46 @@ def test_launch_options_change_no_result(monkeypatch):
             torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-5, msg=lambda m: f"result {i}: {m}")
 
 
+@runs_kernel
+@pytest.mark.parametrize("heads", [3, 5])
+def test_all_heads_program_masks_the_padded_heads(heads, monkeypatch):
+    """With every head in one program, ``BLOCK_H`` is the next power of two: the padded heads read nothing and
+    write nothing; output, log-sum-exp and gradients equal the launch with one program per head."""
+    num_nodes = 30
+    src, dst = graph(num_nodes, 90, seed=6, hub_degree=22)
+    plan, blocks = plan_and_blocks(src, dst, num_nodes)
+    transposed = transpose_block_format(blocks, num_nodes)
+    args, roles, score, message, dropout = dot_inputs(num_nodes, True, torch.float32, seed=4, heads=heads)
+    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                          for b in (blocks, transposed)]
+    args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
+    grad_out = torch.randn(num_nodes, heads, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+
+    def run(per_program):
+        for name in DOT_KERNELS:
+            monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, name, {"heads": per_program})
+        out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
+        return [out, lse] + dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+                                         [True] * len(args), dropout=dropout)
+    expected = run(1)
+    assert expected[0].abs().max() > 0.1 and all(g.abs().max() > 0.01 for g in expected[2:])
+    for i, (actual, wanted) in enumerate(zip(run("all"), expected)):
+        torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-6, msg=lambda m: f"result {i}: {m}")
+
+
+def test_head_launch_setting():
+    assert block_sparse.head_launch("dot_forward", 4)[0] in (1, 4)
+    block_sparse.BLOCK_LAUNCH["dot_test"] = {"heads": "all", "num_warps": 4}
+    block_sparse.BLOCK_LAUNCH["dot_bad"] = {"heads": 2}
+    try:
+        assert block_sparse.head_launch("dot_test", 3) == (1, 4, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 8) == (1, 8, {"num_warps": 4})
+        with pytest.raises(ValueError, match="must be 1 or 'all'"):
+            block_sparse.head_launch("dot_bad", 4)
+    finally:
+        del block_sparse.BLOCK_LAUNCH["dot_test"], block_sparse.BLOCK_LAUNCH["dot_bad"]
+
+
 def test_other_families_are_refused():
     def gat_score(a0, a1, a2):
         return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
@@ -356,4 +410,4 @@ def test_kernel_is_interpreted():
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="dot_forward or dot_backward or interpreted")
+    rerun_under_interpreter(__file__, select="dot_forward or dot_backward or interpreted or all_heads")
