@@ -18,7 +18,9 @@ over rows or edges (it syncs for sizes: the number of distinct (window, column) 
 
 **Forward** (dot-product family: TransformerConv without edge features, optionally with PyG's attention
 dropout, its mask ``w`` regenerated per cell from the call's seed and ``tile_edge``: ``kernels/rng.py``). One
-program per (dense window, head):
+program per (dense window, block of heads): every head by default, the tile's columns and edge ids read once and
+the dots batched over the heads (``[H, WINDOW, C] x [H, C, TILE]``); :data:`BLOCK_LAUNCH` can set a program per
+head:
 
 .. math::
     S = \mathrm{scale} \cdot Q_W K_T^\top, \quad
@@ -62,13 +64,16 @@ WINDOW = 16  # destination rows per window: the M side of the tl.dot tiles
 TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side of P V
 
 # Launch options (``num_warps``, ``num_stages``) of each block-sparse attention kernel, by name, over the kernel's
-# own (empty: Triton's defaults, 4 warps and 3 stages; GATv2's kernels take 8 warps for head dims of 64 and more).
-# ``python -m benchmarks.probe --parts block_launch`` sweeps one kernel at a time (H200, bf16, 4 heads x 32, the
-# block model in RCM order, forward+backward of the op, session 17): the dot kernels took the op from 5.95 ms at
-# 4 warps each to 4.17 on 1-2 warps (8 warps: 5.8-8.1); GAT's, one kernel at a time, 6.87 -> 6.54 (forward, 2
-# warps, 1 stage), 6.07 (row backward, 1 warp, 1 stage), 5.09 (source backward, 1 warp). GATv2's (gatv2_*)
-# are not measured yet.
-BLOCK_LAUNCH = {"dot_forward": {"num_warps": 2}, "dot_query": {"num_warps": 1}, "dot_source": {"num_warps": 1},
+# own (empty: Triton's defaults, 4 warps and 3 stages; GATv2's kernels take 8 warps for head dims of 64 and more),
+# and for the dot kernels ``heads``: 1 (a program per (window, head)) or "all" (every head in one program, batched
+# [H, 16, 16] dots; :func:`head_launch`). ``python -m benchmarks.probe --parts block_launch`` sweeps one kernel at a
+# time (H200, bf16, 4 heads x 32, the block model in RCM order, forward+backward of the op). Session 17, a program
+# per head: the dot kernels took the op from 5.95 ms at 4 warps each to 4.17 on 1-2 warps (8 warps: 5.8-8.1);
+# GAT's, one kernel at a time, 6.87 -> 6.54 (forward, 2 warps, 1 stage), 6.07 (row backward, 1 warp, 1 stage),
+# 5.09 (source backward, 1 warp). Session 18 (docs/benchmarks/session18/call2_block_launch.txt): every head in one
+# program, 2 warps, for all three dot kernels: 3.35 -> 2.53 ms (4 warps: 2.80). GATv2's (gatv2_*) are not measured.
+BLOCK_LAUNCH = {"dot_forward": {"heads": "all", "num_warps": 2}, "dot_query": {"heads": "all", "num_warps": 2},
+                "dot_source": {"heads": "all", "num_warps": 2},
                 "gat_forward": {"num_warps": 2, "num_stages": 1}, "gat_row": {"num_warps": 1, "num_stages": 1},
                 "gat_source": {"num_warps": 1}, "gatv2_forward": {}, "gatv2_row": {}, "gatv2_source": {}}
 
