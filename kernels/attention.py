@@ -164,20 +164,39 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
+# The path chooser runs for CUDA tensors (and forced paths anywhere); tests set this to run the automatic choice,
+# its first-call timings included, under Triton's interpreter on CPU.
+CHOOSE_ON_CPU = False
+
+
 def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges) -> tuple:
     """``(decision or None, items, max_edges)``: the attention path for this graph (kernels/attention_paths.py);
     None where only the CSR kernel is considered (CPU under the interpreter unless a path is forced)."""
-    if not rowptr.is_cuda and attention_paths.path_setting() == "auto":
+    if not rowptr.is_cuda and attention_paths.path_setting() == "auto" and not CHOOSE_ON_CPU:
         return None, items, max_edges
     if not items:
         items, max_edges = list(work_items_op(rowptr, col, attention_triton.MAX_EDGES)), attention_triton.MAX_EDGES
     dtype = attention_triton._out_dtype(args)
 
-    def forward_fn(candidate):
+    needs_grad = [a.is_floating_point() for a in args]
+
+    def forward_fn(candidate, backward=False):
+        """The candidate path's forward, and with ``backward`` its backward too (every floating argument's
+        gradient, the output as the output gradient): the first call's timing of a training step."""
         if candidate.path == "csr":
-            return attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
-        return attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
-                                           message_key, eps, max_edges)
+            out, lse = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
+            if backward:
+                by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
+                    if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
+                attention_triton.backward(layout, out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                          by_src=by_src)
+            return out, lse
+        out, lse = attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
+                                               message_key, eps, max_edges)
+        if backward:
+            attention_paths.run_backward(candidate, layout, out, out, lse, args, roles, rowptr, col, perm, score_key,
+                                         message_key, needs_grad, max_edges)
+        return out, lse
     return attention_paths.decide(layout, rowptr, col, perm, list(items), dtype, forward_fn), items, max_edges
 
 

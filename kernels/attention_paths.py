@@ -23,8 +23,8 @@ for each kernel that runs. A window is eligible for Tensor Cores when it has no 
 :data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR kernel splits hubs).
 The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
 ``t_block(w) < t_csr(w)``; the cheapest total wins. Where that is block or hybrid (and no path is forced),
-the forward of the pick and of the CSR kernel are timed once at the first call, and the pick is kept only
-when it is at least :data:`MEASURED_MARGIN` faster; the decision records both times.
+the forward and backward of the pick and of the CSR kernels are timed once at the first call, and the pick is
+kept only when it is at least :data:`MEASURED_MARGIN` faster; the decision records both times.
 
 **Precision.** The block kernel runs fp32 inputs only where the user allowed TF32
 (``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision("high")``),
@@ -275,8 +275,9 @@ def _csr_items(blocks, chosen: Tensor, items: list, num_rows: int) -> list:
 
 def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype: torch.dtype,
            forward_fn=None) -> PathDecision:
-    """The path for this call's graph and attention (cached per plan); ``forward_fn(decision)`` runs the
-    forward of a candidate decision, for the one-off timing when a reordering is applied."""
+    """The path for this call's graph and attention (cached per plan); ``forward_fn(decision, backward=False)`` runs
+    the forward (and with ``backward``, the backward) of a candidate decision, for the one-off timings: the pick
+    against CSR (forward+backward) and, when a reordering is applied, the order's gain (forward)."""
     form = layout.form
     precision = precision_of(dtype)
     setting = path_setting()
@@ -390,22 +391,25 @@ def _forward_ms(device, run) -> float:
 
 
 def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn) -> PathDecision:
-    """The cost model's block or hybrid pick, kept only when its forward measures at least
-    :data:`MEASURED_MARGIN` faster than the CSR kernel's on this graph (timed once, at the first call); else
-    the CSR decision, with both times recorded. The model's constants drift whenever a kernel changes (session
-    9's CSR kernels became 2-4x faster and the block path it still predicted faster measured 1.2-2.3x slower),
-    so the choice is checked where it is made."""
+    """The cost model's block or hybrid pick, kept only when its training step (forward and backward of the op)
+    measures at least :data:`MEASURED_MARGIN` faster than the CSR kernels' on this graph (timed once, at the first
+    call); else the CSR decision, with both times recorded. The model's constants drift whenever a kernel changes
+    (session 9's CSR kernels became 2-4x faster and the block path it still predicted faster measured 1.2-2.3x
+    slower), so the choice is checked where it is made. The backward is timed too: on the block model the block
+    forward ran 1.1x slower than CSR's and the whole step 1.12x faster (session 18), so a forward-only check
+    turned down the faster path."""
     device = entry.tensors[0].device
     csr = PathDecision("csr", "timing", decision.family, decision.precision)
-    measured = {"csr": _forward_ms(device, lambda: forward_fn(csr)),
-                decision.path: _forward_ms(device, lambda: forward_fn(decision))}
-    decision.measured_forward_ms = {**decision.measured_forward_ms, **{f"{k} (vs csr)": v for k, v in measured.items()}}
+    measured = {"csr": _forward_ms(device, lambda: forward_fn(csr, backward=True)),
+                decision.path: _forward_ms(device, lambda: forward_fn(decision, backward=True))}
+    decision.measured_forward_ms = {**decision.measured_forward_ms,
+                                    **{f"{k} fwd+bwd (vs csr)": v for k, v in measured.items()}}
     if measured[decision.path] * (1 + MEASURED_MARGIN) <= measured["csr"]:
         return decision
     for name in list(entry.formats):  # not used: memory
         del entry.formats[name]
-    return PathDecision("csr", f"measured at the first call: the CSR forward {measured['csr']:.3f} ms against "
-                        f"{decision.path} {measured[decision.path]:.3f} ms (the cost model predicted "
+    return PathDecision("csr", f"measured at the first call: the CSR forward+backward {measured['csr']:.3f} ms "
+                        f"against {decision.path} {measured[decision.path]:.3f} ms (the cost model predicted "
                         f"{decision.path})", decision.family, decision.precision, "none", decision.stats,
                         decision.predicted_ms, decision.order_build_ms, decision.measured_forward_ms)
 

@@ -317,9 +317,48 @@ def test_dropout_paths_match_reference(monkeypatch):
         torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5)
 
 
+@runs_kernel
+def test_automatic_choice_times_both_steps(monkeypatch):
+    """Left to the chooser (a cost model that predicts a hybrid), the first call times the forward and backward of
+    the pick and of CSR through the op's own step function, records both, and the result matches the reference
+    whichever path it kept."""
+    from gnn_inductor.kernels import attention
+
+    monkeypatch.setattr(attention, "CHOOSE_ON_CPU", True)
+    monkeypatch.setenv("GNN_IO_REORDER", "off")
+    for precision in ("ieee", "half"):
+        monkeypatch.setitem(attention_paths.CALIBRATION["dot"], precision, {
+            "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
+            "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
+    num_nodes = 48
+    src, dst = graph(num_nodes, 260, seed=6, hub_degree=40, duplicates=2)
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    rowptr, col, row, perm = (t.to(DEVICE) for t in plan[:4])
+    args, roles, score, message, _ = dot_inputs(num_nodes, False, torch.float16, seed=2)
+    leaves = [a.to(DEVICE, copy=True).requires_grad_() for a in args]
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr, col, row, perm, score, message, EPS, items,
+                                             256)[0]
+    out.float().sum().backward()
+    (decision,) = attention_paths._DECISIONS
+    timed = decision.measured_forward_ms
+    assert {"csr fwd+bwd (vs csr)", "hybrid fwd+bwd (vs csr)"} <= set(timed), decision.as_dict()
+    assert all(v > 0 for v in timed.values())
+    wide = [a.double().requires_grad_() for a in args]
+    ref = attention_reference(wide, roles, plan[0], plan[1], plan[2], plan[3], score, message, EPS)
+    ref.sum().backward()
+    rtol, atol = TOLERANCES[torch.float16]
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach().to(torch.float16).double(), rtol=4 * rtol,
+                               atol=4 * atol * max(1.0, float(ref.detach().abs().max())))
+    for leaf, expected in zip(leaves, wide):
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
+                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())))
+
+
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_paths_under_interpreter():
-    rerun_under_interpreter(__file__, select="paths_match")  # gat_paths_match and dropout_paths_match included
+    # gat_paths_match and dropout_paths_match included
+    rerun_under_interpreter(__file__, select="paths_match or automatic_choice")
 
 
 def test_report_lists_decisions(monkeypatch):
@@ -338,8 +377,9 @@ def test_report_lists_decisions(monkeypatch):
 
 @pytest.mark.parametrize("csr_ms, block_ms, kept", [(4.0, 1.0, True), (1.0, 4.0, False), (1.0, 0.98, False)])
 def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, block_ms, kept):
-    """The cost model's block or hybrid pick runs only when its forward measures at least MEASURED_MARGIN faster
-    than the CSR kernel's at the first call; otherwise the CSR decision, with both times and the reason."""
+    """The cost model's block or hybrid pick runs only when its forward+backward measures at least
+    MEASURED_MARGIN faster than the CSR kernels' at the first call; otherwise the CSR decision, with both times and
+    the reason."""
     monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
     src, dst = community_graph()
     plan, args, roles, score, message, layout, items = setup(src, dst, 256)
@@ -349,15 +389,16 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     calls = []
     clock = {"t": 0.0}
 
-    def forward_fn(candidate):
-        calls.append(candidate.path)
+    def forward_fn(candidate, backward=False):
+        if backward:  # the check against CSR times a training step (the order's gain is timed forward only)
+            calls.append(candidate.path)
         clock["t"] += csr_ms if candidate.path == "csr" else block_ms
 
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
     assert calls.count("csr") == 4 and len(calls) >= 8  # a warm-up and three timed calls each
     assert (decision.path != "csr") == kept, decision.as_dict()
-    assert decision.measured_forward_ms["csr (vs csr)"] == pytest.approx(csr_ms)
+    assert decision.measured_forward_ms["csr fwd+bwd (vs csr)"] == pytest.approx(csr_ms)
     if not kept:
         assert decision.reason.startswith("measured at the first call"), decision.reason
         assert decision.blocks is None and decision.predicted_ms  # the prediction stays in the record
