@@ -315,8 +315,9 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     layout, query, key, value = _dot_operands(args, roles, perm, score_key, message_key, dropout)
     form, heads, channels = layout.form, layout.heads, layout.channels
     device = blocks.tile_ptr.device
-    out = torch.zeros((num_dst, heads, channels), dtype=query.dtype, device=device)
-    lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
+    new = torch.empty if covers_every_row(blocks, num_dst) else torch.zeros
+    out = new((num_dst, heads, channels), dtype=query.dtype, device=device)
+    lse = new((num_dst, heads), dtype=torch.float32, device=device)
     if blocks.dense_windows.shape[0] and heads:
         programs, block_h, launch = head_launch("dot_forward", heads)
         _dot_forward_kernel[(blocks.dense_windows.shape[0], programs)](
@@ -371,7 +372,7 @@ def _dot_backward_query_kernel(
                                     dropout_scale)
         grad_score = p * (grad_p - delta[:, :, None])
         grad_query += tl.dot(grad_score.to(key.dtype), key, input_precision=PRECISION)
-    tl.store(grad_q_ptr + node_offsets, grad_query * score_scale, mask=row_mask)
+    tl.store(grad_q_ptr + node_offsets, (grad_query * score_scale).to(grad_q_ptr.dtype.element_ty), mask=row_mask)
 
 
 @fast_launch
@@ -425,9 +426,24 @@ def _dot_backward_source_kernel(
             grad_key += tl.dot(grad_score.to(query.dtype), query, input_precision=PRECISION)
     offsets = _node_offsets(srcs, heads, num_heads, head_dim, chans)
     if GRAD_KEY:
-        tl.store(grad_k_ptr + offsets, grad_key * score_scale, mask=src_mask)
+        tl.store(grad_k_ptr + offsets, (grad_key * score_scale).to(grad_k_ptr.dtype.element_ty), mask=src_mask)
     if GRAD_VALUE:
-        tl.store(grad_v_ptr + offsets, grad_value, mask=src_mask)
+        tl.store(grad_v_ptr + offsets, grad_value.to(grad_v_ptr.dtype.element_ty), mask=src_mask)
+
+
+def covers_every_row(blocks: BlockFormat, num_rows: int) -> bool:
+    """Whether the kernels over ``blocks`` write every one of ``num_rows`` rows: every window ``dense_ok`` and
+    every row in a window (a transposed format always is). Their outputs then need no zero fill."""
+    return blocks.dense_windows.shape[0] == blocks.window_rows.shape[0] and \
+        blocks.window_rows.numel() >= num_rows
+
+
+def gradient_buffer(layout, indices, shape, full: bool) -> Tensor:
+    """The kernel's gradient buffer for the terms ``indices`` (``[rows, H(, C)]``): in the argument's own dtype
+    when it is one term (its gradient then needs no cast afterwards; the kernels accumulate in float32 and cast at
+    the store), float32 when several terms share it; uninitialised when the kernel writes every row (``full``)."""
+    dtype = layout.args[indices[0]].dtype if len(indices) == 1 else torch.float32
+    return (torch.empty if full else torch.zeros)(shape, dtype=dtype, device=layout.args[indices[0]].device)
 
 
 def head_launch(name: str, heads: int) -> tuple:
@@ -472,15 +488,17 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
     operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 
-    grad_query = torch.zeros(query.shape, dtype=torch.float32, device=device) if need_query else None
+    full = covers_every_row(blocks, query.shape[0])
+    grad_query = gradient_buffer(layout, (form.query,), query.shape, full) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
         programs, block_h, launch = head_launch("dot_query", heads)
         _dot_backward_query_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
             **common, BLOCK_H=block_h, **launch)
-    grad_key = torch.zeros(key.shape, dtype=torch.float32, device=device) if need_key else None
-    grad_value = torch.zeros(value.shape, dtype=torch.float32, device=device) if need_value else None
+    full = covers_every_row(transposed, key.shape[0])
+    grad_key = gradient_buffer(layout, form.score_terms, key.shape, full) if need_key else None
+    grad_value = gradient_buffer(layout, form.value_terms, value.shape, full) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
         programs, block_h, launch = head_launch("dot_source", heads)
         _dot_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](

@@ -52,7 +52,7 @@ from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
 from gnn_inductor.kernels.block_sparse import (BLOCK_LAUNCH, TILE, WINDOW, BlockFormat, _precision,
-                                               attention_function, summed_views)
+                                               attention_function, covers_every_row, gradient_buffer, summed_views)
 from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
@@ -267,8 +267,9 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     layout = ops.layout
     form, heads, channels = layout.form, layout.heads, layout.channels
     device = blocks.tile_ptr.device
-    out = torch.zeros((num_dst, heads, channels), dtype=ops.value.dtype, device=device)
-    lse = torch.zeros((num_dst, heads), dtype=torch.float32, device=device)
+    new = torch.empty if covers_every_row(blocks, num_dst) else torch.zeros
+    out = new((num_dst, heads, channels), dtype=ops.value.dtype, device=device)
+    lse = new((num_dst, heads), dtype=torch.float32, device=device)
     pointers, constexprs = _kernel_operands(ops)
     if blocks.dense_windows.shape[0] and heads:
         _gat_forward_kernel[(blocks.dense_windows.shape[0], heads)](
@@ -453,11 +454,15 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     pointers, constexprs = _kernel_operands(ops)
     precision = _precision(allow_tf32, ops.value.dtype)
 
+    # the row kernel writes every row and every edge when all windows are dense; the source kernel every source
+    full = {ROLE_DST: covers_every_row(blocks, grad_out.shape[0]), ROLE_SRC: True}
+    full[ROLE_EDGE] = full[ROLE_DST]
+
     def buffer(role):
         if not need[role]:
             return None
-        view = layout.views[ops.terms[role][0][0]]
-        return torch.zeros(view.shape, dtype=torch.float32, device=device)
+        indices = ops.terms[role][0]
+        return gradient_buffer(layout, indices, layout.views[indices[0]].shape, full[role])
 
     grad_terms = {role: buffer(role) for role in (ROLE_SRC, ROLE_DST, ROLE_EDGE)}
     num_windows = blocks.dense_windows.shape[0]
@@ -471,7 +476,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_DST=need[ROLE_DST], GRAD_EDGE=need[ROLE_EDGE], GRAD_ATT=need_att, PRECISION=precision,
             **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_row"]})
-    grad_value = torch.zeros(ops.value.shape, dtype=torch.float32, device=device) if need_value else None
+    grad_value = gradient_buffer(layout, form.value_terms, ops.value.shape, True) if need_value else None
     if (need[ROLE_SRC] or need_value) and transposed.dense_windows.shape[0] and heads:
         _gat_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
