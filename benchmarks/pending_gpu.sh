@@ -22,6 +22,8 @@
 #   bash benchmarks/pending_gpu.sh session17i # block-sparse attention kernels: warps and stages
 #   bash benchmarks/pending_gpu.sh session18  # owed: block-sparse layers after the retune (harness, bf16)
 #   bash benchmarks/pending_gpu.sh session18b # block-sparse dot kernels with every head in one program
+#   bash benchmarks/pending_gpu.sh session18c # their GPU tests, chooser timing fwd+bwd; TransformerConv bf16 table
+#   bash benchmarks/pending_gpu.sh session18d # issue 8's table in TF32 (TransformerConv) and GAT in bf16 with eager
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -223,6 +225,22 @@ elif [[ $what == session18b ]]; then
   timeout 400 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
     --families dot --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
   grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
+elif [[ $what == session18c ]]; then
+  # all-heads dot kernels, uninitialised buffers where every row is written, the chooser's fwd+bwd check: the
+  # block-sparse and path tests on CUDA, then issue 8's TransformerConv table in bf16 with PyG eager for the error
+  CI=1 GNN_IO_STRICT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
+    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
+  timeout 380 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
+    2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{' | tail -4
+elif [[ $what == session18d ]]; then
+  timeout 330 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 --isolate --out "$out/tf32" \
+    2>"$out/tf32_stderr.txt" | tee "$out/tf32_stdout.txt" | grep -v '^{' | tail -4
+  timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
+    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
+    2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -4
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-d]" >&2; exit 2
 fi
