@@ -306,6 +306,9 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
                  for d in attention_paths.decisions()]
         if picks:
             record["paths"] = ",".join(sorted(set(picks)))
+            record["path_decisions"] = [{k: d[k] for k in ("family", "path", "order", "reason", "predicted_ms",
+                                                           "order_build_ms", "measured_forward_ms")}
+                                        for d in attention_paths.decisions()]
     except Exception as exc:  # a crash or OOM of one mode is a result, not the end of the run
         record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         traceback.print_exc(limit=2)

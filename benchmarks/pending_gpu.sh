@@ -24,6 +24,7 @@
 #   bash benchmarks/pending_gpu.sh session18b # block-sparse dot kernels with every head in one program
 #   bash benchmarks/pending_gpu.sh session18c # their GPU tests, chooser timing fwd+bwd; TransformerConv bf16 table
 #   bash benchmarks/pending_gpu.sh session18d # issue 8's table in TF32 (TransformerConv) and GAT in bf16 with eager
+#   bash benchmarks/pending_gpu.sh session18e # op-level CSR and block after the all-heads change (refit); GAT bf16
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -241,6 +242,15 @@ elif [[ $what == session18d ]]; then
   timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
     --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
     2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -4
+elif [[ $what == session18e ]]; then
+  # the op forward+backward on each path and order, for the cost model's refit after the all-heads dot kernels
+  timeout 300 python3 -m benchmarks.probe --parts attention --graphs sbm-dense,batch-random \
+    --attention-graphs sbm-dense,batch-random --families dot,gat --orders none,rcm --out "$out/attention_paths" \
+    >"$out/attention_paths.txt" 2>&1
+  grep "^| attention" "$out/attention_paths.txt" | cut -c1-220
+  timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
+    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
+    2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -3
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-d]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-e]" >&2; exit 2
 fi
