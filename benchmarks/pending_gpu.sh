@@ -25,6 +25,8 @@
 #   bash benchmarks/pending_gpu.sh session18c # their GPU tests, chooser timing fwd+bwd; TransformerConv bf16 table
 #   bash benchmarks/pending_gpu.sh session18d # issue 8's table in TF32 (TransformerConv) and GAT in bf16 with eager
 #   bash benchmarks/pending_gpu.sh session18e # op-level CSR and block after the all-heads change (refit); GAT bf16
+#   bash benchmarks/pending_gpu.sh session18f # issue 8's table in TF32: TransformerConv and GAT, eager to block
+#   bash benchmarks/pending_gpu.sh session18g # the refit chooser in bf16 across dense, RMAT, road and real graphs
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -251,6 +253,17 @@ elif [[ $what == session18e ]]; then
   timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
     --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
     2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -3
+elif [[ $what == session18f ]]; then
+  timeout 560 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 --isolate --out "$out/tf32" \
+    2>"$out/tf32_stderr.txt" | tee "$out/tf32_stdout.txt" | grep -v '^{' | tail -5
+elif [[ $what == session18g ]]; then
+  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 440 python3 -m benchmarks.harness \
+    --graphs sbm-dense,batch-random,rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm --layers transformer,gat \
+    --modes gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/chooser" \
+    2>"$out/chooser_stderr.txt" | tee "$out/chooser_stdout.txt" | grep -v '^{' | tail -13
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-e]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-g]" >&2; exit 2
 fi
