@@ -27,6 +27,7 @@
 #   bash benchmarks/pending_gpu.sh session18e # op-level CSR and block after the all-heads change (refit); GAT bf16
 #   bash benchmarks/pending_gpu.sh session18f # issue 8's table in TF32: TransformerConv and GAT, eager to block
 #   bash benchmarks/pending_gpu.sh session18g # the refit chooser in bf16 across dense, RMAT, road and real graphs
+#   bash benchmarks/pending_gpu.sh session18h # second refit, order gain timed fwd+bwd; GATv2 on the dense graphs
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -264,6 +265,18 @@ elif [[ $what == session18g ]]; then
     --graphs sbm-dense,batch-random,rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm --layers transformer,gat \
     --modes gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/chooser" \
     2>"$out/chooser_stderr.txt" | tee "$out/chooser_stdout.txt" | grep -v '^{' | tail -13
+elif [[ $what == session18h ]]; then
+  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 150 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes gnn_io --dtype bfloat16 --reps 10 --isolate --out "$out/auto_bf16" \
+    2>"$out/auto_bf16_stderr.txt" | tee "$out/auto_bf16_stdout.txt" | grep -v '^{' | tail -4
+  for flag in "--dtype bfloat16" "--tf32"; do
+    name=$(echo $flag | tr -dc 'a-z0-9')
+    timeout 170 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gatv2 \
+      --modes eager,inductor,gnn_io $flag --reps 5 --isolate --out "$out/gatv2_$name" \
+      2>"$out/gatv2_${name}_stderr.txt" | tee "$out/gatv2_${name}_stdout.txt" | grep -v '^{' | tail -2
+  done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-g]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-h]" >&2; exit 2
 fi

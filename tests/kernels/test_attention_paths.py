@@ -390,8 +390,8 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     clock = {"t": 0.0}
 
     def forward_fn(candidate, backward=False):
-        if backward:  # the check against CSR times a training step (the order's gain is timed forward only)
-            calls.append(candidate.path)
+        assert backward, "the check against CSR and the order's gain both time a training step"
+        calls.append(candidate.path)
         clock["t"] += csr_ms if candidate.path == "csr" else block_ms
 
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
