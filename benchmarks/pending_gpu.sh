@@ -28,6 +28,7 @@
 #   bash benchmarks/pending_gpu.sh session18f # issue 8's table in TF32: TransformerConv and GAT, eager to block
 #   bash benchmarks/pending_gpu.sh session18g # the refit chooser in bf16 across dense, RMAT, road and real graphs
 #   bash benchmarks/pending_gpu.sh session18h # second refit, order gain timed fwd+bwd; GATv2 on the dense graphs
+#   bash benchmarks/pending_gpu.sh session18i # the second refit's picks, bf16 and TF32, with each decision printed
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -277,6 +278,20 @@ elif [[ $what == session18h ]]; then
       --modes eager,inductor,gnn_io $flag --reps 5 --isolate --out "$out/gatv2_$name" \
       2>"$out/gatv2_${name}_stderr.txt" | tee "$out/gatv2_${name}_stdout.txt" | grep -v '^{' | tail -2
   done
+elif [[ $what == session18i ]]; then
+  for flag in "--dtype bfloat16" "--tf32"; do
+    name=$(echo $flag | tr -dc 'a-z0-9')
+    timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+      --modes gnn_io,gnn_io_csr,gnn_io_block $flag --reps 5 --isolate --out "$out/auto_$name" \
+      2>"$out/auto_${name}_stderr.txt" | grep "^| sbm\|^| batch"
+    python3 -c "
+import json, sys
+for r in json.load(open(sys.argv[1]))['results']:
+    if r['mode'] == 'gnn_io':
+        for d in r.get('path_decisions', [])[-1:]:
+            print(r['graph'][:10], r['layer'], d['path'], d['order'], d['predicted_ms'], d['measured_forward_ms'])
+" "$out/auto_$name/results.json"
+  done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-h]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-i]" >&2; exit 2
 fi
