@@ -29,6 +29,7 @@
 #   bash benchmarks/pending_gpu.sh session18g # the refit chooser in bf16 across dense, RMAT, road and real graphs
 #   bash benchmarks/pending_gpu.sh session18h # second refit, order gain timed fwd+bwd; GATv2 on the dense graphs
 #   bash benchmarks/pending_gpu.sh session18i # the second refit's picks, bf16 and TF32, with each decision printed
+#   bash benchmarks/pending_gpu.sh session18j # after the fix of the order timing's backward (call 8 crashed there)
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -278,11 +279,15 @@ elif [[ $what == session18h ]]; then
       --modes eager,inductor,gnn_io $flag --reps 5 --isolate --out "$out/gatv2_$name" \
       2>"$out/gatv2_${name}_stderr.txt" | tee "$out/gatv2_${name}_stdout.txt" | grep -v '^{' | tail -2
   done
-elif [[ $what == session18i ]]; then
+elif [[ $what == session18i || $what == session18j ]]; then
+  if [[ $what == session18j ]]; then
+    CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+      -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  fi
   for flag in "--dtype bfloat16" "--tf32"; do
     name=$(echo $flag | tr -dc 'a-z0-9')
-    timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
-      --modes gnn_io,gnn_io_csr,gnn_io_block $flag --reps 5 --isolate --out "$out/auto_$name" \
+    timeout 250 python3 -m benchmarks.harness --graphs ${GRAPHS:-sbm-dense,batch-random} --layers transformer,gat \
+      --modes ${MODES:-gnn_io,gnn_io_csr,gnn_io_block} $flag --reps 5 --isolate --out "$out/auto_$name" \
       2>"$out/auto_${name}_stderr.txt" | grep "^| sbm\|^| batch"
     python3 -c "
 import json, sys
@@ -293,5 +298,5 @@ for r in json.load(open(sys.argv[1]))['results']:
 " "$out/auto_$name/results.json"
   done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-i]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-j]" >&2; exit 2
 fi

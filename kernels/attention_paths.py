@@ -427,8 +427,12 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
-    plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=_restricted(blocks, chosen),
-                         csr_items=_csr_items(blocks, chosen, items, rowptr.numel() - 1))
+    restricted = _restricted(blocks, chosen)
+    num_rows = rowptr.numel() - 1
+    # the backward runs too: the source pass needs the transposed format of the kept windows (identity order)
+    plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=restricted,
+                         transposed=block_sparse.transpose_block_format(restricted, num_rows),
+                         csr_items=_csr_items(blocks, chosen, items, num_rows))
     out = {f"{name} fwd+bwd": _forward_ms(rowptr.device, lambda c=candidate: forward_fn(c, backward=True))
            for name, candidate in (("none", plain), (decision.order, decision))}
     entry.formats.pop("none", None)  # rebuilt for this timing only
