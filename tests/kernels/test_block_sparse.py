@@ -148,6 +148,22 @@ def test_format_of_graph_without_edges(num_nodes):
     assert blocks.stats["tiles"] == 0 and blocks.tile_edge.shape == (0, WINDOW, TILE)
 
 
+def test_which_formats_cover_every_row():
+    # the kernels' outputs skip the zero fill only where every row is written: all windows dense_ok
+    num_nodes = 40
+    src, dst = graph(num_nodes, 100, seed=2)
+    _, blocks = plan_and_blocks(src, dst, num_nodes)
+    assert blocks.dense_ok.all() and block_sparse.covers_every_row(blocks, num_nodes)
+    chosen = blocks.dense_ok.clone()
+    chosen[0] = False
+    restricted = blocks._replace(dense_ok=chosen, dense_windows=torch.nonzero(chosen).flatten().to(torch.int32))
+    assert not block_sparse.covers_every_row(restricted, num_nodes)
+    assert block_sparse.covers_every_row(transpose_block_format(restricted, num_nodes), num_nodes)
+    src, dst = graph(num_nodes, 100, seed=2, duplicates=2)  # duplicate pairs: their windows go to CSR
+    _, blocks = plan_and_blocks(src, dst, num_nodes)
+    assert not block_sparse.covers_every_row(blocks, num_nodes)
+
+
 def test_order_must_cover_the_rows():
     plan = torch.ops.gnn_io.csr_plan(torch.tensor([0, 1]), torch.tensor([1, 0]), 3, 3)
     with pytest.raises(ValueError, match="each of the 3 destination rows"):
