@@ -30,6 +30,7 @@
 #   bash benchmarks/pending_gpu.sh session18h # second refit, order gain timed fwd+bwd; GATv2 on the dense graphs
 #   bash benchmarks/pending_gpu.sh session18i # the second refit's picks, bf16 and TF32, with each decision printed
 #   bash benchmarks/pending_gpu.sh session18j # after the fix of the order timing's backward (call 8 crashed there)
+#   bash benchmarks/pending_gpu.sh session18k # the dot block kernels' launch for fp32 inputs (TF32), swept apart
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -297,6 +298,12 @@ for r in json.load(open(sys.argv[1]))['results']:
             print(r['graph'][:10], r['layer'], d['path'], d['order'], d['predicted_ms'], d['measured_forward_ms'])
 " "$out/auto_$name/results.json"
   done
+elif [[ $what == session18k ]]; then
+  CI=1 GNN_IO_STRICT=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
+    --families dot --block-dtype tf32 --out "$out/block_launch_tf32" >"$out/block_launch_tf32.txt" 2>&1
+  grep "^| block_launch" "$out/block_launch_tf32.txt" | cut -c1-200
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-j]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-k]" >&2; exit 2
 fi

@@ -262,20 +262,25 @@ BLOCK_LAUNCH_SWEEP = [dict(num_warps=w, num_stages=st) for w in (1, 2, 4, 8) for
 BLOCK_HEADS_SWEEP = [dict(heads="all", num_warps=w, num_stages=st) for w in (1, 2, 4, 8) for st in (1, 3)]
 
 
-def part_block_launch(graph, plan, device, families, order="rcm"):
-    """The block-sparse attention kernels' launch options (``block_sparse.BLOCK_LAUNCH``: warps, pipeline stages),
-    bf16, the block path forced in ``order``: forward+backward of the op at the current launches (row
-    ``default``), at each kernel's own (row ``kernels' own``: Triton's defaults for the dot kernels), and with
+def part_block_launch(graph, plan, device, families, order="rcm", dtype="bf16"):
+    """The block-sparse attention kernels' launch options (``block_sparse.BLOCK_LAUNCH``: warps, pipeline stages,
+    heads per program), ``dtype`` bf16 or tf32 (fp32 inputs, TF32 allowed; the sweep then sets the kernels'
+    ``name:fp32`` entries), the block path forced in ``order``: forward+backward of the op at the current launches
+    (row ``default``), at each kernel's own (row ``kernels' own``: Triton's defaults for the dot kernels), and with
     one kernel's launch swept and the others current; each checked against the current launches."""
     rowptr, col, row, perm = plan[:4]
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
     generator = torch.Generator(device=device).manual_seed(0)
-    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator).to(torch.bfloat16)
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    suffix = "" if dtype == "bf16" else ":fp32"
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator).to(torch_dtype)
     os.environ["GNN_IO_ATTENTION_PATH"], os.environ["GNN_IO_REORDER"] = "block", order
+    if dtype == "tf32":
+        torch.set_float32_matmul_precision("high")
     try:
         for family in families:
             score, message, roles, base = family_inputs(family, graph.num_nodes, device, generator)
-            args = [b.detach().to(torch.bfloat16).requires_grad_() for b in base]
+            args = [b.detach().to(torch_dtype).requires_grad_() for b in base]
 
             def step():
                 for a in args:
@@ -288,30 +293,32 @@ def part_block_launch(graph, plan, device, families, order="rcm"):
             reference = [t.clone() for t in step()]
             chosen = attention_paths._DECISIONS[-1].path if attention_paths._DECISIONS else "?"
             saved = dict(block_sparse.BLOCK_LAUNCH)
-            emit(part="block_launch", graph=graph.name, family=family, kernel="default", dtype="bf16", order=order,
+            kernels = [name + suffix for name in BLOCK_KERNELS[family]]
+            emit(part="block_launch", graph=graph.name, family=family, kernel="default", dtype=dtype, order=order,
                  ms=round(median_ms(step, reps=10), 3), chosen=chosen,
-                 launch={k: saved[k] for k in BLOCK_KERNELS[family]})
-            runs = [("kernels' own", {name: {} for name in BLOCK_KERNELS[family]})]
+                 launch={k: block_sparse.launch_entry(k, torch_dtype) for k in BLOCK_KERNELS[family]})
+            runs = [("kernels' own", {name: {} for name in kernels})]
             sweep = BLOCK_LAUNCH_SWEEP + (BLOCK_HEADS_SWEEP if family == "dot" else [])
-            runs += [(name, {name: launch}) for name in BLOCK_KERNELS[family] for launch in sweep]
+            runs += [(name, {name: launch}) for name in kernels for launch in sweep]
             if family == "dot":  # every kernel with all heads per program at once
-                runs += [("all heads", {name: dict(heads="all", num_warps=w) for name in BLOCK_KERNELS[family]})
-                         for w in (2, 4)]
+                runs += [("all heads", {name: dict(heads="all", num_warps=w) for name in kernels}) for w in (1, 2, 4)]
             for name, launches in runs:
                 block_sparse.BLOCK_LAUNCH.update(launches)
                 try:
                     errs = [_rel_err(a, b) for a, b in zip(step(), reference)]
-                    emit(part="block_launch", graph=graph.name, family=family, kernel=name, dtype="bf16",
+                    emit(part="block_launch", graph=graph.name, family=family, kernel=name, dtype=dtype,
                          order=order, ms=round(median_ms(step, reps=10), 3), max_rel_err=max(errs),
                          launch=launches)
                 except Exception as exc:  # noqa: BLE001  (a failing launch is a row)
                     emit(part="block_launch", graph=graph.name, family=family, kernel=name, launch=launches,
                          error=f"{type(exc).__name__}: {exc}"[:300])
                 finally:
+                    block_sparse.BLOCK_LAUNCH.clear()
                     block_sparse.BLOCK_LAUNCH.update(saved)
     finally:
         for var in ("GNN_IO_ATTENTION_PATH", "GNN_IO_REORDER"):
             os.environ.pop(var, None)
+        torch.set_float32_matmul_precision("highest")
 
 
 SPMM_SWEEP = [dict(block_f=f, block_e=e, num_warps=w) for f in (32, 64, 128)
@@ -481,6 +488,8 @@ def main():
                                                       "SNAP-facebook_combined,rmat-arxiv,rmat-large")
     parser.add_argument("--orders", default="none,rcm,partition")
     parser.add_argument("--families", default="dot,gat,gatv2")
+    parser.add_argument("--block-dtype", default="bf16", choices=("bf16", "tf32"),
+                        help="inputs of the block_launch sweep (tf32: float32 with TF32 allowed)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -503,7 +512,8 @@ def main():
             if "attn_launch" in parts and name in args.attention_graphs.split(","):
                 part_attention_launch(graph, plan, device, args.families.split(","))
             if "block_launch" in parts and name in args.attention_graphs.split(","):
-                part_block_launch(graph, plan, device, [f for f in args.families.split(",") if f in BLOCK_KERNELS])
+                part_block_launch(graph, plan, device, [f for f in args.families.split(",") if f in BLOCK_KERNELS],
+                                  dtype=args.block_dtype)
             if "split_sweep" in parts and name in args.attention_graphs.split(","):
                 part_split_sweep(graph, plan, device, args.families.split(","))
             if "reduction" in parts:

@@ -319,7 +319,7 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     out = new((num_dst, heads, channels), dtype=query.dtype, device=device)
     lse = new((num_dst, heads), dtype=torch.float32, device=device)
     if blocks.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_forward", heads)
+        programs, block_h, launch = head_launch("dot_forward", heads, query.dtype)
         _dot_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
@@ -446,11 +446,19 @@ def gradient_buffer(layout, indices, shape, full: bool) -> Tensor:
     return (torch.empty if full else torch.zeros)(shape, dtype=dtype, device=layout.args[indices[0]].device)
 
 
-def head_launch(name: str, heads: int) -> tuple:
-    """``(programs per window, BLOCK_H, launch options)`` of block-sparse kernel ``name`` for ``heads`` heads:
-    ``BLOCK_LAUNCH[name]["heads"]`` is ``"all"`` (one program per window for every head, its tile columns and
-    edge-id mask read once) or 1 (a program per head); the rest of the entry goes to the launch."""
-    options = dict(BLOCK_LAUNCH[name])
+def launch_entry(name: str, dtype: torch.dtype | None = None) -> dict:
+    """``BLOCK_LAUNCH[name]``, or for float32 inputs (TF32 or IEEE dots) its ``name + ":fp32"`` entry where there is
+    one: fp32 tiles move twice the bytes of half ones, so they may want another launch."""
+    if dtype == torch.float32 and f"{name}:fp32" in BLOCK_LAUNCH:
+        return BLOCK_LAUNCH[f"{name}:fp32"]
+    return BLOCK_LAUNCH[name]
+
+
+def head_launch(name: str, heads: int, dtype: torch.dtype | None = None) -> tuple:
+    """``(programs per window, BLOCK_H, launch options)`` of block-sparse kernel ``name`` for ``heads`` heads of
+    ``dtype`` inputs (:func:`launch_entry`): the entry's ``"heads"`` is ``"all"`` (one program per window for every
+    head, its tile columns and edge-id mask read once) or 1 (a program per head); the rest goes to the launch."""
+    options = dict(launch_entry(name, dtype))
     per_program = options.pop("heads", 1)
     if per_program not in (1, "all"):
         raise ValueError(f"BLOCK_LAUNCH[{name!r}]['heads'] must be 1 or 'all', got {per_program!r}")
@@ -491,7 +499,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     full = covers_every_row(blocks, query.shape[0])
     grad_query = gradient_buffer(layout, (form.query,), query.shape, full) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_query", heads)
+        programs, block_h, launch = head_launch("dot_query", heads, query.dtype)
         _dot_backward_query_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
@@ -500,7 +508,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     grad_key = gradient_buffer(layout, form.score_terms, key.shape, full) if need_key else None
     grad_value = gradient_buffer(layout, form.value_terms, value.shape, full) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_source", heads)
+        programs, block_h, launch = head_launch("dot_source", heads, query.dtype)
         _dot_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *operands, grad_out, lse, delta,

@@ -51,8 +51,8 @@ from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
-from gnn_inductor.kernels.block_sparse import (BLOCK_LAUNCH, TILE, WINDOW, BlockFormat, _precision,
-                                               attention_function, covers_every_row, gradient_buffer, summed_views)
+from gnn_inductor.kernels.block_sparse import (TILE, WINDOW, BlockFormat, _precision, attention_function,
+                                               covers_every_row, gradient_buffer, launch_entry, summed_views)
 from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
@@ -276,7 +276,7 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, out, lse, heads, channels, form.negative_slope, form.score_scale, form.message_scale, eps,
             PRECISION=_precision(allow_tf32, ops.value.dtype),
-            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_forward"]})
+            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_forward", ops.value.dtype)})
     return out, lse
 
 
@@ -475,7 +475,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             *[lse if g is None else g for g in (grad_terms[ROLE_DST], grad_terms[ROLE_EDGE], grad_att)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_DST=need[ROLE_DST], GRAD_EDGE=need[ROLE_EDGE], GRAD_ATT=need_att, PRECISION=precision,
-            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_row"]})
+            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_row", ops.value.dtype)})
     grad_value = gradient_buffer(layout, form.value_terms, ops.value.shape, True) if need_value else None
     if (need[ROLE_SRC] or need_value) and transposed.dense_windows.shape[0] and heads:
         _gat_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
@@ -484,7 +484,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             *[lse if g is None else g for g in (grad_terms[ROLE_SRC], grad_value)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_SRC=need[ROLE_SRC], GRAD_VALUE=need_value, PRECISION=precision,
-            **{**constexprs, **BLOCK_LAUNCH[f"{_launch_prefix(ops)}_source"]})
+            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_source", ops.value.dtype)})
 
     parts = [(ops.terms[role][0], grad_terms[role]) for role in (ROLE_SRC, ROLE_DST, ROLE_EDGE)]
     parts += [(form.value_terms, grad_value)]

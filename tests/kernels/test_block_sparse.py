@@ -227,7 +227,9 @@ DOT_KERNELS = ("dot_forward", "dot_query", "dot_source")
 def heads_per_program(request, monkeypatch):
     """Runs the dot kernels with one program per head and with every head in one program (batched dots)."""
     for name in DOT_KERNELS:
-        monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, name, {**block_sparse.BLOCK_LAUNCH[name], "heads": request.param})
+        for key in (name, f"{name}:fp32"):  # half and float32 inputs' entries
+            entry = block_sparse.BLOCK_LAUNCH.get(key, block_sparse.BLOCK_LAUNCH[name])
+            monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {**entry, "heads": request.param})
     return request.param
 
 
@@ -377,7 +379,8 @@ def test_all_heads_program_masks_the_padded_heads(heads, monkeypatch):
 
     def run(per_program):
         for name in DOT_KERNELS:
-            monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, name, {"heads": per_program})
+            for key in (name, f"{name}:fp32"):
+                monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {"heads": per_program})
         out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
         return [out, lse] + dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
                                          [True] * len(args), dropout=dropout)
@@ -385,6 +388,16 @@ def test_all_heads_program_masks_the_padded_heads(heads, monkeypatch):
     assert expected[0].abs().max() > 0.1 and all(g.abs().max() > 0.01 for g in expected[2:])
     for i, (actual, wanted) in enumerate(zip(run("all"), expected)):
         torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-6, msg=lambda m: f"result {i}: {m}")
+
+
+def test_float32_inputs_take_their_own_launch_entry(monkeypatch):
+    monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, "dot_query", {"heads": "all", "num_warps": 2})
+    monkeypatch.delitem(block_sparse.BLOCK_LAUNCH, "dot_query:fp32", raising=False)
+    assert block_sparse.launch_entry("dot_query", torch.float32) == {"heads": "all", "num_warps": 2}
+    monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, "dot_query:fp32", {"heads": 1, "num_warps": 4})
+    assert block_sparse.launch_entry("dot_query", torch.bfloat16) == {"heads": "all", "num_warps": 2}
+    assert block_sparse.head_launch("dot_query", 4, torch.float32) == (4, 1, {"num_warps": 4})
+    assert block_sparse.head_launch("dot_query", 4, torch.float16) == (1, 4, {"num_warps": 2})
 
 
 def test_head_launch_setting():
