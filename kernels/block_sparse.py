@@ -72,8 +72,12 @@ TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side o
 # GAT's, one kernel at a time, 6.87 -> 6.54 (forward, 2 warps, 1 stage), 6.07 (row backward, 1 warp, 1 stage),
 # 5.09 (source backward, 1 warp). Session 18 (docs/benchmarks/session18/call2_block_launch.txt): every head in one
 # program, 2 warps, for all three dot kernels: 3.35 -> 2.53 ms (4 warps: 2.80). GATv2's (gatv2_*) are not measured.
+# A ``name:fp32`` entry is the launch for float32 inputs (:func:`launch_entry`): in TF32 the same sweep
+# (call10_block_launch_tf32.txt) took the op from 5.02 ms at 2 warps to 4.56 at 4 warps, every head per program.
 BLOCK_LAUNCH = {"dot_forward": {"heads": "all", "num_warps": 2}, "dot_query": {"heads": "all", "num_warps": 2},
                 "dot_source": {"heads": "all", "num_warps": 2},
+                "dot_forward:fp32": {"heads": "all", "num_warps": 4}, "dot_query:fp32": {"heads": "all", "num_warps": 4},
+                "dot_source:fp32": {"heads": "all", "num_warps": 4},
                 "gat_forward": {"num_warps": 2, "num_stages": 1}, "gat_row": {"num_warps": 1, "num_stages": 1},
                 "gat_source": {"num_warps": 1}, "gatv2_forward": {}, "gatv2_row": {}, "gatv2_source": {}}
 
