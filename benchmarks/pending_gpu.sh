@@ -31,6 +31,7 @@
 #   bash benchmarks/pending_gpu.sh session18i # the second refit's picks, bf16 and TF32, with each decision printed
 #   bash benchmarks/pending_gpu.sh session18j # after the fix of the order timing's backward (call 8 crashed there)
 #   bash benchmarks/pending_gpu.sh session18k # the dot block kernels' launch for fp32 inputs (TF32), swept apart
+#   bash benchmarks/pending_gpu.sh session18l # GAT block kernels with every head in one program: tests, bf16 sweep
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -304,6 +305,12 @@ elif [[ $what == session18k ]]; then
   timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
     --families dot --block-dtype tf32 --out "$out/block_launch_tf32" >"$out/block_launch_tf32.txt" 2>&1
   grep "^| block_launch" "$out/block_launch_tf32.txt" | cut -c1-200
+elif [[ $what == session18l ]]; then
+  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse_gat.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | grep -E "passed|failed|Error" | tail -4
+  timeout 250 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
+    --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
+  grep "^| block_launch" "$out/block_launch_gat.txt" | cut -c1-200
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-k]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]" >&2; exit 2
 fi

@@ -258,7 +258,7 @@ BLOCK_KERNELS = {family: tuple(f"{family}_{k}" for k in kernels) for family, ker
     ("dot", ("forward", "query", "source")), ("gat", ("forward", "row", "source")),
     ("gatv2", ("forward", "row", "source")))}
 BLOCK_LAUNCH_SWEEP = [dict(num_warps=w, num_stages=st) for w in (1, 2, 4, 8) for st in (1, 3)]
-# the dot kernels also take every head in one program (block_sparse.head_launch): swept over warps the same way
+# the dot and GAT kernels also take every head in one program (block_sparse.head_launch), swept the same way
 BLOCK_HEADS_SWEEP = [dict(heads="all", num_warps=w, num_stages=st) for w in (1, 2, 4, 8) for st in (1, 3)]
 
 
@@ -298,9 +298,9 @@ def part_block_launch(graph, plan, device, families, order="rcm", dtype="bf16"):
                  ms=round(median_ms(step, reps=10), 3), chosen=chosen,
                  launch={k: block_sparse.launch_entry(k, torch_dtype) for k in BLOCK_KERNELS[family]})
             runs = [("kernels' own", {name: {} for name in kernels})]
-            sweep = BLOCK_LAUNCH_SWEEP + (BLOCK_HEADS_SWEEP if family == "dot" else [])
+            sweep = BLOCK_LAUNCH_SWEEP + (BLOCK_HEADS_SWEEP if family in ("dot", "gat") else [])
             runs += [(name, {name: launch}) for name in kernels for launch in sweep]
-            if family == "dot":  # every kernel with all heads per program at once
+            if family in ("dot", "gat"):  # every kernel with all heads per program at once
                 runs += [("all heads", {name: dict(heads="all", num_warps=w) for name in kernels}) for w in (1, 2, 4)]
             for name, launches in runs:
                 block_sparse.BLOCK_LAUNCH.update(launches)

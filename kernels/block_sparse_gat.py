@@ -16,7 +16,10 @@ and ``P V`` as a ``tl.dot`` of ``WINDOW x TILE`` by ``TILE x C`` (``V`` the sum 
 the tile's source columns). ``out = message_scale * acc / (total + eps)``, ``lse`` per (row, head), 0 for rows
 without edges; PyG's attention dropout multiplies ``P`` by ``keep / (1 - p)`` before the dot, the mask
 regenerated per cell from the call's seed and the cell's edge id (``kernels/rng.py``). One program per
-(dense window, head); rows of windows that are not ``dense_ok`` are left 0, as :func:`block_sparse.dot_forward`.
+(dense window, block of heads) (``block_sparse.head_launch``: a program per head, or every head in one program
+with each per-tile tensor carrying a leading head axis: ``[H, WINDOW, TILE]`` scores, gatv2's ``[H, WINDOW, TILE,
+C]`` terms, batched ``P V`` dots); rows of windows that are not ``dense_ok`` are left 0, as
+:func:`block_sparse.dot_forward`.
 
 Score terms of one role are summed before the launch when there are several (in float32, node- or edge-sized);
 a single term is read in place, in its dtype. Every score product and sum is float32; the value (and ``P``
@@ -51,8 +54,9 @@ from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 from gnn_inductor.kernels import attention_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention_triton import dropout_slot
-from gnn_inductor.kernels.block_sparse import (TILE, WINDOW, BlockFormat, _precision, attention_function,
-                                               covers_every_row, gradient_buffer, launch_entry, summed_views)
+from gnn_inductor.kernels.block_sparse import (TILE, WINDOW, BlockFormat, _head_block, _head_rows, _node_offsets,
+                                               _precision, attention_function, covers_every_row, gradient_buffer,
+                                               head_launch, summed_views)
 from gnn_inductor.kernels.rng import Dropout, dropped_triton
 from torch import Tensor
 
@@ -60,65 +64,84 @@ FAMILIES = ("gat", "gatv2")
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-tile scores
+# Per-tile scores (every tensor carries a leading axis of the program's BLOCK_H heads)
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
-def _node_term(ptr, stride_r, stride_h, stride_c, nodes, valid, h, chans, cmask, V2: tl.constexpr):
-    """A score term of the ``nodes`` (int64, -1 invalid): ``[N]`` (gat) or ``[N, BLOCK_C]`` (gatv2), float32."""
+def _node_term(ptr, stride_r, stride_h, stride_c, nodes, valid, heads, hmask, chans, cmask, V2: tl.constexpr):
+    """A score term of the ``nodes`` (int64, -1 invalid) for the program's heads: ``[BLOCK_H, N]`` (gat) or
+    ``[BLOCK_H, N, BLOCK_C]`` (gatv2), float32."""
     if V2:
-        term = tl.load(ptr + nodes[:, None] * stride_r + h * stride_h + chans[None, :] * stride_c,
-                       mask=valid[:, None] & cmask[None, :], other=0).to(tl.float32)
+        term = tl.load(ptr + nodes[None, :, None] * stride_r + heads[:, None, None] * stride_h
+                       + chans[None, None, :] * stride_c,
+                       mask=hmask[:, None, None] & valid[None, :, None] & cmask[None, None, :], other=0)
     else:
-        term = tl.load(ptr + nodes * stride_r + h * stride_h, mask=valid, other=0).to(tl.float32)
-    return term
+        term = tl.load(ptr + nodes[None, :] * stride_r + heads[:, None] * stride_h,
+                       mask=hmask[:, None] & valid[None, :], other=0)
+    return term.to(tl.float32)
 
 
 @triton.jit
-def _tile_cells(tile, tile_col_ptr, tile_edge_ptr, row_term, c_ptr, cr, ch, cc, e_ptr, er, eh, ec, att, h,
+def _tile_cells(tile, tile_col_ptr, tile_edge_ptr, row_term, c_ptr, cr, ch, cc, e_ptr, er, eh, ec, att, heads, hmask,
                 slots, lanes, chans, cmask, slope, score_scale,
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, HAS_EDGE: tl.constexpr, V2: tl.constexpr,
-                WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One tile of a window: its columns ``[TILE]`` (int64, -1 padding), edge ids ``[WINDOW, TILE]`` (-1: no edge),
-    the pre-activation terms (``[WINDOW, TILE]``, gatv2 ``[WINDOW, TILE, BLOCK_C]``) and the scores (unmasked).
-    ``row_term`` is the window rows' term (loaded once), the column term is read at ``c_ptr``; shared by the
-    forward and both backward kernels (which swap which role is the row and which the column)."""
+                BLOCK_H: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One tile of a window: its columns ``[TILE]`` (int64, -1 padding), edge ids ``[WINDOW, TILE]`` (-1: no edge,
+    read once for all heads), the pre-activation terms (``[BLOCK_H, WINDOW, TILE]``, gatv2 ``[BLOCK_H, WINDOW,
+    TILE, BLOCK_C]``) and the scores ``[BLOCK_H, WINDOW, TILE]`` (unmasked). ``row_term`` is the window rows'
+    term (loaded once), the column term is read at ``c_ptr``; shared by the forward and both backward kernels
+    (which swap which role is the row and which the column)."""
     cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
     col_valid = cols >= 0
     eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
     has_edge = eid >= 0
     if V2:
-        terms = tl.zeros([WINDOW, TILE, BLOCK_C], dtype=tl.float32)
+        terms = tl.zeros([BLOCK_H, WINDOW, TILE, BLOCK_C], dtype=tl.float32)
         if HAS_ROW:
-            terms += row_term[:, None, :]
+            terms += row_term[:, :, None, :]
         if HAS_COL:
-            terms += _node_term(c_ptr, cr, ch, cc, cols, col_valid, h, chans, cmask, V2)[None, :, :]
+            terms += _node_term(c_ptr, cr, ch, cc, cols, col_valid, heads, hmask, chans, cmask, V2)[:, None, :, :]
         if HAS_EDGE:
-            edge_offsets = eid.to(tl.int64)[:, :, None] * er + h * eh + chans[None, None, :] * ec
-            terms += tl.load(e_ptr + edge_offsets, mask=has_edge[:, :, None] & cmask[None, None, :],
-                             other=0).to(tl.float32)
+            edge_offsets = (eid.to(tl.int64)[None, :, :, None] * er + heads[:, None, None, None] * eh
+                            + chans[None, None, None, :] * ec)
+            edge_mask = hmask[:, None, None, None] & has_edge[None, :, :, None] & cmask[None, None, None, :]
+            terms += tl.load(e_ptr + edge_offsets, mask=edge_mask, other=0).to(tl.float32)
         activated = tl.where(terms > 0, terms, terms * slope)
-        score = tl.sum(activated * att[None, None, :], axis=2) * score_scale
+        score = tl.sum(activated * att[:, None, None, :], axis=3) * score_scale
     else:
-        terms = tl.zeros([WINDOW, TILE], dtype=tl.float32)
+        terms = tl.zeros([BLOCK_H, WINDOW, TILE], dtype=tl.float32)
         if HAS_ROW:
-            terms += row_term[:, None]
+            terms += row_term[:, :, None]
         if HAS_COL:
-            terms += _node_term(c_ptr, cr, ch, cc, cols, col_valid, h, chans, cmask, V2)[None, :]
+            terms += _node_term(c_ptr, cr, ch, cc, cols, col_valid, heads, hmask, chans, cmask, V2)[:, None, :]
         if HAS_EDGE:
-            terms += tl.load(e_ptr + eid.to(tl.int64) * er + h * eh, mask=has_edge, other=0).to(tl.float32)
+            terms += tl.load(e_ptr + eid.to(tl.int64)[None, :, :] * er + heads[:, None, None] * eh,
+                             mask=hmask[:, None, None] & has_edge[None, :, :], other=0).to(tl.float32)
         score = tl.where(terms > 0, terms, terms * slope) * score_scale
     return cols, col_valid, eid, has_edge, terms, score
 
 
 @triton.jit
-def _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2: tl.constexpr, BLOCK_C: tl.constexpr):
-    """gatv2's ``att[h]`` as ``[BLOCK_C]`` float32 (zeros for gat, whose pointer is a dummy)."""
+def _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2: tl.constexpr, BLOCK_H: tl.constexpr,
+                      BLOCK_C: tl.constexpr):
+    """gatv2's ``att`` of the program's heads as ``[BLOCK_H, BLOCK_C]`` float32 (zeros for gat, whose pointer is a
+    dummy)."""
     if V2:
-        att = tl.load(att_ptr + h * ah + chans * ac, mask=cmask, other=0).to(tl.float32)
+        att = tl.load(att_ptr + heads[:, None] * ah + chans[None, :] * ac, mask=hmask[:, None] & cmask[None, :],
+                      other=0).to(tl.float32)
     else:
-        att = tl.zeros([BLOCK_C], dtype=tl.float32)
+        att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
     return att
+
+
+@triton.jit
+def _row_term(ptr, sr, sh, sc, rows, rmask, heads, hmask, chans, cmask, att, HAS: tl.constexpr, V2: tl.constexpr):
+    """The window rows' score term (``att``, unused, where the role has none)."""
+    if HAS:
+        term = _node_term(ptr, sr, sh, sc, rows, rmask, heads, hmask, chans, cmask, V2)
+    else:
+        term = att
+    return term
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,49 +157,48 @@ def _gat_forward_kernel(
         out_ptr, lse_ptr, num_heads, head_dim, slope, score_scale, message_scale, eps,
         HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr,
-        BLOCK_C: tl.constexpr):
+        BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    h = tl.program_id(1)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    att = _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2, BLOCK_C)
-    if HAS_DST:
-        row_term = _node_term(d_ptr, dr, dh, dc, rows, rmask, h, chans, cmask, V2)
-    else:
-        row_term = att  # unused
+    att = _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2, BLOCK_H, BLOCK_C)
+    row_term = _row_term(d_ptr, dr, dh, dc, rows, rmask, heads, hmask, chans, cmask, att, HAS_DST, V2)
 
-    m = tl.full([WINDOW], float("-inf"), tl.float32)
-    total = tl.zeros([WINDOW], dtype=tl.float32)
-    acc = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+    m = tl.full([BLOCK_H, WINDOW], float("-inf"), tl.float32)
+    total = tl.zeros([BLOCK_H, WINDOW], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         cols, col_valid, eid, has_edge, _terms, score = _tile_cells(
-            tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, h,
-            slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, WINDOW, TILE, BLOCK_C)
-        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc,
-                        mask=col_valid[:, None] & cmask[None, :], other=0)
-        score = tl.where(has_edge, score, float("-inf"))
-        m_new = tl.maximum(m, tl.max(score, axis=1))
+            tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, heads, hmask,
+            slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, BLOCK_H, WINDOW, TILE,
+            BLOCK_C)
+        value, _ = _head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
+        score = tl.where(has_edge[None, :, :], score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=2))
         # a row with no edge so far keeps m = -inf: shift by 0 there so exp gives 0, never nan
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         correction = tl.exp(m - shift)
-        p = tl.exp(score - shift[:, None])
-        total = total * correction + tl.sum(p, axis=1)
+        p = tl.exp(score - shift[:, :, None])
+        total = total * correction + tl.sum(p, axis=2)
         if DROPOUT:
-            p = dropped_triton(p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
-        acc = acc * correction[:, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
+            p = dropped_triton(p, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads, dropout_p,
+                               dropout_scale)
+        acc = acc * correction[:, :, None] + tl.dot(p.to(value.dtype), value, input_precision=PRECISION)
         m = m_new
 
-    out = acc * message_scale / (total + eps)[:, None]
-    offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
+    out = acc * message_scale / (total + eps)[:, :, None]
+    out_mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
+    tl.store(out_ptr + _node_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
+             mask=out_mask)
     lse = tl.where(total > 0, m + tl.log(tl.where(total > 0, total, 1.0)), 0.0)
-    tl.store(lse_ptr + rows * num_heads + h, lse, mask=rmask)
+    tl.store(lse_ptr + rows[None, :] * num_heads + heads[:, None], lse, mask=hmask[:, None] & rmask[None, :])
 
 
 def gat_form_reason(layout) -> str | None:
@@ -272,11 +294,12 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     lse = new((num_dst, heads), dtype=torch.float32, device=device)
     pointers, constexprs = _kernel_operands(ops)
     if blocks.dense_windows.shape[0] and heads:
-        _gat_forward_kernel[(blocks.dense_windows.shape[0], heads)](
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_forward", heads, ops.value.dtype)
+        _gat_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, out, lse, heads, channels, form.negative_slope, form.score_scale, form.message_scale, eps,
             PRECISION=_precision(allow_tf32, ops.value.dtype),
-            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_forward", ops.value.dtype)})
+            BLOCK_H=block_h, **{**constexprs, **launch})
     return out, lse
 
 
@@ -294,70 +317,75 @@ def _gat_backward_row_kernel(
         num_heads, head_dim, slope, score_scale, message_scale,
         HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, GRAD_DST: tl.constexpr, GRAD_EDGE: tl.constexpr, GRAD_ATT: tl.constexpr,
-        PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Per (row window, head): the dst-role terms' gradient, the edge-role terms' gradient (stored at the cells'
-    edge ids) and gatv2's partial ``d att`` (one ``[BLOCK_C]`` row per program and head)."""
-    program = tl.program_id(0)
-    window = tl.load(dense_windows_ptr + program).to(tl.int64)
-    h = tl.program_id(1)
+        PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr,
+        BLOCK_H: tl.constexpr):
+    """Per (row window, block of heads): the dst-role terms' gradient, the edge-role terms' gradient (stored at the
+    cells' edge ids) and gatv2's partial ``d att`` (one ``[BLOCK_C]`` row per window and head)."""
+    window_index = tl.program_id(0)
+    window = tl.load(dense_windows_ptr + window_index).to(tl.int64)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    row_mask = rmask[:, None] & cmask[None, :]
-    att = _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2, BLOCK_C)
-    if HAS_DST:
-        row_term = _node_term(d_ptr, dr, dh, dc, rows, rmask, h, chans, cmask, V2)
-    else:
-        row_term = att  # unused
-    node_offsets = (rows[:, None] * num_heads + h) * head_dim + chans[None, :]
+    att = _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2, BLOCK_H, BLOCK_C)
+    row_term = _row_term(d_ptr, dr, dh, dc, rows, rmask, heads, hmask, chans, cmask, att, HAS_DST, V2)
+    node_offsets = _node_offsets(rows, heads, num_heads, head_dim, chans)
+    row_mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
     grad_out = tl.load(grad_out_ptr + node_offsets, mask=row_mask, other=0)
-    lse = tl.load(lse_ptr + rows * num_heads + h, mask=rmask, other=0)
-    delta = tl.load(delta_ptr + rows * num_heads + h, mask=rmask, other=0)
+    stat_offsets = rows[None, :] * num_heads + heads[:, None]
+    stat_mask = hmask[:, None] & rmask[None, :]
+    lse = tl.load(lse_ptr + stat_offsets, mask=stat_mask, other=0)
+    delta = tl.load(delta_ptr + stat_offsets, mask=stat_mask, other=0)
 
     if V2:
-        grad_dst = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+        grad_dst = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     else:
-        grad_dst = tl.zeros([WINDOW], dtype=tl.float32)
-    grad_att = tl.zeros([BLOCK_C], dtype=tl.float32)
+        grad_dst = tl.zeros([BLOCK_H, WINDOW], dtype=tl.float32)
+    grad_att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         cols, col_valid, eid, has_edge, terms, score = _tile_cells(
-            tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, h,
-            slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, WINDOW, TILE, BLOCK_C)
-        value = tl.load(v_ptr + cols[:, None] * vr + h * vh + chans[None, :] * vc,
-                        mask=col_valid[:, None] & cmask[None, :], other=0)
-        p = tl.exp(tl.where(has_edge, score - lse[:, None], float("-inf")))
-        grad_p = tl.dot(grad_out, tl.trans(value), input_precision=PRECISION) * message_scale
+            tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, heads, hmask,
+            slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, BLOCK_H, WINDOW, TILE,
+            BLOCK_C)
+        value, _ = _head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
+        p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, :, None], float("-inf")))
+        grad_p = tl.dot(grad_out, tl.permute(value, (0, 2, 1)), input_precision=PRECISION) * message_scale
         if DROPOUT:
-            grad_p = dropped_triton(grad_p, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
-        grad_score = p * (grad_p - delta[:, None]) * score_scale
+            grad_p = dropped_triton(grad_p, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads, dropout_p,
+                                    dropout_scale)
+        grad_score = p * (grad_p - delta[:, :, None]) * score_scale
         if V2:
             slope_of = tl.where(terms > 0, 1.0, slope)
-            grad_terms = grad_score[:, :, None] * att[None, None, :] * slope_of
+            grad_terms = grad_score[:, :, :, None] * att[:, None, None, :] * slope_of
             if GRAD_ATT:
-                grad_att += tl.sum(tl.sum(grad_score[:, :, None] * terms * slope_of, axis=1), axis=0)
+                grad_att += tl.sum(tl.sum(grad_score[:, :, :, None] * terms * slope_of, axis=2), axis=1)
             if GRAD_DST:
-                grad_dst += tl.sum(grad_terms, axis=1)
+                grad_dst += tl.sum(grad_terms, axis=2)
             if GRAD_EDGE:
-                edge_offsets = (eid.to(tl.int64)[:, :, None] * num_heads + h) * head_dim + chans[None, None, :]
-                tl.store(grad_edge_ptr + edge_offsets, grad_terms, mask=has_edge[:, :, None] & cmask[None, None, :])
+                edge_offsets = ((eid.to(tl.int64)[None, :, :, None] * num_heads + heads[:, None, None, None])
+                                * head_dim + chans[None, None, None, :])
+                edge_mask = hmask[:, None, None, None] & has_edge[None, :, :, None] & cmask[None, None, None, :]
+                tl.store(grad_edge_ptr + edge_offsets, grad_terms, mask=edge_mask)
         else:
             grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
             if GRAD_DST:
-                grad_dst += tl.sum(grad_terms, axis=1)
+                grad_dst += tl.sum(grad_terms, axis=2)
             if GRAD_EDGE:
-                tl.store(grad_edge_ptr + eid.to(tl.int64) * num_heads + h, grad_terms, mask=has_edge)
+                tl.store(grad_edge_ptr + eid.to(tl.int64)[None, :, :] * num_heads + heads[:, None, None], grad_terms,
+                         mask=hmask[:, None, None] & has_edge[None, :, :])
     if GRAD_DST:
         if V2:
             tl.store(grad_dst_ptr + node_offsets, grad_dst, mask=row_mask)
         else:
-            tl.store(grad_dst_ptr + rows * num_heads + h, grad_dst, mask=rmask)
+            tl.store(grad_dst_ptr + stat_offsets, grad_dst, mask=stat_mask)
     if GRAD_ATT:
-        tl.store(grad_att_ptr + (program.to(tl.int64) * num_heads + h) * head_dim + chans, grad_att, mask=cmask)
+        tl.store(grad_att_ptr + (window_index.to(tl.int64) * num_heads + heads[:, None]) * head_dim + chans[None, :],
+                 grad_att, mask=hmask[:, None] & cmask[None, :])
 
 
 @fast_launch
@@ -370,61 +398,63 @@ def _gat_backward_source_kernel(
         num_heads, head_dim, slope, score_scale, message_scale,
         HAS_SRC: tl.constexpr, HAS_DST: tl.constexpr, HAS_EDGE: tl.constexpr, DROPOUT: tl.constexpr,
         V2: tl.constexpr, GRAD_SRC: tl.constexpr, GRAD_VALUE: tl.constexpr,
-        PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Per (source window of the transposed format, head), its tiles' columns destination rows, cells
+        PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr,
+        BLOCK_H: tl.constexpr):
+    """Per (source window of the transposed format, block of heads), its tiles' columns destination rows, cells
     ``[sources, destinations]``: the src-role terms' gradient and ``dV = message_scale (P w)^T dO``."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    h = tl.program_id(1)
+    heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     srcs = tl.load(window_srcs_ptr + window * WINDOW + slots).to(tl.int64)
     smask = srcs >= 0
-    src_mask = smask[:, None] & cmask[None, :]
-    att = _attention_vector(att_ptr, ah, ac, h, chans, cmask, V2, BLOCK_C)
-    if HAS_SRC:
-        row_term = _node_term(s_ptr, sr, sh, sc, srcs, smask, h, chans, cmask, V2)
-    else:
-        row_term = att  # unused
-    value = tl.load(v_ptr + srcs[:, None] * vr + h * vh + chans[None, :] * vc, mask=src_mask, other=0)
+    att = _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2, BLOCK_H, BLOCK_C)
+    row_term = _row_term(s_ptr, sr, sh, sc, srcs, smask, heads, hmask, chans, cmask, att, HAS_SRC, V2)
+    value, src_mask = _head_rows(v_ptr, srcs, smask, heads, hmask, chans, cmask, vr, vh, vc)
 
     if V2:
-        grad_src = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+        grad_src = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     else:
-        grad_src = tl.zeros([WINDOW], dtype=tl.float32)
-    grad_value = tl.zeros([WINDOW, BLOCK_C], dtype=tl.float32)
+        grad_src = tl.zeros([BLOCK_H, WINDOW], dtype=tl.float32)
+    grad_value = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     first = tl.load(tile_ptr_ptr + window)
     last = tl.load(tile_ptr_ptr + window + 1)
     for tile in range(first, last):
         dsts, dst_valid, eid, has_edge, terms, score = _tile_cells(
-            tile, tile_dst_ptr, tile_edge_ptr, row_term, d_ptr, dr, dh, dc, e_ptr, er, eh, ec, att, h,
-            slots, lanes, chans, cmask, slope, score_scale, HAS_SRC, HAS_DST, HAS_EDGE, V2, WINDOW, TILE, BLOCK_C)
-        lse = tl.load(lse_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
-        grad_out = tl.load(grad_out_ptr + (dsts[:, None] * num_heads + h) * head_dim + chans[None, :],
-                           mask=dst_valid[:, None] & cmask[None, :], other=0)
-        p = tl.exp(tl.where(has_edge, score - lse[None, :], float("-inf")))
+            tile, tile_dst_ptr, tile_edge_ptr, row_term, d_ptr, dr, dh, dc, e_ptr, er, eh, ec, att, heads, hmask,
+            slots, lanes, chans, cmask, slope, score_scale, HAS_SRC, HAS_DST, HAS_EDGE, V2, BLOCK_H, WINDOW, TILE,
+            BLOCK_C)
+        stat_offsets = dsts[None, :] * num_heads + heads[:, None]
+        stat_mask = hmask[:, None] & dst_valid[None, :]
+        lse = tl.load(lse_ptr + stat_offsets, mask=stat_mask, other=0)
+        grad_out = tl.load(grad_out_ptr + _node_offsets(dsts, heads, num_heads, head_dim, chans),
+                           mask=hmask[:, None, None] & dst_valid[None, :, None] & cmask[None, None, :], other=0)
+        p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, None, :], float("-inf")))
         p_weighted = p * message_scale
         if DROPOUT:
-            p_weighted = dropped_triton(p_weighted, seed_ptr, eid, h, num_heads, dropout_p, dropout_scale)
+            p_weighted = dropped_triton(p_weighted, seed_ptr, eid[None, :, :], heads[:, None, None], num_heads,
+                                        dropout_p, dropout_scale)
         if GRAD_VALUE:
             grad_value += tl.dot(p_weighted.to(grad_out.dtype), grad_out, input_precision=PRECISION)
         if GRAD_SRC:
-            delta = tl.load(delta_ptr + dsts * num_heads + h, mask=dst_valid, other=0)
+            delta = tl.load(delta_ptr + stat_offsets, mask=stat_mask, other=0)
             # p * (message_scale * w * <V, dO> - D) = p_weighted * <V, dO> - p * D
-            grad_p = tl.dot(value, tl.trans(grad_out), input_precision=PRECISION)
-            grad_score = (p_weighted * grad_p - p * delta[None, :]) * score_scale
+            grad_p = tl.dot(value, tl.permute(grad_out, (0, 2, 1)), input_precision=PRECISION)
+            grad_score = (p_weighted * grad_p - p * delta[:, None, :]) * score_scale
             if V2:
-                grad_src += tl.sum(grad_score[:, :, None] * att[None, None, :] * tl.where(terms > 0, 1.0, slope),
-                                   axis=1)
+                grad_src += tl.sum(grad_score[:, :, :, None] * att[:, None, None, :]
+                                   * tl.where(terms > 0, 1.0, slope), axis=2)
             else:
-                grad_src += tl.sum(grad_score * tl.where(terms > 0, 1.0, slope), axis=1)
-    offsets = (srcs[:, None] * num_heads + h) * head_dim + chans[None, :]
+                grad_src += tl.sum(grad_score * tl.where(terms > 0, 1.0, slope), axis=2)
+    offsets = _node_offsets(srcs, heads, num_heads, head_dim, chans)
     if GRAD_SRC:
         if V2:
             tl.store(grad_src_ptr + offsets, grad_src, mask=src_mask)
         else:
-            tl.store(grad_src_ptr + srcs * num_heads + h, grad_src, mask=smask)
+            tl.store(grad_src_ptr + srcs[None, :] * num_heads + heads[:, None], grad_src,
+                     mask=hmask[:, None] & smask[None, :])
     if GRAD_VALUE:
         tl.store(grad_value_ptr + offsets, grad_value, mask=src_mask)
 
@@ -469,22 +499,24 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     grad_att = torch.zeros((max(num_windows, 1), heads, channels), dtype=torch.float32, device=device) \
         if need_att else None
     if (need[ROLE_DST] or need[ROLE_EDGE] or need_att) and num_windows and heads:
-        _gat_backward_row_kernel[(num_windows, heads)](
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_row", heads, ops.value.dtype)
+        _gat_backward_row_kernel[(num_windows, programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, grad_out, lse, delta,
             *[lse if g is None else g for g in (grad_terms[ROLE_DST], grad_terms[ROLE_EDGE], grad_att)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_DST=need[ROLE_DST], GRAD_EDGE=need[ROLE_EDGE], GRAD_ATT=need_att, PRECISION=precision,
-            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_row", ops.value.dtype)})
+            BLOCK_H=block_h, **{**constexprs, **launch})
     grad_value = gradient_buffer(layout, form.value_terms, ops.value.shape, True) if need_value else None
     if (need[ROLE_SRC] or need_value) and transposed.dense_windows.shape[0] and heads:
-        _gat_backward_source_kernel[(transposed.dense_windows.shape[0], heads)](
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_source", heads, ops.value.dtype)
+        _gat_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *pointers, grad_out, lse, delta,
             *[lse if g is None else g for g in (grad_terms[ROLE_SRC], grad_value)],
             heads, channels, form.negative_slope, form.score_scale, form.message_scale,
             GRAD_SRC=need[ROLE_SRC], GRAD_VALUE=need_value, PRECISION=precision,
-            **{**constexprs, **launch_entry(f"{_launch_prefix(ops)}_source", ops.value.dtype)})
+            BLOCK_H=block_h, **{**constexprs, **launch})
 
     parts = [(ops.terms[role][0], grad_terms[role]) for role in (ROLE_SRC, ROLE_DST, ROLE_EDGE)]
     parts += [(form.value_terms, grad_value)]

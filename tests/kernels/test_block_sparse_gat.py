@@ -99,21 +99,38 @@ def dropout_of(name, device=torch.device("cpu")):
     return rng.Dropout(torch.tensor(7654321, device=device), 0.3) if name.endswith("_dropout") else None
 
 
-def make_args(kinds, num_edges, dtype, seed=0):
+def make_args(kinds, num_edges, dtype, seed=0, heads=HEADS):
     generator = torch.Generator().manual_seed(seed)
     args = []
     for role, kind in kinds:
         rows = num_edges if role == ROLE_EDGE else NUM_NODES
         if kind == V:
-            args.append(torch.randn(rows, HEADS, CHANNELS, generator=generator))
+            args.append(torch.randn(rows, heads, CHANNELS, generator=generator))
         elif kind == P:
-            args.append(torch.randn(rows, HEADS, generator=generator))
+            args.append(torch.randn(rows, heads, generator=generator))
         else:
-            args.append(torch.randn(1, HEADS, CHANNELS, generator=generator))
+            args.append(torch.randn(1, heads, CHANNELS, generator=generator))
     return [a.to(dtype) for a in args]
 
 
-def case_inputs(name, graph_case, dtype, seed=0):
+GAT_KERNELS = [f"{family}_{kernel}" for family in ("gat", "gatv2") for kernel in ("forward", "row", "source")]
+
+
+def set_heads_per_program(monkeypatch, per_program):
+    """Every GAT and GATv2 block kernel (half and float32 entries) with ``per_program`` heads per program."""
+    for name in GAT_KERNELS:
+        for key in (name, f"{name}:fp32"):
+            entry = block_sparse.BLOCK_LAUNCH.get(key, block_sparse.BLOCK_LAUNCH[name])
+            monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {**entry, "heads": per_program})
+
+
+@pytest.fixture(params=[1, "all"], ids=["head_per_program", "all_heads"])
+def heads_per_program(request, monkeypatch):
+    set_heads_per_program(monkeypatch, request.param)
+    return request.param
+
+
+def case_inputs(name, graph_case, dtype, seed=0, heads=HEADS):
     """(plan, blocks, transposed, args, roles, score key, message key) of a family case on a graph case."""
     score_fn, message_fn, _, kinds = CASES[name]
     src, dst = graph(NUM_NODES, 100, seed=seed + 2, hub_degree=30 if graph_case == "hub" else 0,
@@ -122,7 +139,7 @@ def case_inputs(name, graph_case, dtype, seed=0):
         if graph_case == "order" else None
     plan, blocks = plan_and_blocks(src, dst, NUM_NODES, order)
     transposed = transpose_block_format(blocks, NUM_NODES, order)
-    args = make_args(kinds, src.numel(), dtype, seed=seed + 3)
+    args = make_args(kinds, src.numel(), dtype, seed=seed + 3, heads=heads)
     return plan, blocks, transposed, args, [role for role, _ in kinds], _fn(score_fn), _fn(message_fn)
 
 
@@ -147,7 +164,7 @@ def assert_close(actual, expected, dtype, name):
     ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("graph_case", ["hub", "duplicates", "order"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_gat_matches_reference(name, graph_case, dtype):
+def test_gat_matches_reference(name, graph_case, dtype, heads_per_program):
     # out and lse of the dense windows' rows (others 0), and every gradient against autograd through the float64
     # reference whose output gradient is zero on rows of windows that are not dense_ok (the CSR path's edges)
     plan, blocks, transposed, args, roles, score, message = case_inputs(name, graph_case, dtype)
@@ -224,6 +241,29 @@ def test_launch_options_change_no_result(name, monkeypatch):
         assert_close(actual, wanted.cpu(), torch.float32, f"result {i}")
 
 
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "gat_dropout"])
+def test_all_heads_program_masks_the_padded_heads(name, monkeypatch):
+    """Three heads in one program of four (``BLOCK_H`` the next power of two): the padded head reads and writes
+    nothing; output, log-sum-exp and every gradient equal the launch with a program per head."""
+    heads = 3
+    plan, blocks, transposed, args, roles, score, message = case_inputs(name, "hub", torch.float32, heads=heads)
+    blocks, transposed = on_device(blocks), on_device(transposed)
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    dropout = dropout_of(name, DEVICE)
+    grad_out = torch.randn(NUM_NODES, heads, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+
+    def run(per_program):
+        set_heads_per_program(monkeypatch, per_program)
+        out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS, dropout=dropout)
+        return [out, lse] + gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+                                         [True] * len(args), dropout=dropout)
+    expected = run(1)
+    assert all(t.abs().max() > 0.01 for t in expected[2:]), "every gradient exercised"
+    for i, (actual, wanted) in enumerate(zip(run("all"), expected)):
+        torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-6, msg=lambda m: f"result {i}: {m}")
+
+
 # ---- recognition and refusals (every machine) ----
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -271,4 +311,4 @@ def test_kernel_is_interpreted():
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="matches_reference or only_what_is_needed or interpreted")
+    rerun_under_interpreter(__file__, select="matches_reference or only_what_is_needed or interpreted or all_heads")
