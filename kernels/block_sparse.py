@@ -74,11 +74,15 @@ TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side o
 # program, 2 warps, for all three dot kernels: 3.35 -> 2.53 ms (4 warps: 2.80). GATv2's (gatv2_*) are not measured.
 # A ``name:fp32`` entry is the launch for float32 inputs (:func:`launch_entry`): in TF32 the same sweep
 # (call10_block_launch_tf32.txt) took the op from 5.02 ms at 2 warps to 4.56 at 4 warps, every head per program.
+# GAT (call11_block_launch_gat.txt, bf16, op 3.49 ms at session 17's launch), one kernel at a time: forward with
+# every head at 2 warps 3.18, row backward with every head at 1 warp 3.25; the source backward stays a program per
+# head (3.44; every head: 3.59 at best). That combination was not timed as a whole; all three with every head at
+# 1 warp measured 3.20.
 BLOCK_LAUNCH = {"dot_forward": {"heads": "all", "num_warps": 2}, "dot_query": {"heads": "all", "num_warps": 2},
                 "dot_source": {"heads": "all", "num_warps": 2},
                 "dot_forward:fp32": {"heads": "all", "num_warps": 4}, "dot_query:fp32": {"heads": "all", "num_warps": 4},
                 "dot_source:fp32": {"heads": "all", "num_warps": 4},
-                "gat_forward": {"num_warps": 2, "num_stages": 1}, "gat_row": {"num_warps": 1, "num_stages": 1},
+                "gat_forward": {"heads": "all", "num_warps": 2}, "gat_row": {"heads": "all", "num_warps": 1},
                 "gat_source": {"num_warps": 1}, "gatv2_forward": {}, "gatv2_row": {}, "gatv2_source": {}}
 
 
