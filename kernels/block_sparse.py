@@ -327,13 +327,14 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     out = new((num_dst, heads, channels), dtype=query.dtype, device=device)
     lse = new((num_dst, heads), dtype=torch.float32, device=device)
     if blocks.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_forward", heads, query.dtype)
+        block_c = max(16, next_power_of_2(channels))
+        programs, block_h, launch = head_launch("dot_forward", heads, query.dtype, block_c)
         _dot_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
             DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
-            WINDOW=WINDOW, TILE=TILE, BLOCK_C=max(16, next_power_of_2(channels)), BLOCK_H=block_h, **launch)
+            WINDOW=WINDOW, TILE=TILE, BLOCK_C=block_c, BLOCK_H=block_h, **launch)
     return out, lse
 
 
@@ -462,15 +463,25 @@ def launch_entry(name: str, dtype: torch.dtype | None = None) -> dict:
     return BLOCK_LAUNCH[name]
 
 
-def head_launch(name: str, heads: int, dtype: torch.dtype | None = None) -> tuple:
+# The most channels (heads x padded head width) one program holds when it takes every head: the all-heads
+# launches were measured at 4 heads x 32 (H200, bf16 and TF32, sessions 18); wider programs hold more
+# accumulators than those launches were tuned for (8 heads x 64 would be 4x the registers), so "all" takes as
+# many heads as fit and the grid covers the rest.
+MAX_PROGRAM_CHANNELS = 128
+
+
+def head_launch(name: str, heads: int, dtype: torch.dtype | None, block_c: int) -> tuple:
     """``(programs per window, BLOCK_H, launch options)`` of block-sparse kernel ``name`` for ``heads`` heads of
-    ``dtype`` inputs (:func:`launch_entry`): the entry's ``"heads"`` is ``"all"`` (one program per window for every
-    head, its tile columns and edge-id mask read once) or 1 (a program per head); the rest goes to the launch."""
+    ``dtype`` inputs (:func:`launch_entry`) padded to ``block_c`` channels: the entry's ``"heads"`` is ``"all"``
+    (every head in one program, its tile columns and edge-id mask read once; at most
+    :data:`MAX_PROGRAM_CHANNELS` channels per program) or 1 (a program per head); the rest goes to the launch."""
     options = dict(launch_entry(name, dtype))
     per_program = options.pop("heads", 1)
     if per_program not in (1, "all"):
         raise ValueError(f"BLOCK_LAUNCH[{name!r}]['heads'] must be 1 or 'all', got {per_program!r}")
-    block_h = next_power_of_2(heads) if per_program == "all" else 1
+    block_h = 1
+    if per_program == "all":
+        block_h = min(next_power_of_2(heads), max(1, MAX_PROGRAM_CHANNELS // block_c))
     return cdiv(heads, block_h), block_h, options
 
 
@@ -507,7 +518,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     full = covers_every_row(blocks, query.shape[0])
     grad_query = gradient_buffer(layout, (form.query,), query.shape, full) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_query", heads, query.dtype)
+        programs, block_h, launch = head_launch("dot_query", heads, query.dtype, common["BLOCK_C"])
         _dot_backward_query_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
@@ -516,7 +527,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     grad_key = gradient_buffer(layout, form.score_terms, key.shape, full) if need_key else None
     grad_value = gradient_buffer(layout, form.value_terms, value.shape, full) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch("dot_source", heads, query.dtype)
+        programs, block_h, launch = head_launch("dot_source", heads, query.dtype, common["BLOCK_C"])
         _dot_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *operands, grad_out, lse, delta,

@@ -294,7 +294,8 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
     lse = new((num_dst, heads), dtype=torch.float32, device=device)
     pointers, constexprs = _kernel_operands(ops)
     if blocks.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_forward", heads, ops.value.dtype)
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_forward", heads, ops.value.dtype,
+                                                constexprs["BLOCK_C"])
         _gat_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, out, lse, heads, channels, form.negative_slope, form.score_scale, form.message_scale, eps,
@@ -499,7 +500,8 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     grad_att = torch.zeros((max(num_windows, 1), heads, channels), dtype=torch.float32, device=device) \
         if need_att else None
     if (need[ROLE_DST] or need[ROLE_EDGE] or need_att) and num_windows and heads:
-        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_row", heads, ops.value.dtype)
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_row", heads, ops.value.dtype,
+                                                constexprs["BLOCK_C"])
         _gat_backward_row_kernel[(num_windows, programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, grad_out, lse, delta,
@@ -509,7 +511,8 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
             BLOCK_H=block_h, **{**constexprs, **launch})
     grad_value = gradient_buffer(layout, form.value_terms, ops.value.shape, True) if need_value else None
     if (need[ROLE_SRC] or need_value) and transposed.dense_windows.shape[0] and heads:
-        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_source", heads, ops.value.dtype)
+        programs, block_h, launch = head_launch(f"{_launch_prefix(ops)}_source", heads, ops.value.dtype,
+                                                constexprs["BLOCK_C"])
         _gat_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *pointers, grad_out, lse, delta,

@@ -363,10 +363,13 @@ def test_launch_options_change_no_result(monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("heads", [3, 5])
-def test_all_heads_program_masks_the_padded_heads(heads, monkeypatch):
-    """With every head in one program, ``BLOCK_H`` is the next power of two: the padded heads read nothing and
-    write nothing; output, log-sum-exp and gradients equal the launch with one program per head."""
+@pytest.mark.parametrize("heads, max_channels", [(3, 128), (5, 128), (5, 32)],
+                         ids=["3_heads", "5_heads", "5_heads_in_blocks_of_2"])
+def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypatch):
+    """With every head in one program, ``BLOCK_H`` is the next power of two (capped by MAX_PROGRAM_CHANNELS: then
+    several head blocks per window, the last one partial): the padded heads read nothing and write nothing;
+    output, log-sum-exp and gradients equal the launch with one program per head."""
+    monkeypatch.setattr(block_sparse, "MAX_PROGRAM_CHANNELS", max_channels)
     num_nodes = 30
     src, dst = graph(num_nodes, 90, seed=6, hub_degree=22)
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
@@ -396,19 +399,24 @@ def test_float32_inputs_take_their_own_launch_entry(monkeypatch):
     assert block_sparse.launch_entry("dot_query", torch.float32) == {"heads": "all", "num_warps": 2}
     monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, "dot_query:fp32", {"heads": 1, "num_warps": 4})
     assert block_sparse.launch_entry("dot_query", torch.bfloat16) == {"heads": "all", "num_warps": 2}
-    assert block_sparse.head_launch("dot_query", 4, torch.float32) == (4, 1, {"num_warps": 4})
-    assert block_sparse.head_launch("dot_query", 4, torch.float16) == (1, 4, {"num_warps": 2})
+    assert block_sparse.head_launch("dot_query", 4, torch.float32, 32) == (4, 1, {"num_warps": 4})
+    assert block_sparse.head_launch("dot_query", 4, torch.float16, 32) == (1, 4, {"num_warps": 2})
 
 
 def test_head_launch_setting():
-    assert block_sparse.head_launch("dot_forward", 4)[0] in (1, 4)
+    assert block_sparse.head_launch("dot_forward", 4, None, 32)[0] in (1, 4)
     block_sparse.BLOCK_LAUNCH["dot_test"] = {"heads": "all", "num_warps": 4}
     block_sparse.BLOCK_LAUNCH["dot_bad"] = {"heads": 2}
     try:
-        assert block_sparse.head_launch("dot_test", 3) == (1, 4, {"num_warps": 4})
-        assert block_sparse.head_launch("dot_test", 8) == (1, 8, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 3, None, 32) == (1, 4, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 8, None, 16) == (1, 8, {"num_warps": 4})
+        # at most MAX_PROGRAM_CHANNELS per program: wider heads split over the grid
+        assert block_sparse.head_launch("dot_test", 8, None, 32) == (2, 4, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 4, None, 64) == (2, 2, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 3, None, 128) == (3, 1, {"num_warps": 4})
+        assert block_sparse.head_launch("dot_test", 3, None, 256) == (3, 1, {"num_warps": 4})
         with pytest.raises(ValueError, match="must be 1 or 'all'"):
-            block_sparse.head_launch("dot_bad", 4)
+            block_sparse.head_launch("dot_bad", 4, None, 32)
     finally:
         del block_sparse.BLOCK_LAUNCH["dot_test"], block_sparse.BLOCK_LAUNCH["dot_bad"]
 

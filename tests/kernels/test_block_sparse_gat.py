@@ -242,10 +242,13 @@ def test_launch_options_change_no_result(name, monkeypatch):
 
 
 @runs_kernel
+@pytest.mark.parametrize("max_channels", [128, 32], ids=["one_block", "blocks_of_2"])
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "gat_dropout"])
-def test_all_heads_program_masks_the_padded_heads(name, monkeypatch):
-    """Three heads in one program of four (``BLOCK_H`` the next power of two): the padded head reads and writes
+def test_all_heads_program_masks_the_padded_heads(name, max_channels, monkeypatch):
+    """Three heads in one program of four (``BLOCK_H`` the next power of two), or in blocks of two when
+    MAX_PROGRAM_CHANNELS allows only two (the second block half padded): the padded head reads and writes
     nothing; output, log-sum-exp and every gradient equal the launch with a program per head."""
+    monkeypatch.setattr(block_sparse, "MAX_PROGRAM_CHANNELS", max_channels)
     heads = 3
     plan, blocks, transposed, args, roles, score, message = case_inputs(name, "hub", torch.float32, heads=heads)
     blocks, transposed = on_device(blocks), on_device(transposed)
