@@ -138,6 +138,21 @@ def test_dense_communities_go_to_tensor_cores_after_reordering(monkeypatch):
     assert attention_paths.decisions()[0]["order"] == decision.order
 
 
+def test_a_csr_decision_keeps_no_block_format(monkeypatch):
+    # the block formats built to predict a path are memory the CSR kernel never reads: dropped with the decision
+    monkeypatch.setenv("GNN_IO_REORDER", "off")
+    for precision in ("ieee", "half"):  # block far too costly: the cost model picks CSR on every window
+        monkeypatch.setitem(attention_paths.CALIBRATION["dot"], precision, {
+            "csr_per_edge": 1.0, "csr_per_row": 0.0, "csr_fixed_ms": 0.0,
+            "block_per_tile": 1e6, "block_per_row": 1.0, "block_fixed_ms": 0.0})
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert decision.path == "csr" and decision.reason.startswith("cost model"), decision.as_dict()
+    assert decision.stats["tiles"] > 0  # a format was built for the prediction ...
+    assert not attention_paths._entry(plan[0], plan[1], plan[3]).formats  # ... and not kept
+
+
 def test_one_call_never_pays_for_an_order(monkeypatch):
     monkeypatch.setenv(attention_paths.CALLS_ENV, "1")
     src, dst = community_graph()
@@ -412,12 +427,19 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     def forward_fn(candidate, backward=False):
         assert backward, "the check against CSR and the order's gain both time a training step"
         calls.append(candidate.path)
+        if candidate.path == "csr":  # the CSR backward builds the graph's source CSR at its first call
+            attention_paths._entry(plan[0], plan[1], plan[3]).csr_by_src.setdefault(("timing", 0), object())
         clock["t"] += csr_ms if candidate.path == "csr" else block_ms
 
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
     assert calls.count("csr") == 4 and len(calls) >= 8  # a warm-up and three timed calls each
     assert (decision.path != "csr") == kept, decision.as_dict()
+    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    if not kept:
+        assert not entry.formats
+    # a kept block pick never runs the CSR backward: the source CSR built for the timing is dropped
+    assert (("timing", 0) in entry.csr_by_src) == (decision.path != "block"), decision.path
     assert decision.measured_forward_ms["csr fwd+bwd (vs csr)"] == pytest.approx(csr_ms)
     if not kept:
         assert decision.reason.startswith("measured at the first call"), decision.reason
