@@ -32,6 +32,8 @@
 #   bash benchmarks/pending_gpu.sh session18j # after the fix of the order timing's backward (call 8 crashed there)
 #   bash benchmarks/pending_gpu.sh session18k # the dot block kernels' launch for fp32 inputs (TF32), swept apart
 #   bash benchmarks/pending_gpu.sh session18l # GAT block kernels with every head in one program: tests, bf16 sweep
+#   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
+#                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
 # Owed since session 13 (no device time was left there); all run in session 14, docs/benchmarks/session14/README.md:
 # - gnn_io::addmm_into (gnn_inductor/gemm_accumulate.py) in place of aten.addmm_: checked on CPU with CI=1 only;
@@ -311,6 +313,19 @@ elif [[ $what == session18l ]]; then
   timeout 250 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
     --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
   grep "^| block_launch" "$out/block_launch_gat.txt" | cut -c1-200
+elif [[ $what == session19 ]]; then
+  # owed by session 18 (no device time left): test_block_sparse_gat.py on CUDA in full (call 11's timeout cut it
+  # at 70%; GATv2's 4-D all-heads form is in the rest), the head-block cap (MAX_PROGRAM_CHANNELS) and the
+  # chooser's memory fix; then GAT's per-kernel launch bests timed together, and the TF32 rows and peaks again
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
+    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
+  FAMILIES=gat timeout 120 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense \
+    --attention-graphs sbm-dense --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
+  grep "^| block_launch" "$out/block_launch_gat.txt" | head -3 | cut -c1-200
+  timeout 170 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 --isolate --out "$out/tf32" \
+    2>"$out/tf32_stderr.txt" | grep "^| sbm\|^| batch"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19" >&2; exit 2
 fi
