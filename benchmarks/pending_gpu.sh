@@ -320,7 +320,7 @@ elif [[ $what == session19 ]]; then
   CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
     tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py -k "not interpreter" 2>&1 \
     | tee "$out/gpu_tests.txt" | tail -2
-  FAMILIES=gat timeout 120 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense \
+  timeout 120 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense \
     --attention-graphs sbm-dense --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
   grep "^| block_launch" "$out/block_launch_gat.txt" | head -3 | cut -c1-200
   timeout 170 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
