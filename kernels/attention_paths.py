@@ -23,8 +23,9 @@ for each kernel that runs. A window is eligible for Tensor Cores when it has no 
 :data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR kernel splits hubs).
 The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
 ``t_block(w) < t_csr(w)``; the cheapest total wins. Where that is block or hybrid (and no path is forced),
-the forward and backward of the pick and of the CSR kernels are timed once at the first call, and the pick is
-kept only when it is at least :data:`MEASURED_MARGIN` faster; the decision records both times.
+the forward and backward of the pick and of the CSR kernels are timed at the first call (interleaved, median of
+3 each: :func:`_paired_ms`), and the pick is kept only when it is at least :data:`MEASURED_MARGIN` faster; the
+decision records both times.
 
 **Precision.** The block kernel runs fp32 inputs only where the user allowed TF32
 (``torch.backends.cuda.matmul.allow_tf32`` or ``torch.set_float32_matmul_precision("high")``),
@@ -382,17 +383,20 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
     return decision
 
 
-def _forward_ms(device, run) -> float:
-    """Median of 3 timed calls of ``run`` after one warm-up (wall clock, synchronised)."""
-    times = []
+def _paired_ms(device, runs: dict) -> dict:
+    """``{name: ms}``: the median of 3 timed calls of each of ``runs`` (name -> callable) after one warm-up each,
+    the candidates interleaved round by round (A B A B ...), so a drift of the GPU's clocks or of the allocator
+    over the timing hits every candidate alike (wall clock, synchronised)."""
+    times = {name: [] for name in runs}
     for i in range(4):
-        _sync(device)
-        start = time.perf_counter()
-        run()
-        _sync(device)
-        if i:
-            times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[1]
+        for name, run in runs.items():
+            _sync(device)
+            start = time.perf_counter()
+            run()
+            _sync(device)
+            if i:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: sorted(t)[1] for name, t in times.items()}
 
 
 def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn) -> PathDecision:
@@ -406,8 +410,8 @@ def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn)
     device = entry.tensors[0].device
     csr = PathDecision("csr", "timing", decision.family, decision.precision)
     sources_before = set(entry.csr_by_src)
-    measured = {"csr": _forward_ms(device, lambda: forward_fn(csr, backward=True)),
-                decision.path: _forward_ms(device, lambda: forward_fn(decision, backward=True))}
+    measured = _paired_ms(device, {"csr": lambda: forward_fn(csr, backward=True),
+                                   decision.path: lambda: forward_fn(decision, backward=True)})
     decision.measured_forward_ms = {**decision.measured_forward_ms,
                                     **{f"{k} fwd+bwd (vs csr)": v for k, v in measured.items()}}
     if measured[decision.path] * (1 + MEASURED_MARGIN) <= measured["csr"]:
@@ -428,8 +432,8 @@ def _format_bytes(blocks: block_sparse.BlockFormat) -> int:
 
 
 def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items, precision, scale, mode) -> dict:
-    """Forward+backward time with the chosen order and without (median of 3 after one warm-up), once: the
-    measured gain, in the unit of the predicted one."""
+    """Forward+backward time with the chosen order and without (:func:`_paired_ms`), once: the measured gain, in
+    the unit of the predicted one."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
@@ -439,8 +443,8 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=restricted,
                          transposed=block_sparse.transpose_block_format(restricted, num_rows),
                          csr_items=_csr_items(blocks, chosen, items, num_rows))
-    out = {f"{name} fwd+bwd": _forward_ms(rowptr.device, lambda c=candidate: forward_fn(c, backward=True))
-           for name, candidate in (("none", plain), (decision.order, decision))}
+    out = _paired_ms(rowptr.device, {f"{name} fwd+bwd": lambda c=candidate: forward_fn(c, backward=True)
+                                     for name, candidate in (("none", plain), (decision.order, decision))})
     entry.formats.pop("none", None)  # rebuilt for this timing only
     return out
 

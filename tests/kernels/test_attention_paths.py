@@ -345,12 +345,15 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     monkeypatch.setattr(attention, "CHOOSE_ON_CPU", True)
     timed_steps = []
 
-    def once(device, run):  # one timed run per candidate, not four: the interpreter is slow
-        start = time.perf_counter()
-        run()
-        timed_steps.append(run)
-        return (time.perf_counter() - start) * 1e3
-    monkeypatch.setattr(attention_paths, "_forward_ms", once)
+    def once(device, runs):  # one timed run per candidate, not four: the interpreter is slow
+        out = {}
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            timed_steps.append(name)
+            out[name] = (time.perf_counter() - start) * 1e3
+        return out
+    monkeypatch.setattr(attention_paths, "_paired_ms", once)
     if reorder == "off":
         monkeypatch.setenv("GNN_IO_REORDER", "off")
         for precision in ("ieee", "half"):
@@ -434,6 +437,7 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
     assert calls.count("csr") == 4 and len(calls) >= 8  # a warm-up and three timed calls each
+    assert calls[-8:] == ["csr", predicted.path] * 4, calls  # interleaved: a drift hits both alike
     assert (decision.path != "csr") == kept, decision.as_dict()
     entry = attention_paths._entry(plan[0], plan[1], plan[3])
     if not kept:
