@@ -164,6 +164,15 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
+def _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges, bias=None) -> list:
+    """The CSR kernels' backward, with the graph's source CSR where the backward variant reads it (the op's
+    backward, and the first call's timing of the CSR path)."""
+    by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
+        if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
+    return attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                     by_src=by_src, bias=bias)
+
+
 # The path chooser runs for CUDA tensors (and forced paths anywhere); tests set this to run the automatic choice,
 # its first-call timings included, under Triton's interpreter on CPU.
 CHOOSE_ON_CPU = False
@@ -186,10 +195,7 @@ def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, i
         if candidate.path == "csr":
             out, lse = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
             if backward:
-                by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
-                    if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
-                attention_triton.backward(layout, out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                          by_src=by_src)
+                _csr_backward(layout, out, out, lse, rowptr, col, perm, needs_grad, items, max_edges)
             return out, lse
         out, lse = attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
                                                message_key, eps, max_edges)
@@ -232,10 +238,8 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                     decision, layout, grad_out, out if bias is None else out - bias_rows, lse, args, roles, rowptr,
                     col, perm, score_key, message_key, needs_grad, max_edges)
             else:
-                by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
-                    if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
-                grads = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items,
-                                                  max_edges, by_src=by_src, bias=bias_rows)
+                grads = _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                      bias=bias_rows)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
