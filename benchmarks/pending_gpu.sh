@@ -57,6 +57,23 @@ out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GNN_IO_DATA=${GNN_IO_DATA:-.bench_data}
 bash benchmarks/device_run.sh none >"$out/setup.txt" 2>&1; cat "$out/setup.txt"
 
+kernel_tests() {  # kernel_tests SECONDS FILE...: the files' CUDA tests (CI=1, strict), the summary kept
+  local seconds=$1; shift
+  CI=1 GNN_IO_STRICT=1 timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
+}
+block_sweep() {  # block_sweep SECONDS NAME PROBE_ARGS...: block-sparse launches swept on the block model (RCM)
+  local seconds=$1 name=$2; shift 2
+  timeout "$seconds" python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
+    "$@" --out "$out/$name" >"$out/$name.txt" 2>&1
+  grep "^| block_launch" "$out/$name.txt" | cut -c1-200
+}
+harness_table() {  # harness_table SECONDS NAME HARNESS_ARGS...: each (graph, layer) in its own process, table out
+  local seconds=$1 name=$2; shift 2
+  timeout "$seconds" python3 -m benchmarks.harness "$@" --isolate --out "$out/$name" 2>"$out/${name}_stderr.txt" \
+    | tee "$out/${name}_stdout.txt" | grep -v '^{'
+}
+
 if [[ $what == checks ]]; then
   CI=1 GNN_IO_STRICT=1 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
     tests/test_gemm_accumulate.py tests/test_direct_ops.py tests/gpu/test_gather_scatter_cuda.py 2>&1 \
@@ -214,85 +231,65 @@ elif [[ $what == session17h ]]; then
 elif [[ $what == session17i ]]; then
   # issue 8: the block-sparse attention kernels ran at Triton's default launch (4 warps, 3 stages) on 16 x 32 tiles;
   # warps and stages per kernel, bf16, the block model in RCM order
-  timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
-    --families ${FAMILIES:-dot,gat,gatv2} --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
-  grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
+  block_sweep 330 block_launch --families ${FAMILIES:-dot,gat,gatv2}
 elif [[ $what == session18 ]]; then
   # owed by session 17 (no device time left): the block-sparse and attention kernel tests on CUDA after the block
   # kernels' launch retune, operand and D changes; then whole layers on the locally dense graphs, block and CSR
   # forced and the chooser's pick, bf16, each mode in its own process (issue 8's harness table)
-  CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
-    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py tests/kernels/test_attention_triton.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
-  timeout 330 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
-    --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
-    2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{'
+  kernel_tests 240 tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    tests/kernels/test_attention_paths.py tests/kernels/test_attention_triton.py
+  harness_table 330 bf16 --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10
 elif [[ $what == session18b ]]; then
   # issue 8: the dot kernels with all heads per program (batched [H, 16, 16] dots, tile columns and edge ids read
   # once per tile): their CUDA tests, then warps and stages swept with and without, bf16, block model in RCM order
-  CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
-  timeout 400 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
-    --families dot --out "$out/block_launch" >"$out/block_launch.txt" 2>&1
-  grep "^| block_launch" "$out/block_launch.txt" | cut -c1-170
+  kernel_tests 150 tests/kernels/test_block_sparse.py
+  block_sweep 400 block_launch --families dot
 elif [[ $what == session18c ]]; then
   # all-heads dot kernels, uninitialised buffers where every row is written, the chooser's fwd+bwd check: the
   # block-sparse and path tests on CUDA, then issue 8's TransformerConv table in bf16 with PyG eager for the error
-  CI=1 GNN_IO_STRICT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
-    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py -k "not interpreter" 2>&1 \
-    | tee "$out/gpu_tests.txt" | tail -2
-  timeout 380 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer \
-    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/bf16" \
-    2>"$out/bf16_stderr.txt" | tee "$out/bf16_stdout.txt" | grep -v '^{' | tail -4
+  kernel_tests 200 tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    tests/kernels/test_attention_paths.py
+  harness_table 380 bf16 --graphs sbm-dense,batch-random --layers transformer \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 | tail -4
 elif [[ $what == session18d ]]; then
-  timeout 330 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer \
-    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 --isolate --out "$out/tf32" \
-    2>"$out/tf32_stderr.txt" | tee "$out/tf32_stdout.txt" | grep -v '^{' | tail -4
-  timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
-    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
-    2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -4
+  harness_table 330 tf32 --graphs sbm-dense,batch-random --layers transformer \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 | tail -4
+  harness_table 250 gat_bf16 --graphs sbm-dense,batch-random --layers gat \
+    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 | tail -4
 elif [[ $what == session18e ]]; then
   # the op forward+backward on each path and order, for the cost model's refit after the all-heads dot kernels
   timeout 300 python3 -m benchmarks.probe --parts attention --graphs sbm-dense,batch-random \
     --attention-graphs sbm-dense,batch-random --families dot,gat --orders none,rcm --out "$out/attention_paths" \
     >"$out/attention_paths.txt" 2>&1
   grep "^| attention" "$out/attention_paths.txt" | cut -c1-220
-  timeout 250 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gat \
-    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/gat_bf16" \
-    2>"$out/gat_bf16_stderr.txt" | tee "$out/gat_bf16_stdout.txt" | grep -v '^{' | tail -3
+  harness_table 250 gat_bf16 --graphs sbm-dense,batch-random --layers gat \
+    --modes eager,gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 | tail -3
 elif [[ $what == session18f ]]; then
-  timeout 560 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
-    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 --isolate --out "$out/tf32" \
-    2>"$out/tf32_stderr.txt" | tee "$out/tf32_stdout.txt" | grep -v '^{' | tail -5
+  harness_table 560 tf32 --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 10 | tail -5
 elif [[ $what == session18g ]]; then
-  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
-  timeout 440 python3 -m benchmarks.harness \
+  kernel_tests 120 tests/kernels/test_attention_paths.py
+  harness_table 440 chooser \
     --graphs sbm-dense,batch-random,rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm --layers transformer,gat \
-    --modes gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 --isolate --out "$out/chooser" \
-    2>"$out/chooser_stderr.txt" | tee "$out/chooser_stdout.txt" | grep -v '^{' | tail -13
+    --modes gnn_io,gnn_io_csr,gnn_io_block --dtype bfloat16 --reps 10 | tail -13
 elif [[ $what == session18h ]]; then
-  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
-  timeout 150 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
-    --modes gnn_io --dtype bfloat16 --reps 10 --isolate --out "$out/auto_bf16" \
-    2>"$out/auto_bf16_stderr.txt" | tee "$out/auto_bf16_stdout.txt" | grep -v '^{' | tail -4
+  kernel_tests 120 tests/kernels/test_attention_paths.py
+  harness_table 150 auto_bf16 --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes gnn_io --dtype bfloat16 --reps 10 | tail -4
   for flag in "--dtype bfloat16" "--tf32"; do
     name=$(echo $flag | tr -dc 'a-z0-9')
-    timeout 170 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers gatv2 \
-      --modes eager,inductor,gnn_io $flag --reps 5 --isolate --out "$out/gatv2_$name" \
-      2>"$out/gatv2_${name}_stderr.txt" | tee "$out/gatv2_${name}_stdout.txt" | grep -v '^{' | tail -2
+    harness_table 170 "gatv2_$name" --graphs sbm-dense,batch-random --layers gatv2 \
+      --modes eager,inductor,gnn_io $flag --reps 5 | tail -2
   done
 elif [[ $what == session18i || $what == session18j ]]; then
   if [[ $what == session18j ]]; then
-    CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
-      -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+    kernel_tests 120 tests/kernels/test_attention_paths.py
   fi
   for flag in "--dtype bfloat16" "--tf32"; do
     name=$(echo $flag | tr -dc 'a-z0-9')
-    timeout 250 python3 -m benchmarks.harness --graphs ${GRAPHS:-sbm-dense,batch-random} --layers transformer,gat \
-      --modes ${MODES:-gnn_io,gnn_io_csr,gnn_io_block} $flag --reps 5 --isolate --out "$out/auto_$name" \
-      2>"$out/auto_${name}_stderr.txt" | grep "^| sbm\|^| batch"
+    harness_table 250 "auto_$name" --graphs ${GRAPHS:-sbm-dense,batch-random} --layers transformer,gat \
+      --modes ${MODES:-gnn_io,gnn_io_csr,gnn_io_block} $flag --reps 5 | grep "^| sbm\|^| batch"
     python3 -c "
 import json, sys
 for r in json.load(open(sys.argv[1]))['results']:
@@ -302,30 +299,21 @@ for r in json.load(open(sys.argv[1]))['results']:
 " "$out/auto_$name/results.json"
   done
 elif [[ $what == session18k ]]; then
-  CI=1 GNN_IO_STRICT=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
-  timeout 330 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
-    --families dot --block-dtype tf32 --out "$out/block_launch_tf32" >"$out/block_launch_tf32.txt" 2>&1
-  grep "^| block_launch" "$out/block_launch_tf32.txt" | cut -c1-200
+  kernel_tests 100 tests/kernels/test_block_sparse.py
+  block_sweep 330 block_launch_tf32 --families dot --block-dtype tf32
 elif [[ $what == session18l ]]; then
-  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse_gat.py \
-    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | grep -E "passed|failed|Error" | tail -4
-  timeout 250 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense --attention-graphs sbm-dense \
-    --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
-  grep "^| block_launch" "$out/block_launch_gat.txt" | cut -c1-200
+  kernel_tests 120 tests/kernels/test_block_sparse_gat.py
+  block_sweep 250 block_launch_gat --families gat
 elif [[ $what == session19 ]]; then
   # owed by session 18 (no device time left): test_block_sparse_gat.py on CUDA in full (call 11's timeout cut it
   # at 70%; GATv2's 4-D all-heads form is in the rest), the head-block cap (MAX_PROGRAM_CHANNELS) and the
-  # chooser's memory fix; then GAT's per-kernel launch bests timed together, and the TF32 rows and peaks again
-  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_block_sparse.py \
-    tests/kernels/test_block_sparse_gat.py tests/kernels/test_attention_paths.py -k "not interpreter" 2>&1 \
-    | tee "$out/gpu_tests.txt" | tail -2
-  timeout 120 python3 -m benchmarks.probe --parts block_launch --graphs sbm-dense \
-    --attention-graphs sbm-dense --families gat --out "$out/block_launch_gat" >"$out/block_launch_gat.txt" 2>&1
-  grep "^| block_launch" "$out/block_launch_gat.txt" | head -3 | cut -c1-200
-  timeout 170 python3 -m benchmarks.harness --graphs sbm-dense,batch-random --layers transformer,gat \
-    --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 --isolate --out "$out/tf32" \
-    2>"$out/tf32_stderr.txt" | grep "^| sbm\|^| batch"
+  # chooser's memory fix; then GAT's per-kernel launch bests timed together (the sweep's first row), and the
+  # TF32 rows and peaks again
+  kernel_tests 300 tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    tests/kernels/test_attention_paths.py
+  block_sweep 120 block_launch_gat --families gat | head -3
+  harness_table 170 tf32 --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| sbm\|^| batch"
 else
   echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19" >&2; exit 2
 fi
