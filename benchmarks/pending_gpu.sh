@@ -314,6 +314,16 @@ elif [[ $what == session19 ]]; then
   block_sweep 120 block_launch_gat --families gat | head -3
   harness_table 170 tf32 --graphs sbm-dense,batch-random --layers transformer,gat \
     --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| sbm\|^| batch"
+elif [[ $what == session19p ]]; then
+  # session 19's first call: the owed block-sparse tests on CUDA, then where the large-RMAT step goes for issue 4
+  # (SAGEConv max) and issue 5 (GATConv), fp32, one profile each
+  kernel_tests 330 tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    tests/kernels/test_attention_paths.py
+  for layer in ${LAYERS:-gat sage_max}; do
+    timeout 100 python3 -m benchmarks.profile_layer --layer $layer --graph rmat-large --mode gnn_io --rows 30 \
+      >"$out/profile_${layer}_rmat_large.txt" 2>&1
+    head -45 "$out/profile_${layer}_rmat_large.txt" | cut -c1-60,100-200
+  done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p]" >&2; exit 2
 fi
