@@ -324,6 +324,11 @@ elif [[ $what == session19p ]]; then
       >"$out/profile_${layer}_rmat_large.txt" 2>&1
     head -45 "$out/profile_${layer}_rmat_large.txt" | cut -c1-60,100-200
   done
+elif [[ $what == session19q ]]; then
+  # the dense ops around the message passing in their variants (bias-gradient column sum, fp32 GEMM layouts),
+  # then issue 4 and 5's large-RMAT layers side by side before any change of this session
+  timeout 90 python3 -m benchmarks.dense_ops | tee "$out/dense_ops.txt"
+  harness_table 400 large --graphs rmat-large --layers sage_max,gat --modes eager,inductor,gnn_io --reps 10 | tail -4
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[pq]" >&2; exit 2
 fi

@@ -1,0 +1,91 @@
+"""The dense ops around the message passing, timed in their variants: the column sum of a bias gradient and
+the float32 GEMMs of a 128-wide linear layer over every node (forward, input gradient, weight gradient), in
+each operand layout cuBLAS may see. Which variant is fastest decides how the backend issues them.
+
+    python -m benchmarks.dense_ops --rows 1048576 --width 128
+"""
+import argparse
+
+import torch
+
+
+def median_ms(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def column_sums(rows: int, width: int, dtype) -> dict:
+    g = torch.randn(rows, width, device="cuda", dtype=dtype)
+    ones = torch.ones(rows, device="cuda", dtype=dtype)
+    exact = g.double().sum(0)
+    variants = {
+        "sum(0, float32)": lambda: g.sum(0, dtype=torch.float32),
+        "sum(0)": lambda: g.sum(0),
+        "mv(g.t(), ones)": lambda: torch.mv(g.t(), ones),
+        "ones @ g": lambda: ones @ g,
+        "two-stage 256": lambda: g.view(256, -1, width).sum(1, dtype=torch.float32).sum(0),
+        "two-stage 1024": lambda: g.view(1024, -1, width).sum(1, dtype=torch.float32).sum(0),
+    }
+    out = {}
+    for name, fn in variants.items():
+        err = ((fn().double() - exact).abs().max() / exact.abs().max()).item()
+        out[name] = (median_ms(fn), err)
+    return out
+
+
+def gemms(rows: int, width: int) -> dict:
+    x = torch.randn(rows, width, device="cuda")
+    g = torch.randn(rows, width, device="cuda")
+    w = torch.randn(width, width, device="cuda")
+    wt = w.t().contiguous()
+    xt = x.t().contiguous()
+    bias = torch.randn(width, device="cuda")
+    exact_fwd = (x.double() @ w.double().t())
+    exact_wgrad = g.double().t() @ x.double()
+    variants = {
+        "fwd x @ w.t()": (lambda: x @ w.t(), exact_fwd),
+        "fwd x @ wt": (lambda: x @ wt, exact_fwd),
+        "fwd (w @ x.t()).t()": (lambda: (w @ x.t()).t(), exact_fwd),
+        "fwd addmm(b, x, w.t())": (lambda: torch.addmm(bias, x, w.t()), exact_fwd + bias.double()),
+        "fwd addmm(b, x, wt)": (lambda: torch.addmm(bias, x, wt), exact_fwd + bias.double()),
+        "fwd F.linear": (lambda: torch.nn.functional.linear(x, w), exact_fwd),
+        "dgrad g @ w": (lambda: g @ w, g.double() @ w.double()),
+        "dgrad g @ w.t().contig.t()": (lambda: g @ wt.t(), g.double() @ w.double()),
+        "wgrad g.t() @ x": (lambda: g.t() @ x, exact_wgrad),
+        "wgrad (x.t() @ g).t()": (lambda: (x.t() @ g).t(), exact_wgrad),
+        "wgrad g.t() @ xt.t()": (lambda: g.t() @ xt.t(), exact_wgrad),
+    }
+    out = {}
+    for name, (fn, exact) in variants.items():
+        err = ((fn().double() - exact).abs().max() / exact.abs().max()).item()
+        out[name] = (median_ms(fn), err)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1 << 20)
+    parser.add_argument("--width", type=int, default=128)
+    args = parser.parse_args()
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "tf32", torch.backends.cuda.matmul.allow_tf32)
+    print(f"| op ({args.rows} x {args.width}) | variant | ms | max rel err |")
+    print("| --- | --- | --- | --- |")
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, (ms, err) in column_sums(args.rows, args.width, dtype).items():
+            print(f"| column sum {str(dtype)[6:]} | {name} | {ms:.3f} | {err:.1e} |")
+    for name, (ms, err) in gemms(args.rows, args.width).items():
+        print(f"| gemm fp32 | {name} | {ms:.3f} | {err:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
