@@ -329,6 +329,16 @@ elif [[ $what == session19q ]]; then
   # then issue 4 and 5's large-RMAT layers side by side before any change of this session
   timeout 90 python3 -m benchmarks.dense_ops | tee "$out/dense_ops.txt"
   harness_table 400 large --graphs rmat-large --layers sage_max,gat --modes eager,inductor,gnn_io --reps 10 | tail -4
+elif [[ $what == session19r ]]; then
+  # issues 4 and 5 on the card their targets name (call it with kind nvidia-h100-x1): the large RMAT graph, every
+  # layer of the two issues, after the two-stage bias-gradient sum
+  timeout 60 python3 -m benchmarks.dense_ops | grep "column sum" | head -6
+  harness_table 520 large --graphs rmat-large --layers ${LAYERS:-sage_max,gat,gatv2,transformer} \
+    --modes eager,inductor,gnn_io --reps 10 | tail -5
+elif [[ $what == session19s ]]; then
+  # the arxiv-sized RMAT graph for issues 4 and 5, with and without CUDA graphs
+  harness_table 500 arxiv --graphs rmat-arxiv --layers sage_max,gat,gatv2,transformer \
+    --modes eager,inductor,gnn_io,gnn_io_cg --reps 30 | tail -5
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[pq]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[pqrs]" >&2; exit 2
 fi

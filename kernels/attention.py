@@ -45,6 +45,7 @@ import torch
 from gnn_inductor.kernels import attention_paths, attention_triton, rng
 from gnn_inductor.kernels._common import (
     ROLE_NAMES,
+    column_sum,
     edge_values,
     fake_edge_values,
     in_float32,
@@ -247,7 +248,7 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
             list(args), grad_out, needs_grad)
     grads = [g if g is not None else grad_out.new_empty((0,)) for g in grads]
     if bias is not None:
-        grads.append(grad_out.sum(0, dtype=torch.float32).to(bias.dtype).view(bias.shape))
+        grads.append(column_sum(grad_out).to(bias.dtype).view(bias.shape))
     return grads
 
 

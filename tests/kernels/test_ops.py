@@ -264,3 +264,17 @@ def test_index_checks_name_each_bad_index_in_one_pass():
         _check_indices([("a", torch.tensor([-1, 0]), 4, "n"), ("b", good, 3, "n")])
     with pytest.raises(TypeError, match="int64 or int32"):
         _check_indices([("a", good.float(), 4, "n")])
+
+
+@pytest.mark.parametrize("rows", [0, 3, 511, 512, 513, 100_003])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_column_sum_matches_a_float64_sum(rows, dtype):
+    """The two-stage bias-gradient sum: every row counted once (remainders past the last full slab included),
+    float32 accumulation, [rows, H, C] shapes kept."""
+    from gnn_inductor.kernels._common import column_sum
+
+    t = torch.randn(rows, 4, 3, generator=torch.Generator().manual_seed(rows)).to(dtype)
+    t[rows // 2:rows // 2 + 1] += 1000.0  # one large row: a dropped or doubled row shows
+    got = column_sum(t)
+    assert got.dtype == torch.float32 and got.shape == (4, 3)
+    torch.testing.assert_close(got.double(), t.double().sum(0), rtol=1e-5, atol=1e-3)
