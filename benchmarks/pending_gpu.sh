@@ -337,7 +337,7 @@ elif [[ $what == session19r ]]; then
     --modes eager,inductor,gnn_io --reps 10 | tail -5
 elif [[ $what == session19s ]]; then
   # the arxiv-sized RMAT graph for issues 4 and 5, with and without CUDA graphs
-  harness_table 500 arxiv --graphs rmat-arxiv --layers sage_max,gat,gatv2,transformer \
+  harness_table 420 arxiv --graphs rmat-arxiv --layers ${LAYERS:-sage_max,gatv2,transformer} \
     --modes eager,inductor,gnn_io,gnn_io_cg --reps 30 | tail -5
 else
   echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[pqrs]" >&2; exit 2
