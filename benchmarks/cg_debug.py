@@ -2,7 +2,9 @@
 
     GNN_IO_CUDAGRAPHS=1 GNN_IO_FORCE=1 python -m benchmarks.cg_debug gcn rmat-arxiv
 """
+import gc
 import os
+import re
 import sys
 import traceback
 
@@ -11,7 +13,32 @@ import torch
 from benchmarks.harness import graph_suite, make_layer
 
 
+def holders(pointers: set, depth: int = 3) -> None:
+    """Print what keeps the live tensors at ``pointers`` alive: their referrers' types, up to ``depth`` levels,
+    with a dict's keys and a function's or module's name where there is one."""
+    tensors = [t for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.is_cuda
+               and t.untyped_storage().data_ptr() in pointers]
+    for t in tensors:
+        print(f"live tensor {tuple(t.shape)} {t.dtype} at {t.untyped_storage().data_ptr()}")
+        level = [t]
+        for d in range(depth):
+            nxt = []
+            for obj in level:
+                for ref in gc.get_referrers(obj):
+                    if ref is level or isinstance(ref, list) and ref is tensors:
+                        continue
+                    what = type(ref).__name__
+                    if isinstance(ref, dict):
+                        what += " keys " + str(list(ref.keys())[:6])[:200]
+                    elif hasattr(ref, "__qualname__"):
+                        what += " " + ref.__qualname__
+                    print("  " * (d + 1) + "<- " + what)
+                    nxt.append(ref)
+            level = nxt[:8]
+
+
 def main():
+    torch._inductor.config.triton.cudagraph_trees_history_recording = True
     layer_name, graph_name = sys.argv[1], sys.argv[2]
     device = torch.device("cuda")
     (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
@@ -30,8 +57,9 @@ def main():
             model(x, graph.edge_index).sum().backward()
         torch.cuda.synchronize()
         print(layer_name, graph_name, "ok")
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
+        holders({int(p) for p in re.findall(r"(\d{6,})", str(exc).split("Allocations")[0])})
 
 
 if __name__ == "__main__":
