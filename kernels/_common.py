@@ -180,6 +180,23 @@ def cuda_graphs_requested() -> bool:
     return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
 
 
+def kept_outside_graph_pool(cache: dict, key, build, device):
+    """``cache[key]``, built by ``build()`` at the first call outside any CUDA-graph pool
+    (:func:`outside_graph_pool`) and kept. While the calling thread's stream is being captured into a CUDA graph
+    (Inductor's graph trees record a partition whose gnn_io op meets a plan for the first time, as with a new
+    ``edge_index``), ``build()`` runs in place and nothing is kept: its tensors are then the graph's own
+    intermediates, rebuilt by every replay from the tensors the replay reads. Kept, they would sit in the graph's
+    pool untracked (the graph trees refuse that: "tensors in the cudagraph pool not tracked as outputs"; session
+    19 found it on GATv2Conv and TransformerConv at a new edge_index), and they could not be built outside it
+    either: inputs made inside the capture hold no values until it replays."""
+    if key in cache:
+        return cache[key]
+    if getattr(device, "type", device) == "cuda" and torch.cuda.is_current_stream_capturing():
+        return build()
+    cache[key] = outside_graph_pool(build, device)
+    return cache[key]
+
+
 def outside_graph_pool(build, device):
     """``build()``, with what it allocates kept out of a CUDA-graph memory pool.
 

@@ -84,7 +84,9 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, outside_graph_pool
+from gnn_inductor.kernels._common import (
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, kept_outside_graph_pool,
+)
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
     WorkItems, hub_item_count, hub_items, items_memo, work_items, work_items_op, zero_rows_without_entries,
@@ -1413,10 +1415,8 @@ def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_e
 
     num_src = max((view.shape[0] for i, view in layout.views.items() if layout.roles[i] == ROLE_SRC), default=0)
     key = (num_src, max_edges or MAX_EDGES)
-    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
-    if key not in cache:
-        cache[key] = outside_graph_pool(lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
-    return cache[key]
+    return kept_outside_graph_pool(attention_paths._entry(rowptr, col, perm).csr_by_src, key,
+                                   lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
 
 
 def _grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:

@@ -43,7 +43,7 @@ import triton.language as tl
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
-from gnn_inductor.kernels._common import outside_graph_pool
+from gnn_inductor.kernels._common import kept_outside_graph_pool
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm import SPMM_REDUCTIONS
 
@@ -283,14 +283,12 @@ def items_memo(items, what, build):
     """``build()`` kept with a plan's ``items`` (those :func:`remember_hubs` knows) under the hashable ``what``:
     structure derived from the items alone (the attention forward's hub slots), computed at the first call, not
     at every one, and gone with the items. Items made elsewhere get ``build()`` each time. What ``build``
-    allocates stays out of a CUDA-graph pool (:func:`outside_graph_pool`)."""
+    allocates stays out of a CUDA-graph pool, and nothing is kept while one is captured
+    (:func:`kept_outside_graph_pool`)."""
     entry = _entry(items)
     if entry is None:
         return build()
-    memo = entry[3]
-    if what not in memo:
-        memo[what] = outside_graph_pool(build, items[3].device)
-    return memo[what]
+    return kept_outside_graph_pool(entry[3], what, build, items[3].device)
 
 
 def hub_item_count(items) -> int | None:

@@ -366,6 +366,28 @@ def test_plan_builds_run_in_place_without_cuda_graphs():
         outside_graph_pool(lambda: (_ for _ in ()).throw(ValueError("boom")), torch.device("cpu"))
 
 
+def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
+    """A per-plan cache filled while a CUDA graph is being captured would hold tensors of the graph's pool that
+    no output tracks (Inductor's graph trees refuse them; session 19, a new edge_index under
+    GNN_IO_CUDAGRAPHS=1): during a capture the build runs and is returned uncached, after it the result is kept."""
+    from gnn_inductor.kernels._common import kept_outside_graph_pool
+
+    builds, cache, cuda = [], {}, torch.device("cuda")
+
+    def build():
+        builds.append(1)
+        return len(builds)
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert kept_outside_graph_pool(cache, "slots", build, cuda) == 1 and cache == {}
+    assert kept_outside_graph_pool(cache, "slots", build, cuda) == 2 and cache == {}
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert kept_outside_graph_pool(cache, "slots", build, cuda) == 3 and cache == {"slots": 3}
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert kept_outside_graph_pool(cache, "slots", build, cuda) == 3  # kept before the capture: read, not rebuilt
+    assert kept_outside_graph_pool(cache, "other", build, torch.device("cpu")) == 4 and cache["other"] == 4
+
+
 def test_attention_cost_model():
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA; half precision, TF32
     and other devices never are, and GAT never from the sizes where Inductor's float32 GAT failed to launch."""

@@ -39,15 +39,19 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
     with torch.no_grad():  # an inference call first (its own graph), as an evaluation loop would make
         torch.compiler.cudagraph_mark_step_begin()
         model(torch.randn(400, 32, device=device), edge_index)
-    for step in range(4):
+    # steps 2 and 3 read another graph of the same sizes, in two new tensors: each is a plan met first while a
+    # graph is being recorded (session 19: its hub slots were kept in the graph's pool), and stale structure of
+    # the first graph would show in the outputs
+    other = random_graph(400, 4000, seed=4, hub_degree=1500).to(device)
+    for step, edges in enumerate([edge_index, edge_index, other, other.clone()]):
         x = torch.randn(400, 32, device=device)
         grad = torch.randn(400, 32, device=device)
         x_ref = x.clone().requires_grad_(True)
-        out_ref = layer(x_ref, edge_index)
+        out_ref = layer(x_ref, edges)
         want = torch.autograd.grad(out_ref, [x_ref] + list(layer.parameters()), grad)
         x_new = x.clone().requires_grad_(True)
         torch.compiler.cudagraph_mark_step_begin()
-        out = model(x_new, edge_index)
+        out = model(x_new, edges)
         got = torch.autograd.grad(out, [x_new] + list(layer.parameters()), grad)
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-4, msg=lambda m: f"step {step} output: {m}")
