@@ -180,6 +180,15 @@ def cuda_graphs_requested() -> bool:
     return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
 
 
+CAPTURE_REASON = ("first call of this plan inside a CUDA-graph capture (a new edge_index under GNN_IO_CUDAGRAPHS=1): "
+                  "no synchronising build or timing can run there; the CSR path runs, not kept")
+
+
+def capturing(device) -> bool:
+    """Whether the calling thread's stream on ``device`` is being captured into a CUDA graph (never on CPU)."""
+    return getattr(device, "type", device) == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def kept_outside_graph_pool(cache: dict, key, build, device):
     """``cache[key]``, built by ``build()`` at the first call outside any CUDA-graph pool
     (:func:`outside_graph_pool`) and kept. While the calling thread's stream is being captured into a CUDA graph
@@ -191,7 +200,7 @@ def kept_outside_graph_pool(cache: dict, key, build, device):
     either: inputs made inside the capture hold no values until it replays."""
     if key in cache:
         return cache[key]
-    if getattr(device, "type", device) == "cuda" and torch.cuda.is_current_stream_capturing():
+    if capturing(device):
         return build()
     cache[key] = outside_graph_pool(build, device)
     return cache[key]

@@ -55,7 +55,9 @@ import torch
 from torch import Tensor
 
 from gnn_inductor.kernels import block_sparse, block_sparse_gat
-from gnn_inductor.kernels._common import SettingError, int_setting, outside_graph_pool
+from gnn_inductor.kernels._common import (
+    CAPTURE_REASON, SettingError, capturing, int_setting, outside_graph_pool,
+)
 from gnn_inductor.kernels.spmm_triton import PADDING
 
 PATH_ENV = "GNN_IO_ATTENTION_PATH"
@@ -289,6 +291,8 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
     key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""))
     if key in entry.decisions:
         return entry.decisions[key]
+    if capturing(rowptr.device) and setting != "csr":  # no format build, no timing: the CSR kernel, decided later
+        return PathDecision("csr", CAPTURE_REASON, form.family, precision)
     decision = outside_graph_pool(lambda: _decide(entry, layout, items, precision, setting, forward_fn),
                                   rowptr.device)
     entry.decisions[key] = decision

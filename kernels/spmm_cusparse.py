@@ -35,7 +35,7 @@ from collections import OrderedDict
 
 import numpy as np
 import torch
-from gnn_inductor.kernels._common import SettingError, outside_graph_pool
+from gnn_inductor.kernels._common import SettingError, capturing, outside_graph_pool
 from torch import Tensor
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -206,6 +206,15 @@ def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> Ten
     entry = _ENTRIES.get(key)
     handle = _handle(x.device.index)
     _bindings().set_stream(handle, torch.cuda.current_stream(x.device).cuda_stream)
+    if entry is None and capturing(x.device):
+        # a new matrix met inside a CUDA-graph capture: nothing timed, nothing kept (a kept workspace would sit in
+        # the graph's pool untracked); CSR_ALG2 needs no preprocess, and its workspace lives as the graph's own
+        # intermediate, allocated and released in capture order at every replay
+        entry = _Entry(rowptr, col, values, x.shape[0], width)
+        entry.choose(handle, x.device)
+        entry._point(features, out, values, rowptr, col)
+        entry._run(handle, entry.algorithm, entry.workspace)
+        return out.view(num_rows, *x.shape[1:])
     if entry is None:
         entry = _ENTRIES[key] = _Entry(rowptr, col, values, x.shape[0], width)
         while len(_ENTRIES) > MAX_ENTRIES:

@@ -34,7 +34,7 @@ import time
 
 import torch
 from gnn_inductor.kernels import attention_paths, block_sparse, block_sparse_spmm
-from gnn_inductor.kernels._common import SettingError, outside_graph_pool
+from gnn_inductor.kernels._common import CAPTURE_REASON, SettingError, capturing, outside_graph_pool
 from torch import Tensor
 
 PATH_ENV = "GNN_IO_SPMM_PATH"
@@ -66,6 +66,8 @@ def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str) 
     entry = attention_paths._entry(rowptr, col, col)
     key = ("spmm", precision, x.dtype, x[0].numel() if x.shape[0] else 0, setting)
     if key not in entry.decisions:
+        if capturing(x.device) and setting != "cusparse":  # no block build, no timing: cuSPARSE, decided later
+            return attention_paths.PathDecision("csr", CAPTURE_REASON, "spmm", precision)
         decision = outside_graph_pool(lambda: _decide(x, values, rowptr, col, reduce, setting, precision),
                                       x.device)
         entry.decisions[key] = decision

@@ -448,3 +448,18 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     if not kept:
         assert decision.reason.startswith("measured at the first call"), decision.reason
         assert decision.blocks is None and decision.predicted_ms  # the prediction stays in the record
+
+
+def test_first_call_inside_a_cuda_graph_capture_takes_csr_uncached(monkeypatch):
+    """A plan met first while a CUDA graph is being captured (a new edge_index under GNN_IO_CUDAGRAPHS=1) cannot
+    build a block format or time anything there: the CSR kernel runs, with the reason, and nothing is cached, so
+    the first call outside a capture still decides (a forced path included)."""
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    monkeypatch.setattr(attention_paths, "capturing", lambda device: True)
+    during = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
+    assert during.path == "csr" and "CUDA-graph capture" in during.reason
+    assert not attention_paths._entry(plan[0], plan[1], plan[3]).decisions
+    monkeypatch.setattr(attention_paths, "capturing", lambda device: False)
+    assert attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16).path == "block"

@@ -131,3 +131,20 @@ def test_cpu_without_interpreter_keeps_exact_path(path):
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__, select="forced or duplicate")
+
+
+def test_first_call_inside_a_cuda_graph_capture_takes_cusparse_uncached(monkeypatch):
+    """Inside a CUDA-graph capture a new plan's SpMM cannot build its block format (``torch.unique`` synchronises)
+    or time the two paths: cuSPARSE runs with the reason and nothing is kept; outside the capture a forced block
+    path is then taken as before."""
+    monkeypatch.setenv(spmm_paths.PATH_ENV, "block")
+    attention_paths.clear()
+    src, dst = batched_graph()
+    rowptr, col = plan_of(src, dst, "cpu")[:2]
+    x, values = torch.randn(NUM_NODES, 8), torch.ones(col.numel())
+    monkeypatch.setattr(spmm_paths, "capturing", lambda device: True)
+    during = spmm_paths.decide(x, values, rowptr, col, "sum")
+    assert during.path == "csr" and "CUDA-graph capture" in during.reason and during.blocks is None
+    assert not attention_paths._entry(rowptr, col, col).decisions
+    monkeypatch.setattr(spmm_paths, "capturing", lambda device: False)
+    assert spmm_paths.decide(x, values, rowptr, col, "sum").path == "block"
