@@ -359,6 +359,18 @@ elif [[ $what == session19v ]]; then
   # block format built inside a capture): after the capture guards, the test file again
   kernel_tests 170 tests/gpu/test_cudagraphs_cuda.py
   grep "^FAILED\|^E  .*Error" "$out/gpu_tests.txt" | head -12 | cut -c1-250
+elif [[ $what == session20 ]]; then
+  # owed by session 19 (no device time left): the CUDA-graph test with its graph switch after the SpMM capture
+  # guards; the attention kernels with row-strided gradients (packed gradients); TransformerConv with and without
+  # them on RMAT 2^20 (time and step memory); then session 18's TF32 table
+  kernel_tests 300 tests/gpu/test_cudagraphs_cuda.py tests/gpu/test_attention_cuda.py \
+    tests/kernels/test_attention_split_backward.py
+  grep "^FAILED" "$out/gpu_tests.txt" | head -12 | cut -c1-250
+  python3 -m benchmarks.ab --layers transformer --graphs rmat-large --modes gnn_io,gnn_io_no_packed --rounds 10 \
+    2>&1 | tail -4
+  harness_table 200 packed --graphs rmat-large --layers transformer --modes gnn_io,gnn_io_no_packed --reps 10 | tail -3
+  harness_table 170 tf32 --graphs sbm-dense,batch-random --layers transformer,gat \
+    --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| sbm\|^| batch"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20" >&2; exit 2
 fi

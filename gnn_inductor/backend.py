@@ -16,7 +16,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion
+from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion, packed_grads
 from gnn_inductor import direct_ops
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
@@ -95,6 +95,9 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
     direct_ops.retarget(gm)  # the gnn_io ops without custom_op's per-call Python (gnn_inductor/direct_ops.py)
+    if graph_report is not None and graph_report.rewrites and packed_grads.enabled():
+        # attention gradients into the fused linear map's packed gradient (gnn_inductor/packed_grads.py)
+        graph_report.packed_grads += packed_grads.pack(gm)
     if graph_report is not None and graph_report.rewrites and gemm_accumulate.enabled():
         # GEMM + fresh tensor summed in the fresh tensor's memory (gnn_inductor/gemm_accumulate.py)
         graph_report.gemm_accumulates["backward" if kwargs.get("is_backward") else "forward"] = \

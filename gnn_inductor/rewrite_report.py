@@ -77,6 +77,7 @@ class GraphReport:
     plan_builds: int = 0
     plan_hits: int = 0
     gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
+    packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -91,7 +92,7 @@ class GraphReport:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
-                "gemm_accumulates": dict(self.gemm_accumulates)}
+                "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads}
 
 
 _REPORTS: list = []
@@ -176,6 +177,9 @@ def format_text_for(chosen: list) -> list:
             folded = ", ".join(f"{n} in the {g}" for g, n in r.gemm_accumulates.items() if n)
             lines.append("  GEMMs adding into a fresh buffer in place (gnn_io::addmm_into, no copy; "
                          f"gnn_inductor/gemm_accumulate.py): {folded}")
+        if r.packed_grads:
+            lines.append(f"  attention gradients written into the fused linear map's packed gradient, no concatenation "
+                         f"(gnn_io::attention_backward_packed, gnn_inductor/packed_grads.py): {r.packed_grads}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

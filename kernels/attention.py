@@ -165,13 +165,14 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
-def _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges, bias=None) -> list:
+def _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges, bias=None,
+                  pack=None) -> list:
     """The CSR kernels' backward, with the graph's source CSR where the backward variant reads it (the op's
-    backward, and the first call's timing of the CSR path)."""
+    backward, and the first call's timing of the CSR path); ``pack`` as :func:`attention_triton.backward`'s."""
     by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
         if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
     return attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                     by_src=by_src, bias=bias)
+                                     by_src=by_src, bias=bias, pack=pack)
 
 
 # The path chooser runs for CUDA tensors (and forced paths anywhere); tests set this to run the automatic choice,
@@ -226,6 +227,14 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                        needs_grad: list[bool], bias: Tensor | None = None) -> list[Tensor]:
     """Gradients of the arguments flagged in ``needs_grad`` (empty tensors elsewhere), then, with a ``bias``
     (``out`` is then the biased output), the bias's gradient."""
+    return _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
+                           max_edges, dropout_seed, dropout_p, out, lse, needs_grad, bias)
+
+
+def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
+                    dropout_seed, dropout_p, out, lse, needs_grad, bias, pack=None) -> list:
+    """:func:`attention_backward`'s list; ``pack`` (argument -> its gradient's place in a packed tensor) is
+    given to the CSR kernels, which write those gradients there where they can (the entry is then that place)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
     bias_rows = None if bias is None else bias.reshape(out.shape[1:])
@@ -240,7 +249,7 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
                     col, perm, score_key, message_key, needs_grad, max_edges)
             else:
                 grads = _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                      bias=bias_rows)
+                                      bias=bias_rows, pack=pack)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
@@ -257,6 +266,65 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
       dropout_p, out, lse, needs_grad, bias=None):
     grads = [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
     return grads + ([torch.empty_like(bias)] if bias is not None else [])
+
+
+@torch.library.custom_op("gnn_io::attention_backward_packed", mutates_args=())
+def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
+                              row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
+                              items: list[Tensor], max_edges: int, dropout_seed: Tensor | None, dropout_p: float,
+                              out: Tensor, lse: Tensor, needs_grad: list[bool], pack_offsets: list[int],
+                              pack_width: int, bias: Tensor | None = None) -> list[Tensor]:
+    """``[packed, *attention_backward's list]``: the gradient of each argument ``i`` with ``pack_offsets[i] >= 0``
+    (``[rows, *F]``, ``prod(F)`` columns) sits in columns ``[pack_offsets[i], pack_offsets[i] + prod(F))`` of
+    ``packed`` (``[rows, pack_width]``, the arguments' dtype), and its entry in the list is an empty tensor. The
+    offsets tile ``[0, pack_width)``: every column is some argument's gradient.
+
+    A backward graph pass (gnn_inductor/packed_grads.py) calls it where the graph concatenates those gradients
+    (TransformerConv's query, key and value maps fused into one GEMM, gnn_inductor/linear_fusion.py): the split
+    backward's kernels then write them in place, and the concatenated copy (a read and a write of 1.5 GiB at 2^20
+    nodes and 384 columns in float32) and the separate gradients at the step's peak are gone."""
+    packed_args = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    first = args[packed_args[0]]
+    packed = torch.empty((first.shape[0], pack_width), dtype=first.dtype, device=first.device)
+    places = {i: packed[:, pack_offsets[i]:pack_offsets[i] + args[i][0].numel()].view(args[i].shape)
+              for i in packed_args}
+    grads = _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
+                            max_edges, dropout_seed, dropout_p, out, lse, needs_grad, bias, pack=places)
+    for i in packed_args:
+        if grads[i] is not places[i]:
+            places[i].copy_(grads[i])
+        grads[i] = grad_out.new_empty((0,))
+    return [packed] + grads
+
+
+def _check_pack(args, needs_grad, pack_offsets, pack_width) -> list:
+    """The packed arguments' indices, after checking that they tile ``[0, pack_width)`` with gradients of the
+    same rows and dtype (ValueError otherwise: a wrong call must not write a partial or overlapping layout)."""
+    if len(pack_offsets) != len(args):
+        raise ValueError(f"attention_backward_packed: {len(pack_offsets)} pack offsets for {len(args)} arguments")
+    packed = [i for i, offset in enumerate(pack_offsets) if offset >= 0]
+    if not packed:
+        raise ValueError("attention_backward_packed: no argument is packed")
+    spans = sorted((pack_offsets[i], pack_offsets[i] + args[i][0].numel() if args[i].dim() else 1) for i in packed)
+    if spans[0][0] != 0 or spans[-1][1] != pack_width or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        raise ValueError(f"attention_backward_packed: column spans {spans} do not tile [0, {pack_width})")
+    first = args[packed[0]]
+    for i in packed:
+        if not needs_grad[i] or args[i].dim() < 2 or args[i].shape[0] != first.shape[0] or \
+                args[i].dtype != first.dtype:
+            raise ValueError(f"attention_backward_packed: argument {i} ({tuple(args[i].shape)}, {args[i].dtype}, "
+                             f"needs grad: {needs_grad[i]}) cannot share the packed gradient of argument {packed[0]}")
+    return packed
+
+
+@attention_backward_packed.register_fake
+def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
+      dropout_p, out, lse, needs_grad, pack_offsets, pack_width, bias=None):
+    first = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)]
+    grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
+             for a, need, offset in zip(args, needs_grad, pack_offsets)]
+    return [first.new_empty((first.shape[0], pack_width))] + grads + \
+        ([torch.empty_like(bias)] if bias is not None else [])
 
 
 def _setup(ctx, inputs, output):

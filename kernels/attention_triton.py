@@ -634,21 +634,23 @@ def _store_edge_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexp
 
 
 @triton.jit
-def _write_row_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
+def _write_row_grad_heads(ptr, row_stride, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
                           KIND: tl.constexpr, MAJOR: tl.constexpr, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query):
     """A row-role gradient, summed over the whole item (``[BLOCK_H(, BLOCK_C)]``): stored by a row's only item,
-    added by a hub's items, one atomic for every head; padding items (``shared == 2``) write nothing."""
+    added by a hub's items, one atomic for every head; padding items (``shared == 2``) write nothing. Rows are
+    ``row_stride`` elements apart (the heads' values of a row contiguous): a buffer of its own, or a column slice
+    of a packed gradient (:func:`backward`'s ``pack``)."""
     if R == MAJOR:
         total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
-        node_heads = row.to(tl.int64) * num_heads + heads
+        row_base = row.to(tl.int64) * row_stride
         if KIND == 0 and T > 0:
             if shared == 0:
-                tl.store(ptr + node_heads, total, mask=hmask)
+                tl.store(ptr + row_base + heads, total, mask=hmask)
             elif shared == 1:
-                tl.atomic_add(ptr + node_heads, total, mask=hmask)
+                tl.atomic_add(ptr + row_base + heads, total, mask=hmask)
         else:
-            offsets = node_heads[:, None] * head_dim + chans[None, :]
+            offsets = row_base + heads[:, None] * head_dim + chans[None, :]
             if shared == 0:
                 tl.store(ptr + offsets, total, mask=node_mask)
             elif shared == 1:
@@ -672,7 +674,7 @@ def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, bias_ptr, g0, g1, g2, g3, gatt,
+        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, bias_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
@@ -802,13 +804,13 @@ def _split_backward_all_heads_kernel(
     sum_terms = tl.sum(acc_terms, axis=0)
     sum_value = tl.sum(acc_value, axis=0)
     sum_query = tl.sum(acc_query, axis=0)
-    _write_row_grad_heads(g0, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+    _write_row_grad_heads(g0, g0s, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g1, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+    _write_row_grad_heads(g1, g1s, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g2, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+    _write_row_grad_heads(g2, g2s, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g3, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
+    _write_row_grad_heads(g3, g3s, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
                           chans, node_mask, sum_terms, sum_value, sum_query)
     if GATT:
         dense_slot = (item % DENSE_SLOTS).to(tl.int64)
@@ -1443,7 +1445,7 @@ def one_pass_outputs(form: AttentionForm, dst_outputs: list, src_outputs: list) 
 def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
              variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None,
-             bias: Tensor | None = None):
+             bias: Tensor | None = None, pack: dict | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
     regenerated from ``layout.dropout``.
 
@@ -1457,6 +1459,12 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     biased output (kernels/attention.py): the dst pass subtracts it where it computes ``D``, the other variants
     get ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...) overrides both split passes'
     launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one pass's.
+
+    ``pack`` (argument -> a tensor of the argument's shape and dtype whose rows are not contiguous with each
+    other: a column slice of one ``[N, F]`` gradient, kernels/attention.py's ``attention_backward_packed``): the
+    gradient of such an argument is written by the kernels into that tensor, which is then its entry of the
+    result, where the split passes store it row by row (a row-role output of its own pass, float32, the
+    argument's own shape); elsewhere the entry is computed as usual and the caller copies it.
     """
     form, channels = layout.form, layout.channels
     query = (form.query,) if form.query is not None else ()
@@ -1478,9 +1486,16 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                 dst_outputs = [(o[0], ROLE_EDGE, *o[2:]) if o in by_edge else o for o in dst_outputs]
             src_outputs, dst_outputs = src_outputs + dst_outputs, []
     by_edge_ids = [o[0] for o in by_edge]
+    targets = {}
+    if split and pack:
+        row_outputs = {o[0] for o in dst_outputs if o[1] == ROLE_DST} | {o[0] for o in src_outputs if o[1] == ROLE_SRC}
+        targets = {i: t for i, t in pack.items()
+                   if i in row_outputs and i not in by_edge_ids and t.dtype == torch.float32
+                   and tuple(t.shape) == tuple(layout.views[i].shape) == tuple(layout.args[i].shape)
+                   and t.dim() >= 2 and t[0].is_contiguous()}
     buffers = _grad_buffers(layout, [i for i in wanted if i not in by_edge_ids],
                             _stored_rows(layout, items, rowptr, by_src, dst_outputs, src_outputs) if split else {},
-                            rowptr.device)
+                            rowptr.device, targets)
     for i in by_edge_ids:  # [E, H] by edge id; zeros: an edge without a source row is walked by no program
         buffers[i] = torch.zeros((col.numel(), layout.heads), dtype=torch.float32, device=rowptr.device)
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
@@ -1517,7 +1532,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
             buffers[i] = _sum_by_destination(buffers[i], rowptr, perm, (item_row, item_start, item_end, item_shared))
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
-        result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
+        result[i] = grad if i in targets else _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
     return result
 
 
@@ -1553,15 +1568,22 @@ def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_
     return stored
 
 
-def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device) -> dict:
+def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device, targets: dict | None = None) -> dict:
     """float32 gradient buffers of the ``wanted`` arguments: zeros, but for the ``stored`` ones
     (:func:`_stored_rows`), uninitialised but for the rows no item stores (512 MiB of memset saved per
-    ``[2^20, 128]`` float32 gradient)."""
+    ``[2^20, 128]`` float32 gradient). ``targets`` (argument -> float32 tensor of the buffer's shape, e.g. a
+    column slice of a packed gradient) are used as the buffers of those arguments instead of new memory."""
     buffers = {}
     for i in wanted:
         view = layout.views[i]
         rows = DENSE_GRAD_SLOTS if layout.roles[i] == ROLE_DENSE else view.shape[0]
-        if i in stored:
+        if targets and i in targets:
+            buffers[i] = targets[i]
+            if i in stored:
+                zero_rows_without_entries(buffers[i], *stored[i])
+            else:
+                buffers[i].zero_()
+        elif i in stored:
             buffers[i] = torch.empty((rows, *view.shape[1:]), dtype=torch.float32, device=device)
             zero_rows_without_entries(buffers[i], *stored[i])
         else:
@@ -1580,10 +1602,11 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
     # an edge-role output is stored by edge id (the segment variant's per-edge dst score terms too)
     constexprs["NEED_EID"] = constexprs["NEED_EID"] or any(o[1] == ROLE_EDGE for o in outputs)
     slots = _padded(outputs, _MAX_GRAD_OUTPUTS)
-    grads, specs = [], {}
+    grads, strides, specs = [], [], {}
     for k, output in enumerate(slots):
         i, role, t, v, q = output if output is not None else (None, _NONE, 0, 0, 0)
         grads.append(lse if i is None else buffers[i])
+        strides.append(0 if i is None else buffers[i].stride(0))
         specs.update({f"G{k}R": role, f"G{k}T": t, f"G{k}V": v, f"G{k}Q": q})
     row_outputs = [o for o in outputs if o[1] == major]
     flags = {"ROW_T": any(o[2] for o in row_outputs), "ROW_V": any(o[3] for o in row_outputs),
@@ -1593,7 +1616,7 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
         return
     args = (*items, other, eid, *pointers, lse, delta, grad_out, grad_out if out is None else out,
             lse if bias is None else bias, *grads,
-            lse if att_grad is None else att_grad,
+            lse if att_grad is None else att_grad, *strides,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
         *args, **constexprs, MAJOR=major, DELTA_HERE=out is not None, BIAS=bias is not None, **specs, **flags,

@@ -220,7 +220,7 @@ def padded_item_count(num_rows, num_entries, max_edges: int):
 
 @fast_launch
 @triton.jit
-def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, above, FILL: tl.constexpr,
+def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, row_stride, above, FILL: tl.constexpr,
                             BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     inside = rows < num_rows
@@ -231,7 +231,7 @@ def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, 
         value = tl.zeros([BLOCK_R, BLOCK_W], tl.float32)
         if FILL:
             value += tl.load(fill_ptr + cols, mask=cols < row_width, other=0).to(tl.float32)[None, :]
-        tl.store(out_ptr + rows[:, None].to(tl.int64) * row_width + cols[None, :], value,
+        tl.store(out_ptr + rows[:, None].to(tl.int64) * row_stride + cols[None, :], value,
                  mask=empty[:, None] & (cols < row_width)[None, :])
 
 
@@ -240,13 +240,17 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
     with ``above > 0``, those with more than ``above`` entries: hub rows whose items add atomically), and nothing
     else: kernels that store every row with an item (and a prefill or a combine for the hub rows) then need no
     memset of the whole output first (512 MiB at 2^20 x 128 float32). With ``fill`` (contiguous, one row's
-    elements) those rows get ``fill`` instead of 0 (the attention forward's bias)."""
+    elements) those rows get ``fill`` instead of 0 (the attention forward's bias). ``out`` may also be a column
+    slice of a wider row-major tensor (each row's elements contiguous, rows ``out.stride(0)`` apart)."""
     num_rows = rowptr.numel() - 1
     width = out[0].numel() if num_rows else 0
+    if num_rows and not out[0].is_contiguous():
+        raise ValueError("zero_rows_without_entries: each row's elements must be contiguous")
     if fill is not None and fill.numel() != width:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
     if num_rows and width:
         _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows, width,
+                                                       out.stride(0),
                                                        above, FILL=fill is not None, BLOCK_R=64,
                                                        BLOCK_W=min(128, next_power_of_2(width)))
 

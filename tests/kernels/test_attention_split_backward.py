@@ -262,6 +262,66 @@ def test_split_all_is_a_synonym_and_other_values_raise(monkeypatch):
         attention_triton.backward_variant()
 
 
+@runs_kernel
+@pytest.mark.parametrize("name", ["transformer", "transformer_dropout", "gatv2", "gat"])
+def test_packed_backward_writes_the_split_gradients_in_place(plan, name, monkeypatch):
+    """gnn_io::attention_backward_packed (gnn_inductor/packed_grads.py): the node-row gradients land in their
+    column spans of one [N, width] tensor, written there by the split passes themselves (their buffers are those
+    spans: a row stride of ``width``), equal to attention_backward's; the others (GATv2's dense ``att``, GAT's
+    per-head scalar terms, edge terms) are unchanged entries of the list."""
+    score, message, roles, kinds = _case(name)
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), torch.float32)]
+    dropout = dropout_args(dropout_for(name, DEVICE))
+    out, lse = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, items, MAX_EDGES,
+                                                  *dropout)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    needs = [a.is_floating_point() for a in args]
+    common = (grad, args, roles, *on_device, score, message, EPS, items, MAX_EDGES, *dropout, out, lse, needs)
+    want = torch.ops.gnn_io.attention_backward(*common)
+    rows = [i for i, a in enumerate(args) if a.dim() >= 2 and a.shape[0] == NUM_NODES and needs[i]]
+    offsets, width = [-1] * len(args), 0
+    for i in reversed(rows):  # packed in the reverse order: offsets need not follow the arguments'
+        offsets[i], width = width, width + args[i][0].numel()
+    targets, real = [], attention_triton._grad_buffers
+
+    def recording(layout, wanted, stored, device, given=None):
+        targets.append(given or {})
+        return real(layout, wanted, stored, device, given)
+    monkeypatch.setattr(attention_triton, "_grad_buffers", recording)
+    packed, *got = torch.ops.gnn_io.attention_backward_packed(*common, offsets, width)
+    assert packed.shape == (NUM_NODES, width) and torch.isfinite(packed).all()
+    assert targets and set(targets[0]) == set(rows), "the split passes wrote the packed spans themselves"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if offsets[i] >= 0:
+            assert g.numel() == 0
+            assert_close(packed[:, offsets[i]:offsets[i] + w[0].numel()].reshape(w.shape), w, torch.float32,
+                         f"packed grad of argument {i}")
+        else:
+            assert_close(g, w, torch.float32, f"grad of argument {i}")
+
+
+def test_packed_backward_checks_its_layout(plan):
+    """Offsets that leave a gap, overlap, or pack an argument without a gradient are refused before any work."""
+    score, message, roles, kinds = _case("transformer")
+    args = make_args(kinds, plan[1].numel(), torch.float32)
+    out, lse = torch.zeros(NUM_NODES, HEADS, CHANNELS), torch.zeros(NUM_NODES, HEADS)
+    width = HEADS * CHANNELS
+
+    def call(offsets, total, needs=(True, True, True)):
+        return torch.ops.gnn_io.attention_backward_packed(out, args, roles, *plan[:4], score, message, EPS, [], 0,
+                                                          None, 0.0, out, lse, list(needs), offsets, total)
+    with pytest.raises(ValueError, match="do not tile"):
+        call([0, 2 * width, -1], 3 * width)
+    with pytest.raises(ValueError, match="do not tile"):
+        call([0, width - 1, -1], 2 * width)
+    with pytest.raises(ValueError, match="cannot share"):
+        call([0, width, -1], 2 * width, needs=(True, False, True))
+    with pytest.raises(ValueError, match="pack offsets"):
+        call([0, width], 2 * width)
+
+
 # ---- the interpreter run ----
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

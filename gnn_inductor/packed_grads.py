@@ -1,0 +1,203 @@
+"""Attention gradients written into the packed gradient of a fused linear map, instead of concatenated after.
+
+TransformerConv's query, key and value maps read the same ``x``; ``gnn_inductor/linear_fusion.py`` runs them as one
+GEMM whose ``[N, 3F]`` output the attention op reads through three column slices. AOTAutograd's backward then
+rebuilds the GEMM's output gradient from the op's three separate gradients::
+
+    g = attention_backward(...)                     # g[0], g[1], g[2]: [N, H, C] each, fresh
+    full = full([N, 3F], 0)
+    d = slice_scatter(full, view(g[2], [N, F]), 1, 2F, 3F) + slice_scatter(full, view(g[0], [N, F]), 1, 0, F)
+        + slice_scatter(full, view(g[1], [N, F]), 1, F, 2F)
+    mm(d, W), mm(d^T, x), sum(d, 0)                 # the fused map's input, weight and bias gradients
+
+Inductor lowers the sum of slice-scatters to one pointwise kernel: at 2^20 nodes and ``3F = 384`` in float32 it
+reads 1.5 GiB and writes 1.5 GiB, and both the three gradients and ``d`` are alive at the step's peak.
+
+This pass replaces the pattern by ``gnn_io::attention_backward_packed`` (kernels/attention.py), which returns
+``d`` itself, the gradients written in place by the split backward's kernels through a row stride (elsewhere
+computed as before and copied into their columns). It applies when the slice-scatters of the op's gradients,
+each reached from its ``getitem`` through views only and read by nothing else, over one zero ``full``, are summed by
+a chain of additions with no other term, and their column spans tile the whole width. The pass runs on the
+graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
+``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
+"""
+from __future__ import annotations
+
+import operator
+import os
+
+import torch
+from torch.fx import GraphModule, Node
+
+from gnn_inductor import direct_ops
+from gnn_inductor.kernels._common import SettingError
+
+aten = torch.ops.aten
+ENV = "GNN_IO_PACKED_GRADS"
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+_OPS = ("attention_backward", "attention_backward_direct")
+_NUM_ARGS = 17  # attention_backward's positional arguments before ``bias``
+
+
+def enabled() -> bool:
+    value = os.environ.get(ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
+
+
+def _val(node):
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _only_user(node: Node) -> Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _scatter_of(item: Node) -> Node | None:
+    """The ``slice_scatter`` that ``item`` (an output of the op) reaches through views alone, each read once."""
+    node = _only_user(item)
+    while node is not None and node.op == "call_function" and node.target in _VIEWS:
+        node = _only_user(node)
+    if node is None or node.target is not aten.slice_scatter.default or node.kwargs:
+        return None
+    return node
+
+
+def _is_zeros(node) -> bool:
+    return (isinstance(node, Node) and node.op == "call_function" and node.target is aten.full.default
+            and len(node.args) >= 2 and node.args[1] == 0)
+
+
+def _sum_root(scatters: set) -> Node | None:
+    """The last addition of a chain whose leaves are exactly ``scatters`` (every node of it read once), or None."""
+    node = next(iter(scatters))
+    while True:
+        add = _only_user(node)
+        if add is None or add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+            return None
+        node = add
+        leaves = _chain_leaves(node)
+        if leaves == scatters:
+            return node
+        if not leaves <= scatters:
+            return None
+
+
+def _chain_leaves(node: Node) -> set:
+    """The terms of the addition chain ending at ``node`` (``node`` itself when it is no such addition)."""
+    if node.op == "call_function" and node.target is aten.add.Tensor and not node.kwargs and len(node.args) == 2 \
+            and all(isinstance(a, Node) and len(a.users) == 1 for a in node.args):
+        return _chain_leaves(node.args[0]) | _chain_leaves(node.args[1])
+    return {node}
+
+
+def _match(op: Node):
+    """``(root, {argument index: (column offset, getitem, chain nodes)}, width)`` for a packable call, else None."""
+    items = {user.args[1]: user for user in op.users
+             if user.op == "call_function" and user.target is operator.getitem}
+    num_args = len(op.args[1])
+    by_scatter = {}
+    for k, item in items.items():
+        if k >= num_args:
+            continue  # the bias gradient
+        scatter = _scatter_of(item)
+        if scatter is not None:
+            by_scatter[scatter] = (k, item)
+    if len(by_scatter) < 2:
+        return None
+    bases = {scatter.args[0] for scatter in by_scatter}
+    if len(bases) != 1 or not _is_zeros(next(iter(bases))):
+        return None
+    root = _sum_root(set(by_scatter))
+    base = _val(next(iter(bases)))
+    if root is None or base is None or base.dim() != 2 or _val(root) is None:
+        return None
+    width, places = base.shape[1], {}
+    for scatter, (k, item) in by_scatter.items():
+        args = scatter.args
+        dim, start, end = (args[2] if len(args) > 2 else 0), (args[3] if len(args) > 3 else None), \
+            (args[4] if len(args) > 4 else None)
+        grad, step = _val(item), (args[5] if len(args) > 5 else 1)
+        if dim not in (1, -1) or step != 1 or not isinstance(start, int) or not isinstance(end, int) or grad is None \
+                or grad.dim() < 2 or grad.shape[0] != base.shape[0] or grad.dtype != base.dtype \
+                or end - start != grad[0].numel():
+            return None
+        places[k] = (start, item)
+    spans = sorted((start, start + _val(item)[0].numel()) for start, item in places.values())
+    if spans[0][0] != 0 or spans[-1][1] != width or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    return root, places, width
+
+
+def _pattern_nodes(root: Node) -> list:
+    """The nodes of the matched pattern from ``root`` back to the op's getitems, each before its inputs (the zero
+    ``full`` included: it is erased only when nothing else reads it)."""
+    order, stack, seen = [], [root], set()
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op != "call_function" or node.target is operator.getitem and \
+                getattr(node.args[0].target, "_opname", "") not in _OPS:
+            continue
+        seen.add(node)
+        order.append(node)
+        if node.target is operator.getitem:
+            continue  # stop at the op's outputs
+        stack.extend(a for a in node.args if isinstance(a, Node))
+    position = {node: i for i, node in enumerate(root.graph.nodes)}
+    return sorted(order, key=position.__getitem__, reverse=True)
+
+
+def _empty_like_meta(value):
+    """An empty 1-D tensor of ``value``'s kind (a fake tensor under its own mode), for a packed argument's slot."""
+    mode = getattr(value, "fake_mode", None)
+    if mode is None:
+        return value.new_empty((0,))
+    with mode:
+        return value.new_empty((0,))
+
+
+def pack(gm: GraphModule) -> int:
+    """Rewrite each packable attention backward (module docstring); returns how many were rewritten."""
+    packed = 0
+    for op in list(gm.graph.nodes):
+        if op.op != "call_function" or getattr(op.target, "namespace", None) != "gnn_io" or \
+                getattr(op.target, "_opname", "") not in _OPS:
+            continue
+        found = _match(op)
+        if found is None:
+            continue
+        root, places, width = found
+        offsets = [places[k][0] if k in places else -1 for k in range(len(op.args[1]))]
+        bias = op.args[_NUM_ARGS] if len(op.args) > _NUM_ARGS else op.kwargs.get("bias")
+        target = torch.ops.gnn_io.attention_backward_packed.default
+        if getattr(op.target, "_opname", "").endswith(direct_ops.SUFFIX):
+            target = direct_ops.twin(target) or target
+        with gm.graph.inserting_before(op):
+            new = gm.graph.call_function(target, (*op.args[:_NUM_ARGS], offsets, width), {"bias": bias})
+            total = gm.graph.call_function(operator.getitem, (new, 0))
+        total.meta["val"] = _val(root)
+        old_vals = op.meta.get("val")
+        if old_vals is not None:
+            new.meta["val"] = [_val(root)] + [_empty_like_meta(v) if k in places else v
+                                              for k, v in enumerate(old_vals)]
+        dead = _pattern_nodes(root)
+        root.replace_all_uses_with(total)
+        for user in list(op.users):
+            k = user.args[1]
+            if k in places:
+                continue
+            with gm.graph.inserting_after(new):
+                moved = gm.graph.call_function(operator.getitem, (new, k + 1))
+            moved.meta.update(user.meta)
+            user.replace_all_uses_with(moved)
+            gm.graph.erase_node(user)
+        for node in dead + [op]:  # the additions, slice-scatters, views and getitems, users first; then the op
+            if not node.users:
+                gm.graph.erase_node(node)
+        packed += 1
+    if packed:
+        gm.graph.lint()
+        gm.recompile()
+    return packed

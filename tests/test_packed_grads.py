@@ -1,0 +1,87 @@
+"""Attention gradients written into a fused linear map's packed gradient (gnn_inductor/packed_grads.py): where the
+pass applies, the compiled layer stays correct (outputs and every gradient against eager PyG), the report says so,
+and the switch turns it off. The pattern matcher is also checked on a traced backward-like graph."""
+import operator
+
+import pytest
+import torch
+from torch_geometric.nn import GATConv, TransformerConv
+
+import gnn_inductor
+from gnn_inductor import packed_grads
+from gnn_inductor.testing import check_rewrites, random_graph
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_transformer_conv_packs_query_key_value_gradients(heads, monkeypatch):
+    """TransformerConv's query, key and value maps run as one GEMM (gnn_inductor/linear_fusion.py); its backward's
+    three attention gradients become the packed gradient the op returns, with no concatenation left. Strict: a
+    graph Inductor failed to compile would run op by op, unpacked."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    torch.manual_seed(0)
+    model = TransformerConv(12, 8, heads=heads)
+    check_rewrites(model, torch.randn(40, 12), random_graph(40, 200, hub_degree=30), expect={})
+    assert sum(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model)) == 1
+    assert "packed gradient" in gnn_inductor.rewrite_report.format_text(model)
+
+
+def test_switch_off_and_layers_without_the_pattern(monkeypatch):
+    """``GNN_IO_PACKED_GRADS=0`` keeps the concatenation (same values); GATConv, whose one linear map feeds the
+    attention once, has nothing to pack; a bad value of the switch is an error."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv(packed_grads.ENV, "0")
+    torch.manual_seed(0)
+    model = TransformerConv(12, 8, heads=2)
+    check_rewrites(model, torch.randn(40, 12), random_graph(40, 200, hub_degree=30), expect={})
+    assert not any(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model))
+    monkeypatch.setenv(packed_grads.ENV, "1")
+    gat = GATConv(12, 8, heads=2)
+    check_rewrites(gat, torch.randn(40, 12), random_graph(40, 200, hub_degree=30), expect={})
+    assert not any(r.packed_grads for r in gnn_inductor.rewrite_report.reports(gat))
+    monkeypatch.setenv(packed_grads.ENV, "yes")
+    with pytest.raises(ValueError, match=packed_grads.ENV):
+        packed_grads.enabled()
+
+
+def _backward_like(spans, base_width, extra_term=False, second_reader=False):
+    """An FX graph shaped like AOTAutograd's TransformerConv backward: gnn_io::attention_backward's gradients
+    viewed to 2-D and slice-scattered into one zero [N, base_width] tensor, summed, then read by a GEMM."""
+    graph = torch.fx.Graph()
+    grad = graph.placeholder("grad")
+    args = [graph.placeholder(f"a{i}") for i in range(len(spans))]
+    op = graph.call_function(torch.ops.gnn_io.attention_backward.default,
+                             (grad, args, [0] * len(args), *[None] * 4, "s", "m", 1e-16, [], 0, None, 0.0, grad, grad,
+                              [True] * len(args)))
+    full = graph.call_function(torch.ops.aten.full.default, ([10, base_width], 0))
+    total = None
+    for k, (start, end) in enumerate(spans):
+        item = graph.call_function(operator.getitem, (op, k))
+        item.meta["val"] = torch.empty(10, 2, (end - start) // 2)
+        flat = graph.call_function(torch.ops.aten.view.default, (item, [10, end - start]))
+        scatter = graph.call_function(torch.ops.aten.slice_scatter.default, (full, flat, 1, start, end))
+        total = scatter if total is None else graph.call_function(torch.ops.aten.add.Tensor, (total, scatter))
+        if second_reader and k == 0:
+            graph.call_function(torch.ops.aten.neg.default, (item,))
+    if extra_term:
+        total = graph.call_function(torch.ops.aten.add.Tensor, (total, full))
+    full.meta["val"] = torch.empty(10, base_width)
+    total.meta["val"] = torch.empty(10, base_width)
+    graph.output(graph.call_function(torch.ops.aten.mm.default, (total, grad)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_matcher_packs_only_a_whole_tiling():
+    """The rewrite needs slice-scatters that tile the width exactly, summed with nothing else, each gradient read
+    by its scatter alone; then the concatenation is gone and the GEMM reads the packed output."""
+    gm = _backward_like([(8, 12), (0, 4), (4, 8)], 12)
+    assert packed_grads.pack(gm) == 1
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.gnn_io.attention_backward_packed.default in targets
+    assert torch.ops.aten.slice_scatter.default not in targets and torch.ops.aten.add.Tensor not in targets
+    assert torch.ops.gnn_io.attention_backward.default not in targets
+    call = next(n for n in gm.graph.nodes if n.target is torch.ops.gnn_io.attention_backward_packed.default)
+    assert call.args[-2:] == ([8, 0, 4], 12)  # argument k at the start of its span
+    for spans, width, extra, second in [([(0, 4), (4, 8)], 12, False, False),   # a gap: columns 8..12 stay 0
+                                        ([(0, 4), (4, 8)], 8, True, False),     # another term in the sum
+                                        ([(0, 4), (4, 8)], 8, False, True)]:    # a gradient read elsewhere too
+        assert packed_grads.pack(_backward_like(spans, width, extra, second)) == 0
