@@ -85,7 +85,7 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels._common import (
-    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, kept_outside_graph_pool,
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, kept_outside_graph_pool,
 )
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
@@ -1410,15 +1410,19 @@ def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, ma
                      work_items(t_rowptr, max_edges), max_edges)
 
 
-def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_edges: int = 0) -> SourceCSR:
+def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_edges: int = 0) -> SourceCSR | None:
     """The graph's :class:`SourceCSR` for ``layout``'s source rows, built at the first call and cached with
-    the graph's plan entry (kernels/attention_paths.py: it lives, and is invalidated, with the plan)."""
+    the graph's plan entry (kernels/attention_paths.py: it lives, and is invalidated, with the plan). None when it
+    is not built yet and a CUDA graph is being captured: its work items count their hubs on the host (a
+    synchronisation a capture refuses), so that backward runs the atomic variant, which needs no source CSR."""
     from gnn_inductor.kernels import attention_paths
 
     num_src = max((view.shape[0] for i, view in layout.views.items() if layout.roles[i] == ROLE_SRC), default=0)
     key = (num_src, max_edges or MAX_EDGES)
-    return kept_outside_graph_pool(attention_paths._entry(rowptr, col, perm).csr_by_src, key,
-                                   lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
+    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    if key not in cache and capturing(rowptr.device):
+        return None
+    return kept_outside_graph_pool(cache, key, lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
 
 
 def _grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:

@@ -240,6 +240,20 @@ def test_source_csr_is_cached_with_the_plan(plan):
     assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not cached
 
 
+def test_source_csr_is_not_built_inside_a_cuda_graph_capture(plan, monkeypatch):
+    """Building the source CSR counts its hubs on the host, which a CUDA-graph capture refuses: during a capture a
+    plan without one gets None (the op's backward then runs the atomic variant); one built before is still read."""
+    score, message, roles, kinds = _case("transformer")
+    layout = attention_triton.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
+    rowptr, col, _, perm = [t.clone() for t in plan[:4]]
+    monkeypatch.setattr(attention_triton, "capturing", lambda device: True)
+    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is None
+    monkeypatch.setattr(attention_triton, "capturing", lambda device: False)
+    built = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    monkeypatch.setattr(attention_triton, "capturing", lambda device: True)
+    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is built
+
+
 def test_backward_variant_defaults_to_split(monkeypatch):
     monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
     assert attention_triton.backward_variant() == "split"
