@@ -95,8 +95,11 @@ def _chain_leaves(node: Node) -> set:
 
 def _match(op: Node):
     """``(root, {argument index: (column offset, getitem, chain nodes)}, width)`` for a packable call, else None."""
-    items = {user.args[1]: user for user in op.users
-             if user.op == "call_function" and user.target is operator.getitem}
+    if any(user.op != "call_function" or user.target is not operator.getitem for user in op.users):
+        return None
+    items = {user.args[1]: user for user in op.users}
+    if len(items) != len(op.users):
+        return None  # two reads of one output
     num_args = len(op.args[1])
     by_scatter = {}
     for k, item in items.items():
