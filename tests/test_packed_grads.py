@@ -2,6 +2,7 @@
 pass applies, the compiled layer stays correct (outputs and every gradient against eager PyG), the report says so,
 and the switch turns it off. The pattern matcher is also checked on a traced backward-like graph."""
 import operator
+import os
 
 import pytest
 import torch
@@ -10,6 +11,9 @@ from torch_geometric.nn import GATConv, TransformerConv
 import gnn_inductor
 from gnn_inductor import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph
+from tests.kernels.interpreter import rerun_under_interpreter
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.mark.parametrize("heads", [1, 4])
@@ -85,3 +89,40 @@ def test_matcher_packs_only_a_whole_tiling():
                                         ([(0, 4), (4, 8)], 8, True, False),     # another term in the sum
                                         ([(0, 4), (4, 8)], 8, False, True)]:    # a gradient read elsewhere too
         assert packed_grads.pack(_backward_like(spans, width, extra, second)) == 0
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
+def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch):
+    """Under Triton's interpreter the compiled TransformerConv runs the fused kernels end to end, and the split
+    passes write the query, key and value gradients into the packed gradient themselves; outputs and every
+    gradient match eager PyG (the key map's bias gets a gradient of zero up to rounding: a constant added to every
+    key of a destination leaves its softmax unchanged, hence the absolute tolerance)."""
+    from gnn_inductor.kernels import attention_triton
+
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+    written, real = [], attention_triton._grad_buffers
+
+    def recording(layout, wanted, stored, device, targets=None):
+        written.append(sorted(targets or {}))
+        return real(layout, wanted, stored, device, targets)
+    monkeypatch.setattr(attention_triton, "_grad_buffers", recording)
+    torch.manual_seed(0)
+    model = TransformerConv(12, 8, heads=4)
+    edge_index = random_graph(60, 400, seed=1, hub_degree=40)
+    x, grad = torch.randn(60, 12, requires_grad=True), torch.randn(60, 32)
+    model(x, edge_index).backward(grad)
+    want = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    torch.compile(model, backend="gnn_io")(x, edge_index).backward(grad)
+    assert written == [[0, 1, 2]], written
+    for got, expected in zip([x.grad] + [p.grad for p in model.parameters()], want):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
+def test_kernels_under_interpreter():
+    rerun_under_interpreter(__file__, select="with_the_kernels")
