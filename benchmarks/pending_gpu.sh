@@ -366,11 +366,13 @@ elif [[ $what == session20 ]]; then
   kernel_tests 300 tests/gpu/test_cudagraphs_cuda.py tests/gpu/test_attention_cuda.py \
     tests/kernels/test_attention_split_backward.py
   grep "^FAILED" "$out/gpu_tests.txt" | head -12 | cut -c1-250
-  python3 -m benchmarks.ab --layers transformer --graphs rmat-large --modes gnn_io,gnn_io_no_packed --rounds 10 \
-    2>&1 | tail -4
-  harness_table 200 packed --graphs rmat-large --layers transformer --modes gnn_io,gnn_io_no_packed --reps 10 | tail -3
+  harness_table 250 packed --graphs rmat-large --layers transformer --modes gnn_io,gnn_io_no_packed --reps 10 | tail -3
+elif [[ $what == session20b ]]; then
+  # the fp32 GEMM variants again (row blocks: does cuBLAS pick its faster kernel? GATConv's GEMMs, session 19),
+  # then session 18's TF32 table
+  timeout 90 python3 -m benchmarks.dense_ops | tee "$out/dense_ops.txt" | grep gemm
   harness_table 170 tf32 --graphs sbm-dense,batch-random --layers transformer,gat \
     --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| sbm\|^| batch"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b]" >&2; exit 2
 fi
