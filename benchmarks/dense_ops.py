@@ -8,20 +8,7 @@ import argparse
 
 import torch
 
-
-def median_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+from benchmarks.harness import median_ms
 
 
 def column_sums(rows: int, width: int, dtype) -> dict:
@@ -39,7 +26,7 @@ def column_sums(rows: int, width: int, dtype) -> dict:
     out = {}
     for name, fn in variants.items():
         err = ((fn().double() - exact).abs().max() / exact.abs().max()).item()
-        out[name] = (median_ms(fn), err)
+        out[name] = (median_ms(fn, reps=20), err)
     return out
 
 
@@ -73,7 +60,7 @@ def gemms(rows: int, width: int) -> dict:
     out = {}
     for name, (fn, exact) in variants.items():
         err = ((fn().double() - exact).abs().max() / exact.abs().max()).item()
-        out[name] = (median_ms(fn), err)
+        out[name] = (median_ms(fn, reps=20), err)
     return out
 
 

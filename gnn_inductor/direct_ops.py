@@ -57,6 +57,11 @@ def _define(op, definition) -> torch._ops.OpOverload:
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
+def is_direct(node) -> bool:
+    """Whether an FX node calls a direct twin."""
+    return getattr(node.target, "_opname", "").endswith(SUFFIX)
+
+
 def enabled() -> bool:
     return os.environ.get("GNN_IO_DIRECT_OPS", "1") != "0"
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule, Node
 
-from gnn_inductor.linear_fusion import _call, _val, linear_map
+from gnn_inductor.graph_match import tensor_val
+from gnn_inductor.linear_fusion import _call, linear_map
 from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
@@ -57,7 +58,7 @@ class _Piece:
 
 
 def _rows(node) -> int | None:
-    value = _val(node)
+    value = tensor_val(node)
     if value is None or value.dim() == 0:
         return None
     size = value.shape[0]
@@ -68,15 +69,15 @@ def _rows(node) -> int | None:
 
 def _select_1_0(node) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target is aten.select.int \
-        and tuple(node.args[1:]) == (1, 0) and _val(node.args[0]) is not None and _val(node.args[0]).dim() == 3 \
-        and _val(node.args[0]).shape[1] == 1
+        and tuple(node.args[1:]) == (1, 0) and tensor_val(node.args[0]) is not None \
+        and tensor_val(node.args[0]).dim() == 3 and tensor_val(node.args[0]).shape[1] == 1
 
 
 def _pieces(node, start: int, sign: int, squeeze: bool, out: list) -> bool:
     """Append the pieces of ``node`` (columns from ``start``) to ``out``; False if ``node`` is not a sum of
     gathers, a concatenation along the last dimension, or an edge tensor. ``squeeze``: ``node`` is ``[E, 1, k]``
     and ``A`` holds its ``select(., 1, 0)``."""
-    value = _val(node)
+    value = tensor_val(node)
     if value is None or value.dim() != (3 if squeeze else 2):
         return False
     width = value.shape[-1]
@@ -89,10 +90,10 @@ def _pieces(node, start: int, sign: int, squeeze: bool, out: list) -> bool:
         for part in node.args[0]:
             if not _pieces(part, start, sign, squeeze, out):
                 return False
-            start += _val(part).shape[-1]
+            start += tensor_val(part).shape[-1]
         return True
     if node.op == "call_function" and node.target in (aten.add.Tensor, aten.sub.Tensor) and len(node.args) == 2 \
-            and not node.kwargs and all(_val(a) is not None and tuple(_val(a).shape) == tuple(value.shape)
+            and not node.kwargs and all(tensor_val(a) is not None and tuple(tensor_val(a).shape) == tuple(value.shape)
                                         for a in node.args):
         second = sign if node.target is aten.add.Tensor else -sign
         return _pieces(node.args[0], start, sign, squeeze, out) and _pieces(node.args[1], start, second, squeeze, out)
@@ -120,9 +121,9 @@ def _analyse(gemm: Node):
     edges = _rows(a)  # None where data-dependent (self loops added by nonzero): edges outnumber nodes in GNNs
     if edges is not None and any(_rows(p.source) is None or _rows(p.source) >= edges for p in gathered):
         return None
-    if _val(a).dtype != torch.float32 and (len(pieces) != 1 or pieces[0].sign != 1):
+    if tensor_val(a).dtype != torch.float32 and (len(pieces) != 1 or pieces[0].sign != 1):
         return None
-    if not all(_val(p.source).dtype == _val(a).dtype for p in pieces):
+    if not all(tensor_val(p.source).dtype == tensor_val(a).dtype for p in pieces):
         return None
     return pieces, bias, weight, squeeze
 

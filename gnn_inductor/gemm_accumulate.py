@@ -37,6 +37,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from gnn_inductor import direct_ops
+from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
@@ -63,10 +64,6 @@ def enabled() -> bool:
     return value == "1"
 
 
-def _val(node) -> torch.Tensor | None:
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return value if isinstance(value, torch.Tensor) else None
-
 
 def _fresh(node: Node) -> bool:
     """Whether ``node``'s tensor is memory of its own, made in this graph: a GEMM's result, or an output of a
@@ -89,12 +86,12 @@ def _accumulable(gemm: Node, other: Node, add: Node) -> bool:
         return False
     if not _fresh(other):
         return False
-    out, target = _val(add), _val(other)
-    if out is None or target is None or _val(gemm) is None:
+    out, target = tensor_val(add), tensor_val(other)
+    if out is None or target is None or tensor_val(gemm) is None:
         return False
     # the same shape and dtype (no broadcasting, no promotion), a plain row-major buffer
-    return (tuple(target.shape) == tuple(out.shape) == tuple(_val(gemm).shape) and target.dim() == 2
-            and target.dtype == out.dtype == _val(gemm).dtype and target.is_contiguous())
+    return (tuple(target.shape) == tuple(out.shape) == tuple(tensor_val(gemm).shape) and target.dim() == 2
+            and target.dtype == out.dtype == tensor_val(gemm).dtype and target.is_contiguous())
 
 
 def _backward_op(node: Node):
@@ -121,7 +118,8 @@ def _into_backward(gm: GraphModule, gemm: Node, other: Node, add: Node) -> bool:
     if any(order[r] <= order[anchor] for r in readers) or order[add] <= order[anchor]:
         return False
     op = torch.ops.gnn_io.gather_scatter_backward_mm.default
-    target = direct_ops.twin(op) if _is_direct(backward) else None  # a twin, as the graph's other gnn_io calls
+    # a twin, as the graph's other gnn_io calls
+    target = direct_ops.twin(op) if direct_ops.is_direct(backward) else None
     with gm.graph.inserting_after(anchor):
         fused = gm.graph.call_function(target or op, (*gemm.args, other.args[1], *backward.args),
                                        dict(backward.kwargs))
@@ -133,10 +131,6 @@ def _into_backward(gm: GraphModule, gemm: Node, other: Node, add: Node) -> bool:
     gm.graph.erase_node(gemm)
     gm.graph.erase_node(backward)
     return True
-
-
-def _is_direct(node: Node) -> bool:
-    return getattr(node.target, "_opname", "").endswith("_direct")
 
 
 def fold(gm: GraphModule) -> int:

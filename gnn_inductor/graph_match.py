@@ -45,6 +45,12 @@ def val(node) -> object:
     return node.meta.get("val") if isinstance(node, Node) else node
 
 
+def tensor_val(node) -> torch.Tensor | None:
+    """The (fake) tensor a graph node holds, None for a non-node or a node without a tensor value."""
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
 def same_size(a, b) -> bool:
     """True when two (possibly symbolic) sizes are provably equal."""
     if isinstance(a, int) and isinstance(b, int):

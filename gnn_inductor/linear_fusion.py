@@ -34,6 +34,7 @@ from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
+from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
@@ -88,15 +89,11 @@ def _transposed_weight(node) -> Node | None:
         return None
     if node.target is aten.t.default or (node.target is aten.permute.default and list(node.args[1]) == [1, 0]):
         weight = node.args[0]
-        if isinstance(weight, Node) and weight.op == "placeholder" and _val(weight) is not None \
-                and _val(weight).dim() == 2:
+        if isinstance(weight, Node) and weight.op == "placeholder" and tensor_val(weight) is not None \
+                and tensor_val(weight).dim() == 2:
             return weight
     return None
 
-
-def _val(node):
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def linear_map(node: Node):
@@ -108,14 +105,15 @@ def linear_map(node: Node):
         bias, (x, wt) = None, node.args
     elif node.target is aten.addmm.default and not node.kwargs and len(node.args) == 3:
         bias, x, wt = node.args
-        if not isinstance(bias, Node) or bias.op != "placeholder" or _val(bias) is None or _val(bias).dim() != 1:
+        if not isinstance(bias, Node) or bias.op != "placeholder" or tensor_val(bias) is None \
+                or tensor_val(bias).dim() != 1:
             return None
     else:
         return None
     weight = _transposed_weight(wt)
-    if weight is None or _val(x) is None or _val(x).dim() != 2 or _val(node) is None:
+    if weight is None or tensor_val(x) is None or tensor_val(x).dim() != 2 or tensor_val(node) is None:
         return None
-    if _val(weight).dtype != _val(x).dtype:
+    if tensor_val(weight).dtype != tensor_val(x).dtype:
         return None
     return x, weight, bias
 
@@ -131,7 +129,7 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
         member = linear_map(node)
         if member is not None:
             x, weight, bias = member
-            groups[(x, bias is None, _val(x).dtype, _val(x).device)].append((node, weight, bias))
+            groups[(x, bias is None, tensor_val(x).dtype, tensor_val(x).device)].append((node, weight, bias))
     fused = []
     for (x, no_bias, _, _), members in groups.items():
         members = _saved_members(members)
@@ -139,7 +137,7 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
             continue
         first = members[0][0]
         source = source_of(first)
-        widths = [_val(weight).shape[0] for _, weight, _ in members]
+        widths = [tensor_val(weight).shape[0] for _, weight, _ in members]
         with gm.graph.inserting_before(first):
             weight = _call(gm, aten.cat.default, ([w for _, w, _ in members], 0))
             weight_t = _call(gm, aten.t.default, (weight,))

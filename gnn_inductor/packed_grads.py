@@ -30,6 +30,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from gnn_inductor import direct_ops
+from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
@@ -45,10 +46,6 @@ def enabled() -> bool:
         raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
     return value == "1"
 
-
-def _val(node):
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _only_user(node: Node) -> Node | None:
@@ -94,7 +91,7 @@ def _chain_leaves(node: Node) -> set:
 
 
 def _match(op: Node):
-    """``(root, {argument index: (column offset, getitem, chain nodes)}, width)`` for a packable call, else None."""
+    """``(root, {argument index: (column offset, getitem)}, width)`` for a packable call, else None."""
     if any(user.op != "call_function" or user.target is not operator.getitem for user in op.users):
         return None
     items = {user.args[1]: user for user in op.users}
@@ -114,21 +111,21 @@ def _match(op: Node):
     if len(bases) != 1 or not _is_zeros(next(iter(bases))):
         return None
     root = _sum_root(set(by_scatter))
-    base = _val(next(iter(bases)))
-    if root is None or base is None or base.dim() != 2 or _val(root) is None:
+    base = tensor_val(next(iter(bases)))
+    if root is None or base is None or base.dim() != 2 or tensor_val(root) is None:
         return None
     width, places = base.shape[1], {}
     for scatter, (k, item) in by_scatter.items():
         args = scatter.args
         dim, start, end = (args[2] if len(args) > 2 else 0), (args[3] if len(args) > 3 else None), \
             (args[4] if len(args) > 4 else None)
-        grad, step = _val(item), (args[5] if len(args) > 5 else 1)
+        grad, step = tensor_val(item), (args[5] if len(args) > 5 else 1)
         if dim not in (1, -1) or step != 1 or not isinstance(start, int) or not isinstance(end, int) or grad is None \
                 or grad.dim() < 2 or grad.shape[0] != base.shape[0] or grad.dtype != base.dtype \
                 or end - start != grad[0].numel():
             return None
         places[k] = (start, item)
-    spans = sorted((start, start + _val(item)[0].numel()) for start, item in places.values())
+    spans = sorted((start, start + tensor_val(item)[0].numel()) for start, item in places.values())
     if spans[0][0] != 0 or spans[-1][1] != width or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
         return None
     return root, places, width
@@ -175,15 +172,15 @@ def pack(gm: GraphModule) -> int:
         offsets = [places[k][0] if k in places else -1 for k in range(len(op.args[1]))]
         bias = op.args[_NUM_ARGS] if len(op.args) > _NUM_ARGS else op.kwargs.get("bias")
         target = torch.ops.gnn_io.attention_backward_packed.default
-        if getattr(op.target, "_opname", "").endswith(direct_ops.SUFFIX):
+        if direct_ops.is_direct(op):
             target = direct_ops.twin(target) or target
         with gm.graph.inserting_before(op):
             new = gm.graph.call_function(target, (*op.args[:_NUM_ARGS], offsets, width), {"bias": bias})
             total = gm.graph.call_function(operator.getitem, (new, 0))
-        total.meta["val"] = _val(root)
+        total.meta["val"] = tensor_val(root)
         old_vals = op.meta.get("val")
         if old_vals is not None:
-            new.meta["val"] = [_val(root)] + [_empty_like_meta(v) if k in places else v
+            new.meta["val"] = [tensor_val(root)] + [_empty_like_meta(v) if k in places else v
                                               for k, v in enumerate(old_vals)]
         dead = _pattern_nodes(root)
         root.replace_all_uses_with(total)
