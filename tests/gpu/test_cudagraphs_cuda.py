@@ -54,9 +54,14 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
         out = model(x_new, edges)
         got = torch.autograd.grad(out, [x_new] + list(layer.parameters()), grad)
         assert torch.isfinite(out).all()
-        torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-4, msg=lambda m: f"step {step} output: {m}")
+        # absolute tolerance scaled by each tensor's largest entry: GIN's weight gradient sums 400 rows, one of them a
+        # 1500-neighbour sum (entries up to ~600 with these seeds on CPU, where eager float32 is itself 9e-4 off a
+        # float64 run); session 20's call 1 failed a flat 1e-4 by 1.9e-4 on an entry of 0.75
+        torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-5 * max(1.0, out_ref.abs().max().item()),
+                                   msg=lambda m: f"step {step} output: {m}")
         for i, (g, w) in enumerate(zip(got, want)):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=lambda m: f"step {step} grad {i}: {m}")
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5 * max(10.0, w.abs().max().item()),
+                                       msg=lambda m: f"step {step} grad {i}: {m}")
     # every graph replayed (GCNConv's and GATConv's self-loop plans too, compiled at their concrete sizes)
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
     torch._dynamo.reset()

@@ -172,7 +172,7 @@ def grads_of(fn, args, grad):
 
 def assert_close(actual, expected, dtype, name):
     rtol, atol_scale = TOLERANCES[dtype]
-    expected = expected.to(dtype).double()
+    expected = expected.to(dtype).double().cpu()
     torch.testing.assert_close(actual.double().cpu(), expected, rtol=4 * rtol,
                                atol=4 * atol_scale * max(1.0, float(expected.abs().max())), msg=lambda m: f"{name}: {m}")
 

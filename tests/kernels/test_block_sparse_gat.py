@@ -149,7 +149,7 @@ def on_device(blocks):
 
 def assert_close(actual, expected, dtype, name):
     rtol, atol = TOLERANCES[dtype]
-    torch.testing.assert_close(actual.cpu().double(), expected.double(), rtol=4 * rtol,
+    torch.testing.assert_close(actual.cpu().double(), expected.cpu().double(), rtol=4 * rtol,
                                atol=4 * atol * max(1.0, float(expected.abs().max())),
                                msg=lambda m: f"{name}: {m}")
 
