@@ -389,6 +389,20 @@ elif [[ $what == session20d ]]; then
       --layers $layer --modes eager,inductor,gnn_io --reps 10 --out "$out/suite_$layer" 2>"$out/suite_${layer}_stderr.txt" \
       | tee "$out/suite_${layer}_stdout.txt" | grep "^| [a-zA-Z]" | grep -v "^| graph" | cut -d'|' -f2,5,6,7,8,10,19,21
   done
+elif [[ $what == session20e ]]; then
+  # the suite cases of call 3 where gnn_io was behind torch.compile (each is declined by the cost model, so the
+  # same Inductor code runs, plus the plan's index checks for SAGEConv max), interleaved; then where an arxiv-size
+  # SAGEConv max step (issue 4's 1.5 ms) spends its CPU and GPU time
+  python3 -m benchmarks.ab --layers sage_max --graphs Planetoid-Cora,ca-AstroPh --rounds 200 2>"$out/ab_stderr.txt" \
+    | tee "$out/ab_sage_max.txt" | tail -4
+  python3 -m benchmarks.ab --layers gat,transformer --graphs MUSAE-github --rounds 200 2>>"$out/ab_stderr.txt" \
+    | tee "$out/ab_github.txt" | tail -4
+  timeout 120 python3 -m benchmarks.step_anatomy --layers sage_max --graph rmat-arxiv --modes inductor,gnn_io \
+    >"$out/anatomy_sage_max.txt" 2>&1; grep "^|" "$out/anatomy_sage_max.txt" | tail -4
+  timeout 120 python3 -m benchmarks.cpu_profile --layer sage_max --graph rmat-arxiv --mode gnn_io --sampler \
+    >"$out/cpu_profile_sage_max.txt" 2>&1; tail -3 "$out/cpu_profile_sage_max.txt"
+  timeout 100 python3 -m benchmarks.profile_layer --layer sage_max --graph rmat-arxiv --mode gnn_io --rows 25 \
+    >"$out/profile_sage_max.txt" 2>&1; grep -E "Self CUDA time total" "$out/profile_sage_max.txt"
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-d]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-e]" >&2; exit 2
 fi
