@@ -403,6 +403,19 @@ elif [[ $what == session20e ]]; then
     >"$out/cpu_profile_sage_max.txt" 2>&1; tail -3 "$out/cpu_profile_sage_max.txt"
   timeout 100 python3 -m benchmarks.profile_layer --layer sage_max --graph rmat-arxiv --mode gnn_io --rows 25 \
     >"$out/profile_sage_max.txt" 2>&1; grep -E "Self CUDA time total" "$out/profile_sage_max.txt"
+elif [[ $what == session20f ]]; then
+  # GAT's segment backward with its dst terms stored by transposed-CSR position (contiguous) and D's bias taken out
+  # in the delta kernel: CUDA tests, interleaved A/B against the default split backward, the kernels of a step
+  CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "(one_pass or source_position or bias) and not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  grep "^FAILED" "$out/gpu_tests.txt" | head -12 | cut -c1-250
+  python3 -m benchmarks.ab --layers gat --graphs rmat-large,rmat-arxiv --modes gnn_io,gnn_io_one_pass_segment \
+    --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_segment.txt" | tail -4
+  for mode in gnn_io gnn_io_one_pass_segment; do
+    timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 22 \
+      >"$out/profile_gat_$mode.txt" 2>&1
+    grep -E "^== |attention|_spmm|_delta|Self CUDA time total" "$out/profile_gat_$mode.txt" | cut -c1-60,100-175 | head -14
+  done
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-e]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-f]" >&2; exit 2
 fi

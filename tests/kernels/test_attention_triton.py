@@ -490,6 +490,52 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
         assert_close(g1, r, torch.float32, f"one pass against the reference, argument {i}")
 
 
+@runs_kernel
+@pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout"])
+@pytest.mark.parametrize("by_position", [True, False])
+def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_position, poisoned_empty, monkeypatch):
+    """The segment backward's src pass stores each edge's dst-role score term at the edge's position in the
+    transposed CSR (contiguous stores, into an uninitialised buffer: every position is walked once), and the sum
+    per destination reads it through :func:`source_positions`; without that map (``by_position=False``: a source
+    CSR that leaves edges out) it stores at edge ids, as before. Either way the gradients are the two-pass
+    backward's and the reference's."""
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "one_pass_segment")
+    score_fn, message_fn, _, kinds = CASES[name]
+    roles = [role for role, _ in kinds]
+    dropout = dropout_for(name, DEVICE)
+    layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan, dropout)
+    positions = attention_triton.source_positions(rowptr, col, perm, by_src)
+    # the map is the inverse of the source CSR's order: the same edge on both sides
+    assert positions is not None and torch.equal(by_src.eid.long()[positions.long()], perm.long())
+    if not by_position:
+        monkeypatch.setattr(attention_triton, "source_positions", lambda *a: None)
+    store_roles = []
+    launch = attention_triton._split_pass
+    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, outputs, *a: (
+        store_roles.extend(o[1] for o in outputs if layout.roles[o[0]] == ROLE_DST), launch(layout, major, outputs, *a)))
+    got = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES, by_src=by_src)
+    assert store_roles == [attention_triton._BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
+    two_pass = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
+                                         by_src=by_src, one_pass=False)
+    wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
+    _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], _fn(score_fn), _fn(message_fn), EPS,
+                                                          dropout_for(name)), wide, grad.double().cpu())
+    for i, (g, g2, r) in enumerate(zip(got, two_pass, ref_grads)):
+        assert torch.isfinite(g).all(), f"argument {i}"
+        assert_close(g, g2.double().cpu(), torch.float32, f"segment against two passes, argument {i}")
+        assert_close(g, r, torch.float32, f"segment against the reference, argument {i}")
+
+
+def test_source_positions_only_where_every_edge_has_a_source_row(plan):
+    """A source CSR of fewer rows than the sources in ``col`` leaves those edges unwalked: no position map then."""
+    rowptr, col, _, perm = plan[:4]
+    short = attention_triton.build_source_csr(rowptr, col, perm, int(col.max()), MAX_EDGES)
+    assert attention_triton.source_positions(rowptr, col, perm, short) is None
+    full = attention_triton.build_source_csr(rowptr, col, perm, int(col.max()) + 1, MAX_EDGES)
+    positions = attention_triton.source_positions(rowptr, col, perm, full)
+    assert positions.dtype == col.dtype and torch.equal(full.eid.long()[positions.long()], perm.long())
+
+
 def _check_bias(plan, name, device, dtype=torch.float32):
     """The op with a bias against the reference plus the bias: output, every argument's gradient and the bias's."""
     score_fn, message_fn, _, kinds = CASES[name]
