@@ -416,6 +416,23 @@ elif [[ $what == session20f ]]; then
       >"$out/profile_gat_$mode.txt" 2>&1
     grep -E "^== |attention|_spmm|_delta|Self CUDA time total" "$out/profile_gat_$mode.txt" | cut -c1-60,100-175 | head -14
   done
+elif [[ $what == session20g ]]; then
+  # GATConv's backward now defaults to the segment form (GNN_IO_ATTENTION_BACKWARD unset = auto): the attention
+  # kernel tests and the end-to-end GPU attention tests on CUDA, issue 5's GATConv line on RMAT 2^20 with eager
+  # and torch.compile in the same run, then the A/B on uniform-large
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    tests/kernels/test_attention_split_backward.py tests/gpu/test_attention_cuda.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
+  grep "^FAILED" "$out/gpu_tests.txt" | head -12 | cut -c1-250
+  harness_table 150 gat --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
+    | grep "^| rmat" | cut -d'|' -f2,6-12,16-19,23-
+  timeout 100 python3 -m benchmarks.ab --layers gat --graphs uniform-large --modes gnn_io_split,gnn_io \
+    --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_auto.txt" | tail -3
+elif [[ $what == session20h ]]; then
+  # the segment backward's src pass launch swept (GATConv, RMAT 2^20; rows "dst" have no dst pass to tune now)
+  timeout 200 python3 -m benchmarks.probe --parts split_sweep --graphs rmat-large --attention-graphs rmat-large \
+    --families gat --out "$out/split_sweep" >"$out/split_sweep.txt" 2>&1
+  grep "^| split_sweep" "$out/split_sweep.txt" | grep -v "| dst |" | cut -c1-160
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-f]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-h]" >&2; exit 2
 fi

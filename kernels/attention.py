@@ -170,7 +170,7 @@ def _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, ite
     """The CSR kernels' backward, with the graph's source CSR where the backward variant reads it (the op's
     backward, and the first call's timing of the CSR path); ``pack`` as :func:`attention_triton.backward`'s."""
     by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
-        if attention_triton.backward_variant() in ("split", "one_pass", "one_pass_segment") else None
+        if attention_triton.backward_variant() in attention_triton.SOURCE_CSR_VARIANTS else None
     return attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
                                      by_src=by_src, bias=bias, pack=pack)
 

@@ -31,10 +31,11 @@ Each term reaches the edge through its role (src, dst or edge; ``att`` is dense)
 
 Backward recomputes the scores from the saved ``lse`` (``alpha_e = exp(s_e - lse_i)``, ``eps`` dropped, a
 relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, FlashAttention's delta):
-``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Three variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
-(read at each call, :func:`backward_variant`):
+``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. The variants, picked by ``GNN_IO_ATTENTION_BACKWARD``
+(read at each call, :func:`backward_variant`); unset (``auto``), the GAT family runs ``one_pass_segment`` and the
+others ``split``:
 
-- ``split`` (default; FlashAttention-2's split, no atomics outside hub rows): two launches of
+- ``split`` (the default but for GAT; FlashAttention-2's split, no atomics outside hub rows): two launches of
   :func:`_split_backward_all_heads_kernel`, one program per
   work item for every head (the item's indices read once, not once per head: measured faster on the H100,
   :data:`SPLIT_BACKWARD_LAUNCH`). The **dst pass** walks the CSR's work items and writes the gradients of
@@ -53,7 +54,15 @@ relative 1e-16) and ``D_i = <dout_i, out_i>`` (the softmax Jacobian's row term, 
   gradient is a per-head scalar score term, so the src pass, which already computes every edge's ``ds_e``,
   also adds it to its destination's ``[H]`` gradient row by a float32 atomic (``E * H`` scalar atomics), and
   the dst pass, a second gather of every edge's ``[H, C]`` value row, is skipped (:func:`one_pass_outputs`).
-  Not yet timed on a GPU, hence not the default: it trades that gather for atomics, some onto a hub's row.
+  Measured slower (session 14): its atomics onto a hub's row cost more than the dst pass they replace.
+- ``one_pass_segment`` (GAT's default): as ``one_pass``, but the src pass stores each edge's dst-role score-term
+  gradient (``[H]`` per edge) at the edge's position in the transposed CSR, contiguously
+  (:func:`source_positions` maps the CSR's positions to those; where the transposed CSR leaves edges out, at
+  edge ids instead), and :func:`_sum_by_destination` sums them over each destination's CSR row, with ``D`` from
+  :func:`_delta_kernel` (the bias subtracted there). No atomics onto hub rows, no second gather of the value rows.
+  Session 20 on the H100, GATConv on RMAT 2^20 (15.4M edges): 11.35 ms against the split backward's 12.20 per
+  step, the backward's kernels 4.59 against 5.46 ms (src pass 3.42, sum 0.81, ``D`` 0.36); RMAT 2^17: 3.02
+  against 3.06 ms.
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
   block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
   edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
@@ -109,11 +118,14 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before session 8 (comparisons, debugging)
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
-BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # "atomic": the one-pass backward (module docstring)
+BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # split, atomic, one_pass, one_pass_segment; unset: auto
 DELTA_ENV = "GNN_IO_ATTENTION_DELTA"  # "kernel": D by its own kernel before the split passes (comparisons)
 # one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
 # stored per edge and summed over each destination's CSR row (no atomics on hub rows)
-BACKWARD_VARIANTS = ("split", "atomic", "one_pass", "one_pass_segment")
+# auto (unset): one_pass_segment for the GAT family, split for the others
+BACKWARD_VARIANTS = ("auto", "split", "atomic", "one_pass", "one_pass_segment")
+# the variants that run the split passes over a source CSR (the op's backward builds one for them)
+SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass", "one_pass_segment")
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -1386,10 +1398,12 @@ def delta_variant() -> str:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"split"`` (default), ``"atomic"`` or ``"one_pass"`` (the split backward
-    with the one-pass GAT form of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call (module docstring). ``"split_all"`` is a deprecated synonym of
-    ``"split"``: it named the all-heads split backward while it was opt-in, and old commands still set it."""
-    variant = os.environ.get(BACKWARD_ENV) or "split"
+    """Which backward the op runs: ``"auto"`` (default: ``"one_pass_segment"`` for the GAT family, ``"split"``
+    for the others), ``"split"``, ``"atomic"``, ``"one_pass"`` or ``"one_pass_segment"`` (the split backward with
+    the one-pass GAT forms of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read
+    at each call (module docstring). ``"split_all"`` is a deprecated synonym of ``"split"``: it named the
+    all-heads split backward while it was opt-in, and old commands still set it."""
+    variant = os.environ.get(BACKWARD_ENV) or "auto"
     if variant == "split_all":
         return "split"
     if variant not in BACKWARD_VARIANTS:
@@ -1495,9 +1509,10 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
     :func:`heads_variant`). The split backward needs every row's items: a caller passing a subset of rows (the
     hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
-    counted too. ``one_pass`` (default: ``GNN_IO_ATTENTION_BACKWARD=one_pass``): for the GAT family the
-    src pass also adds the dst-role scalar gradients, by atomics (:func:`one_pass_outputs`), and the dst pass,
-    a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``), ``out`` is the
+    counted too. ``one_pass`` (default: on unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split``): for the GAT
+    family the src pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`): per edge, summed
+    per destination after it (``one_pass_segment``, and the default ``auto``), or by atomics (``one_pass``); the
+    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``), ``out`` is the
     biased output (kernels/attention.py): the dst pass and :func:`_delta` subtract it where they compute ``D``, the
     atomic variant gets ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...) overrides both split passes'
     launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one pass's.
@@ -1521,9 +1536,9 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     if split:
         setting = backward_variant()
         if one_pass is None:
-            one_pass = setting in ("one_pass", "one_pass_segment")
+            one_pass = setting in ("one_pass", "one_pass_segment", "auto")
         if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
-            if setting == "one_pass_segment":
+            if setting in ("one_pass_segment", "auto"):
                 by_edge = [o for o in dst_outputs
                            if o[1] == ROLE_DST and layout.views[o[0]].shape[0] == rowptr.numel() - 1]
                 # stored at each edge's position in the transposed CSR (contiguous) where every edge has one, else
@@ -1725,7 +1740,7 @@ def kernel_name(family: str) -> str:
     elif family == "gat" and variant == "one_pass":
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients by atomics)")
-    elif family == "gat" and variant == "one_pass_segment":
+    elif family == "gat" and variant in ("one_pass_segment", "auto"):
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients stored per edge and summed per destination by the SpMM)")
     else:

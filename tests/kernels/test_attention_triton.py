@@ -418,7 +418,9 @@ def split_backward_case(name, plan, dropout=None) -> tuple:
 @pytest.mark.parametrize("name", ["gat", "gatv2_edge", "transformer_edge"])
 def test_split_passes_launch_apart(plan, name, monkeypatch):
     """Each split pass takes its own launch (session 17's measured pair, session 9's, or one pass overridden down to
-    one edge per block): the launches change no gradient, and each pass ran with the launch asked of it."""
+    one edge per block): the launches change no gradient, and each pass ran with the launch asked of it. Both
+    passes: ``split`` (GAT's default is the segment form, a src pass alone)."""
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
     family = CASES[name][2]
     layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan)
     launches = []
