@@ -433,6 +433,12 @@ elif [[ $what == session20h ]]; then
   timeout 200 python3 -m benchmarks.probe --parts split_sweep --graphs rmat-large --attention-graphs rmat-large \
     --families gat --out "$out/split_sweep" >"$out/split_sweep.txt" 2>&1
   grep "^| split_sweep" "$out/split_sweep.txt" | grep -v "| dst |" | cut -c1-160
+elif [[ $what == session20i ]]; then
+  # the segment backward's per-destination sum (0.81 ms of GATConv's step on RMAT 2^20): the SpMM's launch for
+  # four-wide rows
+  timeout 200 python3 -m benchmarks.probe --parts segment_sum --graphs rmat-large,rmat-arxiv \
+    --attention-graphs rmat-large,rmat-arxiv --out "$out/segment_sum" >"$out/segment_sum.txt" 2>&1
+  grep "^| segment_sum\|^| error" "$out/segment_sum.txt" | cut -c1-160
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-h]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-i]" >&2; exit 2
 fi

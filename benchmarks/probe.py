@@ -390,6 +390,40 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
                      error=f"{type(exc).__name__}: {exc}"[:300])
 
 
+SEGMENT_SUM_SWEEP = [(8, None, 1), (8, 4, 1), (16, 4, 1), (32, 4, 1), (64, 4, 1), (32, 4, 2), (64, 4, 2),
+                     (128, 4, 4), (16, 16, 1), (32, 16, 1)]
+
+
+def part_segment_sum(graph, plan, device, heads=HEADS):
+    """GAT's segment backward sums an ``[E, H]`` float32 buffer (one value per edge and head, stored at each edge's
+    transposed-CSR position) over each destination's CSR row, reading it through ``source_positions``: the Triton
+    SpMM's launch swept for these four-wide rows (``block_e``, ``block_f``, warps; ``block_f`` None is the SpMM's
+    default, 16), each checked against the default launch."""
+    from gnn_inductor.kernels import attention_triton as at
+
+    rowptr, col, _, perm = plan[:4]
+    by_src = at.build_source_csr(rowptr, col, perm, graph.num_nodes, 256)
+    positions = at.source_positions(rowptr, col, perm, by_src)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    ones = torch.ones(col.numel(), dtype=torch.float32, device=device)
+    terms = torch.randn(col.numel(), heads, device=device, generator=torch.Generator(device=device).manual_seed(0))
+    reference = None
+    for block_e, block_f, warps in SEGMENT_SUM_SWEEP:
+        def run():
+            return spmm_triton.triton_spmm(terms, ones, rowptr, positions, items, "sum", block_e=block_e,
+                                           block_f=block_f, num_warps=warps)
+        try:
+            got = run()
+            reference = got if reference is None else reference
+            ms = median_ms(run, reps=20)
+            emit(part="segment_sum", graph=graph.name, kernel="triton_spmm", ms=round(ms, 3),
+                 max_rel_err=_rel_err(got, reference), block_e=block_e, block_f=block_f or "default",
+                 num_warps=warps)
+        except Exception as exc:  # noqa: BLE001
+            emit(part="segment_sum", graph=graph.name, block_e=block_e, block_f=block_f, num_warps=warps,
+                 error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
     """The CSR attention kernels' launch parameters, fp32: forward alone (rows ``per_head`` and ``all``) and the
     split backward alone (rows ``split``), per family, each against the default launch."""
@@ -514,6 +548,8 @@ def main():
             if "block_launch" in parts and name in args.attention_graphs.split(","):
                 part_block_launch(graph, plan, device, [f for f in args.families.split(",") if f in BLOCK_KERNELS],
                                   dtype=args.block_dtype)
+            if "segment_sum" in parts and name in args.attention_graphs.split(","):
+                part_segment_sum(graph, plan, device)
             if "split_sweep" in parts and name in args.attention_graphs.split(","):
                 part_split_sweep(graph, plan, device, args.families.split(","))
             if "reduction" in parts:
