@@ -439,6 +439,15 @@ elif [[ $what == session20i ]]; then
   timeout 200 python3 -m benchmarks.probe --parts segment_sum --graphs rmat-large,rmat-arxiv \
     --attention-graphs rmat-large,rmat-arxiv --out "$out/segment_sum" >"$out/segment_sum.txt" 2>&1
   grep "^| segment_sum\|^| error" "$out/segment_sum.txt" | cut -c1-160
+elif [[ $what == session20j ]]; then
+  # after the per-destination sum's launch change: its CUDA tests, GATConv's A/B against the split backward on
+  # RMAT 2^20 and 2^17, and issue 5's GATConv line again (eager and torch.compile in the same run)
+  CI=1 GNN_IO_STRICT=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
+    -k "(one_pass or source_position or bias) and not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  timeout 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large,rmat-arxiv --modes gnn_io_split,gnn_io \
+    --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_final.txt" | tail -4
+  harness_table 150 gat --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
+    | grep "^| rmat" | cut -d'|' -f2,6-12,16-19,23-
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-i]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-j]" >&2; exit 2
 fi
