@@ -60,9 +60,9 @@ others ``split``:
   (:func:`source_positions` maps the CSR's positions to those; where the transposed CSR leaves edges out, at
   edge ids instead), and :func:`_sum_by_destination` sums them over each destination's CSR row, with ``D`` from
   :func:`_delta_kernel` (the bias subtracted there). No atomics onto hub rows, no second gather of the value rows.
-  Session 20 on the H100, GATConv on RMAT 2^20 (15.4M edges): 11.35 ms against the split backward's 12.20 per
-  step, the backward's kernels 4.59 against 5.46 ms (src pass 3.42, sum 0.81, ``D`` 0.36); RMAT 2^17: 3.02
-  against 3.06 ms.
+  Session 20 on the H100, GATConv on RMAT 2^20 (15.4M edges): 11.23 ms against the split backward's 12.20 per
+  step (20 interleaved rounds, all won), 1.17x on the uniform graph of 16M edges; the backward's kernels 4.59
+  against 5.46 ms (src pass 3.42, sum 0.81 before its launch was fitted, ``D`` 0.36).
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
   block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C`` tile per
   edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off
