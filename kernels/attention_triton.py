@@ -1512,10 +1512,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     counted too. ``one_pass`` (default: on unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split``): for the GAT
     family the src pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`): per edge, summed
     per destination after it (``one_pass_segment``, and the default ``auto``), or by atomics (``one_pass``); the
-    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``), ``out`` is the
-    biased output (kernels/attention.py): the dst pass and :func:`_delta` subtract it where they compute ``D``, the
-    atomic variant gets ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...) overrides both split passes'
-    launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one pass's.
+    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``),
+    ``out`` is the biased output (kernels/attention.py): the dst pass and :func:`_delta` subtract it where they
+    compute ``D``, the atomic variant gets ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...)
+    overrides both split passes' launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one
+    pass's.
 
     ``pack`` (argument -> a tensor of the argument's shape and dtype whose rows are not contiguous with each
     other: a column slice of one ``[N, F]`` gradient, kernels/attention.py's ``attention_backward_packed``): the

@@ -514,7 +514,8 @@ def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_pos
     store_roles = []
     launch = attention_triton._split_pass
     monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, outputs, *a: (
-        store_roles.extend(o[1] for o in outputs if layout.roles[o[0]] == ROLE_DST), launch(layout, major, outputs, *a)))
+        store_roles.extend(o[1] for o in outputs if layout.roles[o[0]] == ROLE_DST),
+        launch(layout, major, outputs, *a)))
     got = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES, by_src=by_src)
     assert store_roles == [attention_triton._BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
     two_pass = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
