@@ -47,7 +47,7 @@ def val(node) -> object:
 
 def tensor_val(node) -> torch.Tensor | None:
     """The (fake) tensor a graph node holds, None for a non-node or a node without a tensor value."""
-    value = node.meta.get("val") if isinstance(node, Node) else None
+    value = val(node) if isinstance(node, Node) else None
     return value if isinstance(value, torch.Tensor) else None
 
 

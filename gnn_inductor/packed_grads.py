@@ -47,7 +47,6 @@ def enabled() -> bool:
     return value == "1"
 
 
-
 def _only_user(node: Node) -> Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 

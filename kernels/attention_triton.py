@@ -1615,9 +1615,8 @@ def _sum_by_destination(by_edge: Tensor, rowptr: Tensor, index: Tensor, items) -
     ones = items_memo(items, ("unit_values", index.numel()),
                       lambda: torch.ones(index.numel(), dtype=torch.float32, device=index.device))
     block_e, num_warps = SEGMENT_SUM_LAUNCH
-    width = by_edge[0].numel() if by_edge.shape[0] else 1
     return triton_spmm(by_edge, ones, rowptr, index, items, "sum", block_e=block_e,
-                       block_f=max(4, next_power_of_2(width)), num_warps=num_warps)
+                       block_f=max(4, next_power_of_2(by_edge.shape[1])), num_warps=num_warps)
 
 
 # (edges per block, warps) of the per-destination sum of the segment backward, with a feature block of the heads

@@ -250,8 +250,7 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
     if num_rows and width:
         _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows, width,
-                                                       out.stride(0),
-                                                       above, FILL=fill is not None, BLOCK_R=64,
+                                                       out.stride(0), above, FILL=fill is not None, BLOCK_R=64,
                                                        BLOCK_W=min(128, next_power_of_2(width)))
 
 
