@@ -39,6 +39,7 @@ import gnn_inductor  # noqa: F401  (also enables Dynamo's dynamic-output-shape c
 from benchmarks import graphs as graph_lib
 
 HEADS = 4
+EDGE_DIM = 16
 ATTENTION_DROPOUT = 0.1  # the "_drop" layers: PyG's dropout on the attention weights, in training mode
 # PNAConv's degree histogram (its scalers' average degree): fixed, so the layer does not depend on the graph it
 # is timed on; every bucket from degree 1 to 32 holds as many nodes
@@ -65,6 +66,9 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "general_max": lambda: pyg.GeneralConv(f, f, aggr="max"),
         "edge_conv": lambda: pyg.EdgeConv(torch.nn.Linear(2 * f, f), aggr="max"),
         "gat": lambda: pyg.GATConv(f, f // HEADS, heads=HEADS),
+        # edge features (EDGE_DIM per edge, seeded, attached for the graph): lin_edge's scores (score_fold.py)
+        "gat_edge": lambda: WithEdgeFeatures(pyg.GATConv(f, f // HEADS, heads=HEADS, edge_dim=EDGE_DIM)),
+        "gat_edge64": lambda: WithEdgeFeatures(pyg.GATConv(f, f // HEADS, heads=HEADS, edge_dim=64), 64),
         "gatv2": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS),
         "transformer": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS),
         # attention dropout (modules are in training mode here): gnn_io draws the mask inside its kernels
@@ -72,6 +76,34 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "gatv2_drop": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS, dropout=ATTENTION_DROPOUT),
         "transformer_drop": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS, dropout=ATTENTION_DROPOUT),
     }[name]()
+
+
+class WithEdgeFeatures(torch.nn.Module):
+    """``conv(x, edge_index, edge_attr)`` with seeded random ``edge_attr`` (``[E, dim]``, a buffer in the
+    layer's dtype and device) made for the graph by :func:`with_graph`; every mode gets the same features."""
+
+    def __init__(self, conv: torch.nn.Module, dim: int = EDGE_DIM):
+        super().__init__()
+        self.conv, self.dim = conv, dim
+        self.register_buffer("edge_attr", None)
+
+    def attach(self, edge_index: torch.Tensor) -> None:
+        weight = next(self.conv.parameters())
+        features = torch.randn(edge_index.shape[1], self.dim, generator=torch.Generator().manual_seed(1))
+        self.register_buffer("edge_attr", features.to(device=edge_index.device, dtype=weight.dtype))
+
+    def forward(self, x, edge_index):
+        if self.edge_attr is None or self.edge_attr.shape[0] != edge_index.shape[1]:
+            raise ValueError("WithEdgeFeatures: call harness.with_graph(layer, edge_index) for this graph first")
+        return self.conv(x, edge_index, self.edge_attr)
+
+
+def with_graph(layer: torch.nn.Module, edge_index: torch.Tensor) -> torch.nn.Module:
+    """``layer``, given what it needs of the graph ``edge_index`` (edge features for the ``_edge`` layers)."""
+    for module in layer.modules():
+        if isinstance(module, WithEdgeFeatures):
+            module.attach(edge_index)
+    return layer
 
 
 def is_random(layer_name: str) -> bool:
@@ -215,7 +247,9 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_jit_launch": {"GNN_IO_FAST_LAUNCH": "0"}, "gnn_io_churn_off": {"GNN_IO_CHURN": "off"},
             "gnn_io_tiles3": {"GNN_IO_INDUCTOR_MAX_TILES": "3"}, "gnn_io_split_s9": {"GNN_IO_SPLIT_LAUNCH": "session9"},
             "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"}, "gnn_io_no_packed": {"GNN_IO_PACKED_GRADS": "0"},
-            "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"}}
+            "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"},
+            "gnn_io_score_fold": {"GNN_IO_SCORE_FOLD": "1"}, "gnn_io_score_fold_tight": {"GNN_IO_SCORE_FOLD": "tight"},
+            "gnn_io_fuse_pairs": {"GNN_IO_FUSE_MIN_GROUP": "2"}, "gnn_io_no_pairs": {"GNN_IO_FUSE_MIN_GROUP": "3"}}
 
 
 @contextlib.contextmanager
@@ -251,7 +285,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         layer = DenseFloor(make_layer(layer_name, features)).to(device=device, dtype=dtype)
         model, reference = layer, None  # not the layer's function
     else:
-        layer = make_layer(layer_name, features).to(device=device, dtype=dtype)
+        layer = with_graph(make_layer(layer_name, features).to(device=device, dtype=dtype), edge_index)
         model = build(mode, layer)
     record = {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
               "edges": graph.num_edges}
@@ -518,7 +552,8 @@ def float32_reference(layer_name: str, graph, features: int, dtype, device):
         return None
     torch.manual_seed(0)
     x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
-    layer = make_layer(layer_name, features).to(device=device, dtype=dtype).float()
+    layer = with_graph(make_layer(layer_name, features).to(device=device, dtype=dtype), graph.edge_index.to(device))
+    layer = layer.float()
     with torch.no_grad():
         out = layer(x.float(), graph.edge_index.to(device)).float()
     del layer

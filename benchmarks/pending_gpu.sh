@@ -32,6 +32,12 @@
 #   bash benchmarks/pending_gpu.sh session18j # after the fix of the order timing's backward (call 8 crashed there)
 #   bash benchmarks/pending_gpu.sh session18k # the dot block kernels' launch for fp32 inputs (TF32), swept apart
 #   bash benchmarks/pending_gpu.sh session18l # GAT block kernels with every head in one program: tests, bf16 sweep
+#   bash benchmarks/pending_gpu.sh session21  # GAT score fold and GATv2 pair fusion: CUDA tests, A/B (RMAT 2^20)
+#   bash benchmarks/pending_gpu.sh session21b # CUDA tests, the fold's profile, GATv2's harness line
+#   bash benchmarks/pending_gpu.sh session21c # GATConv with edge features: harness, eager to gnn_io, fold on/off
+#   bash benchmarks/pending_gpu.sh session21d # CUDA tests after the fold's auto default
+#   bash benchmarks/pending_gpu.sh session21e # GATConv with 64 edge features: fold on and off
+#   bash benchmarks/pending_gpu.sh session21f # GATv2's fused pair against apart at mid size (A/B)
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -467,6 +473,42 @@ elif [[ $what == session20n ]]; then
   # which the backend turns off, against torch.compile, interleaved
   timeout 200 python3 -m benchmarks.ab --layers gat --graphs MUSAE-github --modes inductor,gnn_io_tiles3 \
     --rounds 200 2>"$out/ab_stderr.txt" | tee "$out/ab_tiles3.txt" | tail -3
+elif [[ $what == session21 ]]; then
+  # GAT's score projections folded into its GEMM (gnn_inductor/score_fold.py), its packed gradient with zero
+  # columns; GATv2's two maps fused now that their gradients are packed: CUDA tests, then A/B on RMAT 2^20
+  CI=1 GNN_IO_STRICT=1 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_cuda.py \
+    tests/test_score_fold.py tests/test_packed_grads.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -4
+  for modes in gnn_io_no_score_fold,gnn_io gnn_io_score_fold_tight,gnn_io; do
+    timeout 150 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes $modes --rounds 16 \
+      2>>"$out/ab_stderr.txt" | tee -a "$out/ab_gat.txt" | tail -2
+  done
+  timeout 150 python3 -m benchmarks.ab --layers gatv2 --graphs rmat-large --modes gnn_io,gnn_io_fuse_pairs \
+    --rounds 12 2>>"$out/ab_stderr.txt" | tee "$out/ab_gatv2.txt" | tail -2
+elif [[ $what == session21b ]]; then
+  # CUDA tests with the fold opt-in and GATv2's pair fused by default; where the fold's time goes; GATv2's line
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_cuda.py \
+    tests/test_score_fold.py tests/test_packed_grads.py tests/test_linear_fusion.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -4
+  for mode in gnn_io gnn_io_score_fold; do
+    timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 16 \
+      2>/dev/null >"$out/profile_gat_$mode.txt"; grep -m1 "Self CUDA time" "$out/profile_gat_$mode.txt"
+  done
+  harness_table 150 gatv2 --graphs rmat-large --layers gatv2 --modes gnn_io --reps 10
+elif [[ $what == session21c ]]; then
+  # GATConv with edge features: lin_edge's GEMM makes the [E, H] scores alone (score_fold auto, the default)
+  harness_table 560 gat_edge --graphs rmat-large --layers gat_edge --modes eager,inductor,gnn_io_no_score_fold,gnn_io \
+    --reps 10
+elif [[ $what == session21d ]]; then
+  # CUDA tests after the fold's auto default (GAT with edge features folds lin_edge) and the pair fusion
+  CI=1 GNN_IO_STRICT=1 timeout 560 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_cuda.py \
+    tests/gpu/test_cudagraphs_cuda.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -4
+elif [[ $what == session21f ]]; then
+  # GATv2's pair of maps fused (the new default) against apart, where the rewrite runs at mid size
+  timeout 560 python3 -m benchmarks.ab --layers gatv2 --graphs MUSAE-github,soc-Slashdot0902,rmat-arxiv \
+    --modes gnn_io_no_pairs,gnn_io --rounds 60 2>"$out/ab_stderr.txt" | tee "$out/ab_gatv2_pairs.txt" | tail -6
+elif [[ $what == session21e ]]; then
+  # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
+  harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-f]" >&2; exit 2
 fi

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer
+from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer, with_graph
 
 
 def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None,
@@ -20,9 +20,9 @@ def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, devi
     if graph is None:
         (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
     torch.manual_seed(0)
-    model = build(mode, make_layer(layer, features).to(device=device, dtype=dtype))
-    x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype, requires_grad=True)
     edge_index = graph.edge_index.to(device)
+    model = build(mode, with_graph(make_layer(layer, features).to(device=device, dtype=dtype), edge_index))
+    x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
 
     def step():

@@ -16,7 +16,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion, packed_grads
+from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
 from gnn_inductor import direct_ops
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
@@ -249,6 +249,21 @@ def _fold_attention_bias(aten_gm: torch.fx.GraphModule, graph_report) -> None:
             kernel="added in the attention op's output memory; the backward's D reads out - bias"))
 
 
+def _fold_score_projections(aten_gm: torch.fx.GraphModule, graph_report) -> None:
+    """GAT's attention-vector projections as more columns of its feature GEMM (gnn_inductor/score_fold.py), in
+    graphs the backend rewrote; each fold listed in the report as a rewrite."""
+    if not graph_report.rewrites:
+        return
+    for folded in score_fold.fold_score_projections(aten_gm):
+        graph_report.rewrites.append(_report.Rewrite(
+            "score_projection", "aten::sum of (features * attention vector) over channels", folded["source"],
+            {k: folded[k] for k in ("weight", "vectors", "columns", "scores_only")},
+            kernel=(f"the scores alone from the GEMM ({folded['columns']} columns): the projected features are "
+                    f"never made" if folded["scores_only"] else
+                    f"columns of the feature GEMM ({folded['columns']} wide): no pass over the features for the "
+                    f"scores or their gradients") + ", Inductor/cuBLAS"))
+
+
 def _moved_linears(aten_gm: torch.fx.GraphModule) -> list:
     """GEMMs of gathered rows moved before their gathers (gnn_inductor/gather_linear.py), as report rewrites."""
     if not gather_linear.enabled():
@@ -294,6 +309,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     graph_report.track_parameters(example_inputs)
     insert_index_checks(aten_gm, ctx)
     _fold_attention_bias(aten_gm, graph_report)
+    _fold_score_projections(aten_gm, graph_report)
     _fuse_linears(aten_gm, graph_report)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:

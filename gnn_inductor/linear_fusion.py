@@ -25,6 +25,10 @@ Only groups of at least :data:`MIN_GROUP` maps are fused. The backward pays for 
 the members' output gradients are concatenated into the fused GEMM's ``[N, sum F_out]`` gradient. Measured
 on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer, session 9):
 TransformerConv's four maps fused 25.00 ms against 25.80 unfused; GATv2Conv's two 20.41 against 20.06.
+Where every member feeds an attention op, that copy is gone (``gnn_inductor/packed_grads.py``: the attention
+backward writes the packed gradient itself), and :data:`ATTENTION_MIN_GROUP` maps suffice: GATv2Conv's two maps
+fused took 17.80 ms against 18.13 apart (H100, same graph, 12 interleaved rounds, all won; session 21).
+``GNN_IO_FUSE_MIN_GROUP`` sets one minimum for every group instead (to measure).
 """
 from __future__ import annotations
 
@@ -40,6 +44,27 @@ from gnn_inductor.kernels._common import SettingError
 aten = torch.ops.aten
 ENV = "GNN_IO_FUSE_LINEARS"
 MIN_GROUP = 3   # maps per fused GEMM (module docstring: two measured slower, four faster)
+ATTENTION_MIN_GROUP = 2  # ... when every member feeds an attention op, whose backward packs the gradients
+MIN_GROUP_ENV = "GNN_IO_FUSE_MIN_GROUP"
+
+
+def min_group(members: list) -> int:
+    """The least number of maps fused into one GEMM (module docstring), for a group of ``members``."""
+    from gnn_inductor import packed_grads
+
+    value = os.environ.get(MIN_GROUP_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 2:
+            raise SettingError(f"{MIN_GROUP_ENV}={value!r}: set it to an integer of at least 2 (or leave it unset)")
+        return int(value)
+    if packed_grads.enabled() and members and all(feeds_gnn_io_op(m[0], _is_attention) for m in members):
+        return ATTENTION_MIN_GROUP
+    return MIN_GROUP
+
+
+def _is_attention(target) -> bool:
+    return getattr(target, "_opname", "") in ("attention", "attention_direct", "attention_forward",
+                                               "attention_forward_direct")
 
 
 def _setting() -> str:
@@ -58,8 +83,9 @@ _VIEWS = {aten.slice.Tensor, aten.view.default, aten.reshape.default, aten._unsa
           aten.squeeze.dim, aten.expand.default, aten.alias.default}
 
 
-def feeds_gnn_io_op(node: Node) -> bool:
-    """Whether ``node``'s value reaches a gnn_io op, directly or through views of it (the op may save it)."""
+def feeds_gnn_io_op(node: Node, which=None) -> bool:
+    """Whether ``node``'s value reaches a gnn_io op (one whose target ``which`` accepts, when given), directly or
+    through views of it (the op may save it)."""
     stack, seen = [node], set()
     while stack:
         current = stack.pop()
@@ -67,7 +93,7 @@ def feeds_gnn_io_op(node: Node) -> bool:
             if user in seen or user.op != "call_function":
                 continue
             seen.add(user)
-            if getattr(user.target, "namespace", None) == "gnn_io":
+            if getattr(user.target, "namespace", None) == "gnn_io" and (which is None or which(user.target)):
                 return True
             if user.target in _VIEWS:
                 stack.append(user)
@@ -78,7 +104,7 @@ def _saved_members(members: list) -> list:
     """The members to fuse: all of them, or (module docstring) only those that feed a gnn_io op when the
     others do not."""
     saved = [m for m in members if feeds_gnn_io_op(m[0])]
-    if _setting() == "all" or not saved or len(saved) == len(members) or len(saved) < MIN_GROUP:
+    if _setting() == "all" or not saved or len(saved) == len(members) or len(saved) < min_group(saved):
         return members
     return saved
 
@@ -133,7 +159,7 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
     fused = []
     for (x, no_bias, _, _), members in groups.items():
         members = _saved_members(members)
-        if len(members) < MIN_GROUP:
+        if len(members) < min_group(members):
             continue
         first = members[0][0]
         source = source_of(first)

@@ -17,7 +17,8 @@ This pass replaces the pattern by ``gnn_io::attention_backward_packed`` (kernels
 ``d`` itself, the gradients written in place by the split backward's kernels through a row stride (elsewhere
 computed as before and copied into their columns). It applies when the slice-scatters of the op's gradients,
 each reached from its ``getitem`` through views only and read by nothing else, over one zero ``full``, are summed by
-a chain of additions with no other term, and their column spans tile the whole width. The pass runs on the
+a chain of additions with no other term, and their column spans do not overlap (columns between them, which
+only the zero base fills, the op zeroes: gnn_inductor/score_fold.py pads its GEMM so). The pass runs on the
 graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
 ``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
 """
@@ -32,6 +33,7 @@ from torch.fx import GraphModule, Node
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels.attention import span_gaps
 
 aten = torch.ops.aten
 ENV = "GNN_IO_PACKED_GRADS"
@@ -125,8 +127,8 @@ def _match(op: Node):
             return None
         places[k] = (start, item)
     spans = sorted((start, start + tensor_val(item)[0].numel()) for start, item in places.values())
-    if spans[0][0] != 0 or spans[-1][1] != width or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
-        return None
+    if span_gaps(spans, width) is None:
+        return None  # overlapping spans; columns between them are the zero base's, and the op zeroes them
     return root, places, width
 
 

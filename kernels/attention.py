@@ -277,15 +277,18 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     """``[packed, *attention_backward's list]``: the gradient of each argument ``i`` with ``pack_offsets[i] >= 0``
     (``[rows, *F]``, ``prod(F)`` columns) sits in columns ``[pack_offsets[i], pack_offsets[i] + prod(F))`` of
     ``packed`` (``[rows, pack_width]``, the arguments' dtype), and its entry in the list is an empty tensor. The
-    offsets tile ``[0, pack_width)``: every column is some argument's gradient.
+    offsets' spans do not overlap; columns outside them (zero columns the forward's GEMM carries for alignment,
+    gnn_inductor/score_fold.py) are zeros.
 
     A backward graph pass (gnn_inductor/packed_grads.py) calls it where the graph concatenates those gradients
     (TransformerConv's query, key and value maps fused into one GEMM, gnn_inductor/linear_fusion.py): the split
     backward's kernels then write them in place, and the concatenated copy (a read and a write of 1.5 GiB at 2^20
     nodes and 384 columns in float32) and the separate gradients at the step's peak are gone."""
-    packed_args = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    packed_args, gaps = _check_pack(args, needs_grad, pack_offsets, pack_width)
     first = args[packed_args[0]]
     packed = torch.empty((first.shape[0], pack_width), dtype=first.dtype, device=first.device)
+    for start, end in gaps:
+        packed[:, start:end].zero_()
     places = {i: packed[:, pack_offsets[i]:pack_offsets[i] + args[i][0].numel()].view(args[i].shape)
               for i in packed_args}
     grads = _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
@@ -297,24 +300,43 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     return [packed] + grads
 
 
-def _check_pack(args, needs_grad, pack_offsets, pack_width) -> list:
-    """The packed arguments' indices, after checking that they tile ``[0, pack_width)`` with gradients of the
-    same rows and dtype (ValueError otherwise: a wrong call must not write a partial or overlapping layout)."""
+def _check_pack(args, needs_grad, pack_offsets, pack_width) -> tuple:
+    """The packed arguments' indices and the column spans between them (zeroed), after checking that their spans
+    lie in ``[0, pack_width)`` without overlapping, with gradients of the same rows and dtype (ValueError
+    otherwise: a wrong call must not write an overlapping layout)."""
     if len(pack_offsets) != len(args):
         raise ValueError(f"attention_backward_packed: {len(pack_offsets)} pack offsets for {len(args)} arguments")
     packed = [i for i, offset in enumerate(pack_offsets) if offset >= 0]
     if not packed:
         raise ValueError("attention_backward_packed: no argument is packed")
     spans = sorted((pack_offsets[i], pack_offsets[i] + args[i][0].numel() if args[i].dim() else 1) for i in packed)
-    if spans[0][0] != 0 or spans[-1][1] != pack_width or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
-        raise ValueError(f"attention_backward_packed: column spans {spans} do not tile [0, {pack_width})")
+    gaps = span_gaps(spans, pack_width)
+    if gaps is None:
+        raise ValueError(f"attention_backward_packed: column spans {spans} overlap or leave [0, {pack_width})")
     first = args[packed[0]]
     for i in packed:
         if not needs_grad[i] or args[i].dim() < 2 or args[i].shape[0] != first.shape[0] or \
                 args[i].dtype != first.dtype:
             raise ValueError(f"attention_backward_packed: argument {i} ({tuple(args[i].shape)}, {args[i].dtype}, "
                              f"needs grad: {needs_grad[i]}) cannot share the packed gradient of argument {packed[0]}")
-    return packed
+    return packed, gaps
+
+
+def span_gaps(spans: list, width: int) -> list | None:
+    """The ``(start, end)`` column ranges of ``[0, width)`` that no span of ``spans`` (sorted ``(start, end)``
+    pairs) covers, or None when spans overlap or leave ``[0, width)``."""
+    gaps, at = [], 0
+    for start, end in spans:
+        if start < at or end <= start:
+            return None
+        if start > at:
+            gaps.append((at, start))
+        at = end
+    if at > width:
+        return None
+    if at < width:
+        gaps.append((at, width))
+    return gaps
 
 
 @attention_backward_packed.register_fake

@@ -66,11 +66,35 @@ def test_layers_with_shared_input_maps_are_fused_and_correct(make, maps, setting
     assert fused[0]["details"]["weights"] == [f"lin_{m}.weight" for m in maps]
 
 
-@pytest.mark.parametrize("make", [lambda: GATConv(12, 5, heads=3), lambda: SAGEConv(12, 7, aggr="max"),
-                                  lambda: GATv2Conv(12, 5, heads=3)])  # GATv2's two maps: below MIN_GROUP
+@pytest.mark.parametrize("make", [lambda: GATConv(12, 5, heads=3), lambda: SAGEConv(12, 7, aggr="max")])
 def test_layers_without_shared_input_maps_are_left_alone(make):
     torch.manual_seed(0)
     check_rewrites(make(), torch.randn(40, 12), random_graph(40, 200), expect={"shared_input_linears": 0})
+
+
+def test_two_maps_feeding_attention_are_fused_and_their_gradients_packed(monkeypatch):
+    """GATv2Conv's two maps both feed the attention op, whose backward then writes the packed gradient (no
+    concatenation to pay for): fused from two maps (ATTENTION_MIN_GROUP), correct with every gradient; with packed
+    gradients off, or a minimum of 3 set, they stay apart."""
+    import gnn_inductor
+
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    torch.manual_seed(0)
+    edge_index = random_graph(40, 200, hub_degree=30)
+    model = GATv2Conv(12, 5, heads=3)
+    result = check_rewrites(model, torch.randn(40, 12), edge_index, expect={"attention": 1, "shared_input_linears": 1})
+    fused = [r for g in result.report["graphs"] for r in g["rewrites"] if r["pattern"] == "shared_input_linears"]
+    assert fused[0]["details"]["weights"] == ["lin_l.weight", "lin_r.weight"]
+    assert sum(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model)) == 1
+    for env, value in (("GNN_IO_PACKED_GRADS", "0"), (linear_fusion.MIN_GROUP_ENV, "3")):
+        monkeypatch.setenv(env, value)
+        check_rewrites(GATv2Conv(12, 5, heads=3), torch.randn(40, 12), edge_index,
+                       expect={"attention": 1, "shared_input_linears": 0})
+        monkeypatch.delenv(env)
+    monkeypatch.setenv(linear_fusion.MIN_GROUP_ENV, "1")
+    with pytest.raises(ValueError, match=linear_fusion.MIN_GROUP_ENV):
+        linear_fusion.min_group([])
 
 
 def test_switched_off_by_its_environment_variable(monkeypatch):

@@ -30,8 +30,9 @@ def test_transformer_conv_packs_query_key_value_gradients(heads, monkeypatch):
 
 
 def test_switch_off_and_layers_without_the_pattern(monkeypatch):
-    """``GNN_IO_PACKED_GRADS=0`` keeps the concatenation (same values); GATConv, whose one linear map feeds the
-    attention once, has nothing to pack; a bad value of the switch is an error."""
+    """``GNN_IO_PACKED_GRADS=0`` keeps the concatenation (same values); GATConv without its score fold
+    (gnn_inductor/score_fold.py), whose one linear map then feeds the attention once, has nothing to pack; a bad
+    value of the switch is an error."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv(packed_grads.ENV, "0")
     torch.manual_seed(0)
@@ -39,6 +40,7 @@ def test_switch_off_and_layers_without_the_pattern(monkeypatch):
     check_rewrites(model, torch.randn(40, 12), random_graph(40, 200, hub_degree=30), expect={})
     assert not any(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model))
     monkeypatch.setenv(packed_grads.ENV, "1")
+    monkeypatch.setenv("GNN_IO_SCORE_FOLD", "0")
     gat = GATConv(12, 8, heads=2)
     check_rewrites(gat, torch.randn(40, 12), random_graph(40, 200, hub_degree=30), expect={})
     assert not any(r.packed_grads for r in gnn_inductor.rewrite_report.reports(gat))
@@ -74,9 +76,10 @@ def _backward_like(spans, base_width, extra_term=False, second_reader=False):
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-def test_matcher_packs_only_a_whole_tiling():
-    """The rewrite needs slice-scatters that tile the width exactly, summed with nothing else, each gradient read
-    by its scatter alone; then the concatenation is gone and the GEMM reads the packed output."""
+def test_matcher_packs_only_disjoint_spans():
+    """The rewrite needs slice-scatters whose spans do not overlap (columns between them stay the zero base's),
+    summed with nothing else, each gradient read by its scatter alone; then the concatenation is gone and the GEMM
+    reads the packed output."""
     gm = _backward_like([(8, 12), (0, 4), (4, 8)], 12)
     assert packed_grads.pack(gm) == 1
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
@@ -85,7 +88,11 @@ def test_matcher_packs_only_a_whole_tiling():
     assert torch.ops.gnn_io.attention_backward.default not in targets
     call = next(n for n in gm.graph.nodes if n.target is torch.ops.gnn_io.attention_backward_packed.default)
     assert call.args[-2:] == ([8, 0, 4], 12)  # argument k at the start of its span
-    for spans, width, extra, second in [([(0, 4), (4, 8)], 12, False, False),   # a gap: columns 8..12 stay 0
+    gapped = _backward_like([(0, 4), (8, 12)], 16)  # columns 4..8 and 12..16: only the zero base's
+    assert packed_grads.pack(gapped) == 1
+    call = next(n for n in gapped.graph.nodes if n.target is torch.ops.gnn_io.attention_backward_packed.default)
+    assert call.args[-2:] == ([0, 8], 16)
+    for spans, width, extra, second in [([(0, 4), (2, 6)], 8, False, False),    # overlapping spans
                                         ([(0, 4), (4, 8)], 8, True, False),     # another term in the sum
                                         ([(0, 4), (4, 8)], 8, False, True)]:    # a gradient read elsewhere too
         assert packed_grads.pack(_backward_like(spans, width, extra, second)) == 0
@@ -126,3 +133,44 @@ def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch):
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__, select="with_the_kernels")
+
+
+def _gat_score(a0, a1, a2):
+    return torch.ops.aten.leaky_relu.default(torch.ops.aten.add.Tensor(a1, a2), 0.2)
+
+
+def _gat_message(alpha, a0, a1, a2):
+    return torch.ops.aten.mul.Tensor(torch.ops.aten.unsqueeze.default(alpha, -1), a0)
+
+
+def test_packed_op_zeroes_the_columns_between_spans(monkeypatch):
+    """The packed gradient is allocated uninitialised; the columns no argument's gradient fills (the score fold's
+    zero columns) must come back 0, not what the allocation held (poisoned with NaN here), and the packed
+    columns equal the unpacked backward's gradients."""
+    from gnn_inductor import edge_functions
+
+    torch.manual_seed(0)
+    edge_index = random_graph(20, 80, hub_degree=10)
+    rowptr, col, row, perm = torch.ops.gnn_io.csr_plan(edge_index[1], edge_index[0], 20, 20)[:4]
+    score = edge_functions.register(torch.fx.symbolic_trace(_gat_score))
+    message = edge_functions.register(torch.fx.symbolic_trace(_gat_message))
+    args, roles = [torch.randn(20, 2, 3), torch.randn(20, 2), torch.randn(20, 2)], [0, 0, 1]
+    out, lse = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16, [], 0)
+    grad_out = torch.randn_like(out)
+    common = (grad_out, args, roles, rowptr, col, row, perm, score, message, 1e-16, [], 0, None, 0.0, out, lse,
+              [True, True, True])
+    want = torch.ops.gnn_io.attention_backward(*common)
+    real_empty = torch.empty
+
+    def poisoned(*size, **kwargs):
+        return real_empty(*size, **kwargs).fill_(float("nan"))
+    monkeypatch.setattr(torch, "empty", poisoned)
+    packed = torch.ops.gnn_io.attention_backward_packed(*common, [0, 8, 16], 24)[0]
+    monkeypatch.setattr(torch, "empty", real_empty)
+    assert torch.equal(packed[:, 6:8], torch.zeros(20, 2)) and torch.equal(packed[:, 10:16], torch.zeros(20, 6))
+    assert torch.equal(packed[:, 18:], torch.zeros(20, 6))
+    torch.testing.assert_close(packed[:, :6], want[0].reshape(20, 6))
+    torch.testing.assert_close(packed[:, 8:10], want[1])
+    torch.testing.assert_close(packed[:, 16:18], want[2])
+    with pytest.raises(ValueError, match="overlap"):
+        torch.ops.gnn_io.attention_backward_packed(*common, [0, 4, 16], 24)

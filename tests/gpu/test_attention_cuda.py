@@ -77,6 +77,20 @@ def test_fused_layer_matches_eager(layer, kwargs, with_edge_attr, dtype, monkeyp
     assert kernels == [expected_kernel(layer)], kernels
 
 
+@pytest.mark.parametrize("setting", ["1", "tight"])
+def test_gat_with_its_score_fold_matches_eager(setting, monkeypatch):
+    """GATConv with its attention-vector projections folded into the feature GEMM (gnn_inductor/score_fold.py,
+    opt-in): the kernels read the features and scores through the folded output's row stride (144 or 136 floats)
+    and write the packed gradient; forward and every gradient against eager, with edge features."""
+    monkeypatch.setenv("GNN_IO_SCORE_FOLD", setting)
+    torch.manual_seed(0)
+    x, edge_index, edge_attr = graph()
+    model = GATConv(IN_CHANNELS, 32, heads=4, edge_dim=EDGE_DIM).to(CUDA).train()
+    result = check_rewrites(model, x, edge_index, edge_attr,  # the node features' fold and the edge features'
+                            expect={"attention": 1, "score_projection": 2, "near_miss": 0})
+    assert sum(r.packed_grads for r in rewrite_report.reports(model)) == 1, result.report
+
+
 DROPOUT_LAYERS = [GATConv, GATv2Conv, TransformerConv]
 DROPOUT_IDS = ["gat", "gatv2", "transformer"]
 
