@@ -38,6 +38,12 @@
 #   bash benchmarks/pending_gpu.sh session21d # CUDA tests after the fold's auto default
 #   bash benchmarks/pending_gpu.sh session21e # GATConv with 64 edge features: fold on and off
 #   bash benchmarks/pending_gpu.sh session21f # GATv2's fused pair against apart at mid size (A/B)
+#   bash benchmarks/pending_gpu.sh session21g # float32 GATConv under 1.5M edges: Inductor vs fused, by graph shape
+#   bash benchmarks/pending_gpu.sh session21h # the GAT mid-size rule (1M edges and 100k rows) against torch.compile
+#   bash benchmarks/pending_gpu.sh session21i # issue 8: GCN block SpMM against cuSPARSE, bf16, dense graphs
+#   bash benchmarks/pending_gpu.sh session21j # issue 8: GATConv TF32 on the 20,000-graph batch
+#   bash benchmarks/pending_gpu.sh session21k # SpMM chooser with the backward timed: CUDA tests, GCN bf16 (auto)
+#   bash benchmarks/pending_gpu.sh session21l # half-precision tile gate: GCN bf16 auto; GATConv TF32 on the batch
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -506,9 +512,34 @@ elif [[ $what == session21f ]]; then
   # GATv2's pair of maps fused (the new default) against apart, where the rewrite runs at mid size
   timeout 560 python3 -m benchmarks.ab --layers gatv2 --graphs MUSAE-github,soc-Slashdot0902,rmat-arxiv \
     --modes gnn_io_no_pairs,gnn_io --rounds 60 2>"$out/ab_stderr.txt" | tee "$out/ab_gatv2_pairs.txt" | tail -6
+elif [[ $what == session21g ]]; then
+  # float32 GATConv below the cost model's 1.5M edges: Inductor against the fused path forced, by graph shape
+  timeout 560 python3 -m benchmarks.ab --layers gat --modes inductor,gnn_io_force --rounds 40 \
+    --graphs rmat-arxiv,rmat-16-1000000,rmat-17-600000,rmat-18-1200000,rmat-16-500000,soc-Slashdot0902,MUSAE-github,ca-AstroPh,road-luxembourg-osm \
+    2>"$out/ab_stderr.txt" | tee "$out/ab_gat_threshold.txt" | tail -12
+elif [[ $what == session21h ]]; then
+  # the GAT mid-size rule: the default against torch.compile where it now takes the fused path and where not
+  timeout 560 python3 -m benchmarks.ab --layers gat --modes inductor,gnn_io --rounds 60 \
+    --graphs rmat-arxiv,rmat-18-1200000,soc-Slashdot0902 2>"$out/ab_stderr.txt" | tee "$out/ab_gat_rule.txt" | tail -6
+elif [[ $what == session21i ]]; then
+  # issue 8, owed: GCN's block-sparse SpMM against cached cuSPARSE on the locally dense graphs (bf16)
+  harness_table 560 gcn_bf16 --graphs sbm-dense,batch-random --layers gcn \
+    --modes inductor,gnn_io_spmm_cusparse,gnn_io_spmm_block,gnn_io --dtype bfloat16 --reps 10
+elif [[ $what == session21j ]]; then
+  # issue 8, owed: GATConv in TF32 on the 20,000-graph batch (session 20's run timed out there)
+  harness_table 560 gat_tf32 --graphs batch-random --layers gat --modes gnn_io_csr,gnn_io_block,gnn_io --tf32 --reps 5
+elif [[ $what == session21k ]]; then
+  # the SpMM chooser timing forward and backward: its CUDA tests, then GCN bf16 on the dense graphs (auto)
+  CI=1 GNN_IO_STRICT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_spmm_paths.py \
+    tests/kernels/test_block_sparse_spmm.py tests/gpu/test_cuda.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -3
+  harness_table 300 gcn_auto --graphs sbm-dense,batch-random --layers gcn --modes gnn_io --dtype bfloat16 --reps 10
+elif [[ $what == session21l ]]; then
+  # after the half-precision tile gate (12): GCN bf16 auto on the dense graphs, then GATConv TF32 on the batch
+  harness_table 200 gcn_auto --graphs sbm-dense,batch-random --layers gcn --modes gnn_io --dtype bfloat16 --reps 10
+  harness_table 350 gat_tf32 --graphs batch-random --layers gat --modes gnn_io_csr,gnn_io_block,gnn_io --tf32 --reps 5
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-f]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-l]" >&2; exit 2
 fi

@@ -211,7 +211,7 @@ def _attention_declined(ctx, device: str) -> list:
         return []
     tf32 = torch.get_float32_matmul_precision() != "highest"
     reasons = [cost.attention_declined(device, ctx.num_edges_hint, r.details.get("family"), r.details.get("dtype"),
-                                       tf32) for r in ctx.rewrites]
+                                       tf32, r.details.get("rows")) for r in ctx.rewrites]
     if not all(reasons):
         return []
     return [_report.NearMiss(r.pattern, reason, r.source) for r, reason in zip(ctx.rewrites, reasons)]

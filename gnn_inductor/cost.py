@@ -60,6 +60,13 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 # Half precision and TF32 are never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen
 # there).
 ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000}
+# Below that threshold, a graph of at least these many edges and destination rows still takes the fused kernels.
+# GATConv, session 21 (H100, interleaved A/B, 40 rounds, Inductor's time over the fused path forced, with the
+# segment backward of session 20; docs/benchmarks/session21): RMAT 2^18 / 1.17M edges 1.40x, RMAT 2^17 / 1.09M
+# 1.08x (1.32x in session 20), RMAT 2^16 / 914k 1.05x; soc-Slashdot0902 (82k rows) / 1.09M 0.98x (0.96x in
+# session 20), RMAT 2^17 / 581k 0.90x, RMAT 2^16 / 472k 0.73x, MUSAE-github, ca-AstroPh and road-luxembourg-osm
+# 0.71x. Every graph the rule takes won; RMAT 2^16 at 914k, a 5% win, is left out with soc-Slashdot0902.
+ATTENTION_MIN_EDGES_AND_ROWS_CUDA = {"gat": (1_000_000, 100_000)}
 
 
 def spmm_min_edges() -> int:
@@ -125,11 +132,13 @@ _ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
 
 
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
-                       tf32: bool) -> Optional[str]:
+                       tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
     """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
-    the family's threshold (``GNN_IO_ATTENTION_MIN_EDGES`` moves the threshold of every family that has one),
-    and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its
-    reference, torch ops close to eager PyG with a recomputing backward, where Inductor fuses the same math)."""
+    the family's threshold, unless the graph has the edges and destination rows (``num_rows``) of
+    :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
+    that has one, without that rule), and on CUDA, at any size and precision, a form no kernel covers (``family``
+    None: the op would run its reference, torch ops close to eager PyG with a recomputing backward, where Inductor
+    fuses the same math)."""
     on_cpu = cpu_declined(device_type)
     if on_cpu is not None:
         return on_cpu
@@ -137,9 +146,13 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
+    mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
-        threshold = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold)
+        threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
     if threshold is None or dtype != "float32" or tf32:
+        return None
+    if mid_size is not None and num_edges is not None and num_rows is not None and num_edges >= mid_size[0] \
+            and num_rows >= mid_size[1] and device_type == "cuda":
         return None
     return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",
                      f"Inductor's own code for float32 {family} attention is faster at this size, {_ATTENTION_LEFT}")

@@ -127,7 +127,7 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
          t_col: Tensor, items: list[Tensor], t_items: list[Tensor], reduce: str) -> Tensor:
     _check(x, values, col, reduce)
-    decision = _block_decision(x, values, rowptr, col, items, reduce)
+    decision = _block_decision(x, values, rowptr, col, items, reduce, (t_values, t_rowptr, t_col))
     if decision is not None:
         return _paths().forward(decision, x, values, rowptr, reduce)
     return csr_matmul(x, values, rowptr, col, row, items, reduce)
@@ -141,12 +141,14 @@ def _paths():
     return spmm_paths
 
 
-def _block_decision(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items, reduce: str):
+def _block_decision(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items, reduce: str,
+                    transposed: tuple | None = None):
     """The block-sparse decision of this plan when the block kernel runs it (``kernels/spmm_paths.py``): on
-    CUDA with the default cuSPARSE binding and no Triton work items, or a forced path under the interpreter."""
+    CUDA with the default cuSPARSE binding and no Triton work items, or a forced path under the interpreter.
+    ``transposed`` (``(t_values, t_rowptr, t_col)``) lets a first decision time the backward too."""
     if items or spmm_binding() != "cusparse" or not _paths().applies(x):
         return None
-    decision = _paths().decide(x, values, rowptr, col, reduce)
+    decision = _paths().decide(x, values, rowptr, col, reduce, transposed)
     return decision if decision.path == "block" else None
 
 
@@ -160,7 +162,7 @@ def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor,
                   row: Tensor, t_rowptr: Tensor, t_col: Tensor, t_items: list[Tensor], reduce: str,
                   needs_grad: list[bool]) -> list[Tensor]:
     """``[dX, dvalues]``, an empty tensor where ``needs_grad`` is False."""
-    decision = _block_decision(x, values, rowptr, col, t_items, reduce)
+    decision = _block_decision(x, values, rowptr, col, t_items, reduce, (t_values, t_rowptr, t_col))
     if decision is not None:
         grad_x, grad_values = _paths().backward(decision, grad_out, x, values, rowptr, reduce, needs_grad)
         return [grad_x if needs_grad[0] else x.new_empty((0,)),

@@ -9,13 +9,14 @@ edge, so it moves fewer bytes exactly when a tile holds more than a few edges: l
 2. The block format of the plan is built on the device (destination rows in windows of 16 in the
    plan's order, ``kernels/block_sparse.py``); it is kept only when every window is ``dense_ok`` (no
    duplicate ``(dst, src)`` pair: one cell cannot hold two edges; such graphs stay on cuSPARSE) and the
-   mean edges per tile reach :data:`MIN_EDGES_PER_TILE`. A tile's 16 columns are distinct sources with
+   mean edges per tile reach :data:`MIN_EDGES_PER_TILE` (:data:`MIN_EDGES_PER_TILE_HALF` in fp16/bf16). A tile's 16 columns are distinct sources with
    at least one edge each, so a tile holds 16 edges or more; 16 means each gathered row serves one edge
    (a scattered sparse graph: the block kernel gathers as many rows as cuSPARSE, plus the empty cells),
    24 that each serves 1.5 on average.
-3. Both forwards are timed once (median of 5 after a warm-up) and the block path is taken only when it
-   is at least :data:`MIN_GAIN` faster: a measured choice, so the pick costs at most the timing noise
-   against the better of the two. fp32 features use TF32 dots only where the user allowed TF32
+3. Both paths are timed once, forward plus the backward's ``dX`` product (median of 5 after a warm-up), and
+   the block path is taken only when it is at least :data:`MIN_GAIN` faster: a measured choice, so the pick
+   costs at most the timing noise against the better of the two (a forward-only timing picked cuSPARSE on a
+   graph where the block step was 1.17x faster, session 21). fp32 features use TF32 dots only where the user allowed TF32
    (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE otherwise.
 
 The decision is cached with the plan (``attention_paths``' per-plan entries: same lifetime, same
@@ -40,6 +41,15 @@ from torch import Tensor
 PATH_ENV = "GNN_IO_SPMM_PATH"
 PATHS = ("auto", "cusparse", "block")
 MIN_EDGES_PER_TILE = 24.0
+# Half precision: timed from fewer edges per tile. Session 21 (H100, bf16 GCNConv, the block model in its random
+# order, 15.7 edges per tile): the forced block path's step took 2.00 ms against cuSPARSE's 2.34 (forward 1.20
+# against 1.16, the backward's dX product ahead), so the gate of 24 left a 1.17x win untimed. Below 12 a window's
+# tiles are mostly partial (fewer than 12 distinct sources in its 16 rows).
+MIN_EDGES_PER_TILE_HALF = 12.0
+
+
+def min_edges_per_tile(precision: str) -> float:
+    return MIN_EDGES_PER_TILE_HALF if precision == "half" else MIN_EDGES_PER_TILE
 MIN_GAIN = 0.05
 
 
@@ -59,8 +69,10 @@ def applies(x: Tensor) -> bool:
     return attention_triton.INTERPRETED and x.device.type == "cpu" and path_setting() == "block"
 
 
-def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str) -> attention_paths.PathDecision:
-    """The SpMM path for this plan, dtype and width (cached with the plan)."""
+def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str,
+           transposed: tuple | None = None) -> attention_paths.PathDecision:
+    """The SpMM path for this plan, dtype and width (cached with the plan). ``transposed``: the plan's
+    ``(t_values, t_rowptr, t_col)``, with which the timed comparison includes the backward's ``dX`` product."""
     setting = path_setting()
     precision = attention_paths.precision_of(x.dtype)
     entry = attention_paths._entry(rowptr, col, col)
@@ -68,14 +80,14 @@ def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str) 
     if key not in entry.decisions:
         if capturing(x.device) and setting != "cusparse":  # no block build, no timing: cuSPARSE, decided later
             return attention_paths.PathDecision("csr", CAPTURE_REASON, "spmm", precision)
-        decision = outside_graph_pool(lambda: _decide(x, values, rowptr, col, reduce, setting, precision),
-                                      x.device)
+        decision = outside_graph_pool(lambda: _decide(x, values, rowptr, col, reduce, setting, precision,
+                                                      transposed), x.device)
         entry.decisions[key] = decision
         attention_paths._DECISIONS.append(decision)
     return entry.decisions[key]
 
 
-def _decide(x, values, rowptr, col, reduce, setting, precision) -> attention_paths.PathDecision:
+def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> attention_paths.PathDecision:
     def csr(reason, **extra):
         return attention_paths.PathDecision("csr", reason, "spmm", precision, **extra)
 
@@ -93,25 +105,46 @@ def _decide(x, values, rowptr, col, reduce, setting, precision) -> attention_pat
              "format_mb": round(attention_paths._format_bytes(blocks) / 2**20, 1), "build_ms": round(build_ms, 1)}
     if stats["dense_windows"] < stats["windows"]:
         return csr("duplicate (dst, src) pairs: a window cell holds one edge", stats=stats)
-    if setting == "auto" and stats["edges_per_tile"] < MIN_EDGES_PER_TILE:
-        return csr(f"{stats['edges_per_tile']} edges per 16 x 16 tile (< {MIN_EDGES_PER_TILE}): the block kernel "
-                   "would gather about as many rows as cuSPARSE", stats=stats)
+    if setting == "auto" and stats["edges_per_tile"] < min_edges_per_tile(precision):
+        return csr(f"{stats['edges_per_tile']} edges per 16 x 16 tile (< {min_edges_per_tile(precision)}): the block "
+                   "kernel would gather about as many rows as cuSPARSE", stats=stats)
     transposed = block_sparse.transpose_block_format(blocks, x.shape[0])
     block = attention_paths.PathDecision("block", f"{PATH_ENV}=block", "spmm", precision, stats=stats,
                                          blocks=blocks, transposed=transposed)
     if setting == "block":
         return block
+    measured = _measure(block, x, values, rowptr, col, reduce, t_csr)
+    what = "forward and backward" if t_csr is not None else "forward"
+    if measured["block"] < (1 - MIN_GAIN) * measured["cusparse"]:
+        block.reason = (f"block kernel measured {measured['cusparse'] / measured['block']:.2f}x faster than "
+                        f"cuSPARSE, {what} ({stats['edges_per_tile']} edges per tile)")
+        block.measured_forward_ms = measured
+        return block
+    return csr(f"cuSPARSE measured faster or within {MIN_GAIN:.0%}, {what} ({stats['edges_per_tile']} edges per "
+               "tile)", stats=stats, measured_forward_ms=measured)
+
+
+def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
+    """Milliseconds of each path's forward, plus its backward's ``dX`` product when ``t_csr`` (the plan's
+    transposed CSR, which cuSPARSE's backward reads) is given. Session 21 (H100, bf16 GCNConv on the block model):
+    the block forward was 3% slower than cuSPARSE's, its step 1.17x faster, all of it in the backward; a
+    forward-only choice took cuSPARSE there."""
+    from gnn_inductor.kernels.spmm import _row_scale as op_row_scale
     from gnn_inductor.kernels.spmm import csr_matmul
 
     measured = {"cusparse": _time(lambda: csr_matmul(x, values, rowptr, col, None, (), reduce), x.device),
                 "block": _time(lambda: forward(block, x, values, rowptr, reduce), x.device)}
-    if measured["block"] < (1 - MIN_GAIN) * measured["cusparse"]:
-        block.reason = (f"block kernel measured {measured['cusparse'] / measured['block']:.2f}x faster than "
-                        f"cuSPARSE ({stats['edges_per_tile']} edges per tile)")
-        block.measured_forward_ms = measured
-        return block
-    return csr(f"cuSPARSE measured faster or within {MIN_GAIN:.0%} ({stats['edges_per_tile']} edges per tile)",
-               stats=stats, measured_forward_ms=measured)
+    if t_csr is None:
+        return measured
+    t_values, t_rowptr, t_col = t_csr
+    grad = torch.ones((rowptr.numel() - 1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    scale = op_row_scale(rowptr, reduce, grad)
+
+    def cusparse_backward():
+        return csr_matmul(grad if scale is None else grad * scale, t_values, t_rowptr, t_col, None, ())
+    measured["cusparse"] += _time(cusparse_backward, x.device)
+    measured["block"] += _time(lambda: backward(block, grad, x, values, rowptr, reduce, [True, False]), x.device)
+    return measured
 
 
 def _time(fn, device, reps: int = 5) -> float:

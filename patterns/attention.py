@@ -138,6 +138,9 @@ def replace(agg, ctx):
     details = {"roles": list(roles), "score": score_key, "message": message_key,
                "family": None if isinstance(form, str) else form.family,
                "dtype": str(val(agg.scatter.node).dtype).removeprefix("torch.")}
+    rows = val(agg.scatter.node).shape[0]
+    if isinstance(rows, int):  # destination rows, for the cost model (not with symbolic sizes)
+        details["rows"] = rows
     if agg.dropout is not None:
         details["dropout_p"] = agg.dropout.p
     ctx.record("attention", "gnn_io.attention", agg.scatter.node, details, plan.rowptr)

@@ -404,6 +404,24 @@ def test_attention_cost_model():
     assert cost.attention_declined("cuda", 4_200_000, "gat", "float32", False) is None
 
 
+def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
+    """Float32 GATConv under its edge threshold takes the fused path from 1M edges when the graph also has 100k
+    destination rows (RMAT 2^17 and 2^18 won, soc-Slashdot0902 with 82k rows did not, session 21); other
+    families have no such rule, and GNN_IO_ATTENTION_MIN_EDGES sets one plain threshold instead."""
+    from gnn_inductor import cost
+
+    edges, rows = cost.ATTENTION_MIN_EDGES_AND_ROWS_CUDA["gat"]
+    assert edges < cost.ATTENTION_MIN_EDGES_CUDA["gat"]
+    assert cost.attention_declined("cuda", edges, "gat", "float32", False, rows) is None
+    assert cost.attention_declined("cuda", 1_092_745, "gat", "float32", False, 131_072) is None     # RMAT 2^17
+    assert "cost model" in cost.attention_declined("cuda", 1_086_763, "gat", "float32", False, 82_168)  # Slashdot
+    assert "cost model" in cost.attention_declined("cuda", edges - 1, "gat", "float32", False, 10 * rows)
+    assert "cost model" in cost.attention_declined("cuda", edges, "gat", "float32", False, None)
+    assert "cost model" in cost.attention_declined("cuda", 900_000, "dot", "float32", False, 10 * rows)
+    monkeypatch.setenv("GNN_IO_ATTENTION_MIN_EDGES", str(2 * edges))
+    assert "cost model" in cost.attention_declined("cuda", edges, "gat", "float32", False, rows)
+
+
 def test_attention_form_without_a_kernel_goes_to_inductor_on_cuda(monkeypatch):
     """A form no kernel covers (family None, e.g. PyG's SoftmaxAggregation) would run the op's reference on
     CUDA: declined there at any size and precision, kept on CPU (where the reference is the path) and when
@@ -417,13 +435,26 @@ def test_attention_form_without_a_kernel_goes_to_inductor_on_cuda(monkeypatch):
     assert cost.attention_declined("cuda", 50_000_000, None, "float32", False) is None
 
 
+def test_attention_rewrite_gives_the_cost_model_its_rows(monkeypatch):
+    """The backend asks the cost model with the attention's destination rows (the mid-size rule reads them)."""
+    from gnn_inductor import cost
+    from torch_geometric.nn import GATConv
+
+    asked = []
+    monkeypatch.setattr(cost, "attention_declined", lambda device, edges, family, dtype, tf32, rows=None:
+                        asked.append((family, edges, rows)))
+    edge_index = random_graph(40, 160, hub_degree=60)
+    check_rewrites(GATConv(6, 3, heads=2), torch.randn(40, 6), edge_index, expect={"attention": 1})
+    assert asked and all(a == ("gat", edge_index.shape[1], 40) for a in asked), asked
+
+
 def test_declined_attention_graph_goes_to_inductor_whole(monkeypatch):
     """A graph whose only rewrites are declined attention runs as torch.compile's default would (no gnn_io
     op, no plan), is still correct, and the report says why for each layer."""
     from gnn_inductor import cost
     from torch_geometric.nn import GATConv
 
-    monkeypatch.setattr(cost, "attention_declined", lambda device, edges, family, dtype, tf32:
+    monkeypatch.setattr(cost, "attention_declined", lambda device, edges, family, dtype, tf32, rows=None:
                         f"cost model: {family} {dtype} at {edges} edges")
     torch.manual_seed(0)
     edge_index = random_graph(40, 160, hub_degree=60)

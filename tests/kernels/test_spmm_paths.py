@@ -111,8 +111,49 @@ def test_auto_keeps_sparse_graphs_on_cusparse(path):
     decision = spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum")
     assert decision.path == "csr" and "edges per 16 x 16 tile" in decision.reason
     assert decision.stats["edges_per_tile"] < spmm_paths.MIN_EDGES_PER_TILE
+    assert spmm_paths.min_edges_per_tile("half") == spmm_paths.MIN_EDGES_PER_TILE_HALF < 16  # timed in half
     # cached with the plan: the same object on the next call
     assert spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum") is decision
+
+
+@pytest.mark.parametrize("with_backward", [True, False])
+def test_auto_choice_weighs_the_backward_when_it_has_the_transposed_plan(path, monkeypatch, with_backward):
+    """The block kernel's forward may be slower and its step still faster (session 21, GCN on the block model):
+    with the plan's transposed CSR the timed choice adds each path's backward dX product. Timings are canned
+    here (cuSPARSE forward 1.0 ms, block 1.1; backward 1.2 against 0.6): block wins only when the backward
+    counts."""
+    path("auto")
+    n, size = 64, 16
+    blocks = [torch.cartesian_prod(torch.arange(size), torch.arange(size)) + k * size for k in range(n // size)]
+    pairs = torch.cat(blocks).t()  # four dense 16-node communities: 256 edges per tile
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = ops.csr_plan(pairs[1], pairs[0], n, n)[:7]
+    values = torch.ones(col.numel())
+    canned = iter([1.0, 1.1, 1.2, 0.6])
+    monkeypatch.setattr(spmm_paths, "_time", lambda fn, device, reps=5: next(canned))
+    transposed = (values.index_select(0, t_perm), t_rowptr, t_col) if with_backward else None
+    decision = spmm_paths.decide(torch.randn(n, 8), values, rowptr, col, "sum", transposed)
+    if with_backward:
+        assert decision.path == "block" and "forward and backward" in decision.reason, decision.reason
+        assert decision.measured_forward_ms == pytest.approx({"cusparse": 2.2, "block": 1.7})
+    else:
+        assert decision.path == "csr" and decision.measured_forward_ms == pytest.approx({"cusparse": 1.0,
+                                                                                           "block": 1.1})
+
+
+def test_half_precision_times_tiles_of_one_edge_per_column(path, monkeypatch):
+    """In fp16/bf16 a graph of about one edge per tile column is still timed (the block model's 15.7 edges per
+    tile won 1.17x in bf16, session 21); in float32 it stays on cuSPARSE untimed."""
+    path("auto")
+    g = torch.Generator().manual_seed(1)
+    n = 2000
+    src, dst = torch.randint(0, n, (3 * n,), generator=g), torch.randint(0, n, (3 * n,), generator=g)
+    pairs = torch.unique(torch.stack([src, dst]), dim=1)
+    rowptr, col, *_ = ops.csr_plan(pairs[1], pairs[0], n, n)
+    monkeypatch.setattr(spmm_paths, "_time", lambda fn, device, reps=5: 1.0)  # a tie: cuSPARSE stays
+    half = spmm_paths.decide(torch.randn(n, 8).to(torch.bfloat16), torch.ones(col.numel()), rowptr, col, "sum")
+    assert half.path == "csr" and "measured" in half.reason and half.measured_forward_ms, half.reason
+    single = spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum")
+    assert single.path == "csr" and "edges per 16 x 16 tile" in single.reason and not single.measured_forward_ms
 
 
 def test_setting_is_checked(path):
