@@ -44,6 +44,7 @@
 #   bash benchmarks/pending_gpu.sh session21j # issue 8: GATConv TF32 on the 20,000-graph batch
 #   bash benchmarks/pending_gpu.sh session21k # SpMM chooser with the backward timed: CUDA tests, GCN bf16 (auto)
 #   bash benchmarks/pending_gpu.sh session21l # half-precision tile gate: GCN bf16 auto; GATConv TF32 on the batch
+#   bash benchmarks/pending_gpu.sh session21m # declined graphs with Inductor's own tiles against torch.compile
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -537,9 +538,13 @@ elif [[ $what == session21l ]]; then
   # after the half-precision tile gate (12): GCN bf16 auto on the dense graphs, then GATConv TF32 on the batch
   harness_table 200 gcn_auto --graphs sbm-dense,batch-random --layers gcn --modes gnn_io --dtype bfloat16 --reps 10
   harness_table 350 gat_tf32 --graphs batch-random --layers gat --modes gnn_io_csr,gnn_io_block,gnn_io --tf32 --reps 5
+elif [[ $what == session21m ]]; then
+  # graphs left to Inductor whole now compile with Inductor's own tiles: against torch.compile, interleaved
+  timeout 560 python3 -m benchmarks.ab --layers gat --graphs MUSAE-github,ca-AstroPh --modes inductor,gnn_io \
+    --rounds 200 2>"$out/ab_stderr.txt" | tee "$out/ab_declined.txt" | tail -5
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-l]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-m]" >&2; exit 2
 fi

@@ -605,3 +605,28 @@ def test_a_declined_graph_of_changing_sizes_inductor_cannot_compile_runs_eagerly
     reasons = [m.reason for g in reports(conv) for m in g.near_misses]
     assert any("Inductor failed on Dynamo's graph (simulated)" in r and "in eager mode" in r for r in reasons), reasons
     torch._dynamo.reset()
+
+
+def test_graphs_left_to_inductor_whole_keep_its_own_tiles(monkeypatch):
+    """A graph the cost model declines compiles exactly as torch.compile's default: Inductor's own
+    ``triton.max_tiles``, not the backend's 2 (unless GNN_IO_INDUCTOR_MAX_TILES is set)."""
+    import torch._inductor.compile_fx as inductor
+    from torch._inductor import config as inductor_config
+    from torch_geometric.nn import GATConv
+
+    from gnn_inductor import cost
+
+    default = inductor_config.triton.max_tiles
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        seen.append(inductor_config.triton.max_tiles)
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    monkeypatch.setattr(cost, "attention_declined", lambda *a, **k: "declined for the test")
+    monkeypatch.delenv("GNN_IO_INDUCTOR_MAX_TILES", raising=False)
+    torch.manual_seed(0)
+    check_rewrites(GATConv(8, 4, heads=2), torch.randn(30, 8), random_graph(30, 120),
+                   expect={"attention": 0, "near_miss": 1})
+    assert seen and all(tiles == default for tiles in seen), (seen, default)
