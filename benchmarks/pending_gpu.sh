@@ -45,6 +45,7 @@
 #   bash benchmarks/pending_gpu.sh session21k # SpMM chooser with the backward timed: CUDA tests, GCN bf16 (auto)
 #   bash benchmarks/pending_gpu.sh session21l # half-precision tile gate: GCN bf16 auto; GATConv TF32 on the batch
 #   bash benchmarks/pending_gpu.sh session21m # declined graphs with Inductor's own tiles against torch.compile
+#   bash benchmarks/pending_gpu.sh session21n # GATConv at arxiv size on the fused path: harness, eager to gnn_io
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -542,9 +543,12 @@ elif [[ $what == session21m ]]; then
   # graphs left to Inductor whole now compile with Inductor's own tiles: against torch.compile, interleaved
   timeout 560 python3 -m benchmarks.ab --layers gat --graphs MUSAE-github,ca-AstroPh --modes inductor,gnn_io \
     --rounds 200 2>"$out/ab_stderr.txt" | tee "$out/ab_declined.txt" | tail -5
+elif [[ $what == session21n ]]; then
+  # GATConv at arxiv size now on the fused path by default: the harness line, eager to gnn_io
+  harness_table 500 gat_arxiv --graphs rmat-arxiv,rmat-18-1200000 --layers gat --modes eager,inductor,gnn_io --reps 20
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-m]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-n]" >&2; exit 2
 fi
