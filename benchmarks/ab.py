@@ -33,13 +33,13 @@ def _time(step, device) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def _built(layer_name, graph, modes, features, device) -> dict:
+def _built(layer_name, graph, modes, features, device, dtype=torch.float32) -> dict:
     """Each mode's step, built first (each build resets Dynamo), then compiled and warmed up under its own
     environment (read when the backend compiles, at the first calls)."""
     steps = {}
     for mode in modes:
         with mode_env(mode):
-            steps[mode] = layer_step(layer_name, graph.name, mode, features, device, graph)
+            steps[mode] = layer_step(layer_name, graph.name, mode, features, device, graph, dtype)
     for mode, step in steps.items():
         with mode_env(mode):
             for _ in range(10):
@@ -47,9 +47,9 @@ def _built(layer_name, graph, modes, features, device) -> dict:
     return steps
 
 
-def ab_case(layer_name: str, graph, features: int, rounds: int, device, modes=MODES) -> dict:
+def ab_case(layer_name: str, graph, features: int, rounds: int, device, modes=MODES, dtype=torch.float32) -> dict:
     """``modes`` (A, B): the baseline first; the record names them ``inductor_ms`` and ``gnn_io_ms`` (A and B)."""
-    steps = _built(layer_name, graph, modes, features, device)
+    steps = _built(layer_name, graph, modes, features, device, dtype)
     times = {mode: [] for mode in modes}
     gc.collect()
     gc.disable()
@@ -82,14 +82,16 @@ def main():
     parser.add_argument("--modes", default=",".join(MODES), help="A,B: the baseline mode and the one measured against "
                         "it (harness modes, e.g. gnn_io_no_gemm_acc,gnn_io)")
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", "../shared/data"))
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
     args = parser.parse_args()
     device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
     rows = []
     for graph in graph_suite(args.graphs.split(","), args.data_root, device):
         for layer in args.layers.split(","):
-            rows.append(ab_case(layer, graph, args.features, args.rounds, device, tuple(args.modes.split(","))))
+            rows.append(ab_case(layer, graph, args.features, args.rounds, device, tuple(args.modes.split(",")), dtype))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"\ntorch {torch.__version__}, {name}, float32, {args.features} features, "
+    print(f"\ntorch {torch.__version__}, {name}, {args.dtype}, {args.features} features, "
           f"forward+backward, {args.rounds} interleaved rounds, ms (median)\n")
     a, b = args.modes.split(",")
     print(f"| graph | edges | layer | {a} | {b} | median ratio ({a} / {b}) | rounds {b} won |")

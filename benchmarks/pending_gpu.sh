@@ -46,6 +46,8 @@
 #   bash benchmarks/pending_gpu.sh session21l # half-precision tile gate: GCN bf16 auto; GATConv TF32 on the batch
 #   bash benchmarks/pending_gpu.sh session21m # declined graphs with Inductor's own tiles against torch.compile
 #   bash benchmarks/pending_gpu.sh session21n # GATConv at arxiv size on the fused path: harness, eager to gnn_io
+#   bash benchmarks/pending_gpu.sh session21o # SpMM chooser on the block model (bf16, 10 timing reps), decisions
+#   bash benchmarks/pending_gpu.sh session21p # GCN bf16 on the block model: the pick against each forced path (A/B)
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -546,9 +548,27 @@ elif [[ $what == session21m ]]; then
 elif [[ $what == session21n ]]; then
   # GATConv at arxiv size now on the fused path by default: the harness line, eager to gnn_io
   harness_table 500 gat_arxiv --graphs rmat-arxiv,rmat-18-1200000 --layers gat --modes eager,inductor,gnn_io --reps 20
+elif [[ $what == session21o ]]; then
+  # the SpMM chooser on the block model (bf16) with 10 timing reps: forced paths and auto, each decision printed
+  harness_table 400 gcn_sbm --graphs sbm-dense --layers gcn --modes gnn_io_spmm_cusparse,gnn_io_spmm_block,gnn_io \
+    --dtype bfloat16 --reps 20
+  python3 - "$out/gcn_sbm/results.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    for d in r.get("path_decisions", []) or []:
+        if d.get("family") == "spmm":
+            print(r["mode"], d.get("path"), d.get("reason"), d.get("measured_forward_ms"))
+PY
+  rm -f "$out/gcn_sbm/speedup.png" "$out/gcn_sbm/results.md"
+elif [[ $what == session21p ]]; then
+  # GCN bf16 on the block model: the chooser's pick against each forced path, interleaved
+  for modes in gnn_io_spmm_cusparse,gnn_io gnn_io_spmm_block,gnn_io; do
+    timeout 250 python3 -m benchmarks.ab --layers gcn --graphs sbm-dense --dtype bfloat16 --modes $modes --rounds 100 \
+      2>>"$out/ab_stderr.txt" | tee -a "$out/ab_gcn_sbm.txt" | tail -1
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-n]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-p]" >&2; exit 2
 fi

@@ -13,10 +13,11 @@ edge, so it moves fewer bytes exactly when a tile holds more than a few edges: l
    at least one edge each, so a tile holds 16 edges or more; 16 means each gathered row serves one edge
    (a scattered sparse graph: the block kernel gathers as many rows as cuSPARSE, plus the empty cells),
    24 that each serves 1.5 on average.
-3. Both paths are timed once, forward plus the backward's ``dX`` product (median of 5 after a warm-up), and
+3. Both paths are timed once, forward plus the backward's ``dX`` product (median of :data:`TIMING_REPS` after a
+   warm-up), and
    the block path is taken only when it is at least :data:`MIN_GAIN` faster: a measured choice, so the pick
    costs at most the timing noise against the better of the two (a forward-only timing picked cuSPARSE on a
-   graph where the block step was 1.17x faster, session 21). fp32 features use TF32 dots only where the user allowed TF32
+   graph where the block step was 1.05x faster, session 21). fp32 features use TF32 dots only where the user allowed TF32
    (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE otherwise.
 
 The decision is cached with the plan (``attention_paths``' per-plan entries: same lifetime, same
@@ -42,8 +43,8 @@ PATH_ENV = "GNN_IO_SPMM_PATH"
 PATHS = ("auto", "cusparse", "block")
 MIN_EDGES_PER_TILE = 24.0
 # Half precision: timed from fewer edges per tile. Session 21 (H100, bf16 GCNConv, the block model in its random
-# order, 15.7 edges per tile): the forced block path's step took 2.00 ms against cuSPARSE's 2.34 (forward 1.20
-# against 1.16, the backward's dX product ahead), so the gate of 24 left a 1.17x win untimed. Below 12 a window's
+# order, 15.7 edges per tile): the block path's step took 2.23 ms against cuSPARSE's 2.35 (100 interleaved rounds;
+# forward 1.20 against 1.16, the backward's dX product ahead), so the gate of 24 left a 1.05x win untimed. Below 12 a window's
 # tiles are mostly partial (fewer than 12 distinct sources in its 16 rows).
 MIN_EDGES_PER_TILE_HALF = 12.0
 
@@ -127,7 +128,7 @@ def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> a
 def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
     """Milliseconds of each path's forward, plus its backward's ``dX`` product when ``t_csr`` (the plan's
     transposed CSR, which cuSPARSE's backward reads) is given. Session 21 (H100, bf16 GCNConv on the block model):
-    the block forward was 3% slower than cuSPARSE's, its step 1.17x faster, all of it in the backward; a
+    the block forward was 3% slower than cuSPARSE's, its step 1.05x faster, all of it in the backward; a
     forward-only choice took cuSPARSE there."""
     from gnn_inductor.kernels.spmm import _row_scale as op_row_scale
     from gnn_inductor.kernels.spmm import csr_matmul
@@ -147,7 +148,10 @@ def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
     return measured
 
 
-def _time(fn, device, reps: int = 5) -> float:
+TIMING_REPS = 10  # per path and pass at the first call (5 until session 21, when two plans of one graph split)
+
+
+def _time(fn, device, reps: int = TIMING_REPS) -> float:
     fn()
     times = []
     for _ in range(reps):

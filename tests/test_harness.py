@@ -129,3 +129,21 @@ def test_minibatch_sampler_draws_real_edges_seeds_first():
     original = {tuple(e) for e in edge_index.t().tolist()}
     assert all((int(nodes[s]), int(nodes[d])) in original for s, d in sub.t().tolist())
     assert set(sub[1].tolist()) >= {0, 1, 2, 3} - {i for i, n in enumerate(seeds.tolist()) if rowptr[n + 1] == rowptr[n]}
+
+
+def test_edge_feature_layers_get_seeded_features_for_their_graph():
+    """The ``gat_edge`` layers read seeded random edge features made for the graph by ``with_graph`` (the same in
+    every mode), refuse to run without them, and follow the layer's dtype."""
+    import pytest
+
+    edge_index = uniform(50, 300, seed=0).edge_index
+    layer = harness.make_layer("gat_edge", 16)
+    with pytest.raises(ValueError, match="with_graph"):
+        layer(torch.randn(50, 16), edge_index)
+    harness.with_graph(layer, edge_index)
+    assert layer.edge_attr.shape == (edge_index.shape[1], harness.EDGE_DIM)
+    again = harness.with_graph(harness.make_layer("gat_edge", 16), edge_index)
+    assert torch.equal(layer.edge_attr, again.edge_attr)
+    assert layer(torch.randn(50, 16), edge_index).shape == (50, 16)
+    wide = harness.with_graph(harness.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
+    assert wide.edge_attr.shape[1] == 64 and wide.edge_attr.dtype == torch.float64

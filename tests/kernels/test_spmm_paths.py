@@ -142,7 +142,7 @@ def test_auto_choice_weighs_the_backward_when_it_has_the_transposed_plan(path, m
 
 def test_half_precision_times_tiles_of_one_edge_per_column(path, monkeypatch):
     """In fp16/bf16 a graph of about one edge per tile column is still timed (the block model's 15.7 edges per
-    tile won 1.17x in bf16, session 21); in float32 it stays on cuSPARSE untimed."""
+    tile won 1.05x in bf16, session 21); in float32 it stays on cuSPARSE untimed."""
     path("auto")
     g = torch.Generator().manual_seed(1)
     n = 2000
