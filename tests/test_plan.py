@@ -239,13 +239,13 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
     monkeypatch.delenv("GNN_IO_STRICT", raising=False)
     compile_rewritten = backend._inner_compile
 
-    def failing_plain(gm, example_inputs, graph_report=None, static_inputs=None):
+    def failing_plain(gm, example_inputs, graph_report=None, static_inputs=None, **kwargs):
         if static_inputs is None:  # the plain compile of Dynamo's graph (the rewritten one names its static inputs)
             if failure == "raised":
                 raise RuntimeError("plain compile failed on purpose")
             graph_report.near_misses.append(rewrite_report.NearMiss(
                 "inductor", "plain compile failed on purpose; it runs op by op instead", {"source": "<graph>"}))
-        return compile_rewritten(gm, example_inputs, graph_report, static_inputs)
+        return compile_rewritten(gm, example_inputs, graph_report, static_inputs, **kwargs)
     monkeypatch.setattr(backend, "_inner_compile", failing_plain)
     torch._dynamo.reset()
     torch.manual_seed(0)
