@@ -21,7 +21,7 @@ attention backward writing them in place; ``dx`` and ``dW`` are then the GEMM's 
 gradients come from ``dWa`` (an ``[H, F]`` product), not from a pass over ``h``.
 
 The folded sum is reassociated (``x . (W^T a)`` for ``(x W^T) . a``): in float32 it differs from eager by rounding
-(relative ~1e-7 of the score); in half precision it rounds once, where eager rounds ``h`` and the product first.
+(relative ~1e-7 of the score).
 
 Where nothing else reads the features (GATConv's edge features, ``lin_edge(edge_attr)``, which only make
 ``alpha_edge``; a bipartite layer's destination features), the GEMM keeps the score columns alone: an ``[E, H]``
