@@ -50,6 +50,7 @@ weights (``linear_fusion.linear_map``) whose weight has ``H C`` rows, ``A`` a gr
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import defaultdict
 
@@ -187,11 +188,8 @@ def _fold(gm: GraphModule, matrix: Node, sums: list, scores_only: bool, pad: boo
 
 
 def _zeros(gm: GraphModule, shape: list, like) -> Node:
+    """A ``zeros`` node of ``like``'s dtype and device, its fake value made under ``like``'s fake mode."""
     node = gm.graph.call_function(aten.zeros.default, (shape,), {"dtype": like.dtype, "device": like.device})
-    mode = getattr(like, "fake_mode", None)
-    if mode is not None:
-        with mode:
-            node.meta["val"] = torch.zeros(shape, dtype=like.dtype, device=like.device)
-    else:
+    with getattr(like, "fake_mode", None) or contextlib.nullcontext():
         node.meta["val"] = torch.zeros(shape, dtype=like.dtype, device=like.device)
     return node

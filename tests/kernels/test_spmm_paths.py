@@ -43,6 +43,15 @@ def batched_graph(duplicates: bool = False, seed: int = 0):
     return src, dst  # node 47 has no edge
 
 
+def sparse_random_plan(n: int) -> tuple:
+    """``(rowptr, col)`` of a coalesced random graph of ``3 n`` edges: about one edge per 16 x 16 tile column."""
+    g = torch.Generator().manual_seed(1)
+    src, dst = torch.randint(0, n, (3 * n,), generator=g), torch.randint(0, n, (3 * n,), generator=g)
+    pairs = torch.unique(torch.stack([src, dst]), dim=1)
+    rowptr, col, *_ = ops.csr_plan(pairs[1], pairs[0], n, n)
+    return rowptr, col
+
+
 def plan_of(src, dst, device):
     return ops.csr_plan(dst.to(device), src.to(device), NUM_NODES, NUM_NODES)
 
@@ -103,11 +112,8 @@ def test_duplicate_edges_stay_on_cusparse(path):
 def test_auto_keeps_sparse_graphs_on_cusparse(path):
     """A random sparse graph has about one edge per tile column: no kernel is timed, cuSPARSE stays."""
     path("auto")
-    g = torch.Generator().manual_seed(1)
     n = 2000
-    src, dst = torch.randint(0, n, (3 * n,), generator=g), torch.randint(0, n, (3 * n,), generator=g)
-    pairs = torch.unique(torch.stack([src, dst]), dim=1)
-    rowptr, col, *_ = ops.csr_plan(pairs[1], pairs[0], n, n)
+    rowptr, col = sparse_random_plan(n)
     decision = spmm_paths.decide(torch.randn(n, 8), torch.ones(col.numel()), rowptr, col, "sum")
     assert decision.path == "csr" and "edges per 16 x 16 tile" in decision.reason
     assert decision.stats["edges_per_tile"] < spmm_paths.MIN_EDGES_PER_TILE
@@ -144,11 +150,8 @@ def test_half_precision_times_tiles_of_one_edge_per_column(path, monkeypatch):
     """In fp16/bf16 a graph of about one edge per tile column is still timed (the block model's 15.7 edges per
     tile won 1.05x in bf16, session 21); in float32 it stays on cuSPARSE untimed."""
     path("auto")
-    g = torch.Generator().manual_seed(1)
     n = 2000
-    src, dst = torch.randint(0, n, (3 * n,), generator=g), torch.randint(0, n, (3 * n,), generator=g)
-    pairs = torch.unique(torch.stack([src, dst]), dim=1)
-    rowptr, col, *_ = ops.csr_plan(pairs[1], pairs[0], n, n)
+    rowptr, col = sparse_random_plan(n)
     monkeypatch.setattr(spmm_paths, "_time", lambda fn, device, reps=5: 1.0)  # a tie: cuSPARSE stays
     half = spmm_paths.decide(torch.randn(n, 8).to(torch.bfloat16), torch.ones(col.numel()), rowptr, col, "sum")
     assert half.path == "csr" and "measured" in half.reason and half.measured_forward_ms, half.reason
