@@ -152,7 +152,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     if threshold is None or dtype != "float32" or tf32:
         return None
     if mid_size is not None and num_edges is not None and num_rows is not None and num_edges >= mid_size[0] \
-            and num_rows >= mid_size[1] and device_type == "cuda":
+            and num_rows >= mid_size[1]:
         return None
     return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",
                      f"Inductor's own code for float32 {family} attention is faster at this size, {_ATTENTION_LEFT}")

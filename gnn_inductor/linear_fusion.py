@@ -38,6 +38,7 @@ from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
+from gnn_inductor import packed_grads
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
 
@@ -50,8 +51,6 @@ MIN_GROUP_ENV = "GNN_IO_FUSE_MIN_GROUP"
 
 def min_group(members: list) -> int:
     """The least number of maps fused into one GEMM (module docstring), for a group of ``members``."""
-    from gnn_inductor import packed_grads
-
     value = os.environ.get(MIN_GROUP_ENV, "").strip()
     if value:
         if not value.isdigit() or int(value) < 2:
