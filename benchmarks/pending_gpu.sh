@@ -49,6 +49,7 @@
 #   bash benchmarks/pending_gpu.sh session21o # SpMM chooser on the block model (bf16, 10 timing reps), decisions
 #   bash benchmarks/pending_gpu.sh session21p # GCN bf16 on the block model: the pick against each forced path (A/B)
 #   bash benchmarks/pending_gpu.sh session21q # the final state's CUDA tests (SpMM paths, dense layers, attention)
+#   bash benchmarks/pending_gpu.sh session22  # memory anatomy of GATv2Conv and TransformerConv (RMAT 2^20)
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -572,9 +573,14 @@ elif [[ $what == session21q ]]; then
   CI=1 GNN_IO_STRICT=1 timeout 560 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_spmm_paths.py \
     tests/kernels/test_block_sparse_spmm.py tests/gpu/test_cuda.py tests/gpu/test_attention_cuda.py \
     -k "not interpreter and not dropout" 2>&1 | tee "$out/gpu_tests.txt" | tail -3
+elif [[ $what == session22 ]]; then
+  # what is alive at the peak of a GATv2Conv and a TransformerConv step on RMAT 2^20 (issue 5's 2.5 / 3 GB)
+  timeout 500 python3 -m benchmarks.memory_anatomy --layers gatv2,transformer --graph rmat-large --modes gnn_io \
+    >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; tail -3 "$out/anatomy_stderr.txt"
+  head -90 "$out/anatomy.txt"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22" >&2; exit 2
 fi

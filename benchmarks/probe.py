@@ -371,13 +371,14 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
         layout = at.prepare(args, roles, perm, score, message)
         needs = [True] * len(args)
         out, lse = at.forward(layout, rowptr, col, perm, 1e-16, items, 256)
+        delta = at.delta(grad, out)
         sources = {m: at.build_source_csr(rowptr, col, perm, graph.num_nodes, m) for m in max_edges_list}
-        reference = at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
+        reference = at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
         runs = [("default", None, 256)] + [("src_items", None, m) for m in max_edges_list if m != 256]
         runs += [(p, {p: dict(block_e=e, num_warps=w)}, 256) for p in ("src", "dst") for e, w in SPLIT_PASS_SWEEP]
         for name, launch, src_max in runs:
             def bwd():
-                return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, 256, config=launch,
+                return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=launch,
                                    by_src=sources[src_max])
             try:
                 errs = [_rel_err(g, r) for g, r in zip(bwd(), reference) if g is not None]
@@ -449,9 +450,10 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
                         return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
                                           variant=variant)
                     out, lse = fwd()
+                    delta = at.delta(grad, out)
 
                     def bwd():  # by_src: the split backward, whatever GNN_IO_ATTENTION_BACKWARD says
-                        return at.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, max_edges,
+                        return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, max_edges,
                                            config=launch if variant == "split" else None, by_src=by_src)
                     grads = bwd()
                     if reference is None:

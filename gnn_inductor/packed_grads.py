@@ -39,7 +39,7 @@ aten = torch.ops.aten
 ENV = "GNN_IO_PACKED_GRADS"
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _OPS = ("attention_backward", "attention_backward_direct")
-_NUM_ARGS = 17  # attention_backward's positional arguments before ``bias``
+_NUM_ARGS = 17  # attention_backward's arguments
 
 
 def enabled() -> bool:
@@ -171,12 +171,11 @@ def pack(gm: GraphModule) -> int:
             continue
         root, places, width = found
         offsets = [places[k][0] if k in places else -1 for k in range(len(op.args[1]))]
-        bias = op.args[_NUM_ARGS] if len(op.args) > _NUM_ARGS else op.kwargs.get("bias")
         target = torch.ops.gnn_io.attention_backward_packed.default
         if direct_ops.is_direct(op):
             target = direct_ops.twin(target) or target
         with gm.graph.inserting_before(op):
-            new = gm.graph.call_function(target, (*op.args[:_NUM_ARGS], offsets, width), {"bias": bias})
+            new = gm.graph.call_function(target, (*op.args[:_NUM_ARGS], offsets, width))
             total = gm.graph.call_function(operator.getitem, (new, 0))
         total.meta["val"] = tensor_val(root)
         old_vals = op.meta.get("val")

@@ -29,6 +29,12 @@ Ops:
 - ``gnn_io::attention_forward(...) -> (out, lse)`` also returns the per-(node, head) log-sum-exp of the
   scores (float32, ``[N, *H]``, 0 for nodes without edges), which its backward reads: the fused kernels
   recompute ``alpha_e = exp(s_e - lse_i)`` there instead of storing the attention matrix.
+- Its backward is two ops: ``gnn_io::attention_delta(dout, out, lse, bias) -> (D, bias gradient)``, the softmax
+  Jacobian's row term ``D = <dout, out - bias>`` per (row, head) (FlashAttention's delta), then
+  ``gnn_io::attention_backward(..., D, lse, needs_grad)``, whose kernels read ``D`` and never ``out``. So ``out``'s
+  last use in a compiled backward is the first op, and it is freed before the gradients are allocated: 512 MiB
+  less at the peak of TransformerConv on RMAT 2^20 (128 features, fp32), whose attention output is not the
+  layer's output (the skip map's sum is).
 
 On CUDA (and on CPU under ``TRITON_INTERPRET=1``) the fused Triton kernels of
 ``kernels/attention_triton.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
@@ -165,14 +171,13 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
-def _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges, bias=None,
-                  pack=None) -> list:
+def _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges, pack=None) -> list:
     """The CSR kernels' backward, with the graph's source CSR where the backward variant reads it (the op's
     backward, and the first call's timing of the CSR path); ``pack`` as :func:`attention_triton.backward`'s."""
     by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
         if attention_triton.backward_variant() in attention_triton.SOURCE_CSR_VARIANTS else None
-    return attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                     by_src=by_src, bias=bias, pack=pack)
+    return attention_triton.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                     by_src=by_src, pack=pack)
 
 
 # The path chooser runs for CUDA tensors (and forced paths anywhere); tests set this to run the automatic choice,
@@ -193,17 +198,19 @@ def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, i
 
     def forward_fn(candidate, backward=False):
         """The candidate path's forward, and with ``backward`` its backward too (every floating argument's
-        gradient, the output as the output gradient): the first call's timing of a training step."""
+        gradient, the output as the output gradient, ``D`` computed as the op's backward does): the first call's
+        timing of a training step."""
         if candidate.path == "csr":
             out, lse = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
             if backward:
-                _csr_backward(layout, out, out, lse, rowptr, col, perm, needs_grad, items, max_edges)
+                _csr_backward(layout, out, attention_triton.delta(out, out), lse, rowptr, col, perm, needs_grad, items,
+                              max_edges)
             return out, lse
         out, lse = attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
                                                message_key, eps, max_edges)
         if backward:
-            attention_paths.run_backward(candidate, layout, out, out, lse, args, roles, rowptr, col, perm, score_key,
-                                         message_key, needs_grad, max_edges)
+            attention_paths.run_backward(candidate, layout, out, attention_triton.delta(out, out), lse, args, roles,
+                                         rowptr, col, perm, score_key, message_key, needs_grad, max_edges)
         return out, lse
     return attention_paths.decide(layout, rowptr, col, perm, list(items), dtype, forward_fn), items, max_edges
 
@@ -220,60 +227,101 @@ def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, m
             scores.new_empty((num_dst, *scores.shape[1:]), dtype=torch.float32))
 
 
+def _delta_shape(out: Tensor, lse: Tensor) -> tuple | None:
+    """``(rows, heads, channels)`` of ``out`` seen per (row, head) of ``lse``, or None where ``out``'s rows do not
+    split into ``lse``'s heads (only the reference backward runs there, and it does not read ``D``)."""
+    if lse.dim() < 1 or out.dim() < lse.dim() or out.shape[0] != lse.shape[0] or \
+            tuple(out.shape[1:lse.dim()]) != tuple(lse.shape[1:]):
+        return None
+    heads = math.prod(lse.shape[1:])
+    per_row = math.prod(out.shape[1:])
+    if heads == 0 or per_row % heads:
+        return None
+    return out.shape[0], heads, per_row // heads
+
+
+@torch.library.custom_op("gnn_io::attention_delta", mutates_args=())
+def attention_delta(grad_out: Tensor, out: Tensor, lse: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``(D, bias gradient)`` of an attention op's output: ``D = <dout, out - bias>`` per (row, head) over the
+    channels, float32, shaped as ``lse`` (an empty tensor where ``out`` does not split into ``lse``'s heads), and
+    the gradient of ``bias`` (its column sum of ``dout``; an empty tensor without a bias).
+
+    The op's backward runs this before :func:`attention_backward`, which reads ``D`` instead of ``out``: the
+    forward's output is then not read by the backward's kernels, and a compiled backward frees it (its last use)
+    before the gradient buffers are allocated. TransformerConv's attention output, which its skip map's sum
+    replaces as the layer's output, was alive at the step's peak only for ``D`` (512 MiB at 2^20 x 128 in
+    float32). The bias gradient's reduction is made here too, before those buffers exist."""
+    shape = _delta_shape(out, lse)
+    if shape is None:
+        delta = lse.new_empty((0,), dtype=torch.float32)
+    elif _fused([out], lse) and shape[0]:
+        delta = attention_triton.delta(grad_out.reshape(shape), out.reshape(shape),
+                                       None if bias is None else bias.reshape(shape[1:])).view(lse.shape)
+    else:
+        centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
+        delta = (grad_out.float() * centred).reshape(shape).sum(-1).view(lse.shape)
+    bias_grad = grad_out.new_empty((0,)) if bias is None else \
+        column_sum(grad_out).to(bias.dtype).view(bias.shape)
+    return delta, bias_grad
+
+
+@attention_delta.register_fake
+def _(grad_out, out, lse, bias=None):
+    delta = lse.new_empty(lse.shape if _delta_shape(out, lse) is not None else (0,), dtype=torch.float32)
+    return delta, grad_out.new_empty((0,)) if bias is None else torch.empty_like(bias)
+
+
 @torch.library.custom_op("gnn_io::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                        row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
-                       max_edges: int, dropout_seed: Tensor | None, dropout_p: float, out: Tensor, lse: Tensor,
-                       needs_grad: list[bool], bias: Tensor | None = None) -> list[Tensor]:
-    """Gradients of the arguments flagged in ``needs_grad`` (empty tensors elsewhere), then, with a ``bias``
-    (``out`` is then the biased output), the bias's gradient."""
+                       max_edges: int, dropout_seed: Tensor | None, dropout_p: float, delta: Tensor, lse: Tensor,
+                       needs_grad: list[bool]) -> list[Tensor]:
+    """Gradients of the arguments flagged in ``needs_grad`` (empty tensors elsewhere); ``delta`` is
+    :func:`attention_delta`'s ``D``."""
     return _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
-                           max_edges, dropout_seed, dropout_p, out, lse, needs_grad, bias)
+                           max_edges, dropout_seed, dropout_p, delta, lse, needs_grad)
 
 
 def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
-                    dropout_seed, dropout_p, out, lse, needs_grad, bias, pack=None) -> list:
+                    dropout_seed, dropout_p, delta, lse, needs_grad, pack=None) -> list:
     """:func:`attention_backward`'s list; ``pack`` (argument -> its gradient's place in a packed tensor) is
     given to the CSR kernels, which write those gradients there where they can (the entry is then that place)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
-    bias_rows = None if bias is None else bias.reshape(out.shape[1:])
     if _fused(args, rowptr):
         layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
         if not isinstance(layout, str):
+            if tuple(delta.shape) != tuple(lse.shape):
+                raise ValueError(f"attention_backward: D of shape {tuple(delta.shape)} for statistics of shape "
+                                 f"{tuple(lse.shape)}")
             decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
                                                items, max_edges)
             if decision is not None and decision.path != "csr":
-                grads = attention_paths.run_backward(
-                    decision, layout, grad_out, out if bias is None else out - bias_rows, lse, args, roles, rowptr,
-                    col, perm, score_key, message_key, needs_grad, max_edges)
+                grads = attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr,
+                                                     col, perm, score_key, message_key, needs_grad, max_edges)
             else:
-                grads = _csr_backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                      bias=bias_rows, pack=pack)
+                grads = _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                      pack=pack)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
                                            dropout),
             list(args), grad_out, needs_grad)
-    grads = [g if g is not None else grad_out.new_empty((0,)) for g in grads]
-    if bias is not None:
-        grads.append(column_sum(grad_out).to(bias.dtype).view(bias.shape))
-    return grads
+    return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
 @attention_backward.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
-      dropout_p, out, lse, needs_grad, bias=None):
-    grads = [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
-    return grads + ([torch.empty_like(bias)] if bias is not None else [])
+      dropout_p, delta, lse, needs_grad):
+    return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 @torch.library.custom_op("gnn_io::attention_backward_packed", mutates_args=())
 def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                               row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
                               items: list[Tensor], max_edges: int, dropout_seed: Tensor | None, dropout_p: float,
-                              out: Tensor, lse: Tensor, needs_grad: list[bool], pack_offsets: list[int],
-                              pack_width: int, bias: Tensor | None = None) -> list[Tensor]:
+                              delta: Tensor, lse: Tensor, needs_grad: list[bool], pack_offsets: list[int],
+                              pack_width: int) -> list[Tensor]:
     """``[packed, *attention_backward's list]``: the gradient of each argument ``i`` with ``pack_offsets[i] >= 0``
     (``[rows, *F]``, ``prod(F)`` columns) sits in columns ``[pack_offsets[i], pack_offsets[i] + prod(F))`` of
     ``packed`` (``[rows, pack_width]``, the arguments' dtype), and its entry in the list is an empty tensor. The
@@ -292,7 +340,7 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     places = {i: packed[:, pack_offsets[i]:pack_offsets[i] + args[i][0].numel()].view(args[i].shape)
               for i in packed_args}
     grads = _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
-                            max_edges, dropout_seed, dropout_p, out, lse, needs_grad, bias, pack=places)
+                            max_edges, dropout_seed, dropout_p, delta, lse, needs_grad, pack=places)
     for i in packed_args:
         if grads[i] is not places[i]:
             places[i].copy_(grads[i])
@@ -341,12 +389,11 @@ def span_gaps(spans: list, width: int) -> list | None:
 
 @attention_backward_packed.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
-      dropout_p, out, lse, needs_grad, pack_offsets, pack_width, bias=None):
+      dropout_p, delta, lse, needs_grad, pack_offsets, pack_width):
     first = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)]
     grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
              for a, need, offset in zip(args, needs_grad, pack_offsets)]
-    return [first.new_empty((first.shape[0], pack_width))] + grads + \
-        ([torch.empty_like(bias)] if bias is not None else [])
+    return [first.new_empty((first.shape[0], pack_width))] + grads
 
 
 def _setup(ctx, inputs, output):
@@ -365,9 +412,11 @@ def _backward(ctx, grad_out, _grad_lse):
     saved = ctx.saved_tensors
     args, (rowptr, col, row, perm, out, lse, dropout_seed, bias), items = \
         list(saved[:num_args]), saved[num_args:num_args + 8], list(saved[num_args + 8:])
+    # D (and the bias gradient) first: out's last use, so a compiled backward frees it before the gradients exist
+    delta, bias_grad = attention_delta(grad_out, out, lse, bias)
     grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
-                               max_edges, dropout_seed, dropout_p, out, lse, ctx.needs, bias)
-    bias_grad = grads[num_args] if bias is not None and ctx.needs_input_grad[-1] else None
+                               max_edges, dropout_seed, dropout_p, delta, lse, ctx.needs)
+    bias_grad = bias_grad if bias is not None and ctx.needs_input_grad[-1] else None
     # a call may omit the trailing dropout and bias arguments
     return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
             None, [None] * len(items), None, None, None, bias_grad)[:len(ctx.needs_input_grad)]

@@ -468,18 +468,18 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
     return out, lse
 
 
-def run_backward(decision: PathDecision, layout, grad_out: Tensor, out: Tensor, lse: Tensor, args, roles,
+def run_backward(decision: PathDecision, layout, grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles,
                  rowptr: Tensor, col: Tensor, perm: Tensor, score_key: str, message_key: str, needs_grad,
                  max_edges: int):
     """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed; both regenerate
-    the forward's dropout mask from ``layout.dropout``)."""
+    the forward's dropout mask from ``layout.dropout``); ``delta`` is ``D = <dout, out>`` per (row, head)."""
     from gnn_inductor.kernels import attention_triton
 
     backward = block_sparse.dot_backward if decision.family == "dot" else block_sparse_gat.gat_backward
-    grads = backward(grad_out, out, lse, args, roles, perm, score_key, message_key, decision.blocks,
+    grads = backward(grad_out, delta, lse, args, roles, perm, score_key, message_key, decision.blocks,
                      decision.transposed, needs_grad, decision.precision == "tf32", layout.dropout)
     if decision.csr_items is not None and decision.csr_items[0].numel():
-        csr = attention_triton.backward(layout, grad_out, out, lse, rowptr, col, perm, needs_grad,
+        csr = attention_triton.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad,
                                         decision.csr_items, max_edges)
         grads = [a if b is None else (b if a is None else a + b) for a, b in zip(grads, csr)]
     return grads

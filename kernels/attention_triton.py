@@ -41,9 +41,8 @@ others ``split``:
   :data:`SPLIT_BACKWARD_LAUNCH`). The **dst pass** walks the CSR's work items and writes the gradients of
   dst-role arguments (summed in registers over the whole item: one store per item for every head, an atomic
   only for the items of a hub row), of edge-role ones (plain stores: each edge id is one address) and
-  GATv2's dense ``att`` (32 slots, as below); it also computes each row's ``D [N, H]`` from the ``dout`` row it
-  reads anyway and ``out``, and stores it for the src pass (``GNN_IO_ATTENTION_DELTA=kernel``: a separate
-  :func:`_delta_kernel` first, which reads ``dout`` a second time). The **src pass** walks the transposed CSR
+  GATv2's dense ``att`` (32 slots, as below). ``D [N, H]`` comes from :func:`delta` (``gnn_io::attention_delta``,
+  run before the backward op, so that the forward's output is not kept for the kernels). The **src pass** walks the transposed CSR
   (:class:`SourceCSR`: rows are sources, each with its edges' destinations and edge ids, and its own
   degree-split work items), recomputes each edge's score from the destination's terms, ``lse_i``, ``D_i``
   and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
@@ -119,7 +118,6 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # split, atomic, one_pass, one_pass_segment; unset: auto
-DELTA_ENV = "GNN_IO_ATTENTION_DELTA"  # "kernel": D by its own kernel before the split passes (comparisons)
 # one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
 # stored per edge and summed over each destination's CSR row (no atomics on hub rows)
 # auto (unset): one_pass_segment for the GAT family, split for the others
@@ -530,7 +528,7 @@ def _backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        out_ptr, lse_ptr, grad_out_ptr,
+        delta_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
@@ -546,8 +544,7 @@ def _backward_kernel(
     cmask = chans < head_dim
     node_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
     grad_row = tl.load(grad_out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)
-    out_row = tl.load(out_ptr + node_offsets, mask=cmask, other=0).to(tl.float32)
-    delta = tl.sum(grad_row * out_row, axis=0)
+    delta = tl.load(delta_ptr + row.to(tl.int64) * num_heads + h)
     lse = tl.load(lse_ptr + row.to(tl.int64) * num_heads + h)
     if KIND == 1:
         att = tl.load(q + h * qh + chans * qc, mask=cmask, other=0).to(tl.float32)
@@ -693,11 +690,10 @@ def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, out_ptr, bias_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s,
+        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
-        DELTA_HERE: tl.constexpr, BIAS: tl.constexpr,
         G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
@@ -711,9 +707,7 @@ def _split_backward_all_heads_kernel(
     destinations in the src pass) and ``eid_ptr`` their edge ids; ``ROW_*`` say which gradient kinds a row-role
     output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
     gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store.
-    ``DELTA_HERE`` (dst pass): the row's ``D = <dout, out>`` is computed from ``out_ptr`` here and stored for the
-    src pass, instead of read from :func:`_delta_kernel`'s result (every item of a row stores the same value);
-    ``BIAS``: ``out`` holds the biased output and ``bias_ptr`` the ``[H, C]`` bias, subtracted first."""
+    ``delta_ptr`` holds ``D = <dout, out>`` per (row, head), computed before the backward (``attention_delta``)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -731,18 +725,7 @@ def _split_backward_all_heads_kernel(
         grad_node = tl.load(grad_out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
                             other=0).to(tl.float32)
         grad_row = grad_node[None, :, :]
-        if DELTA_HERE:
-            out_node = tl.load(out_ptr + node_heads[:, None] * head_dim + chans[None, :], mask=node_mask,
-                               other=0).to(tl.float32)
-            if BIAS:
-                out_node -= tl.load(bias_ptr + heads[:, None] * head_dim + chans[None, :], mask=node_mask,
-                                    other=0).to(tl.float32)
-            delta_node = tl.sum(grad_node * out_node, axis=1)
-            if shared != 2:  # padding items have no row of their own
-                tl.store(delta_ptr + node_heads, delta_node, mask=hmask)
-            delta_row = delta_node[None, :]
-        else:
-            delta_row = tl.load(delta_ptr + node_heads, mask=hmask, other=0)[None, :]
+        delta_row = tl.load(delta_ptr + node_heads, mask=hmask, other=0)[None, :]
         lse_row = tl.load(lse_ptr + node_heads, mask=hmask, other=0)[None, :]
     if KIND == 1:
         att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
@@ -982,7 +965,7 @@ def _backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        out_ptr, lse_ptr, grad_out_ptr,
+        delta_ptr, lse_ptr, grad_out_ptr,
         gs0, gs1, gs2, gq, gv0, gv1,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
@@ -1006,8 +989,7 @@ def _backward_all_heads_kernel(
     row_width = num_heads * head_dim
     node_offsets = row.to(tl.int64) * row_width + heads[:, None] * head_dim + chans[None, :]
     grad_rows = tl.load(grad_out_ptr + node_offsets, mask=node_mask, other=0).to(tl.float32)
-    out_rows = tl.load(out_ptr + node_offsets, mask=node_mask, other=0).to(tl.float32)
-    delta = tl.sum(grad_rows * out_rows, axis=1)
+    delta = tl.load(delta_ptr + row.to(tl.int64) * num_heads + heads, mask=hmask, other=0)
     lse = tl.load(lse_ptr + row.to(tl.int64) * num_heads + heads, mask=hmask, other=0)
     if KIND == 1:
         att = tl.load(q + heads[:, None] * qh + chans[None, :] * qc, mask=node_mask, other=0).to(tl.float32)
@@ -1387,16 +1369,6 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
     return view_grad.sum_to_size(arg.shape)
 
 
-def delta_variant() -> str:
-    """Where the split backward computes ``D = <dout, out>``: ``"pass"`` (default: in the dst pass, which reads
-    each row's ``dout`` anyway) or ``"kernel"`` (:func:`_delta_kernel` first, a second read of ``dout``; what the
-    one-pass GAT form always does), from ``GNN_IO_ATTENTION_DELTA``, read at each call."""
-    variant = os.environ.get(DELTA_ENV) or "pass"
-    if variant not in ("pass", "kernel"):
-        raise SettingError(f"{DELTA_ENV}={variant!r}: set it to pass or kernel (or leave it unset)")
-    return variant
-
-
 def backward_variant() -> str:
     """Which backward the op runs: ``"auto"`` (default: ``"one_pass_segment"`` for the GAT family, ``"split"``
     for the others), ``"split"``, ``"atomic"``, ``"one_pass"`` or ``"one_pass_segment"`` (the split backward with
@@ -1498,12 +1470,13 @@ def one_pass_outputs(form: AttentionForm, dst_outputs: list, src_outputs: list) 
                     for _, role, t, v, q in dst_outputs))
 
 
-def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
+def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
              variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None,
-             bias: Tensor | None = None, pack: dict | None = None):
+             pack: dict | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
-    regenerated from ``layout.dropout``.
+    regenerated from ``layout.dropout``. ``delta`` is ``D = <dout, out>`` per (row, head), float32 and shaped as
+    ``lse`` (:func:`delta`, run before the backward so that the forward's output need not be kept for it).
 
     With ``by_src`` (:func:`source_csr` of the whole graph) the split backward runs, for all heads at once;
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
@@ -1512,9 +1485,7 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
     counted too. ``one_pass`` (default: on unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split``): for the GAT
     family the src pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`): per edge, summed
     per destination after it (``one_pass_segment``, and the default ``auto``), or by atomics (``one_pass``); the
-    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. With ``bias`` (``[H, C]``),
-    ``out`` is the biased output (kernels/attention.py): the dst pass and :func:`_delta` subtract it where they
-    compute ``D``, the atomic variant gets ``out - bias``. ``config`` (launch keys ``block_e``, ``num_warps``...)
+    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. ``config`` (launch keys ``block_e``, ``num_warps``...)
     overrides both split passes' launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one
     pass's.
 
@@ -1565,11 +1536,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
         else:  # [E, H] by edge id; zeros: an edge without a source row is walked by no program
             buffers[i] = torch.zeros((col.numel(), layout.heads), dtype=torch.float32, device=rowptr.device)
     (item_row, item_start, item_end, item_shared), max_edges = _items(rowptr, col, items, max_edges)
+    delta = delta.contiguous()
     if not split:
-        _atomic_backward(layout, buffers, grad_out, out if bias is None else out - bias, lse, col, perm,
-                         (item_row, item_start, item_end), config, variant)
+        _atomic_backward(layout, buffers, grad_out, delta, lse, col, perm, (item_row, item_start, item_end),
+                         config, variant)
     else:
-        # BLOCK_C of at least 16: the delta kernel reads rows of BLOCK_C channels
         given = config or {}
         overrides = {k: v for k, v in given.items() if k not in ("dst", "src")}
 
@@ -1579,18 +1550,11 @@ def backward(layout: _Layout, grad_out: Tensor, out: Tensor, lse: Tensor, rowptr
                     **overrides, **(given.get(name) or {})}
         dst_launch, src_launch = split_launch(form.family)
         config, src_config = pass_config(dst_launch, "dst"), pass_config(src_launch, "src")
-        grad_out, out = grad_out.contiguous(), out.contiguous()
+        grad_out = grad_out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
-        dst_pass = bool(dst_outputs) or att_grad is not None
-        # D in the dst pass, which reads each row's dout anyway (its items cover every row with edges, all the src
-        # pass reads), else its own kernel
-        delta_here = dst_pass and delta_variant() == "pass"
-        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device) if delta_here else \
-            _delta(grad_out, out, config["block_c"], bias)
-        if dst_pass:
+        if dst_outputs or att_grad is not None:
             _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
-                        col, perm, grad_out, lse, delta, config, out if delta_here else None,
-                        bias.contiguous() if delta_here and bias is not None else None)
+                        col, perm, grad_out, lse, delta, config)
         if src_outputs:
             _split_pass(layout, ROLE_SRC, src_outputs, buffers, None, by_src.items, by_src.dst, by_src.eid, grad_out,
                         lse, delta, src_config)
@@ -1669,11 +1633,9 @@ def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device, targets: 
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, out: Tensor | None = None,
-                bias: Tensor | None = None) -> None:
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
     """One launch of :func:`_split_backward_all_heads_kernel`: the dst pass (``major == ROLE_DST``) or the src
-    pass; with ``out`` (dst pass) the kernel computes ``delta`` itself and stores it, from ``out - bias`` with a
-    ``bias`` (``[H, C]``, contiguous)."""
+    pass."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     # an edge-role output is stored by edge id (the segment variant's per-edge dst score terms too)
@@ -1691,20 +1653,22 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
              "GATT": att_grad is not None}
     if not items[0].shape[0]:
         return
-    args = (*items, other, eid, *pointers, lse, delta, grad_out, grad_out if out is None else out,
-            lse if bias is None else bias, *grads,
+    args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads,
             lse if att_grad is None else att_grad, *strides,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
-        *args, **constexprs, MAJOR=major, DELTA_HERE=out is not None, BIAS=bias is not None, **specs, **flags,
+        *args, **constexprs, MAJOR=major, **specs, **flags,
         DENSE_SLOTS=DENSE_GRAD_SLOTS,
         BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
 
 
-def _delta(grad_out: Tensor, out: Tensor, block_c: int, bias: Tensor | None = None) -> Tensor:
-    """``D = <dout, out>`` over channels, float32 ``[N, H]``, from contiguous ``[N, H, C]`` tensors; with ``bias``
-    (``[H, C]`` or its flat view), ``D = <dout, out - bias>``, the bias subtracted in the kernel."""
+def delta(grad_out: Tensor, out: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``D = <dout, out>`` over channels, float32 ``[N, H]``, from ``[N, H, C]`` tensors (one kernel, each read
+    once); with ``bias`` (``[H, C]`` or its flat view), ``D = <dout, out - bias>``, the bias subtracted in the
+    kernel (no ``out - bias`` tensor)."""
+    grad_out, out = grad_out.contiguous(), out.contiguous()
     num_dst, heads, channels = out.shape
+    block_c = max(16, next_power_of_2(channels))
     delta = torch.empty((num_dst, heads), dtype=torch.float32, device=out.device)
     block_r = max(1, 2048 // block_c)
     if delta.numel():
@@ -1714,7 +1678,7 @@ def _delta(grad_out: Tensor, out: Tensor, block_c: int, bias: Tensor | None = No
     return delta
 
 
-def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tensor, lse: Tensor, col: Tensor,
+def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, delta: Tensor, lse: Tensor, col: Tensor,
                      perm: Tensor, items, config: dict | None, variant: str | None) -> None:
     """The one-pass backward: src- and edge-role gradients are float32 atomics of every edge block."""
     form, heads, channels = layout.form, layout.heads, layout.channels
@@ -1729,7 +1693,7 @@ def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, out: Tens
              "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
     pointers, constexprs = _common_slots(layout)
     if item_row.shape[0]:
-        kernel_args = (item_row, item_start, item_end, col, perm, *pointers, out, lse, grad_out.contiguous(),
+        kernel_args = (item_row, item_start, item_end, col, perm, *pointers, delta, lse, grad_out.contiguous(),
                        *[lse if g is None else g for g in grads], heads, channels, form.negative_slope,
                        form.score_scale, form.message_scale)
         if all_heads:

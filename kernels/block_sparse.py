@@ -485,7 +485,7 @@ def head_launch(name: str, heads: int, dtype: torch.dtype | None, block_c: int) 
     return cdiv(heads, block_h), block_h, options
 
 
-def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
+def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
                  message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
                  allow_tf32: bool = False, dropout: Dropout | None = None) -> list:
     r"""Gradients of :func:`dot_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
@@ -508,8 +508,7 @@ def dot_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     need_key = any(needs_grad[i] for i in form.score_terms)
     need_value = any(needs_grad[i] for i in form.value_terms)
     device = blocks.tile_ptr.device
-    # D = <dO, O> per (row, head) in one kernel (was two float32 copies, a product and a sum)
-    delta = attention_triton._delta(grad_out.contiguous(), out.contiguous(), max(16, next_power_of_2(channels)))
+    delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
     grad_out = grad_out.to(query.dtype).contiguous()
     common = {"DROPOUT": dropout is not None, "PRECISION": _precision(allow_tf32, query.dtype),
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
@@ -563,7 +562,7 @@ def attention_function(name: str, forward_fn, backward_fn, doc: str) -> type:
         blocks, transposed, roles, score_key, message_key, allow_tf32, dropout = ctx.meta
         perm, out, lse, *args = ctx.saved_tensors
         needs_grad = list(ctx.needs_input_grad[10:])
-        grads = backward_fn(grad_out, out, lse, args, roles, perm, score_key, message_key, blocks, transposed,
+        grads = backward_fn(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score_key, message_key, blocks, transposed,
                             needs_grad, allow_tf32, dropout)
         return (None,) * 10 + tuple(grads)
 

@@ -460,7 +460,7 @@ def _gat_backward_source_kernel(
         tl.store(grad_value_ptr + offsets, grad_value, mask=src_mask)
 
 
-def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
+def gat_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
                  message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
                  allow_tf32: bool = False, dropout: Dropout | None = None) -> list:
     """Gradients of :func:`gat_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
@@ -479,8 +479,7 @@ def gat_backward(grad_out: Tensor, out: Tensor, lse: Tensor, args, roles, perm: 
     need_value = needed(form.value_terms)
     need_att = v2 and bool(needs_grad[form.query])
     device = blocks.tile_ptr.device
-    # D = <dO, O> per (row, head) in one kernel (was two float32 copies, a product and a sum)
-    delta = attention_triton._delta(grad_out.contiguous(), out.contiguous(), max(16, next_power_of_2(channels)))
+    delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
     grad_out = grad_out.to(ops.value.dtype).contiguous()
     pointers, constexprs = _kernel_operands(ops)
     precision = _precision(allow_tf32, ops.value.dtype)

@@ -157,7 +157,8 @@ def test_packed_op_zeroes_the_columns_between_spans(monkeypatch):
     args, roles = [torch.randn(20, 2, 3), torch.randn(20, 2), torch.randn(20, 2)], [0, 0, 1]
     out, lse = torch.ops.gnn_io.attention_forward(args, roles, rowptr, col, row, perm, score, message, 1e-16, [], 0)
     grad_out = torch.randn_like(out)
-    common = (grad_out, args, roles, rowptr, col, row, perm, score, message, 1e-16, [], 0, None, 0.0, out, lse,
+    delta = torch.ops.gnn_io.attention_delta(grad_out, out, lse)[0]
+    common = (grad_out, args, roles, rowptr, col, row, perm, score, message, 1e-16, [], 0, None, 0.0, delta, lse,
               [True, True, True])
     want = torch.ops.gnn_io.attention_backward(*common)
     real_empty = torch.empty

@@ -300,7 +300,8 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
                                                   *dropout)
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     needs = [a.is_floating_point() for a in args]
-    common = (grad, args, roles, *on_device, score, message, EPS, items, MAX_EDGES, *dropout, out, lse, needs)
+    delta = torch.ops.gnn_io.attention_delta(grad, out, lse)[0]
+    common = (grad, args, roles, *on_device, score, message, EPS, items, MAX_EDGES, *dropout, delta, lse, needs)
     want = torch.ops.gnn_io.attention_backward(*common)
     rows = [i for i, a in enumerate(args) if a.dim() >= 2 and a.shape[0] == NUM_NODES and needs[i]]
     offsets, width = [-1] * len(args), 0
@@ -338,7 +339,7 @@ def test_packed_backward_checks_its_layout(plan):
 
     def call(offsets, total, needs=(True, True, True)):
         return torch.ops.gnn_io.attention_backward_packed(out, args, roles, *plan[:4], score, message, EPS, [], 0,
-                                                          None, 0.0, out, lse, list(needs), offsets, total)
+                                                          None, 0.0, lse, lse, list(needs), offsets, total)
     with pytest.raises(ValueError, match="overlap or leave"):
         call([0, 2 * width, -1], 2 * width)
     with pytest.raises(ValueError, match="overlap or leave"):

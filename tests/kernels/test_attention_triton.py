@@ -288,16 +288,12 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant, delta", [("split", "pass"), ("split", "kernel"), ("one_pass", "pass"),
-                                                     ("one_pass_segment", "pass")])
-def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, delta, poisoned_empty,
-                                                        monkeypatch):
+@pytest.mark.parametrize("backward_variant", ["split", "one_pass", "one_pass_segment"])
+def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
-    stored; nothing is left unwritten, and the gradients are the reference's. ``D`` too starts uninitialised
-    when the dst pass computes it (``delta="pass"``) for the src pass to read."""
+    stored; nothing is left unwritten, and the gradients are the reference's. ``D`` starts uninitialised too."""
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
-    monkeypatch.setenv(attention_triton.DELTA_ENV, delta)
     score_fn, message_fn, _, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
@@ -390,11 +386,11 @@ def test_variants_mix(plan, forward_variant, backward_variant):
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     needs = [True] * len(args)
     out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant=forward_variant)
-    mixed = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
-                                      variant=backward_variant)
+    mixed = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+                                      needs, items, MAX_EDGES, variant=backward_variant)
     out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant="per_head")
-    default = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
-                                        variant="per_head")
+    default = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+                                        needs, items, MAX_EDGES, variant="per_head")
     for i, (g, r) in enumerate(zip(mixed, default)):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
 
@@ -431,8 +427,8 @@ def test_split_passes_launch_apart(plan, name, monkeypatch):
     def run(setting, config=None):
         monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, setting)
         launches.clear()
-        grads = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
-                                          by_src=by_src, config=config)
+        grads = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+                                          needs, items, MAX_EDGES, by_src=by_src, config=config)
         return grads, dict(launches)
     measured, blocks = run("measured")
     width = next_power_of_2(HEADS) * max(16, next_power_of_2(CHANNELS))  # BLOCK_H * BLOCK_C of this case
@@ -448,7 +444,8 @@ def test_split_passes_launch_apart(plan, name, monkeypatch):
             assert_close(c, a.double().cpu(), torch.float32, f"grad of argument {i}, one edge per block")
     monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, "fastest")
     with pytest.raises(SettingError, match="GNN_IO_SPLIT_LAUNCH"):
-        attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES, by_src=by_src)
+        attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm, needs,
+                                  items, MAX_EDGES, by_src=by_src)
 
 
 @runs_kernel
@@ -477,8 +474,9 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
     for one_pass in (True, False):
         passes.clear()
         summed.clear()
-        grads[one_pass] = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items,
-                                                    MAX_EDGES, by_src=by_src, one_pass=one_pass)
+        grads[one_pass] = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr,
+                                                    col, perm, needs, items, MAX_EDGES, by_src=by_src,
+                                                    one_pass=one_pass)
         expected = [ROLE_SRC] if one_pass and family == "gat" else [ROLE_DST, ROLE_SRC]
         assert passes == expected, (one_pass, passes)
         # GAT's one dst-role score term: summed per destination by the SpMM in the segment variant only
@@ -516,10 +514,11 @@ def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_pos
     monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, outputs, *a: (
         store_roles.extend(o[1] for o in outputs if layout.roles[o[0]] == ROLE_DST),
         launch(layout, major, outputs, *a)))
-    got = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES, by_src=by_src)
+    got = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm, needs,
+                                    items, MAX_EDGES, by_src=by_src)
     assert store_roles == [attention_triton._BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
-    two_pass = attention_triton.backward(layout, grad, out, lse, rowptr, col, perm, needs, items, MAX_EDGES,
-                                         by_src=by_src, one_pass=False)
+    two_pass = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+                                         needs, items, MAX_EDGES, by_src=by_src, one_pass=False)
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
     _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], _fn(score_fn), _fn(message_fn), EPS,
                                                           dropout_for(name)), wide, grad.double().cpu())
@@ -568,18 +567,16 @@ def _check_bias(plan, name, device, dtype=torch.float32):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("heads, backward_variant, delta", [
-    ("all", "split", "pass"), ("all", "split", "kernel"), ("all", "one_pass", "pass"), ("all", "one_pass_segment", "pass"),
-    ("per_head", "atomic", "pass")])
-def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, delta, poisoned_empty,
+@pytest.mark.parametrize("heads, backward_variant", [
+    ("all", "split"), ("all", "one_pass"), ("all", "one_pass_segment"), ("per_head", "atomic")])
+def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, poisoned_empty,
                                                         monkeypatch):
     """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor: added by the all-heads kernel and
     the hub combine as they store a row, written into the rows without edges (outputs start uninitialised), added
-    afterwards behind the per-head kernel. Every backward variant takes ``D = <dout, out - b>`` (the dst pass
-    subtracts ``b`` itself, the others get ``out - b``), and ``b``'s gradient is ``dout`` summed over the rows."""
+    afterwards behind the per-head kernel. Every backward variant reads ``D = <dout, out - b>`` (``attention_delta``
+    subtracts ``b`` in its kernel), and ``b``'s gradient is ``dout`` summed over the rows."""
     monkeypatch.setenv(attention_triton.HEADS_ENV, heads)
     monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
-    monkeypatch.setenv(attention_triton.DELTA_ENV, delta)
     _check_bias(plan, name, DEVICE)
 
 

@@ -10,7 +10,7 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import block_sparse, rng
+from gnn_inductor.kernels import attention_triton, block_sparse, rng
 from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention import _reference_with_lse, attention_reference
 from gnn_inductor.kernels.block_sparse import (
@@ -331,7 +331,8 @@ def test_dot_backward_only_what_is_needed():
     args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
     out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
     grad_out = torch.ones_like(out)
-    grads = dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+    grads = dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score, message,
+                         blocks, transposed,
                          [True, False, False], dropout=dropout)
     assert grads[1] is None and grads[2] is None and grads[0].shape == args[0].shape
 
@@ -352,7 +353,8 @@ def test_launch_options_change_no_result(monkeypatch):
 
     def run():
         out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
-        return [out, lse] + dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+        return [out, lse] + dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+                                         score, message, blocks, transposed,
                                          [True] * len(args))
     expected = run()
     for launch in ({"num_warps": 4, "num_stages": 3}, {"num_warps": 1, "num_stages": 1}):
@@ -385,7 +387,8 @@ def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypat
             for key in (name, f"{name}:fp32"):
                 monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {"heads": per_program})
         out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
-        return [out, lse] + dot_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+        return [out, lse] + dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+                                         score, message, blocks, transposed,
                                          [True] * len(args), dropout=dropout)
     expected = run(1)
     assert expected[0].abs().max() > 0.1 and all(g.abs().max() > 0.01 for g in expected[2:])

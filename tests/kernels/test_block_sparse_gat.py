@@ -213,7 +213,8 @@ def test_gat_backward_only_what_is_needed(name):
     grad_out = torch.ones_like(out)
     for picked in range(len(args)):
         needs = [i == picked for i in range(len(args))]
-        grads = gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed, needs,
+        grads = gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score, message,
+                             blocks, transposed, needs,
                              dropout=dropout)
         assert all((g is not None) == need for g, need in zip(grads, needs))
         assert grads[picked].shape == args[picked].shape and grads[picked].abs().max() > 0
@@ -232,7 +233,8 @@ def test_launch_options_change_no_result(name, monkeypatch):
 
     def run():
         out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS)
-        return [out, lse] + gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+        return [out, lse] + gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+                                         score, message, blocks, transposed,
                                          [True] * len(args))
     expected = run()
     for key in block_sparse.BLOCK_LAUNCH:
@@ -259,7 +261,8 @@ def test_all_heads_program_masks_the_padded_heads(name, max_channels, monkeypatc
     def run(per_program):
         set_heads_per_program(monkeypatch, per_program)
         out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS, dropout=dropout)
-        return [out, lse] + gat_backward(grad_out, out, lse, args, roles, perm, score, message, blocks, transposed,
+        return [out, lse] + gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+                                         score, message, blocks, transposed,
                                          [True] * len(args), dropout=dropout)
     expected = run(1)
     assert all(t.abs().max() > 0.01 for t in expected[2:]), "every gradient exercised"
