@@ -50,6 +50,7 @@
 #   bash benchmarks/pending_gpu.sh session21p # GCN bf16 on the block model: the pick against each forced path (A/B)
 #   bash benchmarks/pending_gpu.sh session21q # the final state's CUDA tests (SpMM paths, dense layers, attention)
 #   bash benchmarks/pending_gpu.sh session22  # memory anatomy of GATv2Conv and TransformerConv (RMAT 2^20)
+#   bash benchmarks/pending_gpu.sh session22b # D in its own op: attention CUDA tests, anatomy, RMAT 2^20 harness
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -578,9 +579,18 @@ elif [[ $what == session22 ]]; then
   timeout 500 python3 -m benchmarks.memory_anatomy --layers gatv2,transformer --graph rmat-large --modes gnn_io \
     >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; tail -3 "$out/anatomy_stderr.txt"
   head -90 "$out/anatomy.txt"
+elif [[ $what == session22b ]]; then
+  # gnn_io::attention_delta before the backward op: CUDA tests of the attention kernels, then what the step holds
+  # at its peak and the harness lines of the three attention layers on RMAT 2^20
+  CI=1 GNN_IO_STRICT=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_delta.py \
+    tests/kernels/test_attention_triton.py tests/kernels/test_attention_split_backward.py tests/test_packed_grads.py \
+    tests/gpu/test_attention_cuda.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -3
+  timeout 200 python3 -m benchmarks.memory_anatomy --layers gatv2,transformer --graph rmat-large --modes gnn_io \
+    >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; grep -A8 "alive at its peak" "$out/anatomy.txt"
+  harness_table 240 attention --graphs rmat-large --layers gat,gatv2,transformer --modes gnn_io --reps 10
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b]" >&2; exit 2
 fi
