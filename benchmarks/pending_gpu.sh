@@ -51,6 +51,7 @@
 #   bash benchmarks/pending_gpu.sh session21q # the final state's CUDA tests (SpMM paths, dense layers, attention)
 #   bash benchmarks/pending_gpu.sh session22  # memory anatomy of GATv2Conv and TransformerConv (RMAT 2^20)
 #   bash benchmarks/pending_gpu.sh session22b # D in its own op: attention CUDA tests, anatomy, RMAT 2^20 harness
+#   bash benchmarks/pending_gpu.sh session22c # the CUDA tests 22b's timeout cut; TF32 reorder gain, block model
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -588,9 +589,24 @@ elif [[ $what == session22b ]]; then
   timeout 200 python3 -m benchmarks.memory_anatomy --layers gatv2,transformer --graph rmat-large --modes gnn_io \
     >"$out/anatomy.txt" 2>"$out/anatomy_stderr.txt"; grep -A8 "alive at its peak" "$out/anatomy.txt"
   harness_table 240 attention --graphs rmat-large --layers gat,gatv2,transformer --modes gnn_io --reps 10
+elif [[ $what == session22c ]]; then
+  # the attention CUDA tests session22b's timeout cut, the block-sparse kernels' (their backward reads D now)
+  CI=1 GNN_IO_STRICT=1 timeout 330 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_cuda.py \
+    tests/test_packed_grads.py tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -3
+  # issue 8: the reordering's predicted gain against the measured one in TF32 (session 18 had one odd sample)
+  harness_table 200 tf32_order --graphs sbm-dense --layers transformer --modes gnn_io --tf32 --reps 5 | tail -2
+  python3 - "$out/tf32_order/results.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    for d in r.get("path_decisions", []) or []:
+        print(r["layer"], {k: d.get(k) for k in ("path", "order", "reason", "predicted_ms", "measured_forward_ms",
+                                                  "order_build_ms")})
+PY
+  rm -f "$out/tf32_order/speedup.png" "$out/tf32_order/results.md"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[bc]" >&2; exit 2
 fi
