@@ -52,6 +52,7 @@
 #   bash benchmarks/pending_gpu.sh session22  # memory anatomy of GATv2Conv and TransformerConv (RMAT 2^20)
 #   bash benchmarks/pending_gpu.sh session22b # D in its own op: attention CUDA tests, anatomy, RMAT 2^20 harness
 #   bash benchmarks/pending_gpu.sh session22c # the CUDA tests 22b's timeout cut; TF32 reorder gain, block model
+#   bash benchmarks/pending_gpu.sh session22d # op-level CSR and block dot attention (refit); reorder gain again
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -604,9 +605,24 @@ for r in json.load(open(sys.argv[1]))["results"]:
                                                   "order_build_ms")})
 PY
   rm -f "$out/tf32_order/speedup.png" "$out/tf32_order/results.md"
+elif [[ $what == session22d ]]; then
+  # the dot attention op (fwd+bwd) per path and order on four graphs, for the CSR constants of the cost model;
+  # then the TF32 order gain with the identity order timed as what it would run
+  timeout 360 python3 -m benchmarks.probe --parts attention --families dot --orders none,rcm \
+    --graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel \
+    --attention-graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel --out "$out/probe" \
+    >"$out/probe.txt" 2>&1; grep "^| attention" "$out/probe.txt" | cut -c1-230
+  harness_table 170 tf32_order --graphs sbm-dense --layers transformer --modes gnn_io --tf32 --reps 5 | tail -1
+  python3 - "$out/tf32_order/results.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    for d in (r.get("path_decisions", []) or [])[-1:]:
+        print(r["layer"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
+PY
+  rm -f "$out/tf32_order/speedup.png" "$out/tf32_order/results.md"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[bc]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-d]" >&2; exit 2
 fi

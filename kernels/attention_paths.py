@@ -436,19 +436,30 @@ def _format_bytes(blocks: block_sparse.BlockFormat) -> int:
 
 def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items, precision, scale, mode) -> dict:
     """Forward+backward time with the chosen order and without (:func:`_paired_ms`), once: the measured gain, in
-    the unit of the predicted one."""
+    the unit of the predicted one. Without the order, what runs is what the cost model predicted for the identity
+    order (``hybrid[none]``): its windows on the block kernel and the other rows on the CSR kernel, or, where it
+    picks no window, the CSR path alone (key ``"none fwd+bwd (csr)"``). Session 18 and 22 timed a hybrid of zero
+    windows there, whose CSR rows take the hybrid's atomic backward (14.8 ms against the CSR path's 7.5 on the block
+    model, TransformerConv in TF32): a gain 16x the predicted one that no path would give."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
-    restricted = _restricted(blocks, chosen)
     num_rows = rowptr.numel() - 1
-    # the backward runs too: the source pass needs the transposed format of the kept windows (identity order)
-    plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=restricted,
-                         transposed=block_sparse.transpose_block_format(restricted, num_rows),
-                         csr_items=_csr_items(blocks, chosen, items, num_rows))
-    out = _paired_ms(rowptr.device, {f"{name} fwd+bwd": lambda c=candidate: forward_fn(c, backward=True)
-                                     for name, candidate in (("none", plain), (decision.order, decision))})
+    if bool(chosen.any()):
+        restricted = _restricted(blocks, chosen)
+        # the backward runs too: the source pass needs the transposed format of the kept windows (identity order)
+        plain = PathDecision("hybrid", "timing", decision.family, precision, blocks=restricted,
+                             transposed=block_sparse.transpose_block_format(restricted, num_rows),
+                             csr_items=_csr_items(blocks, chosen, items, num_rows))
+        name = "none fwd+bwd"
+    else:
+        plain, name = PathDecision("csr", "timing", decision.family, precision), "none fwd+bwd (csr)"
     entry.formats.pop("none", None)  # rebuilt for this timing only
+    sources_before = set(entry.csr_by_src)
+    out = _paired_ms(rowptr.device, {n: lambda c=candidate: forward_fn(c, backward=True)
+                                     for n, candidate in ((name, plain), (f"{decision.order} fwd+bwd", decision))})
+    for key in set(entry.csr_by_src) - sources_before:  # the CSR backward's source CSR, built for this timing only
+        del entry.csr_by_src[key]
     return out
 
 
