@@ -53,6 +53,7 @@
 #   bash benchmarks/pending_gpu.sh session22b # D in its own op: attention CUDA tests, anatomy, RMAT 2^20 harness
 #   bash benchmarks/pending_gpu.sh session22c # the CUDA tests 22b's timeout cut; TF32 reorder gain, block model
 #   bash benchmarks/pending_gpu.sh session22d # op-level CSR and block dot attention (refit); reorder gain again
+#   bash benchmarks/pending_gpu.sh session22e # the final state's attention CUDA tests, in two timed parts
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -620,9 +621,17 @@ for r in json.load(open(sys.argv[1]))["results"]:
         print(r["layer"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
 PY
   rm -f "$out/tf32_order/speedup.png" "$out/tf32_order/results.md"
+elif [[ $what == session22e ]]; then
+  # the final state's attention tests on CUDA, in two parts so that each prints its summary within its timeout
+  CI=1 GNN_IO_STRICT=1 timeout 270 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_cuda.py \
+    tests/kernels/test_attention_delta.py tests/test_packed_grads.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests_1.txt" | tail -2
+  CI=1 GNN_IO_STRICT=1 timeout 290 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+    tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests_2.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-d]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-e]" >&2; exit 2
 fi
