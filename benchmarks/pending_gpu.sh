@@ -54,6 +54,7 @@
 #   bash benchmarks/pending_gpu.sh session22c # the CUDA tests 22b's timeout cut; TF32 reorder gain, block model
 #   bash benchmarks/pending_gpu.sh session22d # op-level CSR and block dot attention (refit); reorder gain again
 #   bash benchmarks/pending_gpu.sh session22e # the final state's attention CUDA tests, in two timed parts
+#   bash benchmarks/pending_gpu.sh session22f # the refit dot cost model (TF32): picks against forced paths, order gain
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -629,9 +630,26 @@ elif [[ $what == session22e ]]; then
   CI=1 GNN_IO_STRICT=1 timeout 290 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
     tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py -k "not interpreter" 2>&1 \
     | tee "$out/gpu_tests_2.txt" | tail -2
+elif [[ $what == session22f ]]; then
+  # the refit TF32 dot model (CSR locality term, block constants): the pick against each forced path on four
+  # graphs, each decision printed (predicted and measured gains), then the path tests on CUDA
+  harness_table 300 tf32_dense --graphs sbm-dense,batch-random --layers transformer \
+    --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| [a-zM]"
+  harness_table 150 tf32_sparse --graphs rmat-arxiv,MUSAE-wikipedia-squirrel --layers transformer \
+    --modes gnn_io,gnn_io_csr --tf32 --reps 5 | grep "^| [a-zM]"
+  python3 - "$out/tf32_dense/results.json" "$out/tf32_sparse/results.json" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    for r in json.load(open(path))["results"]:
+        if r["mode"] == "gnn_io":
+            for d in (r.get("path_decisions", []) or [])[-1:]:
+                print(r["graph"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
+PY
+  rm -f "$out"/tf32_*/speedup.png "$out"/tf32_*/results.md
+  kernel_tests 120 tests/kernels/test_attention_paths.py
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-e]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-f]" >&2; exit 2
 fi

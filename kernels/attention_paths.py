@@ -16,10 +16,14 @@ constants and the measurements they come from are in :data:`CALIBRATION`, per fa
 scaled by ``heads x channels / 128``:
 
 .. math::
-    t_\mathrm{csr}(w) = a \cdot E_w + b \cdot R_w, \qquad t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
+    t_\mathrm{csr}(w) = (a + g \cdot T_0 / E) \cdot E_w + b \cdot R_w, \qquad t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
 
 with ``E_w`` the edges, ``T_w`` the tiles and ``R_w`` the rows of window ``w``, plus a fixed cost per call
-for each kernel that runs. A window is eligible for Tensor Cores when it has no duplicate pair and at most
+for each kernel that runs. ``T_0 / E`` is the graph's tiles per edge in its own node order (the identity
+order's block format): the CSR kernel runs in that order whatever order the block format takes, and its gathers
+cost more where a window's neighbours scatter over many tiles (TransformerConv in fp32 on the H100: 7.68 ms on
+the block model in random order, 6.8M edges and 0.064 tiles per edge, against 7.95 on the 20,000 batched graphs,
+16.3M edges and 0.017 tiles per edge; session 22). A window is eligible for Tensor Cores when it has no duplicate pair and at most
 :data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR kernel splits hubs).
 The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
 ``t_block(w) < t_csr(w)``; the cheapest total wins. Where that is block or hybrid (and no path is forced),
@@ -86,13 +90,21 @@ MEASURED_MARGIN = 0.05   # a block or hybrid pick must measure this much faster 
 # capped 0.1 ms under the CSR one (a free intercept fit 2.1-2.5 ms in half, above CSR's, which sent every small
 # graph to CSR whatever its tiles). The fits are within 4% of the four points. Before (session 17, one graph):
 # dot 17.2 / 12.4, GAT 12.8 / 12.0 ns per tile (TF32 / half).
-_CSR_DOT = {"csr_per_edge": 0.435, "csr_per_row": 0.0, "csr_fixed_ms": 2.76}
+# Session 22 refit the dot family's fp32 CSR kernel (used in TF32 and IEEE) and its TF32 block kernel on four graphs
+# (docs/benchmarks/session22/call4_probe_dot.md, H100, op forward+backward): the CSR kernel per edge plus per tile
+# of the identity order (``csr_per_identity_tile``, the locality term above), within 11% of the block model, the
+# batched graphs, RMAT 2^17 and squirrel (a per-edge term alone missed by up to 70%: 5.74 ms predicted against 7.68
+# on the block model, 9.87 against 7.95 on the batched graphs); the block kernel from its all-block rows (the block
+# model and the batched graphs, identity and RCM orders), within 3%, no per-row term (the old 3.0 ns per row
+# predicted 7.97 ms for 5.78 on the batched graphs). Before: CSR 0.435 ns per edge + 2.76 ms; block 16.0 ns per
+# tile, 3.0 per row, 0.45 ms. The half-precision constants still matched (within 10%) and stay.
+_CSR_DOT = {"csr_per_edge": 0.201, "csr_per_identity_tile": 10.9, "csr_per_row": 0.0, "csr_fixed_ms": 1.59}
 _CSR_DOT_HALF = {"csr_per_edge": 0.466, "csr_per_row": 0.0, "csr_fixed_ms": 1.97}
 _CSR_GAT = {"csr_per_edge": 0.277, "csr_per_row": 0.0, "csr_fixed_ms": 2.23}
 _CSR_GAT_HALF = {"csr_per_edge": 0.243, "csr_per_row": 0.0, "csr_fixed_ms": 2.07}
 CALIBRATION = {
     "dot": {
-        "tf32": {**_CSR_DOT, "block_per_tile": 16.0, "block_per_row": 3.0, "block_fixed_ms": 0.45},
+        "tf32": {**_CSR_DOT, "block_per_tile": 16.3, "block_per_row": 0.0, "block_fixed_ms": 1.33},
         "half": {**_CSR_DOT_HALF, "block_per_tile": 6.3, "block_per_row": 0.3, "block_fixed_ms": 1.87},
         "ieee": {**_CSR_DOT, "block_per_tile": 100.0, "block_per_row": 4.3, "block_fixed_ms": 0.56},
     },
@@ -164,6 +176,7 @@ class _PlanEntry:
         self.formats: dict = {}      # order name -> BlockFormat
         self.decisions: dict = {}
         self.csr_by_src: dict = {}   # (num_src, max_edges) -> attention_triton.SourceCSR (split backward)
+        self.identity_tiles_per_edge: float | None = None  # the CSR cost's locality term
 
     def valid(self) -> bool:
         return tuple(t._version for t in self.tensors) == self.versions
@@ -229,8 +242,9 @@ def _calibration(family: str) -> dict:
 
 
 def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: str, scale: float,
-                 family: str = "dot") -> tuple:
-    """``(csr_ms [W], block_ms [W], edges [W], tiles [W])`` per row window (module docstring)."""
+                 family: str = "dot", identity_tiles_per_edge: float = 0.0) -> tuple:
+    """``(csr_ms [W], block_ms [W], edges [W], tiles [W])`` per row window (module docstring);
+    ``identity_tiles_per_edge`` is the graph's ``T_0 / E`` (:func:`identity_tiles_per_edge`)."""
     k = _calibration(family)[precision]
     rows = blocks.window_rows.long()
     valid = rows >= 0
@@ -238,15 +252,26 @@ def window_costs(blocks: block_sparse.BlockFormat, rowptr: Tensor, precision: st
     edges = torch.where(valid, degree[rows.clamp(min=0)], 0).sum(1)
     row_count = valid.sum(1)
     tiles = (blocks.tile_ptr[1:] - blocks.tile_ptr[:-1])
-    csr = (k["csr_per_edge"] * edges + k["csr_per_row"] * row_count) * scale * 1e-6
+    per_edge = k["csr_per_edge"] + k.get("csr_per_identity_tile", 0.0) * identity_tiles_per_edge
+    csr = (per_edge * edges + k["csr_per_row"] * row_count) * scale * 1e-6
     block = (k["block_per_tile"] * tiles + k["block_per_row"] * row_count) * scale * 1e-6
     return csr, block, edges, tiles
 
 
-def _choose_windows(blocks, rowptr, precision, scale, path: str, family: str) -> tuple:
-    """``(chosen [W] bool, predicted {csr, block, hybrid} ms)`` for one block format."""
+def identity_tiles_per_edge(entry: _PlanEntry) -> float:
+    """The graph's tiles per edge in its own node order (the CSR cost's locality term), from the identity order's
+    block format (built if it is not there), kept with the plan entry."""
+    if entry.identity_tiles_per_edge is None:
+        edges = max(1, entry.tensors[1].numel())
+        entry.identity_tiles_per_edge = _format(entry, "none").stats["tiles"] / edges
+    return entry.identity_tiles_per_edge
+
+
+def _choose_windows(blocks, rowptr, precision, scale, path: str, family: str, locality: float = 0.0) -> tuple:
+    """``(chosen [W] bool, predicted {csr, block, hybrid} ms)`` for one block format; ``locality`` is the graph's
+    :func:`identity_tiles_per_edge`."""
     k = _calibration(family)[precision]
-    csr, block, edges, tiles = window_costs(blocks, rowptr, precision, scale, family)
+    csr, block, edges, tiles = window_costs(blocks, rowptr, precision, scale, family, locality)
     eligible = blocks.dense_ok & (tiles <= MAX_WINDOW_TILES) & (tiles > 0)
 
     def total(on_block):
@@ -338,15 +363,17 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
     else:
         names = ["none"]
     candidates = {}
+    locality = identity_tiles_per_edge(entry)
     for name in names:
-        candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family)
+        candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family, locality)
     if forced is None:
         base = candidates["none"][1][mode]
         calls = expected_calls()
         for name in AUTO_ORDERS[1:]:
             predicted_build_ms = ORDER_COST_US_PER_EDGE[name] * num_edges * 1e-3
             if predicted_build_ms < calls * base * 0.9:
-                candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family)
+                candidates[name] = _choose_windows(_format(entry, name), rowptr, precision, scale, mode, family,
+                                                   locality)
         best = min(candidates, key=lambda n: candidates[n][1][mode] * calls + _order(entry, n)[1])
         if best != "none" and calls * (base - candidates[best][1][mode]) <= _order(entry, best)[1]:
             best = "none"
@@ -443,7 +470,8 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     model, TransformerConv in TF32): a gain 16x the predicted one that no path would give."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
-    chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family)
+    chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family,
+                                identity_tiles_per_edge(entry))
     num_rows = rowptr.numel() - 1
     if bool(chosen.any()):
         restricted = _restricted(blocks, chosen)

@@ -66,6 +66,26 @@ def test_window_costs_follow_the_calibration():
     torch.testing.assert_close(block, (k["block_per_tile"] * tiles + k["block_per_row"] * rows) * 1e-6)
 
 
+def test_csr_cost_grows_with_the_identity_orders_tiles_per_edge():
+    """The CSR cost's locality term (TF32 / IEEE dot calibration): per edge, ``csr_per_identity_tile`` times the
+    graph's tiles per edge in its own order, which :func:`identity_tiles_per_edge` takes from the identity order's
+    block format once per plan entry."""
+    src, dst = graph(64, 400, seed=2)
+    plan, *_ = setup(src, dst, 64)
+    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    locality = attention_paths.identity_tiles_per_edge(entry)
+    blocks = attention_paths._format(entry, "none")
+    assert locality == pytest.approx(blocks.stats["tiles"] / src.numel()) and locality > 0
+    entry.formats.clear()
+    assert attention_paths.identity_tiles_per_edge(entry) == locality and not entry.formats  # kept, not rebuilt
+    k = attention_paths.CALIBRATION["dot"]["tf32"]
+    assert k["csr_per_identity_tile"] > 0
+    csr0, block0, edges, _ = attention_paths.window_costs(blocks, plan[0], "tf32", 1.0)
+    csr1, block1, _, _ = attention_paths.window_costs(blocks, plan[0], "tf32", 1.0, identity_tiles_per_edge=locality)
+    torch.testing.assert_close(csr1 - csr0, k["csr_per_identity_tile"] * locality * edges * 1e-6)
+    torch.testing.assert_close(block1, block0)
+
+
 def test_precision_classes():
     assert attention_paths.precision_of(torch.bfloat16) == "half"
     assert attention_paths.precision_of(torch.float16) == "half"
