@@ -55,6 +55,7 @@
 #   bash benchmarks/pending_gpu.sh session22d # op-level CSR and block dot attention (refit); reorder gain again
 #   bash benchmarks/pending_gpu.sh session22e # the final state's attention CUDA tests, in two timed parts
 #   bash benchmarks/pending_gpu.sh session22f # the refit dot cost model (TF32): picks against forced paths, order gain
+#   bash benchmarks/pending_gpu.sh session22g # TF32 pick against forced CSR on the two sparse graphs, interleaved
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -647,9 +648,15 @@ for path in sys.argv[1:]:
 PY
   rm -f "$out"/tf32_*/speedup.png "$out"/tf32_*/results.md
   kernel_tests 120 tests/kernels/test_attention_paths.py
+elif [[ $what == session22g ]]; then
+  # 22f's sequential harness put the auto pick (CSR) 21% behind forced CSR on squirrel: the same path, so drift?
+  # Interleaved A/B in TF32 (the override makes torch.backends.cuda.matmul.allow_tf32 read true)
+  TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timeout 300 python3 -m benchmarks.ab --layers transformer \
+    --graphs MUSAE-wikipedia-squirrel,rmat-arxiv --modes gnn_io_csr,gnn_io --rounds 60 2>"$out/ab_stderr.txt" \
+    | tee "$out/ab_tf32_sparse.txt" | tail -4
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-f]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-g]" >&2; exit 2
 fi
