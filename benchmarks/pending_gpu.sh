@@ -56,6 +56,7 @@
 #   bash benchmarks/pending_gpu.sh session22e # the final state's attention CUDA tests, in two timed parts
 #   bash benchmarks/pending_gpu.sh session22f # the refit dot cost model (TF32): picks against forced paths, order gain
 #   bash benchmarks/pending_gpu.sh session22g # TF32 pick against forced CSR on the two sparse graphs, interleaved
+#   bash benchmarks/pending_gpu.sh session22h # op-level CSR and block GAT attention on the four graphs (the model's fit)
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -654,9 +655,15 @@ elif [[ $what == session22g ]]; then
   TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timeout 300 python3 -m benchmarks.ab --layers transformer \
     --graphs MUSAE-wikipedia-squirrel,rmat-arxiv --modes gnn_io_csr,gnn_io --rounds 60 2>"$out/ab_stderr.txt" \
     | tee "$out/ab_tf32_sparse.txt" | tail -4
+elif [[ $what == session22h ]]; then
+  # the GAT family's op (fwd+bwd) per path, order and precision on session22d's four graphs: does its model fit?
+  timeout 400 python3 -m benchmarks.probe --parts attention --families gat --orders none,rcm \
+    --graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel \
+    --attention-graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel --out "$out/probe" \
+    >"$out/probe.txt" 2>&1; grep "^| attention" "$out/probe.txt" | cut -c1-200
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-g]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-h]" >&2; exit 2
 fi
