@@ -67,8 +67,8 @@
 #   the A/B below shows it ahead on the large graphs (then make it the default for the GAT family);
 # - the split backward's row gradients without a memset (default): the profile's aten::zeros rows should drop
 #   by one 512 MiB fill per step (GAT; two for GATv2, three for TransformerConv);
-# - D computed in the split backward's dst pass (default; harness mode gnn_io_delta_kernel keeps the kernel):
-#   A/B below on GATv2Conv and TransformerConv;
+# - D computed in the split backward's dst pass (harness mode gnn_io_delta_kernel kept the kernel): A/B below on
+#   GATv2Conv and TransformerConv, a tie; session 22 moved D into gnn_io::attention_delta and removed the mode;
 # - GEMMs of gathered rows moved before the gather (gnn_inductor/gather_linear.py; harness mode
 #   gnn_io_no_gather_linear turns it off): PNAConv, GeneralConv, EdgeConv;
 # - session 12's attention hub slots and forward without a memset, and gather_scatter_backward_mm.
@@ -106,8 +106,7 @@ if [[ $what == checks ]]; then
     | tee "$out/kernel_tests.txt" | tail -6
   python3 -m benchmarks.ab --layers gat --graphs rmat-large,uniform-large,grid-large \
     --modes gnn_io,gnn_io_one_pass --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_gat_one_pass.txt" | tail -8
-  python3 -m benchmarks.ab --layers gatv2,transformer --graphs rmat-large,rmat-arxiv \
-    --modes gnn_io_delta_kernel,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_delta.txt" | tail -8
+  # (session 14 A/B'd gnn_io_delta_kernel against gnn_io here: a tie; the mode is gone since session 22)
   for mode in gnn_io gnn_io_one_pass; do
     python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 20 \
       >"$out/profile_gat_$mode.txt" 2>&1

@@ -16,15 +16,17 @@ constants and the measurements they come from are in :data:`CALIBRATION`, per fa
 scaled by ``heads x channels / 128``:
 
 .. math::
-    t_\mathrm{csr}(w) = (a + g \cdot T_0 / E) \cdot E_w + b \cdot R_w, \qquad t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
+    t_\mathrm{csr}(w) = (a + g \cdot T_0 / E) \cdot E_w + b \cdot R_w, \qquad
+    t_\mathrm{block}(w) = c \cdot T_w + d \cdot R_w
 
 with ``E_w`` the edges, ``T_w`` the tiles and ``R_w`` the rows of window ``w``, plus a fixed cost per call
 for each kernel that runs. ``T_0 / E`` is the graph's tiles per edge in its own node order (the identity
 order's block format): the CSR kernel runs in that order whatever order the block format takes, and its gathers
 cost more where a window's neighbours scatter over many tiles (TransformerConv in fp32 on the H100: 7.68 ms on
 the block model in random order, 6.8M edges and 0.064 tiles per edge, against 7.95 on the 20,000 batched graphs,
-16.3M edges and 0.017 tiles per edge; session 22). A window is eligible for Tensor Cores when it has no duplicate pair and at most
-:data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR kernel splits hubs).
+16.3M edges and 0.017 tiles per edge; session 22). A window is eligible for Tensor Cores when it has no
+duplicate pair and at most :data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR
+kernel splits hubs).
 The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
 ``t_block(w) < t_csr(w)``; the cheapest total wins. Where that is block or hybrid (and no path is forced),
 the forward and backward of the pick and of the CSR kernels are timed at the first call (interleaved, median of
@@ -406,11 +408,15 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
         f"cost model: {n_chosen} of {blocks.stats['windows']} windows predicted faster on Tensor Cores"
     decision = PathDecision(path, why, family, precision, best, stats, predicted_all, order_build,
                             blocks=restricted, transposed=transposed, csr_items=csr_items)
+    sources_before = set(entry.csr_by_src)
     if best != "none" and forward_fn is not None and forced is None:
         decision.measured_forward_ms = _measure_order_gain(entry, decision, forward_fn, layout, items, precision,
                                                            scale, mode)
     if setting == "auto" and forward_fn is not None:
-        return _measured_against_csr(entry, decision, forward_fn)
+        decision = _measured_against_csr(entry, decision, forward_fn)
+    if decision.path != "csr":  # a source CSR the timings' CSR backward built (once for both): not used, memory
+        for key in set(entry.csr_by_src) - sources_before:
+            del entry.csr_by_src[key]
     return decision
 
 
@@ -440,15 +446,11 @@ def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn)
     session 18: block 2.20 ms against CSR's 3.67)."""
     device = entry.tensors[0].device
     csr = PathDecision("csr", "timing", decision.family, decision.precision)
-    sources_before = set(entry.csr_by_src)
     measured = _paired_ms(device, {"csr": lambda: forward_fn(csr, backward=True),
                                    decision.path: lambda: forward_fn(decision, backward=True)})
     decision.measured_forward_ms = {**decision.measured_forward_ms,
                                     **{f"{k} fwd+bwd (vs csr)": v for k, v in measured.items()}}
     if measured[decision.path] * (1 + MEASURED_MARGIN) <= measured["csr"]:
-        if decision.path == "block":  # the CSR backward's source CSR was built for the timing only: memory
-            for key in set(entry.csr_by_src) - sources_before:
-                del entry.csr_by_src[key]
         return decision
     entry.formats.clear()  # not used: memory
     return PathDecision("csr", f"measured at the first call: the CSR forward+backward {measured['csr']:.3f} ms "
@@ -483,12 +485,8 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     else:
         plain, name = PathDecision("csr", "timing", decision.family, precision), "none fwd+bwd (csr)"
     entry.formats.pop("none", None)  # rebuilt for this timing only
-    sources_before = set(entry.csr_by_src)
-    out = _paired_ms(rowptr.device, {n: lambda c=candidate: forward_fn(c, backward=True)
-                                     for n, candidate in ((name, plain), (f"{decision.order} fwd+bwd", decision))})
-    for key in set(entry.csr_by_src) - sources_before:  # the CSR backward's source CSR, built for this timing only
-        del entry.csr_by_src[key]
-    return out
+    return _paired_ms(rowptr.device, {n: lambda c=candidate: forward_fn(c, backward=True)
+                                      for n, candidate in ((name, plain), (f"{decision.order} fwd+bwd", decision))})
 
 
 def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col: Tensor, perm: Tensor,

@@ -42,8 +42,8 @@ others ``split``:
   dst-role arguments (summed in registers over the whole item: one store per item for every head, an atomic
   only for the items of a hub row), of edge-role ones (plain stores: each edge id is one address) and
   GATv2's dense ``att`` (32 slots, as below). ``D [N, H]`` comes from :func:`delta` (``gnn_io::attention_delta``,
-  run before the backward op, so that the forward's output is not kept for the kernels). The **src pass** walks the transposed CSR
-  (:class:`SourceCSR`: rows are sources, each with its edges' destinations and edge ids, and its own
+  run before the backward op, so that the forward's output is not kept for the kernels). The **src pass** walks
+  the transposed CSR (:class:`SourceCSR`: rows are sources, each with its edges' destinations and edge ids, and its own
   degree-split work items), recomputes each edge's score from the destination's terms, ``lse_i``, ``D_i``
   and ``dout_i``, and writes the src-role gradients the same way, once per item. :func:`source_csr` builds
   the transposed CSR once per graph (a stable sort of ``E``) and caches it with the graph's plan entry in
@@ -1485,9 +1485,9 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
     counted too. ``one_pass`` (default: on unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split``): for the GAT
     family the src pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`): per edge, summed
     per destination after it (``one_pass_segment``, and the default ``auto``), or by atomics (``one_pass``); the
-    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. ``config`` (launch keys ``block_e``, ``num_warps``...)
-    overrides both split passes' launch; its ``"src"`` and ``"dst"`` entries (dicts of the same keys) override one
-    pass's.
+    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. ``config`` (launch keys
+    ``block_e``, ``num_warps``...) overrides both split passes' launch; its ``"src"`` and ``"dst"`` entries (dicts
+    of the same keys) override one pass's.
 
     ``pack`` (argument -> a tensor of the argument's shape and dtype whose rows are not contiguous with each
     other: a column slice of one ``[N, F]`` gradient, kernels/attention.py's ``attention_backward_packed``): the
