@@ -58,6 +58,7 @@
 #   bash benchmarks/pending_gpu.sh session22g # TF32 pick against forced CSR on the two sparse graphs, interleaved
 #   bash benchmarks/pending_gpu.sh session22h # op-level CSR and block GAT attention on the four graphs (the model's fit)
 #   bash benchmarks/pending_gpu.sh session22i # CUDA-graph tests with the two-op attention backward
+#   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
 #
@@ -665,9 +666,22 @@ elif [[ $what == session22i ]]; then
   # the attention backward's new first op (attention_delta) inside CUDA graph trees, every layer and path
   CI=1 GNN_IO_STRICT=1 timeout 450 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py 2>&1 \
     | tee "$out/gpu_tests.txt" | tail -3
+elif [[ $what == session22j ]]; then
+  # after the review (one source-CSR cleanup for both first-call timings): the path tests on CUDA, then the TF32
+  # picks on the two dense graphs with their decisions
+  kernel_tests 150 tests/kernels/test_attention_paths.py tests/gpu/test_attention_cuda.py
+  harness_table 240 tf32_review --graphs sbm-dense,batch-random --layers transformer --modes gnn_io --tf32 --reps 5 \
+    | grep "^| [a-z]"
+  python3 - "$out/tf32_review/results.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    for d in (r.get("path_decisions", []) or [])[-1:]:
+        print(r["graph"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
+PY
+  rm -f "$out/tf32_review/speedup.png" "$out/tf32_review/results.md"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-i]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]" >&2; exit 2
 fi
