@@ -58,6 +58,7 @@
 #   bash benchmarks/pending_gpu.sh session22g # TF32 pick against forced CSR on the two sparse graphs, interleaved
 #   bash benchmarks/pending_gpu.sh session22h # op-level CSR and block GAT attention on the four graphs (the model's fit)
 #   bash benchmarks/pending_gpu.sh session22i # CUDA-graph tests with the two-op attention backward
+#   bash benchmarks/pending_gpu.sh session23  # linear-map gradients by row blocks: CUDA tests, RMAT 2^20 memory
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -679,9 +680,16 @@ for r in json.load(open(sys.argv[1]))["results"]:
         print(r["graph"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
 PY
   rm -f "$out/tf32_review/speedup.png" "$out/tf32_review/results.md"
+elif [[ $what == session23 ]]; then
+  # the fused linear map's gradients by blocks of rows (gnn_io::attention_backward_projected): CUDA tests, then
+  # step memory and time of GATv2Conv and TransformerConv on RMAT 2^20 with it on (256 MiB and 64 MiB blocks) and off
+  kernel_tests 200 tests/test_projected_grads.py tests/test_packed_grads.py tests/kernels/test_attention_delta.py
+  harness_table 330 projected --graphs rmat-large --layers gatv2,transformer \
+    --modes gnn_io_no_projected,gnn_io,gnn_io_chunk64 --reps 10 | grep "^| [a-z]"
+  rm -f "$out/projected/speedup.png"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23" >&2; exit 2
 fi

@@ -102,6 +102,9 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
     if graph_report is not None and graph_report.rewrites and packed_grads.enabled():
         # attention gradients into the fused linear map's packed gradient (gnn_inductor/packed_grads.py)
         graph_report.packed_grads += packed_grads.pack(gm)
+        if packed_grads.projection_enabled():
+            # ... and its GEMMs run on it one block of rows at a time (gnn_inductor/packed_grads.py)
+            graph_report.projected_grads += packed_grads.project_all(gm)
     if graph_report is not None and graph_report.rewrites and gemm_accumulate.enabled():
         # GEMM + fresh tensor summed in the fresh tensor's memory (gnn_inductor/gemm_accumulate.py)
         graph_report.gemm_accumulates["backward" if kwargs.get("is_backward") else "forward"] = \

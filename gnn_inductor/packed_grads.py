@@ -39,6 +39,8 @@ aten = torch.ops.aten
 ENV = "GNN_IO_PACKED_GRADS"
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _OPS = ("attention_backward", "attention_backward_direct")
+_PACKED_OPS = ("attention_backward_packed", "attention_backward_packed_direct")
+PROJECT_ENV = "GNN_IO_PROJECTED_GRADS"
 _NUM_ARGS = 17  # attention_backward's arguments
 
 
@@ -46,6 +48,13 @@ def enabled() -> bool:
     value = os.environ.get(ENV, "1").strip()
     if value not in ("0", "1"):
         raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
+
+
+def projection_enabled() -> bool:
+    value = os.environ.get(PROJECT_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise SettingError(f"{PROJECT_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
     return value == "1"
 
 
@@ -201,3 +210,107 @@ def pack(gm: GraphModule) -> int:
         gm.graph.lint()
         gm.recompile()
     return packed
+
+
+def _transposed(node: Node, of: Node) -> bool:
+    """Whether ``node`` is ``of`` transposed (2-D): ``permute(of, [1, 0])`` or ``t(of)``."""
+    if node.op != "call_function" or node.kwargs or not node.args or node.args[0] is not of:
+        return False
+    if node.target is aten.t.default:
+        return len(node.args) == 1
+    return node.target is aten.permute.default and len(node.args) == 2 and list(node.args[1]) == [1, 0]
+
+
+def _projection(total: Node):
+    """``(input GEMM, (transpose, weight GEMM), row sum)`` reading the packed gradient ``total`` (each None when
+    absent, at least one GEMM), where these are its only readers: ``mm(total, W)``, ``mm(t(total), x)`` and
+    ``sum(total, [0])``; else None."""
+    grad_x = grad_w = row_sum = None
+    for user in total.users:
+        if user.op != "call_function" or user.kwargs:
+            return None
+        if user.target is aten.mm.default and user.args[0] is total and user.args[1] is not total and grad_x is None:
+            grad_x = user
+        elif _transposed(user, total) and len(user.users) == 1 and grad_w is None:
+            gemm = next(iter(user.users))
+            if gemm.target is not aten.mm.default or gemm.kwargs or gemm.args[0] is not user or \
+                    gemm.args[1] is total:
+                return None
+            grad_w = (user, gemm)
+        elif user.target is aten.sum.dim_IntList and row_sum is None and len(user.args) >= 2 and \
+                list(user.args[1]) in ([0], [-2]) and len(user.args) <= 3:
+            row_sum = user
+        else:
+            return None
+    if grad_x is None and grad_w is None:
+        return None
+    packed = tensor_val(total)
+    if packed is None or packed.dim() != 2:
+        return None
+    for node, rows in ((grad_x and grad_x.args[1], packed.shape[1]), (grad_w and grad_w[1].args[1], packed.shape[0])):
+        value = tensor_val(node) if node is not None else None
+        if node is not None and (value is None or value.dim() != 2 or value.shape[0] != rows or
+                                 value.dtype != packed.dtype):
+            return None
+    if row_sum is not None and (tensor_val(row_sum) is None or tensor_val(row_sum).dtype != packed.dtype):
+        return None
+    return grad_x, grad_w, row_sum
+
+
+def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
+    """Replace the products of ``packed_op``'s packed gradient ``total`` (its ``getitem`` 0) with
+    ``gnn_io::attention_backward_projected`` (module docstring), where the packed gradient has no other reader and
+    the new call can stand where every reader of the old one comes after it; True when it did."""
+    found = _projection(total)
+    if found is None:
+        return False
+    grad_x, grad_w, row_sum = found
+    weight = grad_x.args[1] if grad_x is not None else None
+    x = grad_w[1].args[1] if grad_w is not None else None
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    anchor = max([packed_op, *(n for n in (weight, x) if isinstance(n, Node))], key=order.__getitem__)
+    others = [user for user in packed_op.users if user is not total]
+    replaced = [(grad_x, 0), (grad_w and grad_w[1], 1), (row_sum, 2)]
+    replaced += [(item, item.args[1] + 2) for item in others]  # the op's other outputs, after the three
+    if any(order[reader] <= order[anchor] for node, _ in replaced if node is not None for reader in node.users):
+        return False
+    keepdim = row_sum is not None and len(row_sum.args) > 2 and bool(row_sum.args[2])
+    bias_dims = -1 if row_sum is None else int(keepdim)
+    target = torch.ops.gnn_io.attention_backward_projected.default
+    if direct_ops.is_direct(packed_op):
+        target = direct_ops.twin(target) or target
+    with gm.graph.inserting_after(anchor):
+        new = gm.graph.call_function(target, (*packed_op.args, x, weight, bias_dims))
+    vals = packed_op.meta.get("val")
+    if vals is not None:
+        empty = _empty_like_meta(vals[0])
+        new.meta["val"] = [tensor_val(grad_x) if grad_x is not None else empty,
+                           tensor_val(grad_w[1]) if grad_w is not None else empty,
+                           tensor_val(row_sum) if row_sum is not None else empty, *vals[1:]]
+    with gm.graph.inserting_after(new):
+        for node, k in replaced:
+            if node is None:
+                continue
+            item = gm.graph.call_function(operator.getitem, (new, k))
+            item.meta.update(node.meta)
+            node.replace_all_uses_with(item)
+    for node in (grad_x, *(grad_w[::-1] if grad_w else ()), row_sum, *others, total, packed_op):  # readers first
+        if node is not None and not node.users:
+            gm.graph.erase_node(node)
+    return True
+
+
+def project_all(gm: GraphModule) -> int:
+    """:func:`project` every packed attention backward of ``gm`` whose packed gradient qualifies; returns how many."""
+    projected = 0
+    for op in list(gm.graph.nodes):
+        if op.op != "call_function" or getattr(op.target, "namespace", None) != "gnn_io" or \
+                getattr(op.target, "_opname", "") not in _PACKED_OPS:
+            continue
+        totals = [user for user in op.users if user.target is operator.getitem and user.args[1] == 0]
+        if len(totals) == 1 and project(gm, op, totals[0]):
+            projected += 1
+    if projected:
+        gm.graph.lint()
+        gm.recompile()
+    return projected

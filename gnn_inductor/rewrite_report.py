@@ -78,6 +78,7 @@ class GraphReport:
     plan_hits: int = 0
     gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
+    projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -92,7 +93,8 @@ class GraphReport:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
-                "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads}
+                "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
+                "projected_grads": self.projected_grads}
 
 
 _REPORTS: list = []
@@ -180,6 +182,10 @@ def format_text_for(chosen: list) -> list:
         if r.packed_grads:
             lines.append(f"  attention gradients written into the fused linear map's packed gradient, no concatenation "
                          f"(gnn_io::attention_backward_packed, gnn_inductor/packed_grads.py): {r.packed_grads}")
+        if r.projected_grads:
+            lines.append("  the fused linear map's input, weight and bias gradients made from that packed gradient by "
+                         "blocks of rows, never whole (gnn_io::attention_backward_projected, "
+                         f"gnn_inductor/packed_grads.py): {r.projected_grads}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

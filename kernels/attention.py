@@ -55,6 +55,7 @@ from gnn_inductor.kernels._common import (
     edge_values,
     fake_edge_values,
     in_float32,
+    int_setting,
     recompute_grads,
     segment_reduce,
 )
@@ -288,26 +289,39 @@ def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, me
     given to the CSR kernels, which write those gradients there where they can (the entry is then that place)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
-    if _fused(args, rowptr):
-        layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
-        if not isinstance(layout, str):
-            if tuple(delta.shape) != tuple(lse.shape):
-                raise ValueError(f"attention_backward: D of shape {tuple(delta.shape)} for statistics of shape "
-                                 f"{tuple(lse.shape)}")
-            decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
-                                               items, max_edges)
-            if decision is not None and decision.path != "csr":
-                grads = attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr,
-                                                     col, perm, score_key, message_key, needs_grad, max_edges)
-            else:
-                grads = _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                      pack=pack)
+    kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout,
+                              delta, lse)
+    if kernel is not None:
+        layout, decision, items, max_edges = kernel
+        if decision is not None and decision.path != "csr":
+            grads = attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr,
+                                                 col, perm, score_key, message_key, needs_grad, max_edges)
+        else:
+            grads = _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
+                                  pack=pack)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
                                            dropout),
             list(args), grad_out, needs_grad)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
+
+
+def _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout, delta,
+                     lse) -> tuple | None:
+    """``(layout, path decision or None, items, max_edges)`` where the fused kernels run this backward, else None
+    (the reference recomputes it). ``D`` must be shaped as ``lse`` there (ValueError)."""
+    if not _fused(args, rowptr):
+        return None
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
+    if isinstance(layout, str):
+        return None
+    if tuple(delta.shape) != tuple(lse.shape):
+        raise ValueError(f"attention_backward: D of shape {tuple(delta.shape)} for statistics of shape "
+                         f"{tuple(lse.shape)}")
+    decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items,
+                                       max_edges)
+    return layout, decision, items, max_edges
 
 
 @attention_backward.register_fake
@@ -333,6 +347,14 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     backward's kernels then write them in place, and the concatenated copy (a read and a write of 1.5 GiB at 2^20
     nodes and 384 columns in float32) and the separate gradients at the step's peak are gone."""
     packed_args, gaps = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    return _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
+                         dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, packed_args, gaps)
+
+
+def _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
+                  dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, packed_args,
+                  gaps) -> list:
+    """:func:`attention_backward_packed`'s result, its layout checked (:func:`_check_pack`)."""
     first = args[packed_args[0]]
     packed = torch.empty((first.shape[0], pack_width), dtype=first.dtype, device=first.device)
     for start, end in gaps:
@@ -394,6 +416,133 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
     grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
              for a, need, offset in zip(args, needs_grad, pack_offsets)]
     return [first.new_empty((first.shape[0], pack_width))] + grads
+
+
+GRAD_CHUNK_ENV = "GNN_IO_GRAD_CHUNK_KB"
+GRAD_CHUNK_KB = 256 << 10  # rows of the packed gradient per block of attention_backward_projected, in KiB
+
+
+@torch.library.custom_op("gnn_io::attention_backward_projected", mutates_args=())
+def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
+                                 row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
+                                 items: list[Tensor], max_edges: int, dropout_seed: Tensor | None, dropout_p: float,
+                                 delta: Tensor, lse: Tensor, needs_grad: list[bool], pack_offsets: list[int],
+                                 pack_width: int, x: Tensor | None, weight: Tensor | None,
+                                 bias_dims: int) -> list[Tensor]:
+    """``[packed @ weight, packed^T @ x, packed summed over rows, *attention_backward's list]``, where ``packed`` is
+    :func:`attention_backward_packed`'s packed gradient: the input, weight and bias gradients of the fused linear
+    map whose output the attention read (``weight`` is that map's ``[pack_width, F]`` weight, ``x`` its input
+    ``[N, F']``). A missing ``weight`` or ``x`` gives an empty tensor in its place, and so does the row sum with
+    ``bias_dims`` -1; it is ``[pack_width]`` with 0 and ``[1, pack_width]`` with 1.
+
+    On the fused kernels' CSR path with the split backward, the packed gradient is made one block of rows at a time
+    (:func:`attention_triton.backward_chunked`; at most ``GNN_IO_GRAD_CHUNK_KB`` KiB a block, 256 MiB by default,
+    0 for one block) and each block goes through the three products before the next: the whole packed gradient
+    never exists. TransformerConv's is ``[N, 3F]`` (1.5 GiB at 2^20 nodes and ``3F = 384`` in float32), alive at
+    the step's peak next to the query, key and value it is the gradient of. Elsewhere (another path, the
+    reference, a CUDA graph captured before the blocks were counted) it is made whole, then multiplied.
+    A backward graph pass (gnn_inductor/packed_grads.py) calls this op where the packed gradient's only readers
+    are those products."""
+    packed_args, gaps = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    first = args[packed_args[0]]
+    rows, dtype = first.shape[0], first.dtype
+    _check_projection(rows, pack_width, dtype, x, weight, bias_dims)
+    grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
+    grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
+    sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=torch.float32, device=first.device)]
+    whole = []  # the one chunk's weight gradient, or float32 partial sums over the chunks
+
+    def consume(r0: int, r1: int, chunk: Tensor) -> None:
+        if grad_x is not None:
+            torch.mm(chunk, weight, out=grad_x[r0:r1])
+        if grad_w is not None:
+            if r0 == 0 and r1 == rows:
+                torch.mm(chunk.t(), x, out=grad_w)
+            elif dtype == torch.float32:
+                if r0 == 0:
+                    torch.mm(chunk.t(), x[r0:r1], out=grad_w)
+                else:
+                    grad_w.addmm_(chunk.t(), x[r0:r1])
+            else:  # half precision: the blocks' products summed in float32
+                part = torch.mm(chunk.t(), x[r0:r1]).float()
+                if whole:
+                    whole[0].add_(part)
+                else:
+                    whole.append(part)
+        if sums:
+            sums[0].add_(chunk.sum(0, dtype=torch.float32))
+
+    grads = _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                           dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype,
+                           consume)
+    if grads is None:
+        full = _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
+                             max_edges, dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width,
+                             packed_args, gaps)
+        consume(0, rows, full[0])
+        grads = full[1:]
+    else:
+        grads = [g if g is not None and not (offset >= 0) else grad_out.new_empty((0,))
+                 for g, offset in zip(grads, pack_offsets)]
+    if whole:
+        grad_w.copy_(whole[0])
+    def empty():  # a fresh one each: a custom op's outputs must not alias each other
+        return grad_out.new_empty((0,))
+    bias_grad = empty() if bias_dims < 0 else sums[0].to(dtype).view((1, pack_width) if bias_dims else (pack_width,))
+    return [empty() if grad_x is None else grad_x, empty() if grad_w is None else grad_w, bias_grad] + grads
+
+
+def _check_projection(rows: int, width: int, dtype: torch.dtype, x: Tensor | None, weight: Tensor | None,
+                      bias_dims: int) -> None:
+    if weight is not None and (weight.dim() != 2 or weight.shape[0] != width or weight.dtype != dtype):
+        raise ValueError(f"attention_backward_projected: weight of shape {tuple(weight.shape)} ({weight.dtype}) for a "
+                         f"packed gradient of {width} columns ({dtype})")
+    if x is not None and (x.dim() != 2 or x.shape[0] != rows or x.dtype != dtype):
+        raise ValueError(f"attention_backward_projected: input of shape {tuple(x.shape)} ({x.dtype}) for a packed "
+                         f"gradient of {rows} rows ({dtype})")
+    if bias_dims not in (-1, 0, 1):
+        raise ValueError(f"attention_backward_projected: bias_dims {bias_dims} (set -1, 0 or 1)")
+
+
+def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                   dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype,
+                   consume) -> list | None:
+    """:func:`attention_triton.backward_chunked`'s gradients (the packed ones None, each block of the packed
+    gradient handed to ``consume``), or None, with nothing computed, where it does not run: one block is enough,
+    the kernels or the CSR path's split backward do not run here, or it declines."""
+    chunk_kb = int_setting(GRAD_CHUNK_ENV, GRAD_CHUNK_KB)
+    rows = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)].shape[0]
+    bounds = attention_triton.chunk_bounds(rows, pack_width * torch.finfo(dtype).bits // 8, chunk_kb << 10)
+    if chunk_kb == 0 or len(bounds) <= 2:
+        return None
+    kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                              rng.dropout_of(dropout_seed, dropout_p), delta, lse)
+    if kernel is None:
+        return None
+    layout, decision, items, max_edges = kernel
+    if decision is not None and decision.path != "csr" or \
+            attention_triton.backward_variant() not in attention_triton.SOURCE_CSR_VARIANTS:
+        return None
+    by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges)
+    if by_src is None:
+        return None
+    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    return attention_triton.backward_chunked(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items,
+                                             max_edges, by_src, pack_offsets, pack_width, gaps, dtype, bounds,
+                                             consume, cache)
+
+
+@attention_backward_projected.register_fake
+def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
+      dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, x, weight, bias_dims):
+    first = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)]
+    grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
+             for a, need, offset in zip(args, needs_grad, pack_offsets)]
+    grad_x = grad_out.new_empty((0,)) if weight is None else first.new_empty((first.shape[0], weight.shape[1]))
+    grad_w = grad_out.new_empty((0,)) if x is None else first.new_empty((pack_width, x.shape[1]))
+    bias_grad = grad_out.new_empty((0,)) if bias_dims < 0 else \
+        first.new_empty((1, pack_width) if bias_dims else (pack_width,))
+    return [grad_x, grad_w, bias_grad] + grads
 
 
 def _setup(ctx, inputs, output):

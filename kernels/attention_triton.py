@@ -650,16 +650,17 @@ def _store_edge_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, V: tl.constexp
 
 
 @triton.jit
-def _write_row_grad_heads(ptr, row_stride, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr, Q: tl.constexpr,
-                          KIND: tl.constexpr, MAJOR: tl.constexpr, row, shared, heads, hmask, num_heads, head_dim,
-                          chans, node_mask, sum_terms, sum_value, sum_query):
+def _write_row_grad_heads(ptr, row_stride, row0, R: tl.constexpr, T: tl.constexpr, V: tl.constexpr,
+                          Q: tl.constexpr, KIND: tl.constexpr, MAJOR: tl.constexpr, row, shared, heads, hmask,
+                          num_heads, head_dim, chans, node_mask, sum_terms, sum_value, sum_query):
     """A row-role gradient, summed over the whole item (``[BLOCK_H(, BLOCK_C)]``): stored by a row's only item,
     added by a hub's items, one atomic for every head; padding items (``shared == 2``) write nothing. Rows are
     ``row_stride`` elements apart (the heads' values of a row contiguous): a buffer of its own, or a column slice
-    of a packed gradient (:func:`backward`'s ``pack``)."""
+    of a packed gradient (:func:`backward`'s ``pack``). Row ``row`` is stored at ``row - row0``: a buffer of the
+    rows from ``row0`` on (:func:`backward_chunked`), 0 for a buffer of every row."""
     if R == MAJOR:
         total = _combine_grads(T, V, Q, sum_terms, sum_value, sum_query)
-        row_base = row.to(tl.int64) * row_stride
+        row_base = (row - row0).to(tl.int64) * row_stride
         if KIND == 0 and T > 0:
             if shared == 0:
                 tl.store(ptr + row_base + heads, total, mask=hmask)
@@ -690,7 +691,7 @@ def _split_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s,
+        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s, row0,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
@@ -807,14 +808,14 @@ def _split_backward_all_heads_kernel(
     sum_terms = tl.sum(acc_terms, axis=0)
     sum_value = tl.sum(acc_value, axis=0)
     sum_query = tl.sum(acc_query, axis=0)
-    _write_row_grad_heads(g0, g0s, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
-                          chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g1, g1s, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
-                          chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g2, g2s, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
-                          chans, node_mask, sum_terms, sum_value, sum_query)
-    _write_row_grad_heads(g3, g3s, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, heads, hmask, num_heads, head_dim,
-                          chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g0, g0s, row0, G0R, G0T, G0V, G0Q, KIND, MAJOR, row, shared, heads, hmask, num_heads,
+                          head_dim, chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g1, g1s, row0, G1R, G1T, G1V, G1Q, KIND, MAJOR, row, shared, heads, hmask, num_heads,
+                          head_dim, chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g2, g2s, row0, G2R, G2T, G2V, G2Q, KIND, MAJOR, row, shared, heads, hmask, num_heads,
+                          head_dim, chans, node_mask, sum_terms, sum_value, sum_query)
+    _write_row_grad_heads(g3, g3s, row0, G3R, G3T, G3V, G3Q, KIND, MAJOR, row, shared, heads, hmask, num_heads,
+                          head_dim, chans, node_mask, sum_terms, sum_value, sum_query)
     if GATT:
         dense_slot = (item % DENSE_SLOTS).to(tl.int64)
         tl.atomic_add(gatt + (dense_slot * num_heads + heads[:, None]) * head_dim + chans[None, :], grad_att,
@@ -1567,6 +1568,124 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
     return result
 
 
+def chunk_bounds(num_rows: int, row_bytes: int, chunk_bytes: int) -> list:
+    """Row boundaries ``[0, ..., num_rows]`` cutting ``num_rows`` rows of ``row_bytes`` each into chunks of at most
+    ``chunk_bytes`` (even by rows; one chunk when all of them fit)."""
+    count = max(1, cdiv(num_rows * row_bytes, max(1, chunk_bytes)))
+    count = min(count, max(1, num_rows))
+    return [num_rows * c // count for c in range(count + 1)]
+
+
+def _item_bounds(items, bounds: list, cache: dict, key) -> list | None:
+    """For each row boundary in ``bounds``, the index of the first work item of a row at or past it: the items of
+    rows ``[bounds[c], bounds[c + 1])`` are then ``[result[c], result[c + 1])``. Items come in row order with any
+    padding items last (:func:`gnn_inductor.kernels.spmm_triton.work_items`); one device sync, kept in ``cache``
+    (the graph plan's) under ``key``. None where the items are not in that order, or while a CUDA graph is captured
+    before they were counted (the count reads the device)."""
+    item_row, shared = items[0], items[3]
+    device = item_row.device
+    if key not in cache and capturing(device):
+        return None
+
+    def build():
+        from gnn_inductor.kernels.spmm_triton import PADDING
+
+        real = shared != PADDING
+        count = real.sum()
+        rows = torch.where(real, item_row.long(), torch.iinfo(torch.int64).max)  # padding sorts last
+        ordered = (rows[1:] >= rows[:-1]).all() if rows.numel() > 1 else torch.ones((), dtype=torch.bool,
+                                                                                   device=device)
+        found = torch.searchsorted(rows, torch.tensor(bounds, dtype=torch.int64, device=device))
+        found[-1] = count
+        values = torch.cat([ordered.reshape(1).long(), found]).tolist()  # the one sync
+        return values[1:] if values[0] else None
+    return kept_outside_graph_pool(cache, key, build, device)
+
+
+def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
+                     perm: Tensor, needs_grad, items, max_edges: int, by_src: SourceCSR, pack_offsets: list,
+                     pack_width: int, gaps: list, dtype: torch.dtype, bounds: list, consume,
+                     cache: dict) -> list | None:
+    """The split backward one block of node rows at a time, for gradients packed into one ``[N, pack_width]``
+    tensor (kernels/attention.py's ``attention_backward_projected``): for each chunk ``[r0, r1)`` of ``bounds``,
+    the packed gradient's rows ``r0 .. r1`` (``dtype``; argument ``i``'s gradient in columns
+    ``pack_offsets[i] ..``, zeros in the column ranges ``gaps``) are computed by the dst pass over the items of destinations
+    ``r0 .. r1`` and the src pass over the items of sources ``r0 .. r1``, then handed to
+    ``consume(r0, r1, chunk)`` and dropped. Each packed gradient row is a row-role output of its own pass (a
+    destination's sum over its CSR row, a source's over its transposed row), so it is complete once its chunk's
+    two passes ran, and the whole ``[N, pack_width]`` tensor never exists. Unpacked gradients (edge-role, the
+    dense ``att``) are accumulated over the chunks in their own buffers and returned as :func:`backward` does; the
+    packed entries are None.
+
+    None, with nothing computed, where the chunks cannot be cut so: a row-role gradient that is not packed (it
+    would be stored at the chunk's row offset), a packed argument that is not such a row output, the GAT family
+    (its one-pass backward writes destination gradients from the src pass), more than four outputs in a pass, or
+    item boundaries unknown (:func:`_item_bounds`)."""
+    form = layout.form
+    dst_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
+    src_outputs = _grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
+    num_rows = bounds[-1]
+    row_outputs = {o[0] for o in dst_outputs if o[1] == ROLE_DST} | {o[0] for o in src_outputs if o[1] == ROLE_SRC}
+    packed = {i for i, offset in enumerate(pack_offsets) if offset >= 0}
+    rows_of = {ROLE_DST: rowptr.numel() - 1, ROLE_SRC: by_src.rowptr.numel() - 1}
+    if form.family == "gat" or max(len(dst_outputs), len(src_outputs)) > _MAX_GRAD_OUTPUTS or \
+            row_outputs != packed or any(layout.views[i].shape[0] != num_rows or rows_of[layout.roles[i]] != num_rows
+                                         or layout.views[i][0].numel() != layout.args[i][0].numel() for i in packed):
+        return None
+    dst_items, _ = _items(rowptr, col, items, max_edges)
+    dst_at = _item_bounds(dst_items, bounds, cache, ("chunk_items", "dst", max_edges, tuple(bounds)))
+    src_at = _item_bounds(by_src.items, bounds, cache, ("chunk_items", "src", by_src.rowptr.numel(), tuple(bounds)))
+    if dst_at is None or src_at is None:
+        return None
+    device = rowptr.device
+    wanted = [i for i in dict.fromkeys(form.score_terms + ((form.query,) if form.query is not None else ())
+                                       + form.value_terms) if needs_grad[i]]
+    buffers = _grad_buffers(layout, [i for i in wanted if i not in packed], {}, device)
+    hubs = hub_items(dst_items)
+    splits = {i: (rowptr, hubs[1] if hubs else None) if layout.roles[i] == ROLE_DST else
+              (by_src.rowptr, by_src.max_edges or None) for i in packed}
+    dst_launch, src_launch = split_launch(form.family)
+    dst_config = all_heads_launch_config(layout.heads, layout.channels, dst_launch, min_block_c=16, min_block_e=1)
+    src_config = all_heads_launch_config(layout.heads, layout.channels, src_launch, min_block_c=16, min_block_e=1)
+    grad_out, delta = grad_out.contiguous(), delta.contiguous()
+    att_grad = buffers.get(form.query) if form.family == "gatv2" else None
+    for c in range(len(bounds) - 1):
+        r0, r1 = bounds[c], bounds[c + 1]
+        chunk = torch.empty((r1 - r0, pack_width), dtype=dtype, device=device)
+        for start, end in gaps:
+            chunk[:, start:end].zero_()
+        views, own = {}, {}
+        for i in packed:
+            view = chunk[:, pack_offsets[i]:pack_offsets[i] + layout.args[i][0].numel()]
+            views[i] = view.view(r1 - r0, *layout.views[i].shape[1:])
+            direct = dtype == torch.float32
+            own[i] = views[i] if direct else \
+                torch.empty((r1 - r0, *layout.views[i].shape[1:]), dtype=torch.float32, device=device)
+            part, above = splits[i]
+            if above is None:
+                own[i].zero_()
+            else:
+                zero_rows_without_entries(own[i], part[r0:r1 + 1], above)
+        buffers.update(own)
+        if dst_at[c + 1] > dst_at[c] and (dst_outputs or att_grad is not None):
+            _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad,
+                        [t[dst_at[c]:dst_at[c + 1]] for t in dst_items], col, perm, grad_out, lse, delta,
+                        dst_config, row0=r0)
+        if src_outputs and src_at[c + 1] > src_at[c]:
+            _split_pass(layout, ROLE_SRC, src_outputs, buffers, None,
+                        [t[src_at[c]:src_at[c + 1]] for t in by_src.items], by_src.dst, by_src.eid, grad_out, lse,
+                        delta, src_config, row0=r0)
+        for i in packed:
+            if own[i] is not views[i]:
+                views[i].copy_(own[i])
+        consume(r0, r1, chunk)
+    result = [None] * len(layout.args)
+    for i, grad in buffers.items():
+        if i not in packed:
+            result[i] = _undo(grad, layout.args[i], layout.roles[i]).to(layout.args[i].dtype)
+    return result
+
+
 def _sum_by_destination(by_edge: Tensor, rowptr: Tensor, index: Tensor, items) -> Tensor:
     """``[N, H]``: row ``i`` sums ``by_edge[index[q]]`` over the CSR positions ``q`` of row ``i`` (``by_edge`` is
     ``[E, H]`` by edge id with ``index = perm``, or by transposed-CSR position with ``index`` from
@@ -1633,9 +1752,9 @@ def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device, targets: 
 
 
 def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
-                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict) -> None:
+                eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, row0: int = 0) -> None:
     """One launch of :func:`_split_backward_all_heads_kernel`: the dst pass (``major == ROLE_DST``) or the src
-    pass."""
+    pass; its row-role outputs hold the rows from ``row0`` on."""
     form = layout.form
     pointers, constexprs = _common_slots(layout)
     # an edge-role output is stored by edge id (the segment variant's per-edge dst score terms too)
@@ -1654,7 +1773,7 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
     if not items[0].shape[0]:
         return
     args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads,
-            lse if att_grad is None else att_grad, *strides,
+            lse if att_grad is None else att_grad, *strides, row0,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
         *args, **constexprs, MAJOR=major, **specs, **flags,
