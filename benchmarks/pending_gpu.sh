@@ -59,6 +59,7 @@
 #   bash benchmarks/pending_gpu.sh session22h # op-level CSR and block GAT attention on the four graphs (the model's fit)
 #   bash benchmarks/pending_gpu.sh session22i # CUDA-graph tests with the two-op attention backward
 #   bash benchmarks/pending_gpu.sh session23  # linear-map gradients by row blocks: CUDA tests, RMAT 2^20 memory
+#   bash benchmarks/pending_gpu.sh session23b # each block freed before the next: memory; profiles of the blocks
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -687,9 +688,20 @@ elif [[ $what == session23 ]]; then
   harness_table 330 projected --graphs rmat-large --layers gatv2,transformer \
     --modes gnn_io_no_projected,gnn_io,gnn_io_chunk64 --reps 10 | grep "^| [a-z]"
   rm -f "$out/projected/speedup.png"
+elif [[ $what == session23b ]]; then
+  # each block freed before the next is allocated: step memory again; kernel profiles of a TransformerConv step
+  # with the products whole and by 64 MiB blocks (where do the blocks' 0.2 ms each go?)
+  harness_table 200 projected --graphs rmat-large --layers gatv2,transformer --modes gnn_io,gnn_io_chunk64 --reps 10 \
+    | grep "^| [a-z]"
+  rm -f "$out/projected/speedup.png"
+  for mode in gnn_io_no_projected gnn_io_chunk64; do
+    timeout 150 python3 -m benchmarks.profile_layer --layer transformer --graph rmat-large --mode $mode --rows 22 \
+      >"$out/profile_$mode.txt" 2>&1
+    sed -n '/^== /,/^$/p' "$out/profile_$mode.txt" | head -30 | cut -c1-62,100-175
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b]" >&2; exit 2
 fi

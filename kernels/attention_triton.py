@@ -1679,6 +1679,8 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
             if own[i] is not views[i]:
                 views[i].copy_(own[i])
         consume(r0, r1, chunk)
+        # dropped before the next block is allocated (a rebinding would keep this one alive until then)
+        del chunk, views, own, view
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         if i not in packed:
