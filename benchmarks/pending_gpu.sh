@@ -60,6 +60,7 @@
 #   bash benchmarks/pending_gpu.sh session22i # CUDA-graph tests with the two-op attention backward
 #   bash benchmarks/pending_gpu.sh session23  # linear-map gradients by row blocks: CUDA tests, RMAT 2^20 memory
 #   bash benchmarks/pending_gpu.sh session23b # each block freed before the next: memory; profiles of the blocks
+#   bash benchmarks/pending_gpu.sh session23c # blocks released, bias by column_sum: memory; A/B against Inductor's GEMMs
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -699,9 +700,19 @@ elif [[ $what == session23b ]]; then
       >"$out/profile_$mode.txt" 2>&1
     sed -n '/^== /,/^$/p' "$out/profile_$mode.txt" | head -30 | cut -c1-62,100-175
   done
+elif [[ $what == session23c ]]; then
+  # blocks no longer held by the passes' buffer map, the bias gradient by column_sum: step memory, then the time
+  # against the products left to Inductor, interleaved, at 2^20 (six and four blocks) and at arxiv size (one)
+  harness_table 150 projected --graphs rmat-large --layers gatv2,transformer --modes gnn_io --reps 5 \
+    | grep "^| [a-z]" | cut -d'|' -f4,8,19
+  rm -f "$out/projected/speedup.png"
+  timeout 250 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-large \
+    --modes gnn_io_no_projected,gnn_io --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -3
+  timeout 120 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-arxiv \
+    --modes gnn_io_no_projected,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -3
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[bc]" >&2; exit 2
 fi

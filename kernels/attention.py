@@ -470,7 +470,7 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
                 else:
                     whole.append(part)
         if sums:
-            sums[0].add_(chunk.sum(0, dtype=torch.float32))
+            sums[0].add_(column_sum(chunk))
 
     grads = _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
                            dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype,

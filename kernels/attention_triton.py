@@ -1666,13 +1666,13 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
                 own[i].zero_()
             else:
                 zero_rows_without_entries(own[i], part[r0:r1 + 1], above)
-        buffers.update(own)
+        this = {**buffers, **own}  # this block's buffers (the unpacked ones span every block)
         if dst_at[c + 1] > dst_at[c] and (dst_outputs or att_grad is not None):
-            _split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad,
+            _split_pass(layout, ROLE_DST, dst_outputs, this, att_grad,
                         [t[dst_at[c]:dst_at[c + 1]] for t in dst_items], col, perm, grad_out, lse, delta,
                         dst_config, row0=r0)
         if src_outputs and src_at[c + 1] > src_at[c]:
-            _split_pass(layout, ROLE_SRC, src_outputs, buffers, None,
+            _split_pass(layout, ROLE_SRC, src_outputs, this, None,
                         [t[src_at[c]:src_at[c + 1]] for t in by_src.items], by_src.dst, by_src.eid, grad_out, lse,
                         delta, src_config, row0=r0)
         for i in packed:
@@ -1680,7 +1680,7 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
                 views[i].copy_(own[i])
         consume(r0, r1, chunk)
         # dropped before the next block is allocated (a rebinding would keep this one alive until then)
-        del chunk, views, own, view
+        del chunk, views, own, view, this
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         if i not in packed:
