@@ -33,7 +33,7 @@ from torch.fx import GraphModule, Node
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels._common import SettingError
-from gnn_inductor.kernels.attention import span_gaps
+from gnn_inductor.kernels.attention import projection_blocks, span_gaps
 
 aten = torch.ops.aten
 ENV = "GNN_IO_PACKED_GRADS"
@@ -264,6 +264,9 @@ def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
     found = _projection(total)
     if found is None:
         return False
+    packed = tensor_val(total)
+    if isinstance(packed.shape[0], int) and len(projection_blocks(packed.shape[0], packed.shape[1], packed.dtype)) <= 2:
+        return False  # one block: Inductor's own products (the op would add only its calls' cost)
     grad_x, grad_w, row_sum = found
     weight = grad_x.args[1] if grad_x is not None else None
     x = grad_w[1].args[1] if grad_w is not None else None

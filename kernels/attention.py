@@ -492,6 +492,15 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     return [empty() if grad_x is None else grad_x, empty() if grad_w is None else grad_w, bias_grad] + grads
 
 
+def projection_blocks(rows: int, width: int, dtype: torch.dtype) -> list:
+    """The row boundaries of :func:`attention_backward_projected`'s blocks for a packed gradient of ``rows`` x
+    ``width`` in ``dtype`` (``[0, rows]``, one block, when it fits ``GNN_IO_GRAD_CHUNK_KB`` or that is 0)."""
+    chunk_kb = int_setting(GRAD_CHUNK_ENV, GRAD_CHUNK_KB)
+    if chunk_kb == 0:
+        return [0, rows]
+    return attention_triton.chunk_bounds(rows, width * torch.finfo(dtype).bits // 8, chunk_kb << 10)
+
+
 def _check_projection(rows: int, width: int, dtype: torch.dtype, x: Tensor | None, weight: Tensor | None,
                       bias_dims: int) -> None:
     if weight is not None and (weight.dim() != 2 or weight.shape[0] != width or weight.dtype != dtype):
@@ -510,10 +519,9 @@ def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_
     """:func:`attention_triton.backward_chunked`'s gradients (the packed ones None, each block of the packed
     gradient handed to ``consume``), or None, with nothing computed, where it does not run: one block is enough,
     the kernels or the CSR path's split backward do not run here, or it declines."""
-    chunk_kb = int_setting(GRAD_CHUNK_ENV, GRAD_CHUNK_KB)
     rows = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)].shape[0]
-    bounds = attention_triton.chunk_bounds(rows, pack_width * torch.finfo(dtype).bits // 8, chunk_kb << 10)
-    if chunk_kb == 0 or len(bounds) <= 2:
+    bounds = projection_blocks(rows, pack_width, dtype)
+    if len(bounds) <= 2:
         return None
     kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
                               rng.dropout_of(dropout_seed, dropout_p), delta, lse)

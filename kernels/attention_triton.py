@@ -84,6 +84,7 @@ dtype. Runs on CUDA tensors, and on CPU tensors when ``TRITON_INTERPRET=1`` was 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -1602,6 +1603,27 @@ def _item_bounds(items, bounds: list, cache: dict, key) -> list | None:
     return kept_outside_graph_pool(cache, key, build, device)
 
 
+CHUNK_STREAMS_ENV = "GNN_IO_GRAD_CHUNK_STREAMS"  # 0: backward_chunked's two passes one after the other
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device) -> "torch.cuda.Stream | None":
+    """A second stream on CUDA ``device`` (one per device, kept), None on other devices or with
+    ``GNN_IO_GRAD_CHUNK_STREAMS=0``."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    value = os.environ.get(CHUNK_STREAMS_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise SettingError(f"{CHUNK_STREAMS_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    if value == "0":
+        return None
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
 def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
                      perm: Tensor, needs_grad, items, max_edges: int, by_src: SourceCSR, pack_offsets: list,
                      pack_width: int, gaps: list, dtype: torch.dtype, bounds: list, consume,
@@ -1667,14 +1689,24 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
             else:
                 zero_rows_without_entries(own[i], part[r0:r1 + 1], above)
         this = {**buffers, **own}  # this block's buffers (the unpacked ones span every block)
-        if dst_at[c + 1] > dst_at[c] and (dst_outputs or att_grad is not None):
+        run_dst = dst_at[c + 1] > dst_at[c] and bool(dst_outputs or att_grad is not None)
+        run_src = bool(src_outputs) and src_at[c + 1] > src_at[c]
+        # the two passes write disjoint memory (the dst pass the dst-role, edge-role and att gradients, the src pass
+        # the src-role ones): with a side stream they run side by side, each filling the other's ramp and tail
+        side = _side_stream(device) if run_dst and run_src else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(device))
+        if run_src:
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                _split_pass(layout, ROLE_SRC, src_outputs, this, None,
+                            [t[src_at[c]:src_at[c + 1]] for t in by_src.items], by_src.dst, by_src.eid, grad_out,
+                            lse, delta, src_config, row0=r0)
+        if run_dst:
             _split_pass(layout, ROLE_DST, dst_outputs, this, att_grad,
                         [t[dst_at[c]:dst_at[c + 1]] for t in dst_items], col, perm, grad_out, lse, delta,
                         dst_config, row0=r0)
-        if src_outputs and src_at[c + 1] > src_at[c]:
-            _split_pass(layout, ROLE_SRC, src_outputs, this, None,
-                        [t[src_at[c]:src_at[c + 1]] for t in by_src.items], by_src.dst, by_src.eid, grad_out, lse,
-                        delta, src_config, row0=r0)
+        if side is not None:
+            torch.cuda.current_stream(device).wait_stream(side)
         for i in packed:
             if own[i] is not views[i]:
                 views[i].copy_(own[i])

@@ -204,12 +204,12 @@ def _packed_like(readers: str):
                              (grad, args, [1, 0, 0], *[None] * 4, "s", "m", 1e-16, [], 0, None, 0.0, grad, grad,
                               [True] * 3, [0, 8, 16], 24))
     total = graph.call_function(operator.getitem, (op, 0))
-    total.meta["val"] = torch.empty(10, 24)
-    weight.meta["val"], inp.meta["val"] = torch.empty(24, 5), torch.empty(10, 7)
+    total.meta["val"] = torch.empty(1000, 24)
+    weight.meta["val"], inp.meta["val"] = torch.empty(24, 5), torch.empty(1000, 7)
     outputs = []
     if "x" in readers:
         outputs.append(graph.call_function(torch.ops.aten.mm.default, (total, weight)))
-        outputs[-1].meta["val"] = torch.empty(10, 5)
+        outputs[-1].meta["val"] = torch.empty(1000, 5)
     if "w" in readers:
         t = graph.call_function(torch.ops.aten.permute.default, (total, [1, 0]))
         outputs.append(graph.call_function(torch.ops.aten.mm.default, (t, inp)))
@@ -223,9 +223,13 @@ def _packed_like(readers: str):
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-def test_matcher_projects_only_products_of_the_packed_gradient():
+def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
     """The pass applies where the packed gradient's readers are the input product, the weight product and the
-    row sum (any of them, one product at least), and not where anything else reads it."""
+    row sum (any of them, one product at least), and not where anything else reads it, nor where the packed
+    gradient fits one block (its products are then left to Inductor)."""
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "100")
+    assert packed_grads.project_all(_packed_like("xwb")) == 0  # 1000 x 24 float32: one block of 100 KiB
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
     for readers, expected in [("xwb", 1), ("xw", 1), ("wb", 1), ("x", 1), ("b", 0), ("xwbo", 0), ("xo", 0)]:
         gm = _packed_like(readers)
         assert packed_grads.project_all(gm) == expected, readers
