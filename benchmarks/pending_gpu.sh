@@ -62,6 +62,7 @@
 #   bash benchmarks/pending_gpu.sh session23b # each block freed before the next: memory; profiles of the blocks
 #   bash benchmarks/pending_gpu.sh session23c # blocks released, bias by column_sum: memory; A/B against Inductor's GEMMs
 #   bash benchmarks/pending_gpu.sh session23d # the blocks' two passes on two streams: CUDA tests, A/B
+#   bash benchmarks/pending_gpu.sh session23e # each block's products beside the next block's passes: tests, A/B
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -719,9 +720,19 @@ elif [[ $what == session23d ]]; then
     --modes gnn_io_one_stream,gnn_io --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_streams.txt" | tail -2
   timeout 200 python3 -m benchmarks.ab --layers transformer --graphs rmat-large \
     --modes gnn_io_no_projected,gnn_io --rounds 12 2>>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -1
+elif [[ $what == session23e ]]; then
+  # each block's products on a third stream beside the next block's passes (two 128 MiB block buffers in turn):
+  # CUDA tests, step memory, A/B against the passes-only streams and against the products left to Inductor
+  kernel_tests 150 tests/test_projected_grads.py
+  harness_table 150 projected --graphs rmat-large --layers gatv2,transformer --modes gnn_io --reps 5 \
+    | grep "^| [a-z]" | cut -d'|' -f4,8,19
+  timeout 330 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-large \
+    --modes gnn_io_no_projected,gnn_io --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
+  timeout 200 python3 -m benchmarks.ab --layers transformer --graphs rmat-large \
+    --modes gnn_io_pass_streams,gnn_io --rounds 12 2>>"$out/ab_stderr.txt" | tee "$out/ab_streams.txt" | tail -1
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-d]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-e]" >&2; exit 2
 fi
