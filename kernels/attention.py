@@ -419,7 +419,7 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
 
 
 GRAD_CHUNK_ENV = "GNN_IO_GRAD_CHUNK_KB"
-GRAD_CHUNK_KB = 128 << 10  # rows of the packed gradient per block of attention_backward_projected, in KiB
+GRAD_CHUNK_KB = 256 << 10  # rows of the packed gradient per block of attention_backward_projected, in KiB
 
 
 @torch.library.custom_op("gnn_io::attention_backward_projected", mutates_args=())
@@ -436,8 +436,8 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     ``bias_dims`` -1; it is ``[pack_width]`` with 0 and ``[1, pack_width]`` with 1.
 
     On the fused kernels' CSR path with the split backward, the packed gradient is made one block of rows at a time
-    (:func:`attention_triton.backward_chunked`; at most ``GNN_IO_GRAD_CHUNK_KB`` KiB a block, 128 MiB by default,
-    0 for one block; two blocks exist at a time on CUDA, where the products of one run beside the next one's passes) and each block goes through the three products before the next: the whole packed gradient
+    (:func:`attention_triton.backward_chunked`; at most ``GNN_IO_GRAD_CHUNK_KB`` KiB a block, 256 MiB by default,
+    0 for one block) and each block goes through the three products before the next: the whole packed gradient
     never exists. TransformerConv's is ``[N, 3F]`` (1.5 GiB at 2^20 nodes and ``3F = 384`` in float32), alive at
     the step's peak next to the query, key and value it is the gradient of. Elsewhere (another path, the
     reference, a CUDA graph captured before the blocks were counted) it is made whole, then multiplied.

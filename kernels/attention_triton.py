@@ -1603,29 +1603,25 @@ def _item_bounds(items, bounds: list, cache: dict, key) -> list | None:
     return kept_outside_graph_pool(cache, key, build, device)
 
 
-CHUNK_STREAMS_ENV = "GNN_IO_GRAD_CHUNK_STREAMS"  # backward_chunked's streams: 0, 1 or 2 (default) beside the caller's
+CHUNK_STREAMS_ENV = "GNN_IO_GRAD_CHUNK_STREAMS"  # 0: backward_chunked's two passes one after the other
 _SIDE_STREAMS: dict = {}
 
 
-def chunk_streams(device) -> int:
-    """How many streams :func:`backward_chunked` adds to the caller's on ``device``: 0 off CUDA; on CUDA
-    ``GNN_IO_GRAD_CHUNK_STREAMS`` (default 2): 1 runs a block's two passes side by side, 2 also runs each block's
-    products (``consume``) on a stream of their own, beside the next block's passes."""
+def _side_stream(device) -> "torch.cuda.Stream | None":
+    """A second stream on CUDA ``device`` (one per device, kept), None on other devices or with
+    ``GNN_IO_GRAD_CHUNK_STREAMS=0``."""
     if getattr(device, "type", device) != "cuda":
-        return 0
-    value = os.environ.get(CHUNK_STREAMS_ENV, "2").strip()
-    if value not in ("0", "1", "2"):
-        raise SettingError(f"{CHUNK_STREAMS_ENV}={value!r}: set it to 0, 1 or 2 (or leave it unset)")
-    return int(value)
-
-
-def _side_stream(device, k: int) -> "torch.cuda.Stream":
-    """Side stream ``k`` on CUDA ``device`` (made once, kept)."""
+        return None
+    value = os.environ.get(CHUNK_STREAMS_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise SettingError(f"{CHUNK_STREAMS_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    if value == "0":
+        return None
     index = torch.device(device).index
-    key = (torch.cuda.current_device() if index is None else index, k)
-    if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = torch.cuda.Stream(device=key[0])
-    return _SIDE_STREAMS[key]
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
 
 
 def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
@@ -1675,23 +1671,9 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
     src_config = all_heads_launch_config(layout.heads, layout.channels, src_launch, min_block_c=16, min_block_e=1)
     grad_out, delta = grad_out.contiguous(), delta.contiguous()
     att_grad = buffers.get(form.query) if form.family == "gatv2" else None
-    streams = chunk_streams(device)
-    main = torch.cuda.current_stream(device) if streams else None
-    pass_stream = _side_stream(device, 0) if streams else None
-    gemm_stream = _side_stream(device, 1) if streams == 2 else None
-    # with the products on their own stream, two block buffers in turn: block c + 2's passes wait (on the GPU) for
-    # block c's products, so at most two blocks exist however far ahead the host runs
-    most = max(b - a for a, b in zip(bounds, bounds[1:]))
-    pool = [torch.empty((most, pack_width), dtype=dtype, device=device) for _ in range(2)] if gemm_stream else []
-    consumed = [None, None]
     for c in range(len(bounds) - 1):
         r0, r1 = bounds[c], bounds[c + 1]
-        if pool:
-            if consumed[c % 2] is not None:
-                main.wait_event(consumed[c % 2])
-            chunk = pool[c % 2][:r1 - r0]
-        else:
-            chunk = torch.empty((r1 - r0, pack_width), dtype=dtype, device=device)
+        chunk = torch.empty((r1 - r0, pack_width), dtype=dtype, device=device)
         for start, end in gaps:
             chunk[:, start:end].zero_()
         views, own = {}, {}
@@ -1711,9 +1693,9 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
         run_src = bool(src_outputs) and src_at[c + 1] > src_at[c]
         # the two passes write disjoint memory (the dst pass the dst-role, edge-role and att gradients, the src pass
         # the src-role ones): with a side stream they run side by side, each filling the other's ramp and tail
-        side = pass_stream if run_dst and run_src else None
+        side = _side_stream(device) if run_dst and run_src else None
         if side is not None:
-            side.wait_stream(main)
+            side.wait_stream(torch.cuda.current_stream(device))
         if run_src:
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                 _split_pass(layout, ROLE_SRC, src_outputs, this, None,
@@ -1724,22 +1706,13 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
                         [t[dst_at[c]:dst_at[c + 1]] for t in dst_items], col, perm, grad_out, lse, delta,
                         dst_config, row0=r0)
         if side is not None:
-            main.wait_stream(side)
+            torch.cuda.current_stream(device).wait_stream(side)
         for i in packed:
             if own[i] is not views[i]:
                 views[i].copy_(own[i])
-        if gemm_stream is not None:
-            gemm_stream.wait_stream(main)
-            with torch.cuda.stream(gemm_stream):
-                consume(r0, r1, chunk)
-                consumed[c % 2] = gemm_stream.record_event()
-        else:
-            consume(r0, r1, chunk)
+        consume(r0, r1, chunk)
         # dropped before the next block is allocated (a rebinding would keep this one alive until then)
         del chunk, views, own, view, this
-    if gemm_stream is not None:
-        main.wait_stream(gemm_stream)  # the products done before the caller reads them or frees the blocks
-    del pool
     result = [None] * len(layout.args)
     for i, grad in buffers.items():
         if i not in packed:
