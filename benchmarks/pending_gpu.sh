@@ -63,6 +63,8 @@
 #   bash benchmarks/pending_gpu.sh session23c # blocks released, bias by column_sum: memory; A/B against Inductor's GEMMs
 #   bash benchmarks/pending_gpu.sh session23d # the blocks' two passes on two streams: CUDA tests, A/B
 #   bash benchmarks/pending_gpu.sh session23e # each block's products beside the next block's passes: tests, A/B
+#   bash benchmarks/pending_gpu.sh session23f # the final state's CUDA tests (CUDA graphs with blocks, split backward)
+#   bash benchmarks/pending_gpu.sh session23g # issue 5's three layers on RMAT 2^20, final state
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -730,9 +732,20 @@ elif [[ $what == session23e ]]; then
     --modes gnn_io_no_projected,gnn_io --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
   timeout 200 python3 -m benchmarks.ab --layers transformer --graphs rmat-large \
     --modes gnn_io_pass_streams,gnn_io --rounds 12 2>>"$out/ab_stderr.txt" | tee "$out/ab_streams.txt" | tail -1
+elif [[ $what == session23f ]]; then
+  # the final state's CUDA tests: blocks inside CUDA graph trees, the projected op, the split backward (row0)
+  CI=1 GNN_IO_STRICT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    tests/test_projected_grads.py -k "blocks or projected or matches or bad" 2>&1 | tee "$out/gpu_tests_1.txt" | tail -2
+  CI=1 GNN_IO_STRICT=1 timeout 330 python3 -m pytest -q -p no:cacheprovider -x \
+    tests/kernels/test_attention_split_backward.py -k "not interpreter" 2>&1 | tee "$out/gpu_tests_2.txt" | tail -2
+elif [[ $what == session23g ]]; then
+  # issue 5's layers on RMAT 2^20 in the final state (the products by blocks where they apply), time and memory
+  harness_table 400 attention --graphs rmat-large --layers gat,gatv2,transformer --modes gnn_io --reps 10 \
+    | grep "^| [a-z]" | cut -d'|' -f2,5,8,19,22
+  rm -f "$out/attention/speedup.png"
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-e]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-g]" >&2; exit 2
 fi

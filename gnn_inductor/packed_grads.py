@@ -257,6 +257,21 @@ def _projection(total: Node):
     return grad_x, grad_w, row_sum
 
 
+def _blocks_run(packed_op: Node) -> bool:
+    """Whether the attention's kernels can make its packed gradient by blocks (the GATv2 and dot-product
+    families: every packed gradient a row sum of its own pass); the GAT family's one-pass backward writes its
+    destination terms from the source pass, so the op would make the whole gradient anyway, and the GEMMs stay
+    Inductor's."""
+    from gnn_inductor.kernels import attention_triton
+
+    score_key, message_key, roles = packed_op.args[7], packed_op.args[8], packed_op.args[2]
+    try:
+        form = attention_triton.recognise(score_key, message_key, roles)
+    except KeyError:  # edge functions this process does not know
+        return False
+    return not isinstance(form, str) and form.family != "gat"
+
+
 def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
     """Replace the products of ``packed_op``'s packed gradient ``total`` (its ``getitem`` 0) with
     ``gnn_io::attention_backward_projected`` (module docstring), where the packed gradient has no other reader and
@@ -267,6 +282,8 @@ def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
     packed = tensor_val(total)
     if isinstance(packed.shape[0], int) and len(projection_blocks(packed.shape[0], packed.shape[1], packed.dtype)) <= 2:
         return False  # one block: Inductor's own products (the op would add only its calls' cost)
+    if not _blocks_run(packed_op):
+        return False
     grad_x, grad_w, row_sum = found
     weight = grad_x.args[1] if grad_x is not None else None
     x = grad_w[1].args[1] if grad_w is not None else None

@@ -194,14 +194,28 @@ def test_switch_off_keeps_the_products_in_the_graph(monkeypatch):
         packed_grads.projection_enabled()
 
 
-def _packed_like(readers: str):
-    """A backward-like FX graph: a packed attention backward whose packed gradient feeds ``readers``: ``x`` (the
-    input product), ``w`` (the weight product), ``b`` (the row sum), ``o`` (something else)."""
+def _gat_score(a0, a1, a2):
+    return torch.ops.aten.leaky_relu.default(torch.ops.aten.add.Tensor(a1, a2), 0.2)
+
+
+def _gat_message(alpha, a0, a1, a2):
+    return torch.ops.aten.mul.Tensor(torch.ops.aten.unsqueeze.default(alpha, -1), a0)
+
+
+def _packed_like(readers: str, family: str = "dot"):
+    """A backward-like FX graph: a packed attention backward (TransformerConv's edge functions, or GAT's) whose
+    packed gradient feeds ``readers``: ``x`` (the input product), ``w`` (the weight product), ``b`` (the row sum),
+    ``o`` (something else)."""
+    from gnn_inductor import edge_functions
+
+    score, message = (_dot_score, _dot_message) if family == "dot" else (_gat_score, _gat_message)
+    keys = [edge_functions.register(torch.fx.symbolic_trace(f)) for f in (score, message)]
     graph = torch.fx.Graph()
     grad, inp, weight = graph.placeholder("grad"), graph.placeholder("x"), graph.placeholder("weight")
     args = [graph.placeholder(f"a{i}") for i in range(3)]
+    roles = [1, 0, 0] if family == "dot" else [0, 0, 1]
     op = graph.call_function(torch.ops.gnn_io.attention_backward_packed.default,
-                             (grad, args, [1, 0, 0], *[None] * 4, "s", "m", 1e-16, [], 0, None, 0.0, grad, grad,
+                             (grad, args, roles, *[None] * 4, *keys, 1e-16, [], 0, None, 0.0, grad, grad,
                               [True] * 3, [0, 8, 16], 24))
     total = graph.call_function(operator.getitem, (op, 0))
     total.meta["val"] = torch.empty(1000, 24)
@@ -226,10 +240,11 @@ def _packed_like(readers: str):
 def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
     """The pass applies where the packed gradient's readers are the input product, the weight product and the
     row sum (any of them, one product at least), and not where anything else reads it, nor where the packed
-    gradient fits one block (its products are then left to Inductor)."""
+    gradient fits one block or comes from the GAT family's backward (its products are then left to Inductor)."""
     monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "100")
     assert packed_grads.project_all(_packed_like("xwb")) == 0  # 1000 x 24 float32: one block of 100 KiB
     monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
+    assert packed_grads.project_all(_packed_like("xwb", "gat")) == 0  # GAT's backward makes its gradient whole
     for readers, expected in [("xwb", 1), ("xw", 1), ("wb", 1), ("x", 1), ("b", 0), ("xwbo", 0), ("xo", 0)]:
         gm = _packed_like(readers)
         assert packed_grads.project_all(gm) == expected, readers

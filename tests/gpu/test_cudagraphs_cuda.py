@@ -7,6 +7,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch_geometric import nn as pyg
 
+from gnn_inductor import rewrite_report
 from gnn_inductor.kernels import attention_paths
 from gnn_inductor.testing import random_graph
 
@@ -19,6 +20,10 @@ LAYERS = {
     "sage_max": lambda: pyg.SAGEConv(32, 32, aggr="max"),
     "gat": lambda: pyg.GATConv(32, 8, heads=4),
     "transformer": lambda: pyg.TransformerConv(32, 8, heads=4),
+    # the linear maps' gradients made by blocks of rows (gnn_io::attention_backward_projected), blocks of 32 KiB:
+    # streams forked and joined inside the recorded graph
+    "transformer_blocks": lambda: pyg.TransformerConv(32, 8, heads=4),
+    "gatv2_blocks": lambda: pyg.GATv2Conv(32, 8, heads=4),
 }
 
 
@@ -30,6 +35,8 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")  # small graph: rewrite anyway
     monkeypatch.setenv("GNN_IO_SPMM_PATH", spmm_path)
+    if name.endswith("_blocks"):
+        monkeypatch.setenv("GNN_IO_GRAD_CHUNK_KB", "32")
     torch._dynamo.reset()
     counters.clear()
     attention_paths.clear()
@@ -71,4 +78,6 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
                 f"step {step} {what}: {error:.3e} off float64, eager float32 {eager_error:.3e}"
     # every graph replayed (GCNConv's and GATConv's self-loop plans too, compiled at their concrete sizes)
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+    if name.endswith("_blocks"):
+        assert sum(r.projected_grads for r in rewrite_report.reports(layer)) >= 1
     torch._dynamo.reset()
