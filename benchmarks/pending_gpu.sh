@@ -65,6 +65,7 @@
 #   bash benchmarks/pending_gpu.sh session23e # each block's products beside the next block's passes: tests, A/B
 #   bash benchmarks/pending_gpu.sh session23f # the final state's CUDA tests (CUDA graphs with blocks, split backward)
 #   bash benchmarks/pending_gpu.sh session23g # issue 5's three layers on RMAT 2^20, final state
+#   bash benchmarks/pending_gpu.sh session23h # kernel profiles of TransformerConv, products whole and by blocks
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -743,9 +744,16 @@ elif [[ $what == session23g ]]; then
   harness_table 400 attention --graphs rmat-large --layers gat,gatv2,transformer --modes gnn_io --reps 10 \
     | grep "^| [a-z]" | cut -d'|' -f2,5,8,19,22
   rm -f "$out/attention/speedup.png"
+elif [[ $what == session23h ]]; then
+  # where the blocks' 0.6 ms go: kernel profiles of a TransformerConv step (RMAT 2^20), products whole and by blocks
+  for mode in gnn_io_no_projected gnn_io; do
+    timeout 150 python3 -m benchmarks.profile_layer --layer transformer --graph rmat-large --mode $mode --rows 30 \
+      >"$out/profile_$mode.txt" 2>&1
+    sed -n '/^== /,/^$/p' "$out/profile_$mode.txt" | head -38 | cut -c1-62,100-175
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-g]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-h]" >&2; exit 2
 fi
