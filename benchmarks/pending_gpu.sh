@@ -67,6 +67,7 @@
 #   bash benchmarks/pending_gpu.sh session23g # issue 5's three layers on RMAT 2^20, final state
 #   bash benchmarks/pending_gpu.sh session23h # kernel profiles of TransformerConv, products whole and by blocks
 #   bash benchmarks/pending_gpu.sh session23i # cProfile of TransformerConv steps with the projected op (2^20)
+#   bash benchmarks/pending_gpu.sh session23j # final default against Inductor's products: GATv2 2^20, arxiv size
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -757,9 +758,16 @@ elif [[ $what == session23i ]]; then
   timeout 200 python3 -m benchmarks.cpu_profile --layer transformer --graph rmat-large --mode gnn_io --steps 5 \
     --rows 30 >"$out/cpu_profile.txt" 2>&1
   grep -v "^$" "$out/cpu_profile.txt" | head -60 | cut -c1-200
+elif [[ $what == session23j ]]; then
+  # the final default against the products left to Inductor: GATv2Conv at 2^20 (not A/B'd directly before), and
+  # both layers at arxiv size, where the packed gradient is one block (the pass leaves it alone)
+  timeout 200 python3 -m benchmarks.ab --layers gatv2 --graphs rmat-large \
+    --modes gnn_io_no_projected,gnn_io --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -1
+  timeout 150 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-arxiv \
+    --modes gnn_io_no_projected,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-i]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-j]" >&2; exit 2
 fi
