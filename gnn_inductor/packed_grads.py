@@ -21,6 +21,14 @@ a chain of additions with no other term, and their column spans do not overlap (
 only the zero base fills, the op zeroes: gnn_inductor/score_fold.py pads its GEMM so). The pass runs on the
 graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
 ``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
+
+**The products by blocks of rows (session 23).** The packed gradient ``d`` is then read by the fused map's three
+products: ``mm(d, W)`` (its input's gradient), ``mm(t(d), x)`` (its weight's) and ``sum(d, [0])`` (its bias's).
+Where those are its only readers, :func:`project_all` replaces them by ``gnn_io::attention_backward_projected``,
+which makes ``d`` one block of rows at a time and multiplies each block before the next (kernels/attention.py), so
+the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.78 GiB, 3% slower (H100,
+docs/benchmarks/session23/). Only where the sizes are fixed and ``d`` takes more than one block
+(``GNN_IO_GRAD_CHUNK_KB``), and for the GATv2 and dot-product families; ``GNN_IO_PROJECTED_GRADS=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -280,7 +288,9 @@ def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
     if found is None:
         return False
     packed = tensor_val(total)
-    if isinstance(packed.shape[0], int) and len(projection_blocks(packed.shape[0], packed.shape[1], packed.dtype)) <= 2:
+    if not isinstance(packed.shape[0], int) or not isinstance(packed.shape[1], int):
+        return False  # sizes that change from call to call (mini-batches): small gradients, host-bound steps
+    if len(projection_blocks(packed.shape[0], packed.shape[1], packed.dtype)) <= 2:
         return False  # one block: Inductor's own products (the op would add only its calls' cost)
     if not _blocks_run(packed_op):
         return False

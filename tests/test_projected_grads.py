@@ -202,7 +202,7 @@ def _gat_message(alpha, a0, a1, a2):
     return torch.ops.aten.mul.Tensor(torch.ops.aten.unsqueeze.default(alpha, -1), a0)
 
 
-def _packed_like(readers: str, family: str = "dot"):
+def _packed_like(readers: str, family: str = "dot", symbolic: bool = False):
     """A backward-like FX graph: a packed attention backward (TransformerConv's edge functions, or GAT's) whose
     packed gradient feeds ``readers``: ``x`` (the input product), ``w`` (the weight product), ``b`` (the row sum),
     ``o`` (something else)."""
@@ -219,6 +219,12 @@ def _packed_like(readers: str, family: str = "dot"):
                               [True] * 3, [0, 8, 16], 24))
     total = graph.call_function(operator.getitem, (op, 0))
     total.meta["val"] = torch.empty(1000, 24)
+    if symbolic:  # a graph compiled for sizes that change from call to call
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        total.meta["val"] = FakeTensorMode(shape_env=ShapeEnv()).from_tensor(torch.empty(1000, 24),
+                                                                            static_shapes=False)
     weight.meta["val"], inp.meta["val"] = torch.empty(24, 5), torch.empty(1000, 7)
     outputs = []
     if "x" in readers:
@@ -240,11 +246,13 @@ def _packed_like(readers: str, family: str = "dot"):
 def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
     """The pass applies where the packed gradient's readers are the input product, the weight product and the
     row sum (any of them, one product at least), and not where anything else reads it, nor where the packed
-    gradient fits one block or comes from the GAT family's backward (its products are then left to Inductor)."""
+    gradient fits one block, has sizes that change from call to call (mini-batches: small, host-bound steps) or
+    comes from the GAT family's backward (its products are then left to Inductor)."""
     monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "100")
     assert packed_grads.project_all(_packed_like("xwb")) == 0  # 1000 x 24 float32: one block of 100 KiB
     monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
     assert packed_grads.project_all(_packed_like("xwb", "gat")) == 0  # GAT's backward makes its gradient whole
+    assert packed_grads.project_all(_packed_like("xwb", symbolic=True)) == 0  # sizes that change (mini-batches)
     for readers, expected in [("xwb", 1), ("xw", 1), ("wb", 1), ("x", 1), ("b", 0), ("xwbo", 0), ("xo", 0)]:
         gm = _packed_like(readers)
         assert packed_grads.project_all(gm) == expected, readers
