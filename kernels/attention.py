@@ -450,7 +450,10 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
     grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
     sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=torch.float32, device=first.device)]
-    whole = []  # the one chunk's weight gradient, or float32 partial sums over the chunks
+    whole = []  # half precision over several blocks: the weight gradient's float32 sum of the blocks' products
+
+    def empty():  # a fresh one each: a custom op's outputs must not alias each other
+        return grad_out.new_empty((0,))
 
     def consume(r0: int, r1: int, chunk: Tensor) -> None:
         if grad_x is not None:
@@ -482,12 +485,9 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
         consume(0, rows, full[0])
         grads = full[1:]
     else:
-        grads = [g if g is not None and not (offset >= 0) else grad_out.new_empty((0,))
-                 for g, offset in zip(grads, pack_offsets)]
+        grads = [g if g is not None and offset < 0 else empty() for g, offset in zip(grads, pack_offsets)]
     if whole:
         grad_w.copy_(whole[0])
-    def empty():  # a fresh one each: a custom op's outputs must not alias each other
-        return grad_out.new_empty((0,))
     bias_grad = empty() if bias_dims < 0 else sums[0].to(dtype).view((1, pack_width) if bias_dims else (pack_width,))
     return [empty() if grad_x is None else grad_x, empty() if grad_w is None else grad_w, bias_grad] + grads
 

@@ -1631,8 +1631,8 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
     """The split backward one block of node rows at a time, for gradients packed into one ``[N, pack_width]``
     tensor (kernels/attention.py's ``attention_backward_projected``): for each chunk ``[r0, r1)`` of ``bounds``,
     the packed gradient's rows ``r0 .. r1`` (``dtype``; argument ``i``'s gradient in columns
-    ``pack_offsets[i] ..``, zeros in the column ranges ``gaps``) are computed by the dst pass over the items of destinations
-    ``r0 .. r1`` and the src pass over the items of sources ``r0 .. r1``, then handed to
+    ``pack_offsets[i] ..``, zeros in the column ranges ``gaps``) are computed by the dst pass over the items of
+    destinations ``r0 .. r1`` and the src pass over the items of sources ``r0 .. r1``, then handed to
     ``consume(r0, r1, chunk)`` and dropped. Each packed gradient row is a row-role output of its own pass (a
     destination's sum over its CSR row, a source's over its transposed row), so it is complete once its chunk's
     two passes ran, and the whole ``[N, pack_width]`` tensor never exists. Unpacked gradients (edge-role, the
@@ -1671,6 +1671,7 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
     src_config = all_heads_launch_config(layout.heads, layout.channels, src_launch, min_block_c=16, min_block_e=1)
     grad_out, delta = grad_out.contiguous(), delta.contiguous()
     att_grad = buffers.get(form.query) if form.family == "gatv2" else None
+    direct = dtype == torch.float32  # the kernels store float32 rows into the block itself, else into their own
     for c in range(len(bounds) - 1):
         r0, r1 = bounds[c], bounds[c + 1]
         chunk = torch.empty((r1 - r0, pack_width), dtype=dtype, device=device)
@@ -1680,7 +1681,6 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
         for i in packed:
             view = chunk[:, pack_offsets[i]:pack_offsets[i] + layout.args[i][0].numel()]
             views[i] = view.view(r1 - r0, *layout.views[i].shape[1:])
-            direct = dtype == torch.float32
             own[i] = views[i] if direct else \
                 torch.empty((r1 - r0, *layout.views[i].shape[1:]), dtype=torch.float32, device=device)
             part, above = splits[i]
