@@ -26,7 +26,7 @@ graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs
 products: ``mm(d, W)`` (its input's gradient), ``mm(t(d), x)`` (its weight's) and ``sum(d, [0])`` (its bias's).
 Where those are its only readers, :func:`project_all` replaces them by ``gnn_io::attention_backward_projected``,
 which makes ``d`` one block of rows at a time and multiplies each block before the next (kernels/attention.py), so
-the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.78 GiB, 3% slower (H100,
+the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.79 GiB, 2% slower (H100,
 docs/benchmarks/session23/). Only where the sizes are fixed and ``d`` takes more than one block
 (``GNN_IO_GRAD_CHUNK_KB``), and for the GATv2 and dot-product families; ``GNN_IO_PROJECTED_GRADS=0`` turns it off.
 """
