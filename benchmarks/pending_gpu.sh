@@ -113,6 +113,17 @@ harness_table() {  # harness_table SECONDS NAME HARNESS_ARGS...: each (graph, la
   timeout "$seconds" python3 -m benchmarks.harness "$@" --isolate --out "$out/$name" 2>"$out/${name}_stderr.txt" \
     | tee "$out/${name}_stdout.txt" | grep -v '^{'
 }
+last_decisions() {  # last_decisions KEY RESULTS_JSON...: each gnn_io record's last path decision, by KEY (graph, layer)
+  python3 - "$@" <<'PY'
+import json, sys
+key = sys.argv[1]
+for path in sys.argv[2:]:
+    for r in json.load(open(path))["results"]:
+        if r["mode"] == "gnn_io":
+            for d in (r.get("path_decisions", []) or [])[-1:]:
+                print(r[key], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
+PY
+}
 
 if [[ $what == checks ]]; then
   CI=1 GNN_IO_STRICT=1 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_triton.py \
@@ -631,12 +642,7 @@ elif [[ $what == session22d ]]; then
     --attention-graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel --out "$out/probe" \
     >"$out/probe.txt" 2>&1; grep "^| attention" "$out/probe.txt" | cut -c1-230
   harness_table 170 tf32_order --graphs sbm-dense --layers transformer --modes gnn_io --tf32 --reps 5 | tail -1
-  python3 - "$out/tf32_order/results.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    for d in (r.get("path_decisions", []) or [])[-1:]:
-        print(r["layer"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
-PY
+  last_decisions layer "$out/tf32_order/results.json"
   rm -f "$out/tf32_order/speedup.png" "$out/tf32_order/results.md"
 elif [[ $what == session22e ]]; then
   # the final state's attention tests on CUDA, in two parts so that each prints its summary within its timeout
@@ -653,14 +659,7 @@ elif [[ $what == session22f ]]; then
     --modes gnn_io,gnn_io_csr,gnn_io_block --tf32 --reps 5 | grep "^| [a-zM]"
   harness_table 150 tf32_sparse --graphs rmat-arxiv,MUSAE-wikipedia-squirrel --layers transformer \
     --modes gnn_io,gnn_io_csr --tf32 --reps 5 | grep "^| [a-zM]"
-  python3 - "$out/tf32_dense/results.json" "$out/tf32_sparse/results.json" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    for r in json.load(open(path))["results"]:
-        if r["mode"] == "gnn_io":
-            for d in (r.get("path_decisions", []) or [])[-1:]:
-                print(r["graph"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
-PY
+  last_decisions graph "$out/tf32_dense/results.json" "$out/tf32_sparse/results.json"
   rm -f "$out"/tf32_*/speedup.png "$out"/tf32_*/results.md
   kernel_tests 120 tests/kernels/test_attention_paths.py
 elif [[ $what == session22g ]]; then
@@ -685,12 +684,7 @@ elif [[ $what == session22j ]]; then
   kernel_tests 150 tests/kernels/test_attention_paths.py tests/gpu/test_attention_cuda.py
   harness_table 240 tf32_review --graphs sbm-dense,batch-random --layers transformer --modes gnn_io --tf32 --reps 5 \
     | grep "^| [a-z]"
-  python3 - "$out/tf32_review/results.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    for d in (r.get("path_decisions", []) or [])[-1:]:
-        print(r["graph"], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
-PY
+  last_decisions graph "$out/tf32_review/results.json"
   rm -f "$out/tf32_review/speedup.png" "$out/tf32_review/results.md"
 elif [[ $what == session23 ]]; then
   # the fused linear map's gradients by blocks of rows (gnn_io::attention_backward_projected): CUDA tests, then

@@ -33,14 +33,13 @@ docs/benchmarks/session23/). Only where the sizes are fixed and ``d`` takes more
 from __future__ import annotations
 
 import operator
-import os
 
 import torch
 from torch.fx import GraphModule, Node
 
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels._common import switch_setting
 from gnn_inductor.kernels.attention import projection_blocks, span_gaps
 
 aten = torch.ops.aten
@@ -53,17 +52,11 @@ _NUM_ARGS = 17  # attention_backward's arguments
 
 
 def enabled() -> bool:
-    value = os.environ.get(ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    return switch_setting(ENV)
 
 
 def projection_enabled() -> bool:
-    value = os.environ.get(PROJECT_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise SettingError(f"{PROJECT_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    return switch_setting(PROJECT_ENV)
 
 
 def _only_user(node: Node) -> Node | None:
@@ -176,13 +169,16 @@ def _empty_like_meta(value):
         return value.new_empty((0,))
 
 
+def _calls(gm: GraphModule, names: tuple) -> list:
+    """The graph's calls of the gnn_io ops named ``names``, in graph order (a list: the passes rewrite the graph)."""
+    return [node for node in gm.graph.nodes if node.op == "call_function" and
+            getattr(node.target, "namespace", None) == "gnn_io" and getattr(node.target, "_opname", "") in names]
+
+
 def pack(gm: GraphModule) -> int:
     """Rewrite each packable attention backward (module docstring); returns how many were rewritten."""
     packed = 0
-    for op in list(gm.graph.nodes):
-        if op.op != "call_function" or getattr(op.target, "namespace", None) != "gnn_io" or \
-                getattr(op.target, "_opname", "") not in _OPS:
-            continue
+    for op in _calls(gm, _OPS):
         found = _match(op)
         if found is None:
             continue
@@ -333,10 +329,7 @@ def project(gm: GraphModule, packed_op: Node, total: Node) -> bool:
 def project_all(gm: GraphModule) -> int:
     """:func:`project` every packed attention backward of ``gm`` whose packed gradient qualifies; returns how many."""
     projected = 0
-    for op in list(gm.graph.nodes):
-        if op.op != "call_function" or getattr(op.target, "namespace", None) != "gnn_io" or \
-                getattr(op.target, "_opname", "") not in _PACKED_OPS:
-            continue
+    for op in _calls(gm, _PACKED_OPS):
         totals = [user for user in op.users if user.target is operator.getitem and user.args[1] == 0]
         if len(totals) == 1 and project(gm, op, totals[0]):
             projected += 1

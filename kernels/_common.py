@@ -46,6 +46,17 @@ def int_setting(name: str, default: int) -> int:
     return number
 
 
+def switch_setting(name: str, default: bool = True) -> bool:
+    """The on/off environment variable ``name``: ``1`` or ``0`` (``default`` when unset); :class:`SettingError`
+    naming it for any other value."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if value not in ("0", "1"):
+        raise SettingError(f"{name}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
+
+
 ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3
 ROLE_NAMES = {ROLE_SRC: "src", ROLE_DST: "dst", ROLE_EDGE: "edge", ROLE_DENSE: "dense"}
 REDUCTIONS = ("sum", "mean", "max", "min")

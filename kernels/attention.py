@@ -450,8 +450,10 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
     grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
     sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=torch.float32, device=first.device)]
+    # the bias gradient as a GEMV against ones: ATen's column reduction of a block (column_sum's too) kept a
+    # staging buffer of 160 MiB at GATv2Conv's step peak on RMAT 2^20 (session 23, call 12)
+    ones = torch.ones(rows, dtype=dtype, device=first.device) if sums else None
     whole = []  # half precision over several blocks: the weight gradient's float32 sum of the blocks' products
-    ones = []  # the bias gradient's GEMV operand, made at the first block
 
     def empty():  # a fresh one each: a custom op's outputs must not alias each other
         return grad_out.new_empty((0,))
@@ -474,18 +476,16 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
                 else:
                     whole.append(part)
         if sums:
-            # the bias gradient as a GEMV against ones: ATen's column reduction of a block (column_sum's too) kept a
-            # staging buffer of 160 MiB at GATv2Conv's step peak on RMAT 2^20 (session 23, call 12)
-            if not ones:
-                ones.append(torch.ones(rows, dtype=dtype, device=chunk.device))
             if dtype == torch.float32:
-                sums[0].addmv_(chunk.t(), ones[0][:r1 - r0])
+                sums[0].addmv_(chunk.t(), ones[:r1 - r0])
             else:
-                sums[0].add_(torch.mv(chunk.t(), ones[0][:r1 - r0]).float())
+                sums[0].add_(torch.mv(chunk.t(), ones[:r1 - r0]).float())
 
-    grads = _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
-                           dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype,
-                           consume)
+    bounds = projection_blocks(rows, pack_width, dtype)
+    grads = None if len(bounds) <= 2 else \
+        _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                       dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype, bounds,
+                       consume)
     if grads is None:
         full = _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
                              max_edges, dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width,
@@ -522,15 +522,11 @@ def _check_projection(rows: int, width: int, dtype: torch.dtype, x: Tensor | Non
 
 
 def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
-                   dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype,
+                   dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype, bounds,
                    consume) -> list | None:
-    """:func:`attention_triton.backward_chunked`'s gradients (the packed ones None, each block of the packed
-    gradient handed to ``consume``), or None, with nothing computed, where it does not run: one block is enough,
-    the kernels or the CSR path's split backward do not run here, or it declines."""
-    rows = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)].shape[0]
-    bounds = projection_blocks(rows, pack_width, dtype)
-    if len(bounds) <= 2:
-        return None
+    """:func:`attention_triton.backward_chunked`'s gradients over the blocks of rows ``bounds`` (the packed ones
+    None, each block of the packed gradient handed to ``consume``), or None, with nothing computed, where it does
+    not run: the kernels or the CSR path's split backward do not run here, or it declines."""
     kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
                               rng.dropout_of(dropout_seed, dropout_p), delta, lse)
     if kernel is None:

@@ -94,7 +94,7 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels._common import (
-    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, kept_outside_graph_pool,
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, kept_outside_graph_pool, switch_setting,
 )
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
@@ -1612,10 +1612,7 @@ def _side_stream(device) -> "torch.cuda.Stream | None":
     ``GNN_IO_GRAD_CHUNK_STREAMS=0``."""
     if getattr(device, "type", device) != "cuda":
         return None
-    value = os.environ.get(CHUNK_STREAMS_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise SettingError(f"{CHUNK_STREAMS_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    if value == "0":
+    if not switch_setting(CHUNK_STREAMS_ENV):
         return None
     index = torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
@@ -1672,6 +1669,7 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
     grad_out, delta = grad_out.contiguous(), delta.contiguous()
     att_grad = buffers.get(form.query) if form.family == "gatv2" else None
     direct = dtype == torch.float32  # the kernels store float32 rows into the block itself, else into their own
+    stream = _side_stream(device)
     for c in range(len(bounds) - 1):
         r0, r1 = bounds[c], bounds[c + 1]
         chunk = torch.empty((r1 - r0, pack_width), dtype=dtype, device=device)
@@ -1693,7 +1691,7 @@ def backward_chunked(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tens
         run_src = bool(src_outputs) and src_at[c + 1] > src_at[c]
         # the two passes write disjoint memory (the dst pass the dst-role, edge-role and att gradients, the src pass
         # the src-role ones): with a side stream they run side by side, each filling the other's ramp and tail
-        side = _side_stream(device) if run_dst and run_src else None
+        side = stream if run_dst and run_src else None
         if side is not None:
             side.wait_stream(torch.cuda.current_stream(device))
         if run_src:
