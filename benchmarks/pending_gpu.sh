@@ -71,6 +71,7 @@
 #   bash benchmarks/pending_gpu.sh session23k # the attention layers' CUDA tests in the final state
 #   bash benchmarks/pending_gpu.sh session23l # memory anatomy of GATv2Conv and TransformerConv with the blocks
 #   bash benchmarks/pending_gpu.sh session23m # the blocks' bias gradient by GEMV: tests, memory, A/B
+#   bash benchmarks/pending_gpu.sh session23n # the projected tests on CUDA after the review
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -779,9 +780,14 @@ elif [[ $what == session23m ]]; then
     | grep "^| [a-z]" | cut -d'|' -f4,8,19
   timeout 300 python3 -m benchmarks.ab --layers gatv2,transformer --graphs rmat-large \
     --modes gnn_io_no_projected,gnn_io --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
+elif [[ $what == session23n ]]; then
+  # after the review's refactor (stream switch read once a call, bounds and GEMV operand made once): CUDA tests
+  CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_projected_grads.py \
+    tests/gpu/test_cudagraphs_cuda.py -k "not interpreter and (op_matches or blocks or bad or matcher or switch)" 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-m]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-n]" >&2; exit 2
 fi
