@@ -64,11 +64,67 @@ def gemms(rows: int, width: int) -> dict:
     return out
 
 
+def x3_gemms(rows: int, width: int, out_width: int) -> dict:
+    """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense_triton.py``) in its launches, for a linear
+    map ``width -> out_width`` over ``rows`` nodes: forward, input gradient, weight gradient. Errors are the max
+    absolute error over the max magnitude, against float64."""
+    from gnn_inductor.kernels import dense_triton
+
+    torch.manual_seed(0)
+    x = torch.randn(rows, width, device="cuda")
+    g = torch.randn(rows, out_width, device="cuda")
+    w = torch.randn(out_width, width, device="cuda") / width ** 0.5
+    bias = torch.randn(out_width, device="cuda")
+    shapes = {
+        "fwd x @ w.t() + b": ((x, w.t(), bias), (x.double() @ w.double().t()) + bias.double()),
+        "dgrad g @ w": ((g, w, None), g.double() @ w.double()),
+        "wgrad g.t() @ x": ((g.t(), x, None), g.double().t() @ x.double()),
+    }
+    tall = [(128, 128, 32, 8, 3), (128, 128, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3),
+            (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 256, 32, 8, 3), (64, 64, 32, 4, 3)]
+    splits = [(64, 64, 32, 4, 3), (128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 64, 8, 3)]
+    out = {}
+    for name, ((a, b, bias_), exact) in shapes.items():
+        scale = exact.abs().max().item()
+
+        def err(value):
+            if not torch.isfinite(value).all():
+                return float("nan")
+            return ((value.double() - exact).abs().max() / scale).item()
+        cublas = (lambda: torch.addmm(bias_, a, b)) if bias_ is not None else (lambda: a @ b)
+        out[(name, "cuBLAS fp32")] = (median_ms(cublas, reps=20), err(cublas()))
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        out[(name, "cuBLAS tf32 (not used: reference)")] = (median_ms(cublas, reps=20), err(cublas()))
+        torch.backends.cuda.matmul.allow_tf32 = prev
+        wide = name.startswith("wgrad")
+        for launch in (splits if wide else tall):
+            for split in ((None, 64, 132, 264, 528) if wide else (None,)):
+                fn = (lambda l=launch, s=split: dense_triton.mm(a, b, bias_, launch=l, split=s))
+                try:
+                    value = fn()
+                    out[(name, f"x3 {launch} split {split}")] = (median_ms(fn, reps=20), err(value))
+                except Exception as e:  # noqa: BLE001 - a launch that does not compile is a row, not a stop
+                    out[(name, f"x3 {launch} split {split}")] = (float("nan"), f"{type(e).__name__}: {str(e)[:60]}")
+        fn = lambda: dense_triton.mm(a, b, bias_, precision="tf32")  # noqa: E731
+        out[(name, "plain tf32 (accuracy reference)")] = (median_ms(fn, reps=20), err(fn()))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1 << 20)
     parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--x3", type=int, default=0, metavar="OUT_WIDTH",
+                        help="time the 3xTF32 Triton GEMMs against cuBLAS for a width -> OUT_WIDTH linear map")
     args = parser.parse_args()
+    if args.x3:
+        print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
+        print(f"| {args.rows} x {args.width} -> {args.x3} | variant | ms | max abs err / max |")
+        print("| --- | --- | --- | --- |")
+        for (name, variant), (ms, err) in x3_gemms(args.rows, args.width, args.x3).items():
+            print(f"| {name} | {variant} | {ms:.3f} | {err if isinstance(err, str) else f'{err:.1e}'} |")
+        return
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "tf32", torch.backends.cuda.matmul.allow_tf32)
     print(f"| op ({args.rows} x {args.width}) | variant | ms | max rel err |")
     print("| --- | --- | --- | --- |")

@@ -72,6 +72,7 @@
 #   bash benchmarks/pending_gpu.sh session23l # memory anatomy of GATv2Conv and TransformerConv with the blocks
 #   bash benchmarks/pending_gpu.sh session23m # the blocks' bias gradient by GEMV: tests, memory, A/B
 #   bash benchmarks/pending_gpu.sh session23n # the projected tests on CUDA after the review
+#   bash benchmarks/pending_gpu.sh session24  # the 3xTF32 GEMM against cuBLAS float32 (launches, errors)
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -785,9 +786,16 @@ elif [[ $what == session23n ]]; then
   CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_projected_grads.py \
     tests/gpu/test_cudagraphs_cuda.py -k "not interpreter and (op_matches or blocks or bad or matcher or switch)" 2>&1 \
     | tee "$out/gpu_tests.txt" | tail -2
+elif [[ $what == session24 ]]; then
+  # the 3xTF32 Triton GEMM (kernels/dense_triton.py) against cuBLAS float32: launches, splits, errors
+  for spec in "1048576 128 128" "1048576 128 512" "131072 128 128" "131072 128 512"; do
+    set -- $spec
+    timeout 200 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
+      | grep -v "^| --- "
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
 else
-  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-n]" >&2; exit 2
+  echo "usage: bash benchmarks/pending_gpu.sh checks|tables|tables2|tables3|session14|session14b|session15[bcde]|session16[b]|session17[b-i]|session18[b-l]|session19[p-v]|session20[b-n]|session21[b-q]|session22[b-j]|session23[b-n]|session24[b-z]" >&2; exit 2
 fi

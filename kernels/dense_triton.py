@@ -1,0 +1,134 @@
+"""Float32 GEMMs of message-passing layers on Tensor Cores at float32 accuracy (the 3xTF32 split).
+
+A GNN layer's linear maps are tall and thin: ``[N, K] @ [K, F]`` with ``N`` nodes (a million) and ``K, F`` of
+128-512, plus the weight gradient ``[K, N] @ [N, F]``, whose inner size is the node count. In float32 with TF32 off
+(PyTorch's default, ``torch.backends.cuda.matmul.allow_tf32 = False``) cuBLAS runs them on the CUDA cores: about
+0.94 ms for ``[2^20, 128] @ [128, 128]`` on the H100, where reading and writing the operands takes 0.3 ms.
+
+Here each operand is split into a TF32 head and a TF32 tail, ``a = a_hi + a_lo`` (Triton's
+``input_precision="tf32x3"``), and the product is ``a_hi b_hi + a_hi b_lo + a_lo b_hi`` on Tensor Cores with a
+float32 accumulator. The dropped ``a_lo b_lo`` is below ``2^-22`` of each product, so the result carries float32's
+accuracy (``docs/dense.md`` has the measured errors against float64 and against cuBLAS's float32), not TF32's
+``2^-11``. It is used only for float32 operands with TF32 off: where TF32 is allowed, cuBLAS's TF32 is the faster
+and the user's chosen precision.
+
+Two launch shapes:
+
+- ``[M, K] @ [K, N]`` with ``M`` large: one program per ``BLOCK_M x BLOCK_N`` output tile, over all of ``K``;
+- the weight gradient, inner size ``K`` large and the output small: the inner range split over ``SPLIT`` programs
+  per output tile, each writing a float32 partial, summed afterwards in a fixed order (deterministic, no atomics).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
+               stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+               BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    # grouped order: GROUP_M row tiles share the columns of B while they are in cache
+    per_group = GROUP_M * tiles_n
+    group = pid // per_group
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    col_mask = cols < N
+    k_start = split * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_mask = ks < k_end
+        a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :].to(tl.int64) * stride_ak,
+                    mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+        b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn,
+                    mask=k_mask[:, None] & col_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
+    out = c_ptr + split * stride_cs + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    mask = row_mask[:, None] & col_mask[None, :]
+    if ACCUMULATE:
+        acc += tl.load(out, mask=mask, other=0.0)
+    tl.store(out, acc, mask=mask)
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); the benchmark `benchmarks/dense_ops.py --x3` sweeps them
+TALL_LAUNCH = (128, 128, 32, 8, 3)
+SPLIT_LAUNCH = (64, 64, 32, 4, 3)
+PRECISION = "tf32x3"
+
+
+def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
+            launch: tuple, precision: str) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    block_m, block_n, block_k, warps, stages = launch
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), split)
+    stride_cs = c.stride(0) if c.dim() == 3 else 0
+    stride_cm, stride_cn = c.stride(-2), c.stride(-1)
+    _mm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, k_per_split,
+                     a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cs, stride_cm, stride_cn,
+                     BIAS=bias is not None, ACCUMULATE=accumulate, PRECISION=precision,
+                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+                     num_warps=warps, num_stages=stages)
+
+
+def splits_for(m: int, n: int, k: int, launch: tuple = SPLIT_LAUNCH, programs: int = 264) -> int:
+    """How many inner-range pieces make about ``programs`` programs for an output of ``m x n`` tiles; 1 where the
+    output tiles alone are that many."""
+    tiles = triton.cdiv(m, launch[0]) * triton.cdiv(n, launch[1])
+    if tiles >= programs:
+        return 1
+    return max(1, min(triton.cdiv(programs, tiles), triton.cdiv(k, 4 * launch[2])))
+
+
+def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = None, accumulate: bool = False,
+       launch: tuple | None = None, split: int | None = None, precision: str = PRECISION) -> Tensor:
+    """``a @ b`` (``+ bias`` broadcast over rows; ``+ out`` when ``accumulate``, written into ``out``), float32
+    operands of any strides, float32 result. ``split`` pieces of the inner range (default: by
+    :func:`splits_for`) are summed after the kernel in a fixed order."""
+    if a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise TypeError(f"dense_triton.mm takes float32 operands, got {a.dtype} and {b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"dense_triton.mm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
+    m, k = a.shape
+    n = b.shape[1]
+    if out is None:
+        if accumulate:
+            raise ValueError("accumulate needs out")
+        out = torch.empty(m, n, device=a.device, dtype=torch.float32)
+    elif out.shape != (m, n) or out.dtype != torch.float32:
+        raise ValueError(f"out must be a float32 [{m}, {n}] tensor, got {out.dtype} {tuple(out.shape)}")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        base = bias.expand(m, n) if bias is not None else torch.zeros((), device=a.device)
+        return out.add_(base) if accumulate else out.copy_(base)
+    if split is None:
+        split = splits_for(m, n, k)
+    launch = launch or (TALL_LAUNCH if split == 1 and m >= 4096 else SPLIT_LAUNCH)
+    if split == 1:
+        _launch(a, b, out, bias, accumulate, 1, k, launch, precision)
+        return out
+    k_per_split = triton.cdiv(triton.cdiv(k, split), launch[2]) * launch[2]
+    split = triton.cdiv(k, k_per_split)
+    partial = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
+    _launch(a, b, partial, None, False, split, k_per_split, launch, precision)
+    total = partial.sum(0)
+    if bias is not None:
+        total += bias
+    return out.add_(total) if accumulate else out.copy_(total)
