@@ -64,7 +64,7 @@ def gemms(rows: int, width: int) -> dict:
     return out
 
 
-def x3_gemms(rows: int, width: int, out_width: int) -> dict:
+def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3split")) -> dict:
     """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense_triton.py``) in its launches, for a linear
     map ``width -> out_width`` over ``rows`` nodes: forward, input gradient, weight gradient. Errors are the max
     absolute error over the max magnitude, against float64."""
@@ -78,11 +78,14 @@ def x3_gemms(rows: int, width: int, out_width: int) -> dict:
     shapes = {
         "fwd x @ w.t() + b": ((x, w.t(), bias), (x.double() @ w.double().t()) + bias.double()),
         "dgrad g @ w": ((g, w, None), g.double() @ w.double()),
+        "dgrad g @ w, w K-major": ((g, w.t().contiguous().t(), None), g.double() @ w.double()),
         "wgrad g.t() @ x": ((g.t(), x, None), g.double().t() @ x.double()),
     }
-    tall = [(128, 128, 32, 8, 3), (128, 128, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3),
-            (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 256, 32, 8, 3), (64, 64, 32, 4, 3)]
-    splits = [(64, 64, 32, 4, 3), (128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 64, 8, 3)]
+    tall = [(128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (64, 64, 32, 4, 3),
+            (128, 64, 64, 4, 3), (128, 64, 32, 4, 4), (128, 64, 32, 4, 5), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3),
+            (128, 64, 128, 8, 2), (128, 128, 128, 8, 2), (64, 64, 128, 4, 2), (256, 64, 32, 8, 3), (64, 64, 64, 4, 4),
+            (128, 32, 32, 4, 3), (128, 32, 64, 4, 4)]
+    splits = [(64, 64, 32, 4, 3), (128, 64, 64, 8, 3), (128, 64, 32, 4, 4), (64, 64, 64, 4, 3)]
     out = {}
     for name, ((a, b, bias_), exact) in shapes.items():
         scale = exact.abs().max().item()
@@ -98,14 +101,17 @@ def x3_gemms(rows: int, width: int, out_width: int) -> dict:
         out[(name, "cuBLAS tf32 (not used: reference)")] = (median_ms(cublas, reps=20), err(cublas()))
         torch.backends.cuda.matmul.allow_tf32 = prev
         wide = name.startswith("wgrad")
-        for launch in (splits if wide else tall):
-            for split in ((None, 64, 132, 264, 528) if wide else (None,)):
-                fn = (lambda l=launch, s=split: dense_triton.mm(a, b, bias_, launch=l, split=s))
-                try:
-                    value = fn()
-                    out[(name, f"x3 {launch} split {split}")] = (median_ms(fn, reps=20), err(value))
-                except Exception as e:  # noqa: BLE001 - a launch that does not compile is a row, not a stop
-                    out[(name, f"x3 {launch} split {split}")] = (float("nan"), f"{type(e).__name__}: {str(e)[:60]}")
+        for precision in precisions:
+            for launch in (splits if wide else tall):
+                for split in ((None, 132) if wide else (None,)):
+                    key = (name, f"{precision} {launch} split {split}")
+                    fn = (lambda l=launch, s=split, p=precision: dense_triton.mm(a, b, bias_, launch=l, split=s,
+                                                                                precision=p))
+                    try:
+                        value = fn()
+                        out[key] = (median_ms(fn, reps=20), err(value))
+                    except Exception as e:  # noqa: BLE001 - a launch that does not compile is a row, not a stop
+                        out[key] = (float("nan"), f"{type(e).__name__}: {str(e)[:60]}")
         fn = lambda: dense_triton.mm(a, b, bias_, precision="tf32")  # noqa: E731
         out[(name, "plain tf32 (accuracy reference)")] = (median_ms(fn, reps=20), err(fn()))
     return out

@@ -73,6 +73,7 @@
 #   bash benchmarks/pending_gpu.sh session23m # the blocks' bias gradient by GEMV: tests, memory, A/B
 #   bash benchmarks/pending_gpu.sh session23n # the projected tests on CUDA after the review
 #   bash benchmarks/pending_gpu.sh session24  # the 3xTF32 GEMM against cuBLAS float32 (launches, errors)
+#   bash benchmarks/pending_gpu.sh session24b # more launches, the in-kernel split, a K-major weight
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -792,6 +793,13 @@ elif [[ $what == session24 ]]; then
     set -- $spec
     timeout 200 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
       | grep -v "^| --- "
+  done
+elif [[ $what == session24b ]]; then
+  # more launches, the in-kernel split (x3split), the input gradient with a K-major weight
+  for spec in "1048576 128 128" "1048576 128 512"; do
+    set -- $spec
+    timeout 280 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
+      | grep -v "^| --- " | sort -t'|' -k2,2 -k4,4n | awk -F'|' '{ if (seen[$2]++ < 6) print }'
   done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off

@@ -56,7 +56,16 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                     mask=row_mask[:, None] & k_mask[None, :], other=0.0)
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if PRECISION == "x3split":
+            # the same three TF32 products, split here: the head keeps a float32's top 10 mantissa bits (the
+            # bits a TF32 Tensor Core reads), the tail is the exact rest
+            a_hi = (a.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+            b_hi = (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+            acc = tl.dot(a - a_hi, b_hi, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b - b_hi, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
     out = c_ptr + split * stride_cs + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
