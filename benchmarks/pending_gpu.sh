@@ -74,6 +74,7 @@
 #   bash benchmarks/pending_gpu.sh session23n # the projected tests on CUDA after the review
 #   bash benchmarks/pending_gpu.sh session24  # the 3xTF32 GEMM against cuBLAS float32 (launches, errors)
 #   bash benchmarks/pending_gpu.sh session24b # more launches, the in-kernel split, a K-major weight
+#   bash benchmarks/pending_gpu.sh session24c # the split GEMMs in the layers: CUDA tests, A/B against cuBLAS
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -801,6 +802,12 @@ elif [[ $what == session24b ]]; then
     timeout 280 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
       | grep -v "^| --- " | sort -t'|' -k2,2 -k4,4n | awk -F'|' '{ if (seen[$2]++ < 6) print }'
   done
+elif [[ $what == session24c ]]; then
+  # the 3xTF32 GEMMs in the layers: CUDA tests, then A/B against cuBLAS's float32 GEMMs, then the harness line
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_gemm_accumulate.py \
+    tests/test_projected_grads.py
+  timeout 330 python3 -m benchmarks.ab --layers gat,sage_max,gatv2,transformer --graphs rmat-large \
+    --modes gnn_io_cublas,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -6
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -16,7 +16,7 @@ import torch
 import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
+from gnn_inductor import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
 from gnn_inductor import direct_ops
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
@@ -109,6 +109,9 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
         # GEMM + fresh tensor summed in the fresh tensor's memory (gnn_inductor/gemm_accumulate.py)
         graph_report.gemm_accumulates["backward" if kwargs.get("is_backward") else "forward"] = \
             gemm_accumulate.fold(gm)
+    if graph_report is not None and graph_report.rewrites:
+        # large float32 GEMMs by the 3xTF32 split on Tensor Cores (gnn_inductor/dense_gemm.py)
+        graph_report.dense_gemms["backward" if kwargs.get("is_backward") else "forward"] = dense_gemm.rewrite(gm)
     if _cuda_graphs():
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)

@@ -38,6 +38,7 @@ from torch.fx import GraphModule, Node
 
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
+from gnn_inductor.kernels import dense_triton
 from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
@@ -49,7 +50,7 @@ _LIB.define("addmm_into(Tensor(a!) out, Tensor a, Tensor b) -> ()")
 
 
 def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    out.addmm_(a, b)
+    dense_triton.matmul(a, b, out=out, accumulate=True)  # cuBLAS's addmm_ unless the 3xTF32 GEMM takes it
 
 
 _LIB.impl("addmm_into", _addmm_into, "CompositeExplicitAutograd")  # every backend, Meta (fake tensors) included

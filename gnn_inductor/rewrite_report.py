@@ -79,6 +79,7 @@ class GraphReport:
     gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
+    dense_gemms: dict = field(default_factory=dict)  # "forward"/"backward" -> GEMMs made gnn_io::mm (dense_gemm.py)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -94,7 +95,7 @@ class GraphReport:
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
                 "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
-                "projected_grads": self.projected_grads}
+                "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms)}
 
 
 _REPORTS: list = []
@@ -186,6 +187,10 @@ def format_text_for(chosen: list) -> list:
             lines.append("  the fused linear map's input, weight and bias gradients made from that packed gradient by "
                          "blocks of rows, never whole (gnn_io::attention_backward_projected, "
                          f"gnn_inductor/packed_grads.py): {r.projected_grads}")
+        if any(r.dense_gemms.values()):
+            made = ", ".join(f"{n} in the {g}" for g, n in r.dense_gemms.items() if n)
+            lines.append("  float32 GEMMs on Tensor Cores by the 3xTF32 split, float32 accuracy (gnn_io::mm, "
+                         f"gnn_inductor/dense_gemm.py; GNN_IO_FP32_GEMM=cublas turns it off): {made}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

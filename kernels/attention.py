@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 
 import torch
-from gnn_inductor.kernels import attention_paths, attention_triton, rng
+from gnn_inductor.kernels import attention_paths, attention_triton, dense_triton, rng
 from gnn_inductor.kernels._common import (
     ROLE_NAMES,
     column_sum,
@@ -460,15 +460,15 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
 
     def consume(r0: int, r1: int, chunk: Tensor) -> None:
         if grad_x is not None:
-            torch.mm(chunk, weight, out=grad_x[r0:r1])
+            dense_triton.matmul(chunk, weight, out=grad_x[r0:r1])
         if grad_w is not None:
             if r0 == 0 and r1 == rows:
-                torch.mm(chunk.t(), x, out=grad_w)
+                dense_triton.matmul(chunk.t(), x, out=grad_w)
             elif dtype == torch.float32:
                 if r0 == 0:
-                    torch.mm(chunk.t(), x[r0:r1], out=grad_w)
+                    dense_triton.matmul(chunk.t(), x[r0:r1], out=grad_w)
                 else:
-                    grad_w.addmm_(chunk.t(), x[r0:r1])
+                    dense_triton.matmul(chunk.t(), x[r0:r1], out=grad_w, accumulate=True)
             else:  # half precision: the blocks' products summed in float32
                 part = torch.mm(chunk.t(), x[r0:r1]).float()
                 if whole:

@@ -20,10 +20,23 @@ Two launch shapes:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from gnn_inductor.kernels._common import SettingError
+
+SETTING = "GNN_IO_FP32_GEMM"
+# Where the split GEMM is taken (H100, session 24, `benchmarks/dense_ops.py --x3`): a product of at least
+# TALL_MIN_WORK multiply-adds with a large row count (the forward and the input gradient: 1.31-1.66x over cuBLAS at
+# 2^20 rows, a tie or a loss at 2^17 x 128 x 128 = 2^31), and a weight gradient (inner size large) of at least
+# WIDE_MIN_WORK (1.05x at 2^20 x 128 x 128, 1.12x at 2^20 x 128 x 512, a loss at 2^17 rows).
+TALL_MIN_WORK = 1 << 33
+WIDE_MIN_WORK = 1 << 34
+SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
 
 @triton.jit
@@ -54,7 +67,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         k_mask = ks < k_end
         a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :].to(tl.int64) * stride_ak,
                     mask=row_mask[:, None] & k_mask[None, :], other=0.0)
-        b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn,
+        b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
         if PRECISION == "x3split":
             # the same three TF32 products, split here: the head keeps a float32's top 10 mantissa bits (the
@@ -75,10 +88,71 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
     tl.store(out, acc, mask=mask)
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); the benchmark `benchmarks/dense_ops.py --x3` sweeps them
-TALL_LAUNCH = (128, 128, 32, 8, 3)
-SPLIT_LAUNCH = (64, 64, 32, 4, 3)
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (session 24)
+TALL_LAUNCH = (128, 64, 32, 4, 3)  # output width up to 128
+TALL_WIDE_LAUNCH = (128, 128, 64, 8, 3)  # wider outputs
+SPLIT_LAUNCH = (128, 64, 32, 4, 4)
+SPLITS = 132  # inner pieces per output tile (one per H100 SM; 64 and 264 measured slower in session 24)
 PRECISION = "tf32x3"
+
+
+def setting() -> str:
+    value = os.environ.get(SETTING, "").strip() or "x3"
+    if value not in ("x3", "cublas"):
+        raise SettingError(f"{SETTING}={value!r}: set it to x3 (float32 GEMMs by the 3xTF32 split where it pays) or "
+                           "cublas (cuBLAS's float32 GEMMs only)")
+    return value
+
+
+def shape_kind(m: int, k: int, n: int) -> str | None:
+    """``"tall"`` (rows many, the rest thin), ``"wide"`` (the inner size many, the output small) or None, by the
+    module's measured thresholds."""
+    if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
+        return "tall"
+    if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
+        return "wide"
+    return None
+
+
+def float32_exact() -> bool:
+    """Whether float32 GEMMs must keep float32's accuracy: TF32 is not allowed (PyTorch's default)."""
+    return not torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "highest"
+
+
+def kernel_device(device_type: str) -> bool:
+    """CUDA, or the CPU under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
+    return device_type == "cuda" or (device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+                                     and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
+
+
+def takes(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a @ b`` runs here rather than in cuBLAS: float32 operands on the kernels' device, TF32 off, the
+    setting on, and a shape of :func:`shape_kind`."""
+    return (a.dtype == torch.float32 == b.dtype and a.device == b.device and kernel_device(a.device.type)
+            and a.dim() == 2 == b.dim()
+            and float32_exact() and setting() == "x3"
+            and shape_kind(a.shape[0], a.shape[1], b.shape[1]) is not None)
+
+
+def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = None,
+           accumulate: bool = False) -> Tensor:
+    """``a @ b`` (``+ bias``; ``+= `` into ``out`` when ``accumulate``, else written into ``out`` when given): here
+    where :func:`takes` says so, else by cuBLAS (``torch.mm`` / ``addmm``), the same value to rounding."""
+    if not takes(a, b):
+        if accumulate:
+            out.addmm_(a, b)
+            if bias is not None:
+                out += bias
+            return out
+        if bias is not None:
+            return torch.addmm(bias, a, b, out=out) if out is not None else torch.addmm(bias, a, b)
+        return torch.mm(a, b, out=out) if out is not None else torch.mm(a, b)
+    if shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "tall":
+        if b.stride(0) != 1:
+            b = b.t().contiguous().t()  # K-major, as the TF32 Tensor Cores read it from shared memory (small)
+        launch = TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH
+        return mm(a, b, bias, out, accumulate, launch=launch, split=1)
+    return mm(a, b, bias, out, accumulate, launch=SPLIT_LAUNCH)
 
 
 def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
@@ -96,13 +170,12 @@ def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bo
                      num_warps=warps, num_stages=stages)
 
 
-def splits_for(m: int, n: int, k: int, launch: tuple = SPLIT_LAUNCH, programs: int = 264) -> int:
-    """How many inner-range pieces make about ``programs`` programs for an output of ``m x n`` tiles; 1 where the
-    output tiles alone are that many."""
-    tiles = triton.cdiv(m, launch[0]) * triton.cdiv(n, launch[1])
-    if tiles >= programs:
+def splits_for(m: int, n: int, k: int, launch: tuple = SPLIT_LAUNCH) -> int:
+    """How many pieces the inner range is cut into: :data:`SPLITS` (each at least four ``BLOCK_K`` steps) where the
+    output has fewer tiles than two per SM, 1 where it has more."""
+    if triton.cdiv(m, launch[0]) * triton.cdiv(n, launch[1]) >= 2 * SPLITS:
         return 1
-    return max(1, min(triton.cdiv(programs, tiles), triton.cdiv(k, 4 * launch[2])))
+    return max(1, min(SPLITS, triton.cdiv(k, 4 * launch[2])))
 
 
 def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = None, accumulate: bool = False,

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor import edge_functions
+from gnn_inductor.kernels import dense_triton
 from gnn_inductor.kernels import gather_scatter_triton as fused
 from gnn_inductor.kernels._common import (
     ROLE_DENSE, ROLE_SRC, check_reduce, edge_values, fake_edge_values, in_float32, recompute_grads, segment_reduce,
@@ -197,7 +198,7 @@ def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tenso
     ``mm(a, b) + grad``, folded by ``gnn_inductor/gemm_accumulate.py``). On the kernels' path, for a float32
     ``[rows, features]`` argument, the product is the buffer the walk adds that gradient into: no zero-filled
     gradient buffer, no copy, no separate add. Elsewhere the product is added to the gradient."""
-    base = torch.mm(a, b)
+    base = dense_triton.matmul(a, b)
     target = args[index]
     into = {}
     if (_runs_fused(args, roles, rowptr, fn_key) and target.dtype == torch.float32 == base.dtype

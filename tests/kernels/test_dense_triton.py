@@ -1,0 +1,136 @@
+"""The 3xTF32 GEMM (kernels/dense_triton.py): values against float64 in every launch shape, operand layout and
+epilogue, the policy that decides where it runs, and its errors.
+
+The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter through
+``test_under_interpreter_rerun`` (a subprocess with ``TRITON_INTERPRET=1``). On the H100 the split is checked
+against float64 at float32's tolerance, tighter than cuBLAS's own float32 error there (``docs/dense.md``); the
+interpreter computes the products in plain float32.
+"""
+import os
+
+import pytest
+import torch
+
+from gnn_inductor.kernels import dense_triton
+from gnn_inductor.kernels._common import SettingError
+from tests.kernels.interpreter import rerun_under_interpreter
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_under_interpreter_rerun")
+# max abs error over the max magnitude of the float64 product; cuBLAS float32 measured 4.5e-7 to 3.4e-6 there
+TOLERANCE = 2e-6
+
+
+def _error(value: torch.Tensor, exact: torch.Tensor) -> float:
+    assert torch.isfinite(value).all()
+    return ((value.double() - exact).abs().max() / exact.abs().max()).item()
+
+
+def _operands(m, k, n, seed=0, a_transposed=False, b_kmajor=False):
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=generator)
+    b = torch.randn(k, n, generator=generator)
+    a = a.t().contiguous().t() if a_transposed else a  # the same values, column-major storage
+    b = b.t().contiguous().t() if b_kmajor else b
+    return a.to(DEVICE), b.to(DEVICE)
+
+
+@runs_kernel
+@pytest.mark.parametrize("m,k,n,split", [(300, 40, 24, 1), (257, 128, 64, 1), (33, 5, 130, 1), (64, 700, 48, 5),
+                                         (20, 1000, 9, None), (1, 3, 1, 1)])
+@pytest.mark.parametrize("layout", ["row", "a_transposed", "b_kmajor"])
+def test_product_matches_float64(m, k, n, split, layout):
+    a, b = _operands(m, k, n, a_transposed=layout == "a_transposed", b_kmajor=layout == "b_kmajor")
+    exact = a.double() @ b.double()
+    value = dense_triton.mm(a, b, split=split, launch=(32, 32, 16, 4, 2))
+    assert value.shape == (m, n) and value.dtype == torch.float32
+    assert _error(value, exact) < TOLERANCE
+
+
+@runs_kernel
+@pytest.mark.parametrize("split", [1, 4])
+def test_bias_and_accumulate(split):
+    a, b = _operands(90, 200, 40, seed=1)
+    bias = torch.randn(40, device=DEVICE)
+    exact = a.double() @ b.double() + bias.double()
+    assert _error(dense_triton.mm(a, b, bias, split=split, launch=(32, 32, 16, 4, 2)), exact) < TOLERANCE
+    out = torch.randn(90, 40, device=DEVICE)
+    start = out.double().clone()
+    result = dense_triton.mm(a, b, bias, out=out, accumulate=True, split=split, launch=(32, 32, 16, 4, 2))
+    assert result.data_ptr() == out.data_ptr()
+    assert _error(out, start + exact) < TOLERANCE
+    # into a strided view: rows of a wider buffer, the rest untouched
+    wide = torch.zeros(90, 50, device=DEVICE)
+    dense_triton.mm(a, b, out=wide[:, 5:45], split=split, launch=(32, 32, 16, 4, 2))
+    assert _error(wide[:, 5:45], a.double() @ b.double()) < TOLERANCE
+    assert (wide[:, :5] == 0).all() and (wide[:, 45:] == 0).all()
+
+
+@runs_kernel
+def test_default_launches_of_matmul(monkeypatch):
+    """``matmul`` with the thresholds lowered: the tall launch (a row-major weight made K-major), the split launch
+    of a weight gradient, and cuBLAS below the thresholds, all the same values."""
+    monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
+    monkeypatch.setattr(dense_triton, "WIDE_MIN_WORK", 1)
+    monkeypatch.setattr(dense_triton, "SMALL_SIDE", 100)
+    monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
+    x, w = _operands(500, 64, 48, seed=2)
+    g = torch.randn(500, 48, device=DEVICE)
+    assert dense_triton.takes(x, w) and dense_triton.shape_kind(500, 64, 48) == "tall"
+    assert _error(dense_triton.matmul(x, w), x.double() @ w.double()) < TOLERANCE
+    assert dense_triton.shape_kind(48, 500, 64) == "wide"
+    assert _error(dense_triton.matmul(g.t(), x), g.double().t() @ x.double()) < TOLERANCE
+    monkeypatch.setenv("GNN_IO_FP32_GEMM", "cublas")
+    assert not dense_triton.takes(x, w)
+    assert _error(dense_triton.matmul(x, w), x.double() @ w.double()) < TOLERANCE
+
+
+@runs_kernel
+def test_inf_and_nan_propagate_as_in_float32():
+    a, b = _operands(40, 16, 8, seed=3)
+    a[3, 2] = float("inf")
+    a[7, 0] = float("nan")
+    value = dense_triton.mm(a, b, launch=(32, 32, 16, 4, 2))
+    reference = a @ b
+    torch.testing.assert_close(value.isnan(), reference.isnan())
+    torch.testing.assert_close(value.isinf(), reference.isinf())
+    finite = torch.isfinite(reference)
+    assert _error(value[finite], (a.double() @ b.double())[finite]) < TOLERANCE
+
+
+def test_under_interpreter_rerun():
+    if INTERPRETED:
+        pytest.skip("already under the interpreter")
+    rerun_under_interpreter(__file__, select="not rerun")
+
+
+def test_policy_thresholds_and_setting(monkeypatch):
+    assert dense_triton.shape_kind(1 << 20, 128, 128) == "tall"
+    assert dense_triton.shape_kind(1 << 17, 128, 512) == "tall"
+    assert dense_triton.shape_kind(1 << 17, 128, 128) is None  # a tie or a loss on the H100
+    assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
+    assert dense_triton.shape_kind(128, 1 << 17, 128) is None
+    assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
+    cpu = torch.zeros(4, 4)
+    monkeypatch.delenv("GNN_IO_TRITON_ON_CPU", raising=False)
+    assert not dense_triton.takes(cpu, cpu)  # CPU tensors outside the tests' interpreter mode: cuBLAS's place
+    monkeypatch.setenv("GNN_IO_FP32_GEMM", "fast")
+    with pytest.raises(SettingError, match="GNN_IO_FP32_GEMM"):
+        dense_triton.setting()
+
+
+def test_bad_operands_raise():
+    with pytest.raises(TypeError, match="float32"):
+        dense_triton.mm(torch.zeros(4, 4, dtype=torch.float64), torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="do not multiply"):
+        dense_triton.mm(torch.zeros(4, 3), torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="out must be"):
+        dense_triton.mm(torch.zeros(4, 3), torch.zeros(3, 4), out=torch.zeros(4, 5))
+
+
+def test_empty_sizes():
+    assert dense_triton.mm(torch.zeros(0, 3), torch.zeros(3, 4)).shape == (0, 4)
+    bias = torch.arange(4.0)
+    torch.testing.assert_close(dense_triton.mm(torch.zeros(2, 0), torch.zeros(0, 4), bias), bias.expand(2, 4))
