@@ -75,6 +75,7 @@
 #   bash benchmarks/pending_gpu.sh session24  # the 3xTF32 GEMM against cuBLAS float32 (launches, errors)
 #   bash benchmarks/pending_gpu.sh session24b # more launches, the in-kernel split, a K-major weight
 #   bash benchmarks/pending_gpu.sh session24c # the split GEMMs in the layers: CUDA tests, A/B against cuBLAS
+#   bash benchmarks/pending_gpu.sh session24d # the src pass's value row once; arxiv A/B of the GEMMs; harness lines
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -808,6 +809,16 @@ elif [[ $what == session24c ]]; then
     tests/test_projected_grads.py
   timeout 330 python3 -m benchmarks.ab --layers gat,sage_max,gatv2,transformer --graphs rmat-large \
     --modes gnn_io_cublas,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -6
+elif [[ $what == session24d ]]; then
+  # the src pass's own value row loaded once (ROW_VALUE): split-backward CUDA tests, then A/B; the split GEMMs
+  # against cuBLAS at arxiv size; the harness lines of issues 4 and 5's layers (time and step memory)
+  kernel_tests 150 tests/kernels/test_attention_split_backward.py
+  timeout 200 python3 -m benchmarks.ab --layers gat,gatv2,transformer --graphs rmat-large \
+    --modes gnn_io_no_row_value,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_row_value.txt" | tail -4
+  timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2,sage_max --graphs rmat-arxiv \
+    --modes gnn_io_cublas,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -4
+  harness_table 240 large --graphs rmat-large --layers gat,gatv2,transformer,sage_max --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f2-12
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
