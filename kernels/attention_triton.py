@@ -119,7 +119,6 @@ LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before sessi
 HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
 HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # split, atomic, one_pass, one_pass_segment; unset: auto
-ROW_VALUE_ENV = "GNN_IO_ROW_VALUE"  # 0: the split src pass loads its own value row per edge block (comparisons)
 # one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
 # stored per edge and summed over each destination's CSR row (no atomics on hub rows)
 # auto (unset): one_pass_segment for the GAT family, split for the others
@@ -702,8 +701,7 @@ def _split_backward_all_heads_kernel(
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
         ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
-        ROW_VALUE: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
-        BLOCK_C: tl.constexpr):
+        DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     """One work item of one pass of the split backward (see above), every head at once: the item's CSR indices,
     and in the dst pass its row's ``dout``, ``D`` and ``lse``, are read once for all heads, and a row gradient is
     one store (or one hub atomic) for all heads. That beat one program per (item, head) on the H100 by 1.2-1.5x
@@ -711,8 +709,6 @@ def _split_backward_all_heads_kernel(
     destinations in the src pass) and ``eid_ptr`` their edge ids; ``ROW_*`` say which gradient kinds a row-role
     output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
     gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store.
-    ``ROW_VALUE``: the message is the item's own row (src pass, a source-role value), loaded once before the edge
-    loop; its padded edges see that row, but their ``alpha`` is 0 and their ``dout`` rows are 0.
     ``delta_ptr`` holds ``D = <dout, out>`` per (row, head), computed before the backward (``attention_delta``)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
@@ -738,9 +734,6 @@ def _split_backward_all_heads_kernel(
     else:
         att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
     grad_att = tl.zeros([BLOCK_H, BLOCK_C], dtype=tl.float32)
-    if ROW_VALUE:
-        row_value = tl.load(v0 + row.to(tl.int64) * v0r + heads[:, None] * v0h + chans[None, :] * v0c,
-                            mask=node_mask, other=0).to(tl.float32)[None, :, :]
     if KIND == 0:
         acc_terms = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
     else:
@@ -774,12 +767,9 @@ def _split_backward_all_heads_kernel(
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
         if DROPOUT:
             weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
-        if ROW_VALUE:
-            value = row_value
-        else:
-            value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
-            if V1 >= 0:
-                value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
+        value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
+        if V1 >= 0:
+            value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
 
         grad_value = (alpha * weight)[:, :, None] * grad_rows
         grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=2) - delta) * score_scale
@@ -1811,11 +1801,7 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
     row_outputs = [o for o in outputs if o[1] == major]
     flags = {"ROW_T": any(o[2] for o in row_outputs), "ROW_V": any(o[3] for o in row_outputs),
              "ROW_Q": any(o[4] for o in row_outputs), "EDGE_Q": any(o[4] for o in outputs),
-             "GATT": att_grad is not None,
-             # the src pass of a message that is the source's own row (GAT's and TransformerConv's values):
-             # that row loaded once per item, not once per edge block
-             "ROW_VALUE": major == ROLE_SRC and constexprs["V0"] == ROLE_SRC and constexprs["V1"] < 0
-             and switch_setting(ROW_VALUE_ENV)}
+             "GATT": att_grad is not None}
     if not items[0].shape[0]:
         return
     args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads,
