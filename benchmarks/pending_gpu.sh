@@ -811,7 +811,8 @@ elif [[ $what == session24c ]]; then
     --modes gnn_io_cublas,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -6
 elif [[ $what == session24d ]]; then
   # the src pass's own value row loaded once (ROW_VALUE): split-backward CUDA tests, then A/B; the split GEMMs
-  # against cuBLAS at arxiv size; the harness lines of issues 4 and 5's layers (time and step memory)
+  # against cuBLAS at arxiv size; the harness lines of issues 4 and 5's layers (time and step memory).
+  # Run once (call 4); ROW_VALUE was then reverted (GAT 0.94x), so its A/B mode no longer exists.
   kernel_tests 150 tests/kernels/test_attention_split_backward.py
   timeout 200 python3 -m benchmarks.ab --layers gat,gatv2,transformer --graphs rmat-large \
     --modes gnn_io_no_row_value,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_row_value.txt" | tail -4
