@@ -76,6 +76,7 @@
 #   bash benchmarks/pending_gpu.sh session24b # more launches, the in-kernel split, a K-major weight
 #   bash benchmarks/pending_gpu.sh session24c # the split GEMMs in the layers: CUDA tests, A/B against cuBLAS
 #   bash benchmarks/pending_gpu.sh session24d # the src pass's value row once; arxiv A/B of the GEMMs; harness lines
+#   bash benchmarks/pending_gpu.sh session24e # SAGEConv max's CPU at arxiv size; split GEMMs in the SpMM layers
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -820,6 +821,14 @@ elif [[ $what == session24d ]]; then
     --modes gnn_io_cublas,gnn_io --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -4
   harness_table 240 large --graphs rmat-large --layers gat,gatv2,transformer,sage_max --modes gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f2-12
+elif [[ $what == session24e ]]; then
+  # where SAGEConv max's step at arxiv size spends its CPU (sampler and cProfile, the forward op's callees);
+  # the split GEMMs against cuBLAS in the SpMM layers on RMAT 2^20
+  timeout 150 python3 -m benchmarks.cpu_profile --layer sage_max --graph rmat-arxiv --mode gnn_io --sampler --rows 40 \
+    --callees "gather_scatter.py:.*(gather_scatter_forward),gather_scatter.py:.*(gather_scatter_backward_mm)" \
+    >"$out/cpu_profile_sage_max.txt" 2>&1; head -3 "$out/cpu_profile_sage_max.txt"
+  timeout 260 python3 -m benchmarks.ab --layers gcn,sage_mean,gin --graphs rmat-large \
+    --modes gnn_io_cublas,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_spmm.txt" | tail -4
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
