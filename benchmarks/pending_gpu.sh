@@ -77,6 +77,7 @@
 #   bash benchmarks/pending_gpu.sh session24c # the split GEMMs in the layers: CUDA tests, A/B against cuBLAS
 #   bash benchmarks/pending_gpu.sh session24d # the src pass's value row once; arxiv A/B of the GEMMs; harness lines
 #   bash benchmarks/pending_gpu.sh session24e # SAGEConv max's CPU at arxiv size; split GEMMs in the SpMM layers
+#   bash benchmarks/pending_gpu.sh session24f # split GEMMs under CUDA graphs; GATConv and SAGEConv max lines
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -829,6 +830,13 @@ elif [[ $what == session24e ]]; then
     >"$out/cpu_profile_sage_max.txt" 2>&1; head -3 "$out/cpu_profile_sage_max.txt"
   timeout 260 python3 -m benchmarks.ab --layers gcn,sage_mean,gin --graphs rmat-large \
     --modes gnn_io_cublas,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_spmm.txt" | tail -4
+elif [[ $what == session24f ]]; then
+  # the split GEMMs inside CUDA graph trees and compiled layers (thresholds lowered), then the harness lines of
+  # GATConv (after the revert) and SAGEConv max against eager (the forward's error at full size)
+  CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    tests/test_dense_gemm.py -k "x3 or compiled_layers or rewrites or leaves" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
+  harness_table 240 large --graphs rmat-large --layers gat,sage_max --modes eager,gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,6,8,13,16,19,20,21
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -87,7 +87,8 @@ def test_op_without_the_kernel_is_cublas_with_bias():
     assert fake.shape == (5, 4) and fake.device.type == "meta"
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU: run by test_under_interpreter_rerun")
+@pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                    reason="the kernels on CPU: run by test_under_interpreter_rerun")
 @pytest.mark.parametrize("layer", ["gat", "sage_max"])
 def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch):
     """The compiled layer with every linear map's GEMMs (forward, input and weight gradients) in the kernel:
@@ -102,9 +103,10 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
         return real(*args, **kwargs)
     monkeypatch.setattr(dense_triton, "mm", recording)
     torch.manual_seed(0)
-    model = GATConv(12, 8, heads=2) if layer == "gat" else SAGEConv(12, 16, aggr="max")
-    edge_index = random_graph(60, 400, seed=1, hub_degree=40)
-    x = torch.randn(60, 12, requires_grad=True)
+    device = "cpu" if INTERPRETED else "cuda"
+    model = (GATConv(12, 8, heads=2) if layer == "gat" else SAGEConv(12, 16, aggr="max")).to(device)
+    edge_index = random_graph(60, 400, seed=1, hub_degree=40).to(device)
+    x = torch.randn(60, 12, device=device, requires_grad=True)
     eager = copy.deepcopy(model)
     x_ref = x.detach().clone().requires_grad_()
     eager(x_ref, edge_index).square().sum().backward()

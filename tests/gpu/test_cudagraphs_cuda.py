@@ -8,7 +8,7 @@ from torch._dynamo.utils import counters
 from torch_geometric import nn as pyg
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.kernels import attention_paths
+from gnn_inductor.kernels import attention_paths, dense_triton
 from gnn_inductor.testing import random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -24,6 +24,11 @@ LAYERS = {
     # streams forked and joined inside the recorded graph
     "transformer_blocks": lambda: pyg.TransformerConv(32, 8, heads=4),
     "gatv2_blocks": lambda: pyg.GATv2Conv(32, 8, heads=4),
+    # every GEMM of the layer by the 3xTF32 kernel (thresholds lowered to these sizes), replayed in the graph:
+    # split-K partial buffers and the K-major weight copy allocated inside the recording
+    "gat_x3": lambda: pyg.GATConv(32, 8, heads=4),
+    "sage_max_x3": lambda: pyg.SAGEConv(32, 32, aggr="max"),
+    "transformer_blocks_x3": lambda: pyg.TransformerConv(32, 8, heads=4),
 }
 
 
@@ -35,8 +40,12 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")  # small graph: rewrite anyway
     monkeypatch.setenv("GNN_IO_SPMM_PATH", spmm_path)
-    if name.endswith("_blocks"):
+    if "_blocks" in name:
         monkeypatch.setenv("GNN_IO_GRAD_CHUNK_KB", "32")
+    if name.endswith("_x3"):
+        monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
+        monkeypatch.setattr(dense_triton, "WIDE_MIN_WORK", 1)
+        monkeypatch.setattr(dense_triton, "SMALL_SIDE", 128)
     torch._dynamo.reset()
     counters.clear()
     attention_paths.clear()
@@ -78,6 +87,8 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
                 f"step {step} {what}: {error:.3e} off float64, eager float32 {eager_error:.3e}"
     # every graph replayed (GCNConv's and GATConv's self-loop plans too, compiled at their concrete sizes)
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
-    if name.endswith("_blocks"):
+    if "_blocks" in name:
         assert sum(r.projected_grads for r in rewrite_report.reports(layer)) >= 1
+    if name.endswith("_x3"):
+        assert sum(sum(r.dense_gemms.values()) for r in rewrite_report.reports(layer)) >= 2
     torch._dynamo.reset()
