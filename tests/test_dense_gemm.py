@@ -21,10 +21,15 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 @pytest.fixture
 def low_thresholds(monkeypatch):
-    """Every float32 product of the tests' sizes qualifies; CPU tensors count as the kernels' device."""
+    """Every float32 product of the tests' sizes qualifies."""
     monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
     monkeypatch.setattr(dense_triton, "WIDE_MIN_WORK", 1)
     monkeypatch.setattr(dense_triton, "SMALL_SIDE", 16)
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    """CPU tensors count as the kernels' device (as under the interpreter; nothing here launches a kernel)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
 
@@ -46,7 +51,7 @@ def _targets(gm) -> list:
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def test_rewrites_forward_and_both_gradients(low_thresholds, monkeypatch):
+def test_rewrites_forward_and_both_gradients(low_thresholds, cpu_kernels, monkeypatch):
     gm, fn, inputs = _linear_graph()
     assert dense_gemm.rewrite(gm) == 3
     targets = _targets(gm)
@@ -59,7 +64,7 @@ def test_rewrites_forward_and_both_gradients(low_thresholds, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["bfloat16", "bias_2d", "symbolic", "small", "tf32", "cublas"])
-def test_leaves_gemms_it_does_not_take(case, low_thresholds, monkeypatch):
+def test_leaves_gemms_it_does_not_take(case, low_thresholds, cpu_kernels, monkeypatch):
     """Other dtypes, a 2-D bias, symbolic sizes, products under the thresholds, TF32 allowed by the user and the
     setting off all keep ATen's GEMMs."""
     if case == "small":
@@ -95,6 +100,8 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
     output, input gradient and every parameter's gradient match eager PyG, and the report counts them."""
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
+    if INTERPRETED:
+        monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
     monkeypatch.setattr(dense_triton, "SMALL_SIDE", 32)
     ran, real = [], dense_triton.mm
 
