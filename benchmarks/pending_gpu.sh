@@ -78,6 +78,7 @@
 #   bash benchmarks/pending_gpu.sh session24d # the src pass's value row once; arxiv A/B of the GEMMs; harness lines
 #   bash benchmarks/pending_gpu.sh session24e # SAGEConv max's CPU at arxiv size; split GEMMs in the SpMM layers
 #   bash benchmarks/pending_gpu.sh session24f # split GEMMs under CUDA graphs; GATConv and SAGEConv max lines
+#   bash benchmarks/pending_gpu.sh session24g # the split GEMM's tests on CUDA after the fixture fix
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -837,6 +838,9 @@ elif [[ $what == session24f ]]; then
     tests/test_dense_gemm.py -k "x3 or compiled_layers or rewrites or leaves" 2>&1 | tee "$out/gpu_tests.txt" | tail -2
   harness_table 240 large --graphs rmat-large --layers gat,sage_max --modes eager,gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f5,6,8,13,16,19,20,21
+elif [[ $what == session24g ]]; then
+  # after the fixture fix: the split GEMM's kernel and pass tests on CUDA (compiled layers included)
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_gemm_accumulate.py
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
