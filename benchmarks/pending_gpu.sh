@@ -79,6 +79,7 @@
 #   bash benchmarks/pending_gpu.sh session24e # SAGEConv max's CPU at arxiv size; split GEMMs in the SpMM layers
 #   bash benchmarks/pending_gpu.sh session24f # split GEMMs under CUDA graphs; GATConv and SAGEConv max lines
 #   bash benchmarks/pending_gpu.sh session24g # the split GEMM's tests on CUDA after the fixture fix
+#   bash benchmarks/pending_gpu.sh session24h # the weight split on the host (x3pre) against tf32x3
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -841,6 +842,13 @@ elif [[ $what == session24f ]]; then
 elif [[ $what == session24g ]]; then
   # after the fixture fix: the split GEMM's kernel and pass tests on CUDA (compiled layers included)
   kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_gemm_accumulate.py
+elif [[ $what == session24h ]]; then
+  # the weight split once on the host (x3pre) against Triton's in-loop tf32x3: the tall products' launches
+  for spec in "1048576 128 128" "1048576 128 512"; do
+    set -- $spec
+    timeout 250 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
+      | grep -v "^| --- " | grep -v nan | sort -t'|' -k2,2 -k4,4g | awk -F'|' '{ if (seen[$2]++ < 4) print }'
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
