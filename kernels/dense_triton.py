@@ -40,7 +40,7 @@ SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
 
 @triton.jit
-def _mm_kernel(a_ptr, b_ptr, b_lo_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
+def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
                BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -69,18 +69,7 @@ def _mm_kernel(a_ptr, b_ptr, b_lo_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                     mask=row_mask[:, None] & k_mask[None, :], other=0.0)
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
-        if PRECISION == "x3pre":
-            # B split on the host (``b_ptr`` its TF32 head, ``b_lo_ptr`` the rest); A here, rounded to nearest
-            # by its bits. Where A's head is not finite (inf, NaN, or rounded up past the largest float) only the
-            # heads' product carries it: the tail products would add inf - inf or inf * 0.
-            b_lo = tl.load(b_lo_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
-                           mask=k_mask[:, None] & col_mask[None, :], other=0.0)
-            a_hi = ((a.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)
-            finite = tl.abs(a_hi) < float("inf")
-            acc = tl.dot(tl.where(finite, a - a_hi, 0.0), b, acc, input_precision="tf32")
-            acc = tl.dot(tl.where(finite, a_hi, 0.0), b_lo, acc, input_precision="tf32")
-            acc = tl.dot(tl.where(a == a, a_hi, a), b, acc, input_precision="tf32")
-        elif PRECISION == "x3split":
+        if PRECISION == "x3split":
             # the same three TF32 products, split here: the head keeps a float32's top 10 mantissa bits (the
             # bits a TF32 Tensor Core reads), the tail is the exact rest
             a_hi = (a.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
@@ -166,28 +155,15 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
     return mm(a, b, bias, out, accumulate, launch=SPLIT_LAUNCH)
 
 
-def split_tf32(b: Tensor) -> tuple:
-    """``(head, tail)`` of a float32 matrix, both K-major: the head rounded to TF32's 10 mantissa bits (to nearest
-    by the bits, as the kernel rounds A), the tail the exact rest, 0 where the head is not finite."""
-    bits = b.contiguous().view(torch.int32)
-    head = ((bits + 4096) & -8192).view(torch.float32)
-    head = torch.where(torch.isnan(b), b, head)
-    tail = torch.where(torch.isfinite(head), b - head, torch.zeros((), device=b.device))
-    return head.t().contiguous().t(), tail.t().contiguous().t()
-
-
 def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
             launch: tuple, precision: str) -> None:
     m, k = a.shape
     n = b.shape[1]
-    b_lo = b
-    if precision == "x3pre":
-        b, b_lo = split_tf32(b)
     block_m, block_n, block_k, warps, stages = launch
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), split)
     stride_cs = c.stride(0) if c.dim() == 3 else 0
     stride_cm, stride_cn = c.stride(-2), c.stride(-1)
-    _mm_kernel[grid](a, b, b_lo, c, bias if bias is not None else c, m, n, k, k_per_split,
+    _mm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, k_per_split,
                      a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cs, stride_cm, stride_cn,
                      BIAS=bias is not None, ACCUMULATE=accumulate, PRECISION=precision,
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
