@@ -15,8 +15,9 @@ and the user's chosen precision.
 Two launch shapes:
 
 - ``[M, K] @ [K, N]`` with ``M`` large: one program per ``BLOCK_M x BLOCK_N`` output tile, over all of ``K``;
-- the weight gradient, inner size ``K`` large and the output small: the inner range split over ``SPLIT`` programs
-  per output tile, each writing a float32 partial, summed afterwards in a fixed order (deterministic, no atomics).
+- the weight gradient, inner size ``K`` large and the output small: the inner range split over :data:`SPLITS`
+  programs per output tile, each writing a float32 partial, summed afterwards in a fixed order (deterministic, no
+  atomics).
 """
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
         if PRECISION == "x3split":
-            # the same three TF32 products, split here: the head keeps a float32's top 10 mantissa bits (the
-            # bits a TF32 Tensor Core reads), the tail is the exact rest
+            # benchmarks only (dense_ops --x3): the same three TF32 products, split here by bit masks (the head
+            # keeps a float32's top 10 mantissa bits, the tail the exact rest, truncated again by the hardware);
+            # 5-10% faster than tf32x3 but 1.4e-6 to 6.7e-5 off float64 (docs/dense.md), so never used
             a_hi = (a.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
             b_hi = (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
             acc = tl.dot(a - a_hi, b_hi, acc, input_precision="tf32")
