@@ -191,6 +191,10 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
         raise ValueError(f"dense_triton.mm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
     m, k = a.shape
     n = b.shape[1]
+    if bias is not None:
+        if bias.dtype != torch.float32 or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be a float32 [{n}] tensor, got {bias.dtype} {tuple(bias.shape)}")
+        bias = bias.contiguous()  # the kernel reads it at unit stride
     if out is None:
         if accumulate:
             raise ValueError("accumulate needs out")

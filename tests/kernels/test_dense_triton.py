@@ -61,6 +61,10 @@ def test_bias_and_accumulate(split):
     result = dense_triton.mm(a, b, bias, out=out, accumulate=True, split=split, launch=(32, 32, 16, 4, 2))
     assert result.data_ptr() == out.data_ptr()
     assert _error(out, start + exact) < TOLERANCE
+    # a bias that is a strided view (every other element of a longer vector)
+    spaced = torch.randn(80, device=DEVICE)
+    exact_spaced = a.double() @ b.double() + spaced[::2].double()
+    assert _error(dense_triton.mm(a, b, spaced[::2], split=split, launch=(32, 32, 16, 4, 2)), exact_spaced) < TOLERANCE
     # into a strided view: rows of a wider buffer, the rest untouched
     wide = torch.zeros(90, 50, device=DEVICE)
     dense_triton.mm(a, b, out=wide[:, 5:45], split=split, launch=(32, 32, 16, 4, 2))
@@ -128,6 +132,8 @@ def test_bad_operands_raise():
         dense_triton.mm(torch.zeros(4, 3), torch.zeros(4, 4))
     with pytest.raises(ValueError, match="out must be"):
         dense_triton.mm(torch.zeros(4, 3), torch.zeros(3, 4), out=torch.zeros(4, 5))
+    with pytest.raises(ValueError, match="bias must be"):
+        dense_triton.mm(torch.zeros(4, 3), torch.zeros(3, 4), torch.zeros(5))
 
 
 def test_empty_sizes():
