@@ -80,6 +80,7 @@
 #   bash benchmarks/pending_gpu.sh session24f # split GEMMs under CUDA graphs; GATConv and SAGEConv max lines
 #   bash benchmarks/pending_gpu.sh session24g # the split GEMM's tests on CUDA after the fixture fix
 #   bash benchmarks/pending_gpu.sh session24h # the weight split on the host (x3pre) against tf32x3
+#   bash benchmarks/pending_gpu.sh session24i # final lines: arxiv size with and without CUDA graphs, RMAT 2^20
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -851,6 +852,13 @@ elif [[ $what == session24h ]]; then
     timeout 250 python3 -m benchmarks.dense_ops --rows $1 --width $2 --x3 $3 2>&1 | tee "$out/x3_$1_$2_$3.txt" \
       | grep -v "^| --- " | grep -v nan | sort -t'|' -k2,2 -k4,4g | awk -F'|' '{ if (seen[$2]++ < 4) print }'
   done
+elif [[ $what == session24i ]]; then
+  # final state: the arxiv-size lines with and without CUDA graphs (the 512-wide maps take the split GEMM there),
+  # and GATv2Conv and TransformerConv on RMAT 2^20 without call 4's row hoist
+  harness_table 270 arxiv --graphs rmat-arxiv --layers transformer,gatv2,sage_max --modes gnn_io,gnn_io_cg --reps 20 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,13,16
+  harness_table 200 large --graphs rmat-large --layers gatv2,transformer --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,13,16,19
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
