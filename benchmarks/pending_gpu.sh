@@ -81,6 +81,7 @@
 #   bash benchmarks/pending_gpu.sh session24g # the split GEMM's tests on CUDA after the fixture fix
 #   bash benchmarks/pending_gpu.sh session24h # the weight split on the host (x3pre) against tf32x3
 #   bash benchmarks/pending_gpu.sh session24i # final lines: arxiv size with and without CUDA graphs, RMAT 2^20
+#   bash benchmarks/pending_gpu.sh session24j # GATConv's step profile with the split GEMMs
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -859,6 +860,10 @@ elif [[ $what == session24i ]]; then
     | grep "^| [a-zR]" | cut -d'|' -f5,8,13,16
   harness_table 200 large --graphs rmat-large --layers gatv2,transformer --modes gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f5,8,13,16,19
+elif [[ $what == session24j ]]; then
+  # GATConv's step on RMAT 2^20 kernel by kernel with the split GEMMs (what is left of the 10 ms target)
+  timeout 200 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 30 \
+    >"$out/profile_gat.txt" 2>&1; grep -E "^== |Self CUDA time total" "$out/profile_gat.txt" | head -3
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
