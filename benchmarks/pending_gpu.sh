@@ -82,6 +82,7 @@
 #   bash benchmarks/pending_gpu.sh session24h # the weight split on the host (x3pre) against tf32x3
 #   bash benchmarks/pending_gpu.sh session24i # final lines: arxiv size with and without CUDA graphs, RMAT 2^20
 #   bash benchmarks/pending_gpu.sh session24j # GATConv's step profile with the split GEMMs
+#   bash benchmarks/pending_gpu.sh session24k # the GEMM kernel through fast_launch: tests, arxiv A/B
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -864,6 +865,11 @@ elif [[ $what == session24j ]]; then
   # GATConv's step on RMAT 2^20 kernel by kernel with the split GEMMs (what is left of the 10 ms target)
   timeout 200 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 30 \
     >"$out/profile_gat.txt" 2>&1; grep -E "^== |Self CUDA time total" "$out/profile_gat.txt" | head -3
+elif [[ $what == session24k ]]; then
+  # _mm_kernel through fast_launch: its tests on CUDA, then the arxiv-size A/B of the 512-wide maps again
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py
+  timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-arxiv \
+    --modes gnn_io_cublas,gnn_io --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -3
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -29,6 +29,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels.launch import fast_launch
 
 SETTING = "GNN_IO_FP32_GEMM"
 # Where the split GEMM is taken (H100, session 24, `benchmarks/dense_ops.py --x3`): a product of at least
@@ -40,6 +41,7 @@ WIDE_MIN_WORK = 1 << 34
 SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
 
+@fast_launch  # the JIT's per-call Python skipped: these launch first in a step (kernels/launch.py)
 @triton.jit
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
