@@ -83,6 +83,11 @@
 #   bash benchmarks/pending_gpu.sh session24i # final lines: arxiv size with and without CUDA graphs, RMAT 2^20
 #   bash benchmarks/pending_gpu.sh session24j # GATConv's step profile with the split GEMMs
 #   bash benchmarks/pending_gpu.sh session24k # the GEMM kernel through fast_launch: tests, arxiv A/B
+#   bash benchmarks/pending_gpu.sh session25  # GAT score fold again, now that the GEMMs are our 3xTF32 kernel
+#   bash benchmarks/pending_gpu.sh session25b # GATConv on RMAT 2^20 with and without CUDA graphs (lead time, gaps)
+#   bash benchmarks/pending_gpu.sh session25c # GAT's scores in the GEMM epilogue: CUDA tests, A/B, profile
+#   bash benchmarks/pending_gpu.sh session25d # the epilogue's products one by one (side product forms)
+#   bash benchmarks/pending_gpu.sh session25e # the products again (side rows padded to 64); layer A/B
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -870,6 +875,35 @@ elif [[ $what == session24k ]]; then
   kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py
   timeout 200 python3 -m benchmarks.ab --layers transformer,gatv2 --graphs rmat-arxiv \
     --modes gnn_io_cublas,gnn_io --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -3
+elif [[ $what == session25 ]]; then
+  # the score fold (session 21: lost with cuBLAS's 144-column GEMMs) with the split GEMMs: A/B, fold profile
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io,gnn_io_score_fold --rounds 8 2>"$out/ab_stderr.txt" | tee "$out/ab_fold.txt" | tail -3
+  GNN_IO_SCORE_FOLD=1 timeout 200 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io \
+    --rows 30 >"$out/profile_gat_fold.txt" 2>&1; grep -E "^== |Self CUDA time total|_mm_kernel|triton_" \
+    "$out/profile_gat_fold.txt" | head -12
+elif [[ $what == session25b ]]; then
+  # how much of GATConv's RMAT 2^20 step is the CPU's lead and gaps: CUDA graph trees replay it in one launch
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io,gnn_io_cg --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_cg.txt" | tail -3
+  harness_table 240 large --graphs rmat-large --layers gat --modes gnn_io,gnn_io_cg --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,13,16,19
+elif [[ $what == session25c ]]; then
+  # gnn_io::linear_scores (the scores from the feature GEMM's tiles, their gradients inside the backward GEMMs)
+  kernel_tests 200 tests/test_head_scores.py tests/kernels/test_dense_triton.py
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_no_score_epilogue,gnn_io_score_epilogue --rounds 10 2>"$out/ab_stderr.txt" \
+    | tee "$out/ab_epilogue.txt" | tail -3
+  GNN_IO_SCORE_FOLD=epilogue timeout 200 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large \
+    --mode gnn_io --rows 30 >"$out/profile_gat_epilogue.txt" 2>&1; grep -E "^== |Self CUDA time total|_mm_kernel|triton_" \
+    "$out/profile_gat_epilogue.txt" | cut -c1-60,150-200 | head -12
+elif [[ $what == session25d ]]; then
+  timeout 200 python3 -m benchmarks.head_scores_ops 2>&1 | tee "$out/head_scores_ops.txt" | tail -12
+elif [[ $what == session25e ]]; then
+  timeout 200 python3 -m benchmarks.head_scores_ops 2>&1 | tee "$out/head_scores_ops.txt" | tail -13
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_no_score_epilogue,gnn_io_score_epilogue --rounds 10 2>"$out/ab_stderr.txt" \
+    | tee "$out/ab_epilogue.txt" | tail -1
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -265,13 +265,18 @@ def _fold_score_projections(aten_gm: torch.fx.GraphModule, graph_report) -> None
     if not graph_report.rewrites:
         return
     for folded in score_fold.fold_score_projections(aten_gm):
+        if folded.get("epilogue"):
+            kernel = ("gnn_io::linear_scores: the scores made from the feature GEMM's tiles (3xTF32 kernel), their "
+                      "gradients inside the backward GEMMs: no pass over the features for either")
+        elif folded["scores_only"]:
+            kernel = (f"the scores alone from the GEMM ({folded['columns']} columns): the projected features are "
+                      f"never made, Inductor/cuBLAS")
+        else:
+            kernel = (f"columns of the feature GEMM ({folded['columns']} wide): no pass over the features for the "
+                      f"scores or their gradients, Inductor/cuBLAS")
         graph_report.rewrites.append(_report.Rewrite(
             "score_projection", "aten::sum of (features * attention vector) over channels", folded["source"],
-            {k: folded[k] for k in ("weight", "vectors", "columns", "scores_only")},
-            kernel=(f"the scores alone from the GEMM ({folded['columns']} columns): the projected features are "
-                    f"never made" if folded["scores_only"] else
-                    f"columns of the feature GEMM ({folded['columns']} wide): no pass over the features for the "
-                    f"scores or their gradients") + ", Inductor/cuBLAS"))
+            {k: folded[k] for k in ("weight", "vectors", "columns", "scores_only")}, kernel=kernel))
 
 
 def _moved_linears(aten_gm: torch.fx.GraphModule) -> list:

@@ -27,12 +27,21 @@ Where nothing else reads the features (GATConv's edge features, ``lin_edge(edge_
 ``alpha_edge``; a bipartite layer's destination features), the GEMM keeps the score columns alone: an ``[E, H]``
 output instead of an ``[E, H C]`` one.
 
-``GNN_IO_SCORE_FOLD``: ``0`` (default) folds nothing; ``auto`` folds only projections whose features nothing else
-reads; ``1`` folds the others too, padding the GEMM's width to a multiple of :data:`COLUMN_MULTIPLE` with zero
+``GNN_IO_SCORE_FOLD``: ``epilogue`` (default) makes the features and every projection of them with one
+``gnn_io::linear_scores`` call (kernels/head_scores.py), the scores reduced from the 3xTF32 GEMM's accumulator
+tiles and their gradients taken inside the backward GEMMs, wherever that kernel runs at the graph's sizes (float32,
+TF32 off, CUDA, fixed sizes of a tall product, heads of a power-of-two width: ``_epilogue_takes``); elsewhere the
+graph keeps its reductions for Inductor. ``0`` folds nothing; ``auto`` folds only projections whose features nothing
+else reads; ``1`` folds the others too, padding the GEMM's width to a multiple of :data:`COLUMN_MULTIPLE` with zero
 columns so the attention kernels read rows whose stride Triton can specialise on (16 elements; a 136-float row is
 not); ``tight`` folds them without padding.
 
-It is off because no form of it measured faster (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
+The epilogue measured 1.02x on GATConv's step (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
+session 25: 10.50 -> 10.26 ms and 10.59 -> 10.41, 10 interleaved rounds each, all won). Session 25 also measured
+the column fold again with the GEMMs in the 3xTF32 kernel: 10.82 against 11.73 ms unfolded-to-folded (0.92x), its
+144-column products 1.06 ms each against 0.60.
+
+The column forms are off because none measured faster (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
 session 21):
 - GATConv: 11.81 ms padded against 11.22 unfolded (16 interleaved rounds, none won), 14.05 tight (the kernels'
   loads of 136-float rows). The profile shows why: cuBLAS's kernels for 144 output columns took 3.54 ms of GEMM
@@ -64,13 +73,15 @@ from gnn_inductor.linear_fusion import _call, linear_map, parameter_name
 aten = torch.ops.aten
 ENV = "GNN_IO_SCORE_FOLD"
 COLUMN_MULTIPLE = 16
+MODES = ("0", "auto", "1", "tight", "epilogue")
+DEFAULT = "epilogue"
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 
 
 def setting() -> str:
-    value = os.environ.get(ENV, "0").strip()
-    if value not in ("0", "auto", "1", "tight"):
-        raise SettingError(f"{ENV}={value!r}: set it to 0, auto, 1 or tight (or leave it unset)")
+    value = os.environ.get(ENV, DEFAULT).strip()
+    if value not in MODES:
+        raise SettingError(f"{ENV}={value!r}: set it to {', '.join(MODES)} (or leave it unset)")
     return value
 
 
@@ -116,6 +127,10 @@ def fold_score_projections(gm: GraphModule) -> list:
     folded = []
     for matrix, sums in found.items():
         scores_only = _read_only_by(matrix, {node.args[0] for node, _ in sums})
+        if mode == "epilogue":
+            if not scores_only and _epilogue_takes(matrix, sums):
+                folded.append(_epilogue(gm, matrix, sums))
+            continue
         if not scores_only and mode == "auto":
             continue
         folded.append(_fold(gm, matrix, sums, scores_only, pad=mode == "1"))
@@ -193,3 +208,56 @@ def _zeros(gm: GraphModule, shape: list, like) -> Node:
     with getattr(like, "fake_mode", None) or contextlib.nullcontext():
         node.meta["val"] = torch.zeros(shape, dtype=like.dtype, device=like.device)
     return node
+
+
+def _epilogue_takes(matrix: Node, sums: list) -> bool:
+    """Whether ``gnn_io::linear_scores`` runs ``matrix`` and its projections ``sums`` in the 3xTF32 kernel with the
+    score epilogue (kernels/head_scores.py) at the graph's sizes: float32, TF32 off, the kernels' device, fixed
+    sizes of a tall product, heads of a power-of-two width. Elsewhere Inductor's own reduction is as good."""
+    from gnn_inductor.kernels import dense_triton
+
+    x, weight, _ = linear_map(matrix)
+    xv, wv = tensor_val(x), tensor_val(weight)
+    heads = tensor_val(sums[0][0]).shape[1]
+    sizes = (*xv.shape, *wv.shape)
+    if not all(isinstance(size, int) for size in sizes) or xv.dtype != torch.float32:
+        return False
+    rows, features = xv.shape
+    width = wv.shape[0]
+    return (dense_triton.kernel_device(xv.device.type) and dense_triton.float32_exact()
+            and dense_triton.setting() == "x3" and dense_triton.shape_kind(rows, features, width) == "tall"
+            and len(sums) * heads <= dense_triton.MAX_SCORES
+            and dense_triton.score_launch(width, width // heads) is not None)
+
+
+def _epilogue(gm: GraphModule, matrix: Node, sums: list) -> dict:
+    """``matrix``'s GEMM and the projections of ``sums`` as one ``gnn_io::linear_scores`` call."""
+    import operator
+
+    from gnn_inductor.kernels import head_scores
+    from gnn_inductor.rewrite_report import source_of
+
+    x, weight, bias = linear_map(matrix)
+    heads = tensor_val(sums[0][0]).shape[1]
+    channels = tensor_val(weight).shape[0] // heads
+    with gm.graph.inserting_before(matrix):
+        vectors = [_call(gm, aten.view.default, (att, [1, heads, channels])) for _, att in sums]
+        stacked = vectors[0] if len(vectors) == 1 else _call(gm, aten.cat.default, (vectors, 0))
+        fused = _call(gm, head_scores.linear_scores._opoverload, (x, weight, bias, stacked))
+        fused.meta["stack_trace"] = matrix.meta.get("stack_trace")
+        features = _call(gm, operator.getitem, (fused, 0))
+        scores = _call(gm, operator.getitem, (fused, 1))
+        features.meta.update({k: v for k, v in matrix.meta.items() if k != "val"})
+    matrix.replace_all_uses_with(features)
+    gm.graph.erase_node(matrix)
+    for r, (node, _) in enumerate(sums):
+        with gm.graph.inserting_after(scores):
+            score = _call(gm, aten.select.int, (scores, 1, r))
+        score.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+        mul = node.args[0]
+        node.replace_all_uses_with(score)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(mul)
+    return {"source": source_of(sums[0][0]), "weight": parameter_name(weight),
+            "vectors": [parameter_name(att) for _, att in sums], "columns": heads * channels,
+            "scores_only": False, "epilogue": True}

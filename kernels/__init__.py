@@ -7,7 +7,7 @@ Importing this package registers every op.
 """
 from __future__ import annotations
 
-from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, spmm, spmm_triton  # noqa: F401
+from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, head_scores, spmm, spmm_triton  # noqa: F401
 
 
 def kernel_for(op: str, device_type: str, details: dict | None = None) -> str:

@@ -45,8 +45,24 @@ SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 @triton.jit
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+               att_ptr, score_ptr, stride_sm, stride_sr,
+               ea_ptr, eb_ptr, k_extra, stride_eam, stride_eak, stride_ebk, stride_ebn,
+               side_ptr, side_out_ptr, side_rows, stride_sdm, stride_sdk, stride_sos, stride_som,
                BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
+               SIDE: tl.constexpr = 0, SIDE_T: tl.constexpr = False, EXTRA_FMA: tl.constexpr = False):
+    """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the head-score epilogues
+    of :func:`linear_scores` (module docstring, "Head scores"):
+
+    - ``SCORES`` (``R``, 0: none): ``score[m, r, h] = sum_c c[m, h HEAD_C + c] att[r, h HEAD_C + c]`` for the
+      heads of this tile (``BLOCK_N`` a multiple of ``HEAD_C``), from the accumulator, bias included;
+    - ``EXTRA_K`` (0: none, else a power of two >= 16 and >= ``k_extra``): ``+ ea @ eb``, a second inner range
+      of ``k_extra`` (``ea [M, k_extra]``, ``eb [k_extra, N]``), one piece only; with ``EXTRA_FMA``, ``EXTRA_K`` is
+      ``k_extra`` itself and the range is summed by rank-1 float32 updates on the CUDA cores instead of a dot;
+    - ``SIDE`` (0: none, else a power of two >= 16 and >= ``side_rows``): ``side_out[piece] = side @ b`` over this
+      piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile; ``SIDE_T``: as
+      ``(b^T side^T)^T``, the side rows as the product's columns."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -65,6 +81,13 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
     k_start = split * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SIDE > 0:
+        side_index = tl.arange(0, SIDE)
+        side_mask = (side_index < side_rows) & (pid_m == 0)  # one row tile makes it
+        if SIDE_T:
+            side_acc = tl.zeros((BLOCK_N, SIDE), dtype=tl.float32)
+        else:
+            side_acc = tl.zeros((SIDE, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_mask = ks < k_end
@@ -72,6 +95,17 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                     mask=row_mask[:, None] & k_mask[None, :], other=0.0)
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
+        if SIDE > 0:
+            if SIDE_T:
+                side = tl.load(side_ptr + side_index[None, :].to(tl.int64) * stride_sdm
+                               + ks[:, None].to(tl.int64) * stride_sdk, mask=side_mask[None, :] & k_mask[:, None],
+                               other=0.0)
+                side_acc = tl.dot(tl.trans(b), side, side_acc, input_precision=PRECISION)
+            else:
+                side = tl.load(side_ptr + side_index[:, None].to(tl.int64) * stride_sdm
+                               + ks[None, :].to(tl.int64) * stride_sdk, mask=side_mask[:, None] & k_mask[None, :],
+                               other=0.0)
+                side_acc = tl.dot(side, b, side_acc, input_precision=PRECISION)
         if PRECISION == "x3split":
             # benchmarks only (dense_ops --x3): the same three TF32 products, split here by bit masks (the head
             # keeps a float32's top 10 mantissa bits, the tail the exact rest, truncated again by the hardware);
@@ -83,8 +117,36 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if EXTRA_FMA:  # the second inner range as EXTRA_K rank-1 updates in float32 on the CUDA cores
+        for e in tl.static_range(EXTRA_K):
+            ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
+            eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
+            acc += ea[:, None] * eb[None, :]
+    elif EXTRA_K > 0:
+        ek = tl.arange(0, EXTRA_K)
+        ek_mask = ek < k_extra
+        ea = tl.load(ea_ptr + rows[:, None].to(tl.int64) * stride_eam + ek[None, :] * stride_eak,
+                     mask=row_mask[:, None] & ek_mask[None, :], other=0.0)
+        eb = tl.load(eb_ptr + ek[:, None] * stride_ebk + cols[None, :] * stride_ebn,
+                     mask=ek_mask[:, None] & col_mask[None, :], other=0.0)
+        acc = tl.dot(ea, eb, acc, input_precision=PRECISION)
+    if SIDE > 0:
+        if SIDE_T:
+            tl.store(side_out_ptr + split * stride_sos + side_index[None, :].to(tl.int64) * stride_som
+                     + cols[:, None], side_acc, mask=side_mask[None, :] & col_mask[:, None])
+        else:
+            tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som
+                     + cols[None, :], side_acc, mask=side_mask[:, None] & col_mask[None, :])
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
+    if SCORES > 0:
+        tile_heads = pid_n * (BLOCK_N // HEAD_C) + tl.arange(0, BLOCK_N // HEAD_C)
+        head_mask = row_mask[:, None] & (tile_heads < N // HEAD_C)[None, :]
+        for r in tl.static_range(SCORES):
+            att = tl.load(att_ptr + r * N + cols, mask=col_mask, other=0.0)
+            score = tl.sum(tl.reshape(acc * att[None, :], (BLOCK_M, BLOCK_N // HEAD_C, HEAD_C)), axis=2)
+            tl.store(score_ptr + rows[:, None].to(tl.int64) * stride_sm + r * stride_sr + tile_heads[None, :], score,
+                     mask=head_mask)
     out = c_ptr + split * stride_cs + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
     mask = row_mask[:, None] & col_mask[None, :]
     if ACCUMULATE:
@@ -160,17 +222,34 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
 
 
 def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
-            launch: tuple, precision: str) -> None:
+            launch: tuple, precision: str, scores: tuple | None = None, extra: tuple | None = None,
+            side: tuple | None = None, side_t: bool = False, extra_fma: bool = False) -> None:
+    """One ``_mm_kernel`` launch. ``scores``: ``(att [R, N] contiguous, score [M, R, H] with unit head stride,
+    head_dim)``; ``extra``: ``(ea [M, k2], eb [k2, N])``; ``side``: ``(side [s, K], side_out [split, s, N]
+    contiguous rows)`` (the kernel's docstring)."""
     m, k = a.shape
     n = b.shape[1]
     block_m, block_n, block_k, warps, stages = launch
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), split)
     stride_cs = c.stride(0) if c.dim() == 3 else 0
     stride_cm, stride_cn = c.stride(-2), c.stride(-1)
+    att, score, head_dim = scores if scores is not None else (c, c, 1)
+    ea, eb = extra if extra is not None else (c, c)
+    side_a, side_out = side if side is not None else (c, c)
     _mm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, k_per_split,
                      a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cs, stride_cm, stride_cn,
+                     att, score, score.stride(0) if scores else 0, score.stride(1) if scores else 0,
+                     ea, eb, ea.shape[1] if extra else 0, ea.stride(0) if extra else 0, ea.stride(1) if extra else 0,
+                     eb.stride(0) if extra else 0, eb.stride(1) if extra else 0,
+                     side_a, side_out, side_a.shape[0] if side else 0, side_a.stride(0) if side else 0,
+                     side_a.stride(1) if side else 0, side_out.stride(0) if side else 0,
+                     side_out.stride(1) if side else 0,
                      BIAS=bias is not None, ACCUMULATE=accumulate, PRECISION=precision,
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+                     SCORES=att.shape[0] if scores else 0, HEAD_C=head_dim,
+                     EXTRA_K=(ea.shape[1] if extra_fma else max(16, triton.next_power_of_2(ea.shape[1]))) if extra
+                     else 0, EXTRA_FMA=extra_fma,
+                     SIDE=max(SIDE_MIN_ROWS, triton.next_power_of_2(side_a.shape[0])) if side else 0, SIDE_T=side_t,
                      num_warps=warps, num_stages=stages)
 
 
@@ -222,3 +301,79 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
     if bias is not None:
         total += bias
     return out.add_(total) if accumulate else out.copy_(total)
+
+
+# Head scores: GAT's attention-vector projections made by its feature GEMM (gnn_inductor/kernels/head_scores.py)
+MAX_SCORES = 16  # R * H: the score columns of one GEMM, the extra inner range of its input gradient
+SIDE_FORM = "rows"  # the weight gradient's side product: "rows", "columns" (transposed), "apart" or "cublas"
+EXTRA_FORM = "fma"  # the input gradient's second inner range: "dot" (3xTF32) or "fma" (float32 rank-1 updates)
+SIDE_MIN_ROWS = 16  # the side product's rows padded to at least this many (64: a Hopper warpgroup MMA's height)
+
+
+def score_launch(width: int, head_dim: int) -> tuple | None:
+    """The tall launch whose column tiles hold whole heads of ``head_dim`` channels (a power of two dividing the
+    tile width), for an output ``width`` columns wide; None where no launch does."""
+    launch = TALL_LAUNCH if width <= 128 else TALL_WIDE_LAUNCH
+    if head_dim < 1 or head_dim & (head_dim - 1) or launch[1] % head_dim or width % head_dim:
+        return None
+    return launch
+
+
+def linear_scores(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -> tuple[Tensor, Tensor]:
+    """``h = x @ weight^T (+ bias)`` (``[N, H C]``) and ``score[n, r, h] = sum_c h[n, h C + c] att[r, h, c]``
+    (``[N, R, H]``) in one launch, the scores made from the accumulator tiles. ``att``: ``[R, H, C]``. The caller
+    checks :func:`takes` (tall) and :func:`score_launch`."""
+    rows, width = x.shape[0], weight.shape[0]
+    count, heads, head_dim = att.shape
+    launch = score_launch(width, head_dim)
+    if launch is None or count * heads > MAX_SCORES:
+        raise ValueError(f"linear_scores: no launch for {heads} heads of {head_dim} channels and {count} vectors")
+    b = weight.t()
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()
+    if bias is not None:
+        bias = bias.contiguous()
+    h = torch.empty(rows, width, device=x.device, dtype=torch.float32)
+    scores = torch.empty(rows, count, heads, device=x.device, dtype=torch.float32)
+    if rows:
+        _launch(x, b, h, bias, False, 1, x.shape[1], launch, PRECISION,
+                scores=(att.reshape(count, width).contiguous(), scores, head_dim))
+    return h, scores
+
+
+def mm_extra(a: Tensor, b: Tensor, ea: Tensor, eb: Tensor) -> Tensor:
+    """``a @ b + ea @ eb`` with a short second inner range (``ea [M, k2]``, ``k2 <= MAX_SCORES``): one tall launch
+    where :func:`takes` says so, else by ATen."""
+    if not (takes(a, b) and shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "tall" and ea.shape[1] <= MAX_SCORES
+            and ea.dtype == torch.float32 == eb.dtype):
+        return torch.addmm(ea @ eb, a, b)
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()
+    out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
+    if a.shape[0]:
+        _launch(a, b, out, None, False, 1, a.shape[1], TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH,
+                PRECISION, extra=(ea, eb), extra_fma=EXTRA_FORM == "fma")
+    return out
+
+
+def mm_side(a: Tensor, b: Tensor, side: Tensor) -> tuple[Tensor, Tensor]:
+    """``(a @ b, side @ b)`` for a weight gradient (``a [M, K]``, ``K`` the rows) and a few more rows ``side
+    [s, K]`` (``s <= MAX_SCORES``) of the same product, read ``b`` once: the split launch where :func:`takes` says
+    so, else by ATen."""
+    if not (takes(a, b) and shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "wide" and side.shape[0] <= MAX_SCORES
+            and side.dtype == torch.float32):
+        return a @ b, side @ b
+    if SIDE_FORM == "apart":  # benchmarks: the side product by its own split launch (reads b again)
+        return mm(a, b, launch=SPLIT_LAUNCH), mm(side, b, launch=SPLIT_LAUNCH)
+    if SIDE_FORM == "cublas":  # the side product by cuBLAS's float32 GEMM (reads b again)
+        return mm(a, b, launch=SPLIT_LAUNCH), side @ b
+    m, k = a.shape
+    n = b.shape[1]
+    split = splits_for(m, n, k)
+    k_per_split = triton.cdiv(triton.cdiv(k, split), SPLIT_LAUNCH[2]) * SPLIT_LAUNCH[2]
+    split = triton.cdiv(k, k_per_split)
+    partial = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
+    side_partial = torch.empty(split, side.shape[0], n, device=a.device, dtype=torch.float32)
+    _launch(a, b, partial, None, False, split, k_per_split, SPLIT_LAUNCH, PRECISION, side=(side, side_partial),
+            side_t=SIDE_FORM == "columns")
+    return partial.sum(0), side_partial.sum(0)

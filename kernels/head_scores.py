@@ -1,0 +1,133 @@
+"""GAT's feature GEMM with its attention-vector scores made in the GEMM's epilogue (``gnn_io::linear_scores``).
+
+PyG's GATConv (DGL's likewise) projects the node features, then reduces the projection against each attention
+vector (``R`` of them: ``att_src`` and ``att_dst``)::
+
+    h = x @ W^T (+ b)                           # [N, H C]
+    score[:, r] = (h.view(N, H, C) * att[r]).sum(-1)    # [N, H]
+
+In float32 with TF32 off, where the GEMM runs in the 3xTF32 kernel (kernels/dense_triton.py), this op makes both
+in one launch: each output tile of ``h`` holds whole heads, and the kernel reduces the tile against ``att`` before
+it stores it, so the pass of a separate reduction over ``h`` (0.19 ms at 2^20 nodes and 128 features on the
+H100) is gone. The backward has no pass over ``[N, H C]`` either. With ``s = grad_score`` (``[N, R H]``)::
+
+    dh = grad_h + sum_r s_r att_r            # never made
+    dx = grad_h @ W + s @ M                   # M[r h] = sum_c att[r, h, c] W[h C + c]   ([R H, F], small)
+    dW = grad_h^T x + E (s^T x)               # E[h C + c, r h] = att[r, h, c]
+    datt[r, h, c] = (s^T x)[r h] . W[h C + c] (+ b[h C + c] sum_n s[n, r h])
+    db = sum_n grad_h + sum_r att_r sum_n s_r
+
+``dx`` is one tall launch with a second inner range of ``R H`` columns (``mm_extra``); ``dW`` and the small ``s^T
+x`` come from one split launch that reads ``x`` once (``mm_side``). Eager's backward adds ``s att`` into the
+gradient of ``h`` (a read and a write of ``[N, H C]``) and reduces ``s * h`` over the nodes (a read of ``h``).
+
+Elsewhere (another device, dtype, a product below the kernel's thresholds, TF32 allowed) the op computes exactly
+what eager does, by ATen. The float32 kernels reassociate the sums (``x . (W^T a)`` pieces for ``(x W^T) . a``):
+within float32 rounding of eager, ``docs/dense.md`` has the measured error.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gnn_inductor.kernels import dense_triton
+
+
+def _check(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"linear_scores: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not multiply")
+    if att.dim() != 3 or att.shape[1] * att.shape[2] != weight.shape[0]:
+        raise ValueError(f"linear_scores: att must be [R, H, C] with H C = {weight.shape[0]}, got {tuple(att.shape)}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"linear_scores: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if len({t.dtype for t in (x, weight, att, *(() if bias is None else (bias,)))}) != 1:
+        raise TypeError("linear_scores: x, weight, bias and att must share one dtype")
+
+
+def fused(x: Tensor, weight: Tensor, att: Tensor) -> bool:
+    """Whether the forward runs in the 3xTF32 kernel with the score epilogue: a tall float32 product the kernel
+    takes (:func:`dense_triton.takes`), heads of a power-of-two width, at most ``MAX_SCORES`` scores per row."""
+    return (dense_triton.takes(x, weight.t())
+            and dense_triton.shape_kind(x.shape[0], x.shape[1], weight.shape[0]) == "tall"
+            and att.shape[0] * att.shape[1] <= dense_triton.MAX_SCORES
+            and dense_triton.score_launch(weight.shape[0], att.shape[2]) is not None)
+
+
+def reference_scores(h: Tensor, att: Tensor) -> Tensor:
+    """``[N, R, H]``: each ``att[r]`` against ``h`` per head, as eager reduces it."""
+    heads, channels = att.shape[1], att.shape[2]
+    by_head = h.view(h.shape[0], heads, channels)
+    return torch.stack([(by_head * a).sum(-1) for a in att], dim=1)
+
+
+@torch.library.custom_op("gnn_io::linear_scores", mutates_args=())
+def linear_scores(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -> tuple[Tensor, Tensor]:
+    """``(h, score)``: ``h = x @ weight^T (+ bias)`` (``[N, H C]``) and ``score[:, r] = (h.view(N, H, C) *
+    att[r]).sum(-1)`` (``[N, R, H]``)."""
+    _check(x, weight, bias, att)
+    if fused(x, weight, att):
+        return dense_triton.linear_scores(x, weight, bias, att)
+    h = torch.nn.functional.linear(x, weight, bias)
+    return h, reference_scores(h, att)
+
+
+@linear_scores.register_fake
+def _(x, weight, bias, att):
+    return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0], att.shape[0], att.shape[1]))
+
+
+@torch.library.custom_op("gnn_io::linear_scores_backward", mutates_args=())
+def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None,
+                           att: Tensor, h: Tensor) -> list[Tensor]:
+    """``[dx, dW, db, datt]`` (``db`` empty without a bias), by the products of the module docstring where the
+    kernels take them (float32), else as eager: ``dh = grad_h + sum_r s_r att_r`` and its three products."""
+    rows, features = x.shape
+    count, heads, channels = att.shape
+    width = heads * channels
+    scores = grad_score.reshape(rows, count * heads)
+    if x.dtype == torch.float32 and dense_triton.takes(grad_h, weight):
+        extra = torch.einsum("rhc,hcf->rhf", att, weight.view(heads, channels, features)).reshape(count * heads,
+                                                                                                  features)
+        grad_x = dense_triton.mm_extra(grad_h, weight, scores, extra)
+        grad_w, side = dense_triton.mm_side(grad_h.t(), x, scores.t())
+        side = side.view(count, heads, features)
+        grad_w += torch.einsum("rhc,rhf->hcf", att, side).reshape(width, features)
+        grad_att = torch.einsum("rhf,hcf->rhc", side, weight.view(heads, channels, features)).contiguous()
+        if bias is None:
+            return [grad_x, grad_w, x.new_empty((0,)), grad_att]
+        score_sums = grad_score.sum(0)  # [R, H]
+        grad_att += score_sums[..., None] * bias.view(1, heads, channels)
+        grad_b = grad_h.sum(0) + (score_sums[..., None] * att).sum(0).reshape(width)
+        return [grad_x, grad_w, grad_b, grad_att]
+    grad = grad_h + torch.einsum("nrh,rhc->nhc", grad_score, att).reshape(rows, width)
+    grad_att = torch.einsum("nrh,nhc->rhc", grad_score, h.view(rows, heads, channels)).contiguous()
+    # contiguous, as the fake kernel says
+    return [grad @ weight, (grad.t() @ x).contiguous(), grad.sum(0) if bias is not None else x.new_empty((0,)),
+            grad_att]
+
+
+@linear_scores_backward.register_fake
+def _(grad_h, grad_score, x, weight, bias, att, h):
+    return [torch.empty_like(x), torch.empty_like(weight),
+            torch.empty_like(bias) if bias is not None else x.new_empty((0,)), torch.empty_like(att)]
+
+
+def _setup(ctx, inputs, output):
+    x, weight, bias, att = inputs
+    ctx.save_for_backward(x, weight, bias, att, output[0])
+
+
+def _backward(ctx, grad_h, grad_score):
+    x, weight, bias, att, h = ctx.saved_tensors
+    if grad_h is None:
+        grad_h = torch.zeros_like(h)
+    if grad_score is None:
+        grad_score = h.new_zeros((h.shape[0], att.shape[0], att.shape[1]))
+    grad_x, grad_w, grad_b, grad_att = linear_scores_backward(grad_h.contiguous(), grad_score.contiguous(), x, weight,
+                                                              bias, att, h)
+    needs = ctx.needs_input_grad
+    return (grad_x if needs[0] else None, grad_w if needs[1] else None,
+            grad_b if bias is not None and needs[2] else None, grad_att if needs[3] else None)
+
+
+linear_scores.register_autograd(_backward, setup_context=_setup)
