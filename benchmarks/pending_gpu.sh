@@ -88,6 +88,10 @@
 #   bash benchmarks/pending_gpu.sh session25c # GAT's scores in the GEMM epilogue: CUDA tests, A/B, profile
 #   bash benchmarks/pending_gpu.sh session25d # the epilogue's products one by one (side product forms)
 #   bash benchmarks/pending_gpu.sh session25e # the products again (side rows padded to 64); layer A/B
+#   bash benchmarks/pending_gpu.sh session25f # lead and idle gaps of GATConv's step (2^20) and TransformerConv's (2^17)
+#   bash benchmarks/pending_gpu.sh session25g # final: CUDA tests (epilogue, CUDA graphs), GATConv 2^20 harness, gaps
+#   bash benchmarks/pending_gpu.sh session25h # the gaps of GATConv's step with the CPU ops inside them
+#   bash benchmarks/pending_gpu.sh session25i # CPU time per call of the GEMM ops that start GATConv's step
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -904,6 +908,23 @@ elif [[ $what == session25e ]]; then
   timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
     --modes gnn_io_no_score_epilogue,gnn_io_score_epilogue --rounds 10 2>"$out/ab_stderr.txt" \
     | tee "$out/ab_epilogue.txt" | tail -1
+elif [[ $what == session25f ]]; then
+  timeout 150 python3 -m benchmarks.gpu_gaps --layer gat --graph rmat-large 2>&1 | tee "$out/gaps_gat.txt" \
+    | grep -v Warn | tail -24
+  timeout 150 python3 -m benchmarks.gpu_gaps --layer transformer --graph rmat-arxiv 2>&1 \
+    | tee "$out/gaps_transformer_arxiv.txt" | grep -A12 "^| step" | tail -12
+elif [[ $what == session25g ]]; then
+  kernel_tests 240 tests/test_head_scores.py tests/test_score_fold.py tests/test_dense_gemm.py \
+    tests/gpu/test_cudagraphs_cuda.py
+  harness_table 300 large --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5-10,14-16,19-22
+  timeout 150 python3 -m benchmarks.gpu_gaps --layer gat --graph rmat-large 2>&1 | tee "$out/gaps_gat.txt" \
+    | grep -v -i warn | tail -16
+elif [[ $what == session25h ]]; then
+  timeout 150 python3 -m benchmarks.gpu_gaps --layer gat --graph rmat-large 2>&1 | tee "$out/gaps_gat.txt" \
+    | grep -v -i warn | tail -14
+elif [[ $what == session25i ]]; then
+  timeout 120 python3 -m benchmarks.linear_scores_overhead 2>&1 | tee "$out/linear_scores_overhead.txt" | tail -9
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
