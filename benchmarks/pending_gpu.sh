@@ -92,6 +92,9 @@
 #   bash benchmarks/pending_gpu.sh session25g # final: CUDA tests (epilogue, CUDA graphs), GATConv 2^20 harness, gaps
 #   bash benchmarks/pending_gpu.sh session25h # the gaps of GATConv's step with the CPU ops inside them
 #   bash benchmarks/pending_gpu.sh session25i # CPU time per call of the GEMM ops that start GATConv's step
+#   bash benchmarks/pending_gpu.sh session25j # GATConv's dst score terms by atomics (one_pass) against the segment sum
+#   bash benchmarks/pending_gpu.sh session25k # GATConv's step memory with and without the score epilogue
+#   bash benchmarks/pending_gpu.sh session25l # what is alive at GATConv's peak, with and without the epilogue
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -925,6 +928,18 @@ elif [[ $what == session25h ]]; then
     | grep -v -i warn | tail -14
 elif [[ $what == session25i ]]; then
   timeout 120 python3 -m benchmarks.linear_scores_overhead 2>&1 | tee "$out/linear_scores_overhead.txt" | tail -9
+elif [[ $what == session25j ]]; then
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes gnn_io,gnn_io_one_pass --rounds 8 \
+    2>"$out/ab_stderr.txt" | tee "$out/ab_one_pass.txt" | tail -1
+elif [[ $what == session25k ]]; then
+  GNN_IO_SCORE_FOLD=0 harness_table 200 memory_off --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+  harness_table 200 memory_on --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+elif [[ $what == session25l ]]; then
+  timeout 280 python3 -m benchmarks.memory_anatomy --layers gat --graph rmat-large \
+    --modes gnn_io_no_score_epilogue,gnn_io --rows 14 >"$out/memory_anatomy_gat.txt" 2>&1
+  grep -v -i warn "$out/memory_anatomy_gat.txt" | tail -45
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -39,7 +39,9 @@ def _eager(x, weight, bias, att):
 
 def _inputs(rows, features, heads, channels, count, bias, dtype=torch.float32, device="cpu", seed=0):
     generator = torch.Generator().manual_seed(seed)
-    make = lambda *shape: torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_()  # noqa: E731
+
+    def make(*shape):
+        return torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_()
     return (make(rows, features), make(heads * channels, features), make(heads * channels) if bias else None,
             make(count, heads, channels))
 
