@@ -52,8 +52,8 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
                SIDE: tl.constexpr = 0, SIDE_T: tl.constexpr = False, EXTRA_FMA: tl.constexpr = False):
-    """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the head-score epilogues
-    of :func:`linear_scores` (module docstring, "Head scores"):
+    """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the terms GAT's head scores
+    add (:func:`linear_scores`, :func:`mm_extra`, :func:`mm_side`; kernels/head_scores.py derives them):
 
     - ``SCORES`` (``R``, 0: none): ``score[m, r, h] = sum_c c[m, h HEAD_C + c] att[r, h HEAD_C + c]`` for the
       heads of this tile (``BLOCK_N`` a multiple of ``HEAD_C``), from the accumulator, bias included;
@@ -303,7 +303,10 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
     return out.add_(total) if accumulate else out.copy_(total)
 
 
-# Head scores: GAT's attention-vector projections made by its feature GEMM (gnn_inductor/kernels/head_scores.py)
+# Head scores: GAT's attention-vector projections made by its feature GEMM (kernels/head_scores.py). The forms
+# below other than the defaults exist for `benchmarks/head_scores_ops.py`, which measured them slower on the H100
+# (session 25, docs/dense.md): the side product transposed, by its own launch, by cuBLAS, padded to 64 rows; the
+# input gradient's second inner range as a padded 3xTF32 dot.
 MAX_SCORES = 16  # R * H: the score columns of one GEMM, the extra inner range of its input gradient
 SIDE_FORM = "rows"  # the weight gradient's side product: "rows", "columns" (transposed), "apart" or "cublas"
 EXTRA_FORM = "fma"  # the input gradient's second inner range: "dot" (3xTF32) or "fma" (float32 rank-1 updates)

@@ -91,6 +91,25 @@ def test_kernels_match_eager(heads, channels, count, bias, kernel_sizes):
 
 
 @runs_kernel
+@pytest.mark.parametrize("extra_form,side_form,side_rows", [("dot", "columns", 16), ("dot", "rows", 64),
+                                                            ("fma", "apart", 16), ("fma", "cublas", 16)])
+def test_benchmarked_forms_match_float64(extra_form, side_form, side_rows, kernel_sizes, monkeypatch):
+    """The forms ``benchmarks/head_scores_ops.py`` compares with the defaults compute the same products."""
+    monkeypatch.setattr(dense_triton, "EXTRA_FORM", extra_form)
+    monkeypatch.setattr(dense_triton, "SIDE_FORM", side_form)
+    monkeypatch.setattr(dense_triton, "SIDE_MIN_ROWS", side_rows)
+    generator = torch.Generator().manual_seed(3)
+    a, w, x, s, m = (torch.randn(*shape, generator=generator).to(KERNEL_DEVICE)
+                     for shape in ((70, 32), (32, 20), (70, 20), (70, 8), (8, 20)))
+    assert dense_triton.takes(a, w)
+    exact = a.double() @ w.double() + s.double() @ m.double()
+    torch.testing.assert_close(dense_triton.mm_extra(a, w, s, m).double(), exact, rtol=2e-5, atol=2e-5)
+    weight_grad, side = dense_triton.mm_side(a.t(), x, s.t())
+    torch.testing.assert_close(weight_grad.double(), a.double().t() @ x.double(), rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(side.double(), s.double().t() @ x.double(), rtol=2e-5, atol=2e-5)
+
+
+@runs_kernel
 def test_no_gradient_for_one_output(kernel_sizes):
     """Only the scores read (or only the features): the other output's gradient is zero, not garbage."""
     x, weight, bias, att = _inputs(40, 20, 4, 8, 2, True, device=KERNEL_DEVICE)
@@ -164,4 +183,4 @@ def test_pass_leaves_graphs_the_kernel_does_not_run(monkeypatch):
 
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
 def test_under_interpreter_rerun():
-    rerun_under_interpreter(__file__, select="kernels_match or no_gradient or compiled_gatconv")
+    rerun_under_interpreter(__file__, select="kernels_match or benchmarked_forms or no_gradient or compiled_gatconv")
