@@ -95,6 +95,7 @@
 #   bash benchmarks/pending_gpu.sh session25j # GATConv's dst score terms by atomics (one_pass) against the segment sum
 #   bash benchmarks/pending_gpu.sh session25k # GATConv's step memory with and without the score epilogue
 #   bash benchmarks/pending_gpu.sh session25l # what is alive at GATConv's peak, with and without the epilogue
+#   bash benchmarks/pending_gpu.sh session25m # h no longer kept for linear_scores' backward: CUDA tests, step memory
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -940,6 +941,10 @@ elif [[ $what == session25l ]]; then
   timeout 280 python3 -m benchmarks.memory_anatomy --layers gat --graph rmat-large \
     --modes gnn_io_no_score_epilogue,gnn_io --rows 14 >"$out/memory_anatomy_gat.txt" 2>&1
   grep -v -i warn "$out/memory_anatomy_gat.txt" | tail -45
+elif [[ $what == session25m ]]; then
+  kernel_tests 100 tests/test_head_scores.py
+  harness_table 150 memory_on --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -21,9 +21,12 @@ H100) is gone. The backward has no pass over ``[N, H C]`` either. With ``s = gra
 x`` come from one split launch that reads ``x`` once (``mm_side``). Eager's backward adds ``s att`` into the
 gradient of ``h`` (a read and a write of ``[N, H C]``) and reduces ``s * h`` over the nodes (a read of ``h``).
 
-Elsewhere (another device, dtype, a product below the kernel's thresholds, TF32 allowed) the op computes exactly
-what eager does, by ATen. The float32 kernels reassociate the sums (``x . (W^T a)`` pieces for ``(x W^T) . a``):
-within float32 rounding of eager, ``docs/dense.md`` has the measured error.
+Elsewhere (another device, a product below the kernel's thresholds, TF32 allowed) the same products run in ATen.
+They reassociate eager's sums (``(s^T x) W^T`` for ``s^T (x W^T)``): within float32 rounding of eager,
+``docs/dense.md`` has the measured error. The backward never reads ``h``, so the op does not keep it: the GEMM's
+``[N, H C]`` output is freed as soon as the attention's backward is done with it (session 25 measured 0.2 GiB more
+at GATConv's peak when the first version kept it). Half-precision inputs take eager's formulas, with ``h`` made
+again in the backward.
 """
 from __future__ import annotations
 
@@ -78,20 +81,22 @@ def _(x, weight, bias, att):
 
 @torch.library.custom_op("gnn_io::linear_scores_backward", mutates_args=())
 def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None,
-                           att: Tensor, h: Tensor) -> list[Tensor]:
-    """``[dx, dW, db, datt]`` (``db`` empty without a bias), by the products of the module docstring where the
-    kernels take them (float32), else as eager: ``dh = grad_h + sum_r s_r att_r`` and its three products."""
+                           att: Tensor) -> list[Tensor]:
+    """``[dx, dW, db, datt]`` (``db`` empty without a bias). In float32 and float64, by the products of the module
+    docstring (the 3xTF32 kernels where they take them, else ATen), which never read ``h``: the forward's features
+    are not kept for this backward. In half precision as eager does, ``h`` made again (the graph pass never puts
+    the op there: the reassociated sums would round further from float32 than eager's)."""
     rows, features = x.shape
     count, heads, channels = att.shape
     width = heads * channels
     scores = grad_score.reshape(rows, count * heads)
-    if x.dtype == torch.float32 and dense_triton.takes(grad_h, weight):
+    if x.dtype in (torch.float32, torch.float64):
         extra = torch.einsum("rhc,hcf->rhf", att, weight.view(heads, channels, features)).reshape(count * heads,
                                                                                                   features)
         grad_x = dense_triton.mm_extra(grad_h, weight, scores, extra)
         grad_w, side = dense_triton.mm_side(grad_h.t(), x, scores.t())
         side = side.view(count, heads, features)
-        grad_w += torch.einsum("rhc,rhf->hcf", att, side).reshape(width, features)
+        grad_w = (grad_w + torch.einsum("rhc,rhf->hcf", att, side).reshape(width, features)).contiguous()
         grad_att = torch.einsum("rhf,hcf->rhc", side, weight.view(heads, channels, features)).contiguous()
         if bias is None:
             return [grad_x, grad_w, x.new_empty((0,)), grad_att]
@@ -99,6 +104,7 @@ def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight
         grad_att += score_sums[..., None] * bias.view(1, heads, channels)
         grad_b = grad_h.sum(0) + (score_sums[..., None] * att).sum(0).reshape(width)
         return [grad_x, grad_w, grad_b, grad_att]
+    h = torch.nn.functional.linear(x, weight, bias)
     grad = grad_h + torch.einsum("nrh,rhc->nhc", grad_score, att).reshape(rows, width)
     grad_att = torch.einsum("nrh,nhc->rhc", grad_score, h.view(rows, heads, channels)).contiguous()
     # contiguous, as the fake kernel says
@@ -107,24 +113,24 @@ def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight
 
 
 @linear_scores_backward.register_fake
-def _(grad_h, grad_score, x, weight, bias, att, h):
+def _(grad_h, grad_score, x, weight, bias, att):
     return [torch.empty_like(x), torch.empty_like(weight),
             torch.empty_like(bias) if bias is not None else x.new_empty((0,)), torch.empty_like(att)]
 
 
 def _setup(ctx, inputs, output):
     x, weight, bias, att = inputs
-    ctx.save_for_backward(x, weight, bias, att, output[0])
+    ctx.save_for_backward(x, weight, bias, att)  # not h: the backward's products never read it
 
 
 def _backward(ctx, grad_h, grad_score):
-    x, weight, bias, att, h = ctx.saved_tensors
+    x, weight, bias, att = ctx.saved_tensors
     if grad_h is None:
-        grad_h = torch.zeros_like(h)
+        grad_h = x.new_zeros((x.shape[0], weight.shape[0]))
     if grad_score is None:
-        grad_score = h.new_zeros((h.shape[0], att.shape[0], att.shape[1]))
+        grad_score = x.new_zeros((x.shape[0], att.shape[0], att.shape[1]))
     grad_x, grad_w, grad_b, grad_att = linear_scores_backward(grad_h.contiguous(), grad_score.contiguous(), x, weight,
-                                                              bias, att, h)
+                                                              bias, att)
     needs = ctx.needs_input_grad
     return (grad_x if needs[0] else None, grad_w if needs[1] else None,
             grad_b if bias is not None and needs[2] else None, grad_att if needs[3] else None)

@@ -74,6 +74,31 @@ def test_aten_path_matches_eager(count, bias):
     _check_against_eager(inputs, rtol=1e-5, atol=1e-5)
 
 
+def test_backward_keeps_no_features():
+    """The op's backward reads ``x``, the weights and the vectors, never ``h``: nothing ``[N, H C]`` is saved, so
+    the GEMM's output is freed once the attention's backward is done with it."""
+    x, weight, bias, att = _inputs(30, 12, 4, 8, 2, True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        h, scores = head_scores.linear_scores(x, weight, bias, att)
+    assert saved and (30, 32) not in saved, saved
+
+
+def test_half_precision_is_eager():
+    """bfloat16 takes eager's formulas (``h`` made again in the backward), at bfloat16's tolerance."""
+    inputs = _inputs(40, 12, 4, 8, 2, True, dtype=torch.bfloat16)
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    got, want = head_scores.linear_scores(*inputs), _eager(*reference)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2)
+    (got[0].float().square().sum() + got[1].float().sum()).backward()
+    (want[0].float().square().sum() + want[1].float().sum()).backward()
+    for g, w in zip(inputs, reference):
+        assert g.grad.dtype == torch.bfloat16 and torch.isfinite(g.grad).all()
+        torch.testing.assert_close(g.grad.float(), w.grad.float(), rtol=2e-2, atol=2e-2 * w.grad.abs().max().item())
+
+
 def test_gradcheck_float64():
     inputs = _inputs(9, 5, 2, 3, 2, True, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda *a: head_scores.linear_scores(*a), inputs)
