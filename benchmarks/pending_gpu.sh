@@ -942,9 +942,15 @@ elif [[ $what == session25l ]]; then
     --modes gnn_io_no_score_epilogue,gnn_io --rows 14 >"$out/memory_anatomy_gat.txt" 2>&1
   grep -v -i warn "$out/memory_anatomy_gat.txt" | tail -45
 elif [[ $what == session25m ]]; then
+  # owed by session 25 (its device time ran out): the version that keeps no h, tests, step memory both ways, A/B
   kernel_tests 100 tests/test_head_scores.py
   harness_table 150 memory_on --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+  GNN_IO_SCORE_FOLD=0 harness_table 150 memory_off --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_no_score_epilogue,gnn_io_score_epilogue --rounds 10 2>"$out/ab_stderr.txt" \
+    | tee "$out/ab_epilogue.txt" | tail -1
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
