@@ -116,6 +116,19 @@ def test_kernels_match_eager(heads, channels, count, bias, kernel_sizes):
 
 
 @runs_kernel
+def test_kernels_read_strided_inputs(kernel_sizes):
+    """A column slice of a wider tensor as ``x`` (row stride 33) and a transposed copy of the weight: the kernels
+    read them through their strides."""
+    x, weight, bias, att = _inputs(70, 20, 4, 8, 2, True, device=KERNEL_DEVICE)
+    wide = torch.randn(70, 33, device=KERNEL_DEVICE)
+    wide[:, 5:25] = x.detach()
+    x = wide[:, 5:25].requires_grad_()
+    weight = weight.detach().t().contiguous().t().requires_grad_()
+    assert not x.is_contiguous() and not weight.is_contiguous() and head_scores.fused(x, weight, att)
+    _check_against_eager((x, weight, bias, att), rtol=2e-5, atol=2e-5)
+
+
+@runs_kernel
 @pytest.mark.parametrize("extra_form,side_form,side_rows", [("dot", "columns", 16), ("dot", "rows", 64),
                                                             ("fma", "apart", 16), ("fma", "cublas", 16)])
 def test_benchmarked_forms_match_float64(extra_form, side_form, side_rows, kernel_sizes, monkeypatch):
@@ -208,4 +221,5 @@ def test_pass_leaves_graphs_the_kernel_does_not_run(monkeypatch):
 
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
 def test_under_interpreter_rerun():
-    rerun_under_interpreter(__file__, select="kernels_match or benchmarked_forms or no_gradient or compiled_gatconv")
+    rerun_under_interpreter(__file__, select="kernels_match or kernels_read or benchmarked_forms or no_gradient "
+                                             "or compiled_gatconv")
