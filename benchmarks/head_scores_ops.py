@@ -4,7 +4,9 @@ without the score terms, on the GPU: what each epilogue costs, and each form of 
     python -m benchmarks.head_scores_ops --rows 1048576 --features 128 --heads 4 --channels 32
 
 Prints one line per variant: median ms over 20 launches and the max error over the max magnitude of the float64
-result (the plain products' errors are those of the 3xTF32 kernel itself).
+result (the plain products' errors are those of the 3xTF32 kernel itself). Session 25 also measured other forms of
+the two backward terms here (a padded 3xTF32 dot for the input gradient's; the side product transposed, padded to 64
+rows, by its own launch or by cuBLAS): all slower, removed after (docs/dense.md).
 """
 import argparse
 
@@ -50,22 +52,11 @@ def main():
            lambda out: max(_error(out[0], h_exact), _error(out[1], scores_exact)))
     dx_exact = gd @ wd + sd @ extra.double()
     record("dgrad: matmul", lambda: dense_triton.matmul(g, w), lambda out: _error(out, gd @ wd))
-    for form in ("dot", "fma"):
-        def plus(form=form):
-            dense_triton.EXTRA_FORM = form
-            return dense_triton.mm_extra(g, w, s, extra)
-        record(f"dgrad: mm_extra {form}", plus, lambda out: _error(out, dx_exact))
-    dense_triton.EXTRA_FORM = "fma"
+    record("dgrad: mm_extra", lambda: dense_triton.mm_extra(g, w, s, extra), lambda out: _error(out, dx_exact))
     dw_exact, side_exact = gd.t() @ xd, sd.t() @ xd
     record("wgrad: matmul", lambda: dense_triton.matmul(g.t(), x), lambda out: _error(out, dw_exact))
-    for form in ("rows", "rows64", "columns", "apart", "cublas"):
-        def side(form=form):
-            dense_triton.SIDE_FORM = form.replace("64", "")
-            dense_triton.SIDE_MIN_ROWS = 64 if form.endswith("64") else 16
-            return dense_triton.mm_side(g.t(), x, s.t())
-        record(f"wgrad: mm_side {form}", side,
-               lambda out: max(_error(out[0], dw_exact), _error(out[1], side_exact)))
-    dense_triton.SIDE_FORM, dense_triton.SIDE_MIN_ROWS = "rows", 16
+    record("wgrad: mm_side", lambda: dense_triton.mm_side(g.t(), x, s.t()),
+           lambda out: max(_error(out[0], dw_exact), _error(out[1], side_exact)))
     print(f"\n{torch.cuda.get_device_name()}, {n} rows, {f} features, {h} heads x {c}, {r} vectors, float32 (3xTF32)\n")
     print("| variant | ms | error |")
     print("| --- | --- | --- |")

@@ -212,22 +212,18 @@ def _zeros(gm: GraphModule, shape: list, like) -> Node:
 
 def _epilogue_takes(matrix: Node, sums: list) -> bool:
     """Whether ``gnn_io::linear_scores`` runs ``matrix`` and its projections ``sums`` in the 3xTF32 kernel with the
-    score epilogue (kernels/head_scores.py) at the graph's sizes: float32, TF32 off, the kernels' device, fixed
-    sizes of a tall product, heads of a power-of-two width. Elsewhere Inductor's own reduction is as good."""
-    from gnn_inductor.kernels import dense_triton
+    score epilogue at the graph's sizes (fixed sizes, ``head_scores.runs_fused``). Elsewhere Inductor's own
+    reduction is as good."""
+    from gnn_inductor.kernels import head_scores
 
     x, weight, _ = linear_map(matrix)
     xv, wv = tensor_val(x), tensor_val(weight)
-    heads = tensor_val(sums[0][0]).shape[1]
     sizes = (*xv.shape, *wv.shape)
-    if not all(isinstance(size, int) for size in sizes) or xv.dtype != torch.float32:
+    if not all(isinstance(size, int) for size in sizes):
         return False
-    rows, features = xv.shape
-    width = wv.shape[0]
-    return (dense_triton.kernel_device(xv.device.type) and dense_triton.float32_exact()
-            and dense_triton.setting() == "x3" and dense_triton.shape_kind(rows, features, width) == "tall"
-            and len(sums) * heads <= dense_triton.MAX_SCORES
-            and dense_triton.score_launch(width, width // heads) is not None)
+    heads = tensor_val(sums[0][0]).shape[1]
+    return head_scores.runs_fused(xv.shape[0], xv.shape[1], wv.shape[0], len(sums), heads, xv.dtype,
+                                  xv.device.type)
 
 
 def _epilogue(gm: GraphModule, matrix: Node, sums: list) -> dict:

@@ -29,7 +29,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gnn_inductor.kernels._common import SettingError
-from gnn_inductor.kernels.launch import fast_launch
+from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
 
 SETTING = "GNN_IO_FP32_GEMM"
 # Where the split GEMM is taken (H100, session 24, `benchmarks/dense_ops.py --x3`): a product of at least
@@ -51,18 +51,17 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
-               SIDE: tl.constexpr = 0, SIDE_T: tl.constexpr = False, EXTRA_FMA: tl.constexpr = False):
+               SIDE: tl.constexpr = 0):
     """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the terms GAT's head scores
     add (:func:`linear_scores`, :func:`mm_extra`, :func:`mm_side`; kernels/head_scores.py derives them):
 
     - ``SCORES`` (``R``, 0: none): ``score[m, r, h] = sum_c c[m, h HEAD_C + c] att[r, h HEAD_C + c]`` for the
       heads of this tile (``BLOCK_N`` a multiple of ``HEAD_C``), from the accumulator, bias included;
-    - ``EXTRA_K`` (0: none, else a power of two >= 16 and >= ``k_extra``): ``+ ea @ eb``, a second inner range
-      of ``k_extra`` (``ea [M, k_extra]``, ``eb [k_extra, N]``), one piece only; with ``EXTRA_FMA``, ``EXTRA_K`` is
-      ``k_extra`` itself and the range is summed by rank-1 float32 updates on the CUDA cores instead of a dot;
+    - ``EXTRA_K`` (0: none, else ``k_extra``): ``+ ea @ eb``, a second inner range of ``k_extra``
+      (``ea [M, k_extra]``, ``eb [k_extra, N]``), one piece only, summed by rank-1 float32 updates on the CUDA
+      cores (a padded 3xTF32 dot measured slower, session 25);
     - ``SIDE`` (0: none, else a power of two >= 16 and >= ``side_rows``): ``side_out[piece] = side @ b`` over this
-      piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile; ``SIDE_T``: as
-      ``(b^T side^T)^T``, the side rows as the product's columns."""
+      piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -84,10 +83,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
     if SIDE > 0:
         side_index = tl.arange(0, SIDE)
         side_mask = (side_index < side_rows) & (pid_m == 0)  # one row tile makes it
-        if SIDE_T:
-            side_acc = tl.zeros((BLOCK_N, SIDE), dtype=tl.float32)
-        else:
-            side_acc = tl.zeros((SIDE, BLOCK_N), dtype=tl.float32)
+        side_acc = tl.zeros((SIDE, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_mask = ks < k_end
@@ -96,16 +92,10 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
         if SIDE > 0:
-            if SIDE_T:
-                side = tl.load(side_ptr + side_index[None, :].to(tl.int64) * stride_sdm
-                               + ks[:, None].to(tl.int64) * stride_sdk, mask=side_mask[None, :] & k_mask[:, None],
-                               other=0.0)
-                side_acc = tl.dot(tl.trans(b), side, side_acc, input_precision=PRECISION)
-            else:
-                side = tl.load(side_ptr + side_index[:, None].to(tl.int64) * stride_sdm
-                               + ks[None, :].to(tl.int64) * stride_sdk, mask=side_mask[:, None] & k_mask[None, :],
-                               other=0.0)
-                side_acc = tl.dot(side, b, side_acc, input_precision=PRECISION)
+            side = tl.load(side_ptr + side_index[:, None].to(tl.int64) * stride_sdm
+                           + ks[None, :].to(tl.int64) * stride_sdk, mask=side_mask[:, None] & k_mask[None, :],
+                           other=0.0)
+            side_acc = tl.dot(side, b, side_acc, input_precision=PRECISION)
         if PRECISION == "x3split":
             # benchmarks only (dense_ops --x3): the same three TF32 products, split here by bit masks (the head
             # keeps a float32's top 10 mantissa bits, the tail the exact rest, truncated again by the hardware);
@@ -117,26 +107,13 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    if EXTRA_FMA:  # the second inner range as EXTRA_K rank-1 updates in float32 on the CUDA cores
-        for e in tl.static_range(EXTRA_K):
-            ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
-            eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
-            acc += ea[:, None] * eb[None, :]
-    elif EXTRA_K > 0:
-        ek = tl.arange(0, EXTRA_K)
-        ek_mask = ek < k_extra
-        ea = tl.load(ea_ptr + rows[:, None].to(tl.int64) * stride_eam + ek[None, :] * stride_eak,
-                     mask=row_mask[:, None] & ek_mask[None, :], other=0.0)
-        eb = tl.load(eb_ptr + ek[:, None] * stride_ebk + cols[None, :] * stride_ebn,
-                     mask=ek_mask[:, None] & col_mask[None, :], other=0.0)
-        acc = tl.dot(ea, eb, acc, input_precision=PRECISION)
+    for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
+        ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
+        eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
+        acc += ea[:, None] * eb[None, :]
     if SIDE > 0:
-        if SIDE_T:
-            tl.store(side_out_ptr + split * stride_sos + side_index[None, :].to(tl.int64) * stride_som
-                     + cols[:, None], side_acc, mask=side_mask[None, :] & col_mask[:, None])
-        else:
-            tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som
-                     + cols[None, :], side_acc, mask=side_mask[:, None] & col_mask[None, :])
+        tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
+                 side_acc, mask=side_mask[:, None] & col_mask[None, :])
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
     if SCORES > 0:
@@ -223,7 +200,7 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
 
 def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
             launch: tuple, precision: str, scores: tuple | None = None, extra: tuple | None = None,
-            side: tuple | None = None, side_t: bool = False, extra_fma: bool = False) -> None:
+            side: tuple | None = None) -> None:
     """One ``_mm_kernel`` launch. ``scores``: ``(att [R, N] contiguous, score [M, R, H] with unit head stride,
     head_dim)``; ``extra``: ``(ea [M, k2], eb [k2, N])``; ``side``: ``(side [s, K], side_out [split, s, N]
     contiguous rows)`` (the kernel's docstring)."""
@@ -247,9 +224,8 @@ def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bo
                      BIAS=bias is not None, ACCUMULATE=accumulate, PRECISION=precision,
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
                      SCORES=att.shape[0] if scores else 0, HEAD_C=head_dim,
-                     EXTRA_K=(ea.shape[1] if extra_fma else max(16, triton.next_power_of_2(ea.shape[1]))) if extra
-                     else 0, EXTRA_FMA=extra_fma,
-                     SIDE=max(SIDE_MIN_ROWS, triton.next_power_of_2(side_a.shape[0])) if side else 0, SIDE_T=side_t,
+                     EXTRA_K=ea.shape[1] if extra else 0,
+                     SIDE=max(16, next_power_of_2(side_a.shape[0])) if side else 0,
                      num_warps=warps, num_stages=stages)
 
 
@@ -303,14 +279,8 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
     return out.add_(total) if accumulate else out.copy_(total)
 
 
-# Head scores: GAT's attention-vector projections made by its feature GEMM (kernels/head_scores.py). The forms
-# below other than the defaults exist for `benchmarks/head_scores_ops.py`, which measured them slower on the H100
-# (session 25, docs/dense.md): the side product transposed, by its own launch, by cuBLAS, padded to 64 rows; the
-# input gradient's second inner range as a padded 3xTF32 dot.
+# Head scores: GAT's attention-vector projections made by its feature GEMM (kernels/head_scores.py)
 MAX_SCORES = 16  # R * H: the score columns of one GEMM, the extra inner range of its input gradient
-SIDE_FORM = "rows"  # the weight gradient's side product: "rows", "columns" (transposed), "apart" or "cublas"
-EXTRA_FORM = "fma"  # the input gradient's second inner range: "dot" (3xTF32) or "fma" (float32 rank-1 updates)
-SIDE_MIN_ROWS = 16  # the side product's rows padded to at least this many (64: a Hopper warpgroup MMA's height)
 
 
 def score_launch(width: int, head_dim: int) -> tuple | None:
@@ -355,7 +325,7 @@ def mm_extra(a: Tensor, b: Tensor, ea: Tensor, eb: Tensor) -> Tensor:
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
     if a.shape[0]:
         _launch(a, b, out, None, False, 1, a.shape[1], TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH,
-                PRECISION, extra=(ea, eb), extra_fma=EXTRA_FORM == "fma")
+                PRECISION, extra=(ea, eb))
     return out
 
 
@@ -366,10 +336,6 @@ def mm_side(a: Tensor, b: Tensor, side: Tensor) -> tuple[Tensor, Tensor]:
     if not (takes(a, b) and shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "wide" and side.shape[0] <= MAX_SCORES
             and side.dtype == torch.float32):
         return a @ b, side @ b
-    if SIDE_FORM == "apart":  # benchmarks: the side product by its own split launch (reads b again)
-        return mm(a, b, launch=SPLIT_LAUNCH), mm(side, b, launch=SPLIT_LAUNCH)
-    if SIDE_FORM == "cublas":  # the side product by cuBLAS's float32 GEMM (reads b again)
-        return mm(a, b, launch=SPLIT_LAUNCH), side @ b
     m, k = a.shape
     n = b.shape[1]
     split = splits_for(m, n, k)
@@ -377,6 +343,5 @@ def mm_side(a: Tensor, b: Tensor, side: Tensor) -> tuple[Tensor, Tensor]:
     split = triton.cdiv(k, k_per_split)
     partial = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
     side_partial = torch.empty(split, side.shape[0], n, device=a.device, dtype=torch.float32)
-    _launch(a, b, partial, None, False, split, k_per_split, SPLIT_LAUNCH, PRECISION, side=(side, side_partial),
-            side_t=SIDE_FORM == "columns")
+    _launch(a, b, partial, None, False, split, k_per_split, SPLIT_LAUNCH, PRECISION, side=(side, side_partial))
     return partial.sum(0), side_partial.sum(0)

@@ -48,13 +48,24 @@ def _check(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -> None:
         raise TypeError("linear_scores: x, weight, bias and att must share one dtype")
 
 
+def runs_fused(rows: int, features: int, width: int, count: int, heads: int, dtype: torch.dtype,
+               device_type: str) -> bool:
+    """Whether the 3xTF32 kernel with the score epilogue runs ``[rows, features] -> [rows, width]`` with ``count``
+    vectors of ``heads`` heads: float32 on the kernels' device with TF32 off, a tall product by the kernel's
+    thresholds, heads of a power-of-two width, at most ``MAX_SCORES`` scores per row. The op asks at each call, the
+    graph pass (gnn_inductor/score_fold.py) at compile time with the graph's sizes."""
+    return (dtype == torch.float32 and dense_triton.shape_kind(rows, features, width) == "tall"
+            and count * heads <= dense_triton.MAX_SCORES and width % heads == 0
+            and dense_triton.score_launch(width, width // heads) is not None
+            and dense_triton.kernel_device(device_type) and dense_triton.float32_exact()
+            and dense_triton.setting() == "x3")
+
+
 def fused(x: Tensor, weight: Tensor, att: Tensor) -> bool:
-    """Whether the forward runs in the 3xTF32 kernel with the score epilogue: a tall float32 product the kernel
-    takes (:func:`dense_triton.takes`), heads of a power-of-two width, at most ``MAX_SCORES`` scores per row."""
-    return (dense_triton.takes(x, weight.t())
-            and dense_triton.shape_kind(x.shape[0], x.shape[1], weight.shape[0]) == "tall"
-            and att.shape[0] * att.shape[1] <= dense_triton.MAX_SCORES
-            and dense_triton.score_launch(weight.shape[0], att.shape[2]) is not None)
+    """:func:`runs_fused` for these operands (one dtype and device)."""
+    return (x.dim() == 2 and x.dtype == weight.dtype and x.device == weight.device
+            and runs_fused(x.shape[0], x.shape[1], weight.shape[0], att.shape[0], att.shape[1], x.dtype,
+                           x.device.type))
 
 
 def reference_scores(h: Tensor, att: Tensor) -> Tensor:

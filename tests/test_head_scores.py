@@ -129,17 +129,12 @@ def test_kernels_read_strided_inputs(kernel_sizes):
 
 
 @runs_kernel
-@pytest.mark.parametrize("extra_form,side_form,side_rows", [("dot", "columns", 16), ("dot", "rows", 64),
-                                                            ("fma", "apart", 16), ("fma", "cublas", 16)])
-def test_benchmarked_forms_match_float64(extra_form, side_form, side_rows, kernel_sizes, monkeypatch):
-    """The forms ``benchmarks/head_scores_ops.py`` compares with the defaults compute the same products."""
-    monkeypatch.setattr(dense_triton, "EXTRA_FORM", extra_form)
-    monkeypatch.setattr(dense_triton, "SIDE_FORM", side_form)
-    monkeypatch.setattr(dense_triton, "SIDE_MIN_ROWS", side_rows)
+def test_backward_products_match_float64(kernel_sizes):
+    """``mm_extra`` (a second inner range of 8) and ``mm_side`` (8 side rows) alone, against float64."""
     generator = torch.Generator().manual_seed(3)
     a, w, x, s, m = (torch.randn(*shape, generator=generator).to(KERNEL_DEVICE)
                      for shape in ((70, 32), (32, 20), (70, 20), (70, 8), (8, 20)))
-    assert dense_triton.takes(a, w)
+    assert dense_triton.takes(a, w) and dense_triton.takes(a.t(), x)
     exact = a.double() @ w.double() + s.double() @ m.double()
     torch.testing.assert_close(dense_triton.mm_extra(a, w, s, m).double(), exact, rtol=2e-5, atol=2e-5)
     weight_grad, side = dense_triton.mm_side(a.t(), x, s.t())
@@ -221,5 +216,5 @@ def test_pass_leaves_graphs_the_kernel_does_not_run(monkeypatch):
 
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
 def test_under_interpreter_rerun():
-    rerun_under_interpreter(__file__, select="kernels_match or kernels_read or benchmarked_forms or no_gradient "
+    rerun_under_interpreter(__file__, select="kernels_match or kernels_read or backward_products or no_gradient "
                                              "or compiled_gatconv")
