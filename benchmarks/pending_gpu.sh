@@ -95,6 +95,8 @@
 #   bash benchmarks/pending_gpu.sh session25j # GATConv's dst score terms by atomics (one_pass) against the segment sum
 #   bash benchmarks/pending_gpu.sh session25k # GATConv's step memory with and without the score epilogue
 #   bash benchmarks/pending_gpu.sh session25l # what is alive at GATConv's peak, with and without the epilogue
+#   bash benchmarks/pending_gpu.sh session26  # GAT's dst score terms from the forward's mass: CUDA tests, A/B
+#   bash benchmarks/pending_gpu.sh session26b # the mass form's step memory (harness) and A/B on uniform and grid
 #   bash benchmarks/pending_gpu.sh session25m # h no longer kept for linear_scores' backward: CUDA tests, step memory
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
@@ -951,6 +953,30 @@ elif [[ $what == session25m ]]; then
   timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
     --modes gnn_io_no_score_epilogue,gnn_io_score_epilogue --rounds 10 2>"$out/ab_stderr.txt" \
     | tee "$out/ab_epilogue.txt" | tail -1
+elif [[ $what == session26 ]]; then
+  # GAT's dst score terms from the forward's mass (GNN_IO_ATTENTION_BACKWARD auto = mass): CUDA tests, A/B on RMAT 2^20
+  kernel_tests 280 tests/kernels/test_attention_mass.py tests/kernels/test_attention_split_backward.py \
+    tests/kernels/test_attention_delta.py tests/test_direct_ops.py
+  timeout 300 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_one_pass_segment,gnn_io --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_mass.txt" | tail -1
+elif [[ $what == session26p ]]; then
+  # the mass form against the segment form, kernel by kernel (GAT, RMAT 2^20)
+  for mode in gnn_io gnn_io_one_pass_segment; do
+    timeout 120 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode $mode --rows 16 \
+      >"$out/profile_gat_$mode.txt" 2>&1; grep -A 20 "^==" "$out/profile_gat_$mode.txt" | cut -c1-60,100-175 | head -24
+  done
+elif [[ $what == session26q ]]; then
+  # the mass form's kernels alone, by launch (GAT, RMAT 2^20): forward with the mass, D, the src pass
+  timeout 400 python3 -m benchmarks.probe --parts mass_launch --graphs rmat-large --attention-graphs rmat-large \
+    --out "$out/mass_launch" >"$out/mass_launch.txt" 2>&1; grep "^| mass_launch\|rror" "$out/mass_launch.txt" | cut -c1-200
+elif [[ $what == session26b ]]; then
+  # the mass form: step memory and time (harness, each setting in its own process), the other large graphs' A/B
+  harness_table 150 memory_mass --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+  GNN_IO_ATTENTION_BACKWARD=one_pass_segment harness_table 150 memory_segment --graphs rmat-large --layers gat \
+    --modes gnn_io --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
+  timeout 240 python3 -m benchmarks.ab --layers gat --graphs uniform-large,grid-large \
+    --modes gnn_io_one_pass_segment,gnn_io --rounds 6 2>"$out/ab2_stderr.txt" | tee "$out/ab_mass_others.txt" | tail -3
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

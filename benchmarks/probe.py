@@ -471,6 +471,56 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
                          error=f"{type(exc).__name__}: {exc}"[:300])
 
 
+MASS_SWEEP = [(1, 1), (2, 1), (4, 1), (2, 2), (4, 2), (8, 2), (8, 4)]
+
+
+def part_mass_launch(graph, plan, device):
+    """GAT's mass form, fp32 (kernels/attention.py's ``attention_forward_mass``): the forward with the mass at
+    each launch of :data:`MASS_SWEEP` (``block_e`` edges per block, warps; rows ``forward_mass``) against the plain
+    forward at its default (row ``forward``), the D kernel with and without the mass, and the src pass without
+    the dst term's gradient (rows ``src_pass``) at each launch; each checked against the default launch."""
+    from gnn_inductor.kernels import attention_triton as at
+
+    rowptr, col, _, perm = plan[:4]
+    generator = torch.Generator(device=device).manual_seed(0)
+    grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
+    score, message, roles, args = family_inputs("gat", graph.num_nodes, device, generator)
+    layout = at.prepare(args, roles, perm, score, message)
+    by_src = at.source_csr(layout, rowptr, col, perm, 256)
+    out, lse, mass = at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=True)
+    row = dict(part="mass_launch", graph=graph.name, family="gat", kernel="csr", dtype="fp32")
+    emit(**row, order="forward", launch="default",
+         ms=round(median_ms(lambda: at.forward(layout, rowptr, col, perm, 1e-16, items, 256), reps=10), 3))
+    for e, w in [(None, None)] + MASS_SWEEP:
+        config = None if e is None else dict(block_e=e, num_warps=w)
+        try:
+            def fwd():
+                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=True)
+            got = fwd()
+            emit(**row, order="forward_mass", launch=config or "default", ms=round(median_ms(fwd, reps=10), 3),
+                 max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
+        except Exception as exc:  # noqa: BLE001
+            emit(**row, order="forward_mass", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
+    emit(**row, order="delta", launch="default", ms=round(median_ms(lambda: at.delta(grad, out), reps=20), 3))
+    emit(**row, order="delta_mass", launch="default",
+         ms=round(median_ms(lambda: at.delta(grad, out, None, mass), reps=20), 3))
+    delta = at.delta(grad, out)
+    needs = [True, True, False]
+    reference = at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=by_src)
+    for e, w in [(None, None)] + MASS_SWEEP:
+        config = None if e is None else {"src": dict(block_e=e, num_warps=w)}
+        try:
+            def bwd():
+                return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=config,
+                                   by_src=by_src)
+            errs = [_rel_err(g, r) for g, r in zip(bwd(), reference) if g is not None]
+            emit(**row, order="src_pass", launch=(config or {}).get("src", "default"),
+                 ms=round(median_ms(bwd, reps=10), 3), max_rel_err=max(errs))
+        except Exception as exc:  # noqa: BLE001
+            emit(**row, order="src_pass", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 def part_reduction(graph, plan, device, bandwidth):
     """The fused gather-scatter forward (identity message, fp32, 128 features) per reduction, at the measured
     split pick and at each candidate threshold: its time against the least bytes (each input read once: the
@@ -552,6 +602,8 @@ def main():
                                   dtype=args.block_dtype)
             if "segment_sum" in parts and name in args.attention_graphs.split(","):
                 part_segment_sum(graph, plan, device)
+            if "mass_launch" in parts and name in args.attention_graphs.split(","):
+                part_mass_launch(graph, plan, device)
             if "split_sweep" in parts and name in args.attention_graphs.split(","):
                 part_split_sweep(graph, plan, device, args.families.split(","))
             if "reduction" in parts:

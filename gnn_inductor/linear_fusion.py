@@ -63,7 +63,8 @@ def min_group(members: list) -> int:
 
 def _is_attention(target) -> bool:
     return getattr(target, "_opname", "") in ("attention", "attention_direct", "attention_forward",
-                                               "attention_forward_direct")
+                                               "attention_forward_direct", "attention_forward_mass",
+                                               "attention_forward_mass_direct")
 
 
 def _setting() -> str:

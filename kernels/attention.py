@@ -50,6 +50,7 @@ import math
 import torch
 from gnn_inductor.kernels import attention_paths, attention_triton, dense_triton, rng
 from gnn_inductor.kernels._common import (
+    ROLE_DST,
     ROLE_NAMES,
     column_sum,
     edge_values,
@@ -125,8 +126,10 @@ _lib.define("attention(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Te
 
 def _attention(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items=None, max_edges=0,
                dropout_seed=None, dropout_p=0.0, bias=None):
-    return attention_forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items or [],
-                             max_edges, dropout_seed, dropout_p, bias)[0]
+    forward = attention_forward_mass if torch.is_grad_enabled() and mass_terms(
+        args, roles, rowptr, perm, score_key, message_key) else attention_forward
+    return forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items or [], max_edges,
+                   dropout_seed, dropout_p, bias)[0]
 
 
 _lib.impl("attention", _attention, "CompositeImplicitAutograd")
@@ -253,17 +256,26 @@ def attention_delta(grad_out: Tensor, out: Tensor, lse: Tensor, bias: Tensor | N
     replaces as the layer's output, was alive at the step's peak only for ``D`` (512 MiB at 2^20 x 128 in
     float32). The bias gradient's reduction is made here too, before those buffers exist."""
     shape = _delta_shape(out, lse)
+    summed = None
     if shape is None:
         delta = lse.new_empty((0,), dtype=torch.float32)
     elif _fused([out], lse) and shape[0]:
-        delta = attention_triton.delta(grad_out.reshape(shape), out.reshape(shape),
-                                       None if bias is None else bias.reshape(shape[1:])).view(lse.shape)
+        delta, _, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
+                                                        None if bias is None else bias.reshape(shape[1:]),
+                                                        bias_grad=bias is not None)
+        delta = delta.view(lse.shape)
     else:
         centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
         delta = (grad_out.float() * centred).reshape(shape).sum(-1).view(lse.shape)
-    bias_grad = grad_out.new_empty((0,)) if bias is None else \
-        column_sum(grad_out).to(bias.dtype).view(bias.shape)
-    return delta, bias_grad
+    return delta, _bias_grad(grad_out, bias, summed)
+
+
+def _bias_grad(grad_out: Tensor, bias: Tensor | None, summed: Tensor | None) -> Tensor:
+    """The bias gradient: ``dout``'s column sum (``summed`` where the D kernel made it), an empty tensor without
+    a bias."""
+    if bias is None:
+        return grad_out.new_empty((0,))
+    return (column_sum(grad_out) if summed is None else summed).to(bias.dtype).view(bias.shape)
 
 
 @attention_delta.register_fake
@@ -584,3 +596,133 @@ def _backward(ctx, grad_out, _grad_lse):
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup)
+
+
+# ---------------------------------------------------------------------------------------------
+# GAT's dst score terms from the forward's mass
+# ---------------------------------------------------------------------------------------------
+# GAT's score is LeakyReLU(a_s.x_j + a_d.x_i (+ a_e.e_ij)). The gradient of a dst-role term (a_d.x_i) is the sum of
+# the per-edge score gradients over the destination's edges:
+#     g_i = sum_j alpha_ij s'_ij (w_ij <dout_i, v_j> - D_i) = <dout_i, M_i>,
+#     M_i = sum_j alpha_ij s'_ij (w_ij v_j - out_i),
+# with s' the LeakyReLU slope at the edge's pre-activation (1 or the negative slope), w the message scale and
+# dropout, D_i = <dout_i, out_i> and out without bias. M is made in the forward, where each edge's v_j is in
+# registers anyway (a second accumulator next to the output's); the backward's D kernel, which reads dout once per
+# row, also returns <dout_i, M_i>. So the src pass stores no per-edge term and the per-destination sum over the
+# edges does not run: on the H100 (RMAT 2^20, 15.4M edges, 4 x 32) that sum took 0.73 ms and the per-edge store
+# about 0.7 ms of the src pass (docs/benchmarks/session20), against one [N, H, C] float32 write and read here.
+
+
+def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, message_key: str) -> list:
+    """The indices of the GAT dst-role score terms whose gradients :func:`attention_forward_mass` gives, or ``[]``
+    where the plain op runs. It runs where the fused CSR kernels do (CUDA, or CPU under the interpreter), for the
+    GAT family with float32 inputs and the all-heads kernel, with TF32 off (where it is on, the path chooser may
+    pick the block-sparse kernel, which makes no mass) and the path not forced to another kernel, under
+    ``GNN_IO_ATTENTION_BACKWARD`` ``auto`` (unset) or ``mass``; for the arguments that need a gradient, are only
+    score terms of one row per destination. Shapes and flags only: the same answer at tracing and at run time."""
+    if attention_triton.backward_variant() not in attention_triton.MASS_VARIANTS or not _fused(args, rowptr) or \
+            attention_triton.heads_variant() != "all" or attention_triton._out_dtype(args) != torch.float32 or \
+            any(a.dtype != torch.float32 for a in args if a.is_floating_point()):
+        return []
+    setting = attention_paths.path_setting()
+    if setting not in ("auto", "csr") or (setting == "auto" and attention_paths.precision_of(torch.float32) != "ieee"):
+        return []
+    # the layout's checks are of shapes: no dropout needed for them (its seed may be a traced value here)
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
+    if isinstance(layout, str) or layout.form.family != "gat":
+        return []
+    form = layout.form
+    others = set(form.value_terms) | ({form.query} if form.query is not None else set())
+    return [i for i in dict.fromkeys(form.score_terms)
+            if roles[i] == ROLE_DST and i not in others and args[i].requires_grad
+            and args[i].shape[0] == rowptr.shape[0] - 1]
+
+
+@torch.library.custom_op("gnn_io::attention_forward_mass", mutates_args=())
+def attention_forward_mass(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
+                           perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
+                           max_edges: int, dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
+                           bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`attention_forward`'s ``(out, lse)`` and GAT's score-term mass ``M`` (float32, shaped as ``out``; the
+    section comment above), from the fused CSR kernel (always that kernel: :func:`mass_terms` says where the op
+    is used)."""
+    layout = attention_triton.prepare(args, roles, perm, score_key, message_key,
+                                      rng.dropout_of(dropout_seed, dropout_p))
+    if isinstance(layout, str) or layout.form.family != "gat" or not _fused(args, rowptr):
+        raise ValueError(f"attention_forward_mass: the GAT family's fused CSR kernel does not run these arguments "
+                         f"({layout if isinstance(layout, str) else layout.form.family})")
+    if bias is not None:
+        _check_bias(bias, (layout.heads, layout.channels), attention_triton._out_dtype(args), rowptr.device)
+    rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
+    out, lse, mass = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows,
+                                              variant="all", mass=True)
+    return out, lse, mass
+
+
+@attention_forward_mass.register_fake
+def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed=None,
+      dropout_p=0.0, bias=None):
+    out, lse = attention_forward._abstract_fn(args, roles, rowptr, col, row, perm, score_key, message_key, eps,
+                                              items, max_edges, dropout_seed, dropout_p, bias)
+    return out, lse, out.new_empty(out.shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("gnn_io::attention_delta_mass", mutates_args=())
+def attention_delta_mass(grad_out: Tensor, out: Tensor, mass: Tensor, lse: Tensor, bias: Tensor | None,
+                         score_scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(D, dst-term gradient, bias gradient)``: :func:`attention_delta`'s two, and ``score_scale * <dout, M>`` per
+    (row, head), float32 shaped as ``lse``, from one read of ``dout`` (``M`` :func:`attention_forward_mass`'s)."""
+    shape = _delta_shape(out, lse)
+    if shape is None or tuple(mass.shape) != tuple(out.shape):
+        raise ValueError(f"attention_delta_mass: output {tuple(out.shape)}, mass {tuple(mass.shape)} and statistics "
+                         f"{tuple(lse.shape)} do not fit")
+    summed = None
+    if _fused([out], lse) and shape[0]:
+        delta, mass_grad, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
+                                                                None if bias is None else bias.reshape(shape[1:]),
+                                                                mass.reshape(shape), score_scale, bias is not None)
+        delta, mass_grad = delta.view(lse.shape), mass_grad.view(lse.shape)
+    else:
+        centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
+        delta = (grad_out.float() * centred).reshape(shape).sum(-1).view(lse.shape)
+        mass_grad = ((grad_out.float() * mass).reshape(shape).sum(-1) * score_scale).view(lse.shape)
+    return delta, mass_grad, _bias_grad(grad_out, bias, summed)
+
+
+@attention_delta_mass.register_fake
+def _(grad_out, out, mass, lse, bias, score_scale):
+    return (lse.new_empty(lse.shape, dtype=torch.float32), lse.new_empty(lse.shape, dtype=torch.float32),
+            grad_out.new_empty((0,)) if bias is None else torch.empty_like(bias))
+
+
+def _setup_mass(ctx, inputs, output):
+    args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed, dropout_p, \
+        bias = (*inputs, None)[:14]
+    out, lse, mass = output
+    ctx.mark_non_differentiable(lse, mass)
+    ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, mass, dropout_seed, bias, *items)
+    form = attention_triton.recognise(score_key, message_key, roles)
+    ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges, dropout_p, form.score_scale)
+    ctx.needs = [bool(a.requires_grad) for a in args]
+    ctx.terms = mass_terms(args, roles, rowptr, perm, score_key, message_key)
+
+
+def _backward_mass(ctx, grad_out, _grad_lse, _grad_mass):
+    num_args, roles, score_key, message_key, eps, max_edges, dropout_p, score_scale = ctx.meta
+    saved = ctx.saved_tensors
+    args, (rowptr, col, row, perm, out, lse, mass, dropout_seed, bias), items = \
+        list(saved[:num_args]), saved[num_args:num_args + 9], list(saved[num_args + 9:])
+    # D, the dst terms' gradient and the bias gradient first: out's and the mass's last use
+    delta, mass_grad, bias_grad = attention_delta_mass(grad_out, out, mass, lse, bias, score_scale)
+    needs = [need and i not in ctx.terms for i, need in enumerate(ctx.needs)]
+    grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
+                               max_edges, dropout_seed, dropout_p, delta, lse, needs) if any(needs) else \
+        [None] * num_args
+    grads = [attention_triton._undo(mass_grad, args[i], ROLE_DST).to(args[i].dtype) if i in ctx.terms else g
+             for i, g in enumerate(grads)]
+    bias_grad = bias_grad if bias is not None and ctx.needs_input_grad[-1] else None
+    return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,
+            None, [None] * len(items), None, None, None, bias_grad)[:len(ctx.needs_input_grad)]
+
+
+attention_forward_mass.register_autograd(_backward_mass, setup_context=_setup_mass)

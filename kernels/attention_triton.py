@@ -121,10 +121,14 @@ HEADS_VARIANTS = ("per_head", "all")
 BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # split, atomic, one_pass, one_pass_segment; unset: auto
 # one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
 # stored per edge and summed over each destination's CSR row (no atomics on hub rows)
-# auto (unset): one_pass_segment for the GAT family, split for the others
-BACKWARD_VARIANTS = ("auto", "split", "atomic", "one_pass", "one_pass_segment")
+# mass: GAT's dst score terms' gradients from the forward's mass (kernels/attention.py's attention_forward_mass: a
+# row sum in the D kernel, no per-edge term), where that op runs, else one_pass_segment
+# auto (unset): mass, else one_pass_segment, for the GAT family; split for the others
+BACKWARD_VARIANTS = ("auto", "split", "atomic", "one_pass", "one_pass_segment", "mass")
 # the variants that run the split passes over a source CSR (the op's backward builds one for them)
-SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass", "one_pass_segment")
+SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass", "one_pass_segment", "mass")
+# the variants under which GAT's forward makes the score-term mass where it can (kernels/attention.py)
+MASS_VARIANTS = ("auto", "mass")
 _MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of
 
 # Launch parameters to measure on the H100 (the defaults come from :func:`launch_config`).
@@ -455,9 +459,11 @@ def _forward_kernel(
 @fast_launch
 @triton.jit
 def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lse_ptr, bias_ptr, num_slots,
-                    num_heads, head_dim, eps, BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+                    num_heads, head_dim, eps, mass_ptr, part_mass_acc_ptr, part_mass_l_ptr, BIAS: tl.constexpr,
+                    MASS: tl.constexpr, BLOCK_C: tl.constexpr):
     """Merge the partial (max, sum, acc) of a hub's items; the program of a hub's first slot does it. ``BIAS``: the
-    ``[H, C]`` bias at ``bias_ptr`` is added to the stored row."""
+    ``[H, C]`` bias at ``bias_ptr`` is added to the stored row. ``MASS``: the partial sums of the score-term mass
+    are merged alike and the row's mass stored (:func:`forward`)."""
     slot = tl.program_id(0)
     h = tl.program_id(1)
     chans = tl.arange(0, BLOCK_C)
@@ -468,6 +474,10 @@ def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr,
         m = tl.load(part_m_ptr + slot * num_heads + h)
         total = tl.load(part_l_ptr + slot * num_heads + h)
         acc = tl.load(part_acc_ptr + (slot.to(tl.int64) * num_heads + h) * head_dim + chans, mask=cmask, other=0)
+        if MASS:
+            mass_l = tl.load(part_mass_l_ptr + slot * num_heads + h)
+            mass_acc = tl.load(part_mass_acc_ptr + (slot.to(tl.int64) * num_heads + h) * head_dim + chans,
+                               mask=cmask, other=0)
         k = slot + 1
         same = tl.load(slot_row_ptr + k, mask=k < num_slots, other=-1) == row
         while same:
@@ -478,11 +488,17 @@ def _combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr,
             scale_old, scale_k = tl.exp(m - m_new), tl.exp(m_k - m_new)
             total = total * scale_old + l_k * scale_k
             acc = acc * scale_old + acc_k * scale_k
+            if MASS:
+                mass_l = mass_l * scale_old + tl.load(part_mass_l_ptr + k * num_heads + h) * scale_k
+                mass_acc = mass_acc * scale_old + scale_k * tl.load(
+                    part_mass_acc_ptr + (k.to(tl.int64) * num_heads + h) * head_dim + chans, mask=cmask, other=0)
             m = m_new
             k += 1
             same = tl.load(slot_row_ptr + k, mask=k < num_slots, other=-1) == row
         out_offsets = (row.to(tl.int64) * num_heads + h) * head_dim + chans
         result = acc / (total + eps)
+        if MASS:
+            tl.store(mass_ptr + out_offsets, (mass_acc - mass_l * result) / total, mask=cmask)
         if BIAS:
             result += tl.load(bias_ptr + h * head_dim + chans, mask=cmask, other=0).to(tl.float32)
         tl.store(out_ptr + out_offsets, result, mask=cmask)
@@ -825,8 +841,9 @@ def _split_backward_all_heads_kernel(
 
 @fast_launch
 @triton.jit
-def _delta_kernel(grad_out_ptr, out_ptr, bias_ptr, delta_ptr, num_rows, num_heads, head_dim, BIAS: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _delta_kernel(grad_out_ptr, out_ptr, bias_ptr, delta_ptr, mass_ptr, mass_grad_ptr, mass_scale, part_ptr, num_rows,
+                  num_heads, head_dim, BIAS: tl.constexpr, MASS: tl.constexpr, BIAS_GRAD: tl.constexpr,
+                  HEADS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """``delta[r] = sum_c grad_out[r, c] * out[r, c]`` over the (node, head) rows ``r`` of ``[N * H, C]``; with
     ``BIAS``, ``out`` is the biased output and the ``[H, C]`` bias at ``bias_ptr`` is subtracted first (no
     ``out - bias`` tensor: 0.45 ms per ``[2^20, 128]`` float32 step on the H100, session 16)."""
@@ -841,6 +858,14 @@ def _delta_kernel(grad_out_ptr, out_ptr, bias_ptr, delta_ptr, num_rows, num_head
         heads = rows % num_heads
         out -= tl.load(bias_ptr + heads[:, None] * head_dim + chans[None, :], mask=mask, other=0).to(tl.float32)
     tl.store(delta_ptr + rows, tl.sum(grad * out, axis=1), mask=rmask)
+    if MASS:  # a dst-role GAT score term's gradient from the forward's mass (forward's ``mass``)
+        mass = tl.load(mass_ptr + offsets, mask=mask, other=0)
+        tl.store(mass_grad_ptr + rows, tl.sum(grad * mass, axis=1) * mass_scale, mask=rmask)
+    if BIAS_GRAD:  # this block's column sums of dout per head (BLOCK_R is a multiple of HEADS: row r is head r % H)
+        part = tl.sum(tl.reshape(grad, (BLOCK_R // HEADS, HEADS, BLOCK_C)), axis=0)
+        heads = tl.arange(0, HEADS)
+        tl.store(part_ptr + (tl.program_id(0) * HEADS + heads[:, None]).to(tl.int64) * head_dim + chans[None, :], part,
+                 mask=(chans < head_dim)[None, :])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,11 +909,14 @@ def _forward_all_heads_kernel(
         v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps, bias_ptr,
+        mass_ptr, part_mass_acc_ptr, part_mass_l_ptr,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, BIAS: tl.constexpr,
-        BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+        MASS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     """The all-heads forward of one work item (section comment above); ``BIAS``: the ``[H, C]`` bias at
-    ``bias_ptr`` is added to a row this item stores (hub rows: by :func:`_combine_kernel`)."""
+    ``bias_ptr`` is added to a row this item stores (hub rows: by :func:`_combine_kernel`). ``MASS`` (GAT only):
+    the row's score-term mass (:func:`forward`'s ``mass``) is stored at ``mass_ptr`` too, hub items keeping its
+    two partial sums next to their (max, sum, acc)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -910,12 +938,15 @@ def _forward_all_heads_kernel(
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_tile = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
+    if MASS:
+        mass_l = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
+        mass_acc = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
     for block_start in range(start, end, BLOCK_E):
         emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
         src, dst, eid = src[:, None], dst[:, None], eid[:, None]
         score_mask = emask[:, None] & hmask[None, :]
         tile_mask = score_mask[:, :, None] & cmask[None, None, :]
-        score, _terms, _query = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
+        score, terms, _query = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
                                              q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
                                              score_mask, tile_mask, slope, score_scale)
         score = tl.where(emask[:, None], score, float("-inf"))
@@ -930,13 +961,23 @@ def _forward_all_heads_kernel(
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
         acc = acc * correction[None, :, None] + weight[:, :, None] * value
+        if MASS:  # the same sums, each edge's term scaled by LeakyReLU's slope where its pre-activation is negative
+            factor = tl.where(terms > 0, 1.0, slope)
+            mass_l = mass_l * correction[None, :] + p * factor
+            mass_acc = mass_acc * correction[None, :, None] + (weight * factor)[:, :, None] * value
         m = m_new
 
     total = tl.sum(l_tile, axis=0)
     acc_rows = tl.sum(acc, axis=0)
     node_heads = row.to(tl.int64) * num_heads + heads
+    if MASS:
+        mass_l_rows = tl.sum(mass_l, axis=0)
+        mass_acc_rows = tl.sum(mass_acc, axis=0)
     if shared == 0:
         result = acc_rows / (total[:, None] + eps)
+        if MASS:
+            mass = (mass_acc_rows - mass_l_rows[:, None] * result) / total[:, None]
+            tl.store(mass_ptr + node_heads[:, None] * head_dim + chans[None, :], mass, mask=node_mask)
         if BIAS:
             result += tl.load(bias_ptr + heads[:, None] * head_dim + chans[None, :], mask=node_mask,
                               other=0).to(tl.float32)
@@ -947,6 +988,10 @@ def _forward_all_heads_kernel(
         tl.store(part_m_ptr + slot_heads, m, mask=hmask)
         tl.store(part_l_ptr + slot_heads, total, mask=hmask)
         tl.store(part_acc_ptr + slot_heads[:, None] * head_dim + chans[None, :], acc_rows, mask=node_mask)
+        if MASS:
+            tl.store(part_mass_l_ptr + slot_heads, mass_l_rows, mask=hmask)
+            tl.store(part_mass_acc_ptr + slot_heads[:, None] * head_dim + chans[None, :], mass_acc_rows,
+                     mask=node_mask)
 
 
 @triton.jit
@@ -1299,14 +1344,24 @@ def _hub_slots(item_row: Tensor, item_shared: Tensor, num_slots: int) -> tuple:
 
 
 def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: float, items=(), max_edges: int = 0,
-            config: dict | None = None, variant: str | None = None, bias: Tensor | None = None) -> tuple:
+            config: dict | None = None, variant: str | None = None, bias: Tensor | None = None,
+            mass: bool = False) -> tuple:
     """``(out [N, H, C], lse [N, H] float32)`` of the fused forward (module docstring); ``variant`` picks
     the per-head or all-heads kernel (default: :func:`heads_variant`). With ``bias`` (``[H, C]``, the output's
     dtype) ``out`` is the attention output plus ``bias``: added by the all-heads kernel and the hub combine as they
     store a row, written into the rows without edges, or (per-head kernel, items without a known hub count) added
-    to the whole output afterwards."""
+    to the whole output afterwards.
+
+    ``mass`` (the GAT family, all-heads kernel): also return GAT's score-term mass, float32 ``[N, H, C]``,
+    ``M_i = sum_j alpha_ij s'_ij (w_ij v_j - out_i)`` (``s'`` LeakyReLU's slope at the edge's pre-activation,
+    ``w`` the message scale and dropout, ``out`` without bias). A dst-role score term's gradient is then
+    ``score_scale * <dout_i, M_i>`` per head (:func:`delta`'s ``mass``), a row sum, where the backward would
+    otherwise sum a term per edge over each destination's edges (``backward``'s segment form)."""
     form, heads, channels = layout.form, layout.heads, layout.channels
     all_heads = (variant or heads_variant()) == "all"
+    if mass and (form.family != "gat" or not all_heads):
+        raise ValueError(f"attention forward: the score-term mass is made by the all-heads GAT kernel, not for "
+                         f"family {form.family!r} with the {'all-heads' if all_heads else 'per-head'} kernel")
     defaults = all_heads_launch_config(heads, channels, ALL_HEADS_FORWARD_LAUNCH[form.family]) if all_heads else \
         launch_config(form.family, channels)
     config = {**defaults, **(config or {})}
@@ -1320,12 +1375,15 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     allocate = torch.zeros if hubs is None else torch.empty
     out = allocate((num_dst, heads, channels), dtype=_out_dtype(layout.args), device=device)
     lse = allocate((num_dst, heads), dtype=torch.float32, device=device)
+    masses = allocate((num_dst, heads, channels), dtype=torch.float32, device=device) if mass else lse
     epilogue = bias is not None and all_heads and hubs is not None
     if epilogue:
         bias = bias.contiguous()
     if hubs is not None:
         zero_rows_without_entries(out, rowptr, fill=bias if epilogue else None)
         zero_rows_without_entries(lse, rowptr)
+        if mass:
+            zero_rows_without_entries(masses, rowptr)
 
     # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
     # that is known (hub_item_count), else a size-only bound (no sync): rows with d > max_edges have
@@ -1338,6 +1396,8 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     part_m = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
     part_l = torch.empty((num_slots, heads), dtype=torch.float32, device=device)
     part_acc = torch.empty((num_slots, heads, channels), dtype=torch.float32, device=device)
+    part_mass_acc = torch.empty_like(part_acc) if mass else part_acc
+    part_mass_l = torch.empty_like(part_l) if mass else part_l
 
     pointers, constexprs = _common_slots(layout)
     if item_row.shape[0]:
@@ -1346,18 +1406,19 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
                        form.message_scale, eps)
         if all_heads:
             _forward_all_heads_kernel[(item_row.shape[0],)](
-                *kernel_args, bias if epilogue else lse, **constexprs, BIAS=epilogue, BLOCK_E=config["block_e"],
-                BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+                *kernel_args, bias if epilogue else lse, masses, part_mass_acc, part_mass_l, **constexprs,
+                BIAS=epilogue, MASS=mass, BLOCK_E=config["block_e"], BLOCK_H=config["block_h"],
+                BLOCK_C=config["block_c"], num_warps=config["num_warps"])
         else:
             _forward_kernel[(item_row.shape[0], heads)](
                 *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
                 num_warps=config["num_warps"])
         _combine_kernel[(num_slots, heads)](slot_row, part_m, part_l, part_acc, out, lse, bias if epilogue else lse,
-                                            num_slots, heads, channels, eps, BIAS=epilogue, BLOCK_C=config["block_c"],
-                                            num_warps=1)
+                                            num_slots, heads, channels, eps, masses, part_mass_acc, part_mass_l,
+                                            BIAS=epilogue, MASS=mass, BLOCK_C=config["block_c"], num_warps=1)
     if bias is not None and not epilogue:
         out.add_(bias)
-    return out, lse
+    return (out, lse, masses) if mass else (out, lse)
 
 
 def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
@@ -1372,9 +1433,10 @@ def _undo(view_grad: Tensor, arg: Tensor, role: int) -> Tensor:
 
 
 def backward_variant() -> str:
-    """Which backward the op runs: ``"auto"`` (default: ``"one_pass_segment"`` for the GAT family, ``"split"``
-    for the others), ``"split"``, ``"atomic"``, ``"one_pass"`` or ``"one_pass_segment"`` (the split backward with
-    the one-pass GAT forms of :func:`backward`), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read
+    """Which backward the op runs: ``"auto"`` (default: ``"mass"`` where it runs, else ``"one_pass_segment"``,
+    for the GAT family; ``"split"`` for the others), ``"split"``, ``"atomic"``, ``"one_pass"``,
+    ``"one_pass_segment"`` (the split backward with the one-pass GAT forms of :func:`backward`) or ``"mass"``
+    (kernels/attention.py's ``attention_forward_mass``), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read
     at each call (module docstring). ``"split_all"`` is a deprecated synonym of ``"split"``: it named the
     all-heads split backward while it was opt-in, and old commands still set it."""
     variant = os.environ.get(BACKWARD_ENV) or "auto"
@@ -1510,9 +1572,9 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
     if split:
         setting = backward_variant()
         if one_pass is None:
-            one_pass = setting in ("one_pass", "one_pass_segment", "auto")
+            one_pass = setting in ("one_pass", "one_pass_segment", "auto", "mass")
         if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
-            if setting in ("one_pass_segment", "auto"):
+            if setting in ("one_pass_segment", "auto", "mass"):
                 by_edge = [o for o in dst_outputs
                            if o[1] == ROLE_DST and layout.views[o[0]].shape[0] == rowptr.numel() - 1]
                 # stored at each edge's position in the transposed CSR (contiguous) where every edge has one, else
@@ -1813,20 +1875,42 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
         BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
 
 
-def delta(grad_out: Tensor, out: Tensor, bias: Tensor | None = None) -> Tensor:
+def delta(grad_out: Tensor, out: Tensor, bias: Tensor | None = None, mass: Tensor | None = None,
+          score_scale: float = 1.0):
+    """``D`` (and with ``mass``, ``(D, dst-term gradient)``): :func:`delta_parts`' without the bias gradient."""
+    delta, mass_grad, _ = delta_parts(grad_out, out, bias, mass, score_scale)
+    return delta if mass is None else (delta, mass_grad)
+
+
+def delta_parts(grad_out: Tensor, out: Tensor, bias: Tensor | None = None, mass: Tensor | None = None,
+                score_scale: float = 1.0, bias_grad: bool = False) -> tuple:
     """``D = <dout, out>`` over channels, float32 ``[N, H]``, from ``[N, H, C]`` tensors (one kernel, each read
     once); with ``bias`` (``[H, C]`` or its flat view), ``D = <dout, out - bias>``, the bias subtracted in the
-    kernel (no ``out - bias`` tensor)."""
+    kernel (no ``out - bias`` tensor). With ``mass`` (:func:`forward`'s, float32 ``[N, H, C]``) returns
+    ``score_scale * <dout, mass>`` too: GAT's dst-role score-term gradient, from the same read of ``dout``. With
+    ``bias_grad``, also ``dout``'s column sum, float32 ``[H, C]`` (the bias gradient): each program stores its
+    rows' sums, then those are summed (one read of ``dout`` less than a separate reduction: 512 MiB at
+    ``[2^20, 128]`` float32), where a program's rows start at a head boundary (its row count a multiple of ``H``);
+    else None. Returns ``(D, dst-term gradient or None, bias gradient or None)``."""
     grad_out, out = grad_out.contiguous(), out.contiguous()
     num_dst, heads, channels = out.shape
     block_c = max(16, next_power_of_2(channels))
     delta = torch.empty((num_dst, heads), dtype=torch.float32, device=out.device)
+    mass_grad = None if mass is None else torch.empty_like(delta)
+    if mass is not None and (tuple(mass.shape) != tuple(out.shape) or mass.dtype != torch.float32):
+        raise ValueError(f"attention delta: a mass of shape {tuple(mass.shape)} ({mass.dtype}) for an output of "
+                         f"shape {tuple(out.shape)} (float32 expected)")
     block_r = max(1, 2048 // block_c)
+    programs = cdiv(delta.numel(), block_r)
+    summed = bias_grad and delta.numel() > 0 and block_r % heads == 0 and heads == next_power_of_2(heads)
+    parts = torch.empty((programs, heads, channels), dtype=torch.float32, device=out.device) if summed else delta
     if delta.numel():
-        _delta_kernel[(cdiv(delta.numel(), block_r),)](
-            grad_out, out, out if bias is None else bias.contiguous(), delta, delta.numel(), heads, channels,
-            BIAS=bias is not None, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
-    return delta
+        _delta_kernel[(programs,)](
+            grad_out, out, out if bias is None else bias.contiguous(), delta,
+            delta if mass is None else mass.contiguous(), delta if mass_grad is None else mass_grad,
+            float(score_scale), parts, delta.numel(), heads, channels, BIAS=bias is not None, MASS=mass is not None,
+            BIAS_GRAD=summed, HEADS=heads if summed else 1, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return delta, mass_grad, (parts.sum(0) if summed else None)
 
 
 def _atomic_backward(layout: _Layout, buffers: dict, grad_out: Tensor, delta: Tensor, lse: Tensor, col: Tensor,
@@ -1865,7 +1949,11 @@ def kernel_name(family: str) -> str:
     elif family == "gat" and variant == "one_pass":
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients by atomics)")
-    elif family == "gat" and variant in ("one_pass_segment", "auto"):
+    elif family == "gat" and variant in MASS_VARIANTS:
+        backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program); the dst "
+                    "score terms' gradients from the forward's score-term mass, summed in the D kernel (float32 "
+                    "with TF32 off; else stored per edge and summed per destination by the SpMM)")
+    elif family == "gat" and variant == "one_pass_segment":
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
                     "score terms' gradients stored per edge and summed per destination by the SpMM)")
     else:

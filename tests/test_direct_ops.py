@@ -74,6 +74,7 @@ def test_switch_keeps_the_custom_op_calls(monkeypatch):
 
 @pytest.mark.parametrize("name", ["spmm", "spmm_backward", "gather_scatter_backward_mm", "gather_scatter_multi_forward",
                                   "gather_scatter_multi_backward", "attention_forward", "attention_backward",
+                                  "attention_forward_mass", "attention_delta_mass",
                                   "edge_softmax", "edge_softmax_backward"])
 def test_twins_of_the_hot_ops_exist(name):
     assert direct_ops.twin(getattr(torch.ops.gnn_io, name).default) is not None

@@ -70,6 +70,25 @@ def test_delta_kernel(dtype, tolerance):
 
 
 @runs_kernel
+@pytest.mark.parametrize("heads, channels", [(4, 32), (2, 20), (1, 8)])
+def test_bias_gradient_summed_by_the_delta_kernel(heads, channels, monkeypatch):
+    """With a power-of-two head count the D kernel also sums ``dout``'s columns (per-program sums, then their
+    sum): no separate column sum runs, and the bias gradient is the float64 column sum (rows not a multiple of
+    the kernel's block, so the last block is partly masked)."""
+    from gnn_inductor.kernels import attention as attention_module
+
+    def no_column_sum(t):
+        raise AssertionError("a separate column sum ran")
+    monkeypatch.setattr(attention_module, "column_sum", no_column_sum)
+    grad, out, bias, lse = _inputs(torch.float32, DEVICE, rows=1037, heads=heads, channels=channels)
+    delta, bias_grad = torch.ops.gnn_io.attention_delta(grad, out, lse, bias)
+    torch.testing.assert_close(delta.double().cpu(), _expected(grad, out, bias).cpu(), rtol=1e-5, atol=1e-5)
+    assert bias_grad.shape == bias.shape and bias_grad.dtype == bias.dtype
+    torch.testing.assert_close(bias_grad.double().cpu(), grad.double().sum(0).reshape(-1).cpu(), rtol=1e-5,
+                               atol=1e-4)
+
+
+@runs_kernel
 def test_delta_of_strided_gradients():
     """``dout`` as autograd may hand it over: an expanded (stride 0) tensor, or a transposed view."""
     grad, out, _, lse = _inputs(torch.float32, DEVICE)

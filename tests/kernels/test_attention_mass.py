@@ -1,0 +1,165 @@
+"""GAT's dst score terms from the forward's mass (kernels/attention.py, ``gnn_io::attention_forward_mass``): the
+forward also makes ``M_i = sum_j alpha_ij s'_ij (w_ij v_j - out_i)`` and the backward's D kernel returns
+``<dout_i, M_i>``, the gradient of a dst-role score term, instead of the src pass storing a term per edge that is
+then summed per destination.
+
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
+(``test_kernels_under_interpreter``), on the split-backward tests' graph: a destination hub and a source hub split
+into several work items (so the hub combine merges the mass's partial sums), isolated nodes, self loops and
+duplicate edges. The rule of where the op runs is checked everywhere.
+"""
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+import pytest
+import torch
+from gnn_inductor.kernels import attention, attention_paths, attention_triton
+
+from tests.kernels.interpreter import rerun_under_interpreter
+from tests.kernels.test_attention_split_backward import (
+    DEVICE,
+    INTERPRETED,
+    NUM_NODES,
+    _case,
+    plan,  # noqa: F401  (fixture)
+    reference_grads,
+    run_op,
+)
+from tests.kernels.test_attention_triton import assert_close, make_args
+
+runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
+                                 reason="no GPU: run by test_kernels_under_interpreter")
+GAT_CASES = ["gat", "gat_edge", "gat_dropout"]
+
+
+def _spy_forward(monkeypatch) -> list:
+    """The ``mass`` flag of every attention_triton.forward call."""
+    calls = []
+    original = attention_triton.forward
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("mass", False))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(attention_triton, "forward", spy)
+    return calls
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", GAT_CASES)
+def test_mass_gradients_match_the_reference_and_the_segment_form(plan, name, monkeypatch):  # noqa: F811
+    """GAT, with an edge term, with attention dropout: every gradient in float32 against the float64 reference
+    and against the segment form; the mass form makes the mass in the forward and never sums per-edge terms."""
+    out_segment, segment = run_op(plan, name, "one_pass_segment", monkeypatch)
+    calls = _spy_forward(monkeypatch)
+
+    def no_sum(*args, **kwargs):
+        raise AssertionError("the mass form summed per-edge dst terms")
+    monkeypatch.setattr(attention_triton, "_sum_by_destination", no_sum)
+    out, grads = run_op(plan, name, "mass", monkeypatch)
+    assert calls == [True], calls
+    assert_close(out, out_segment.double().cpu(), torch.float32, "output")
+    for i, (g, s, r) in enumerate(zip(grads, segment, reference_grads(plan, name))):
+        if r is None:
+            assert g is None and s is None
+            continue
+        assert g.dtype == torch.float32 and torch.isfinite(g).all(), f"grad of argument {i}"
+        assert_close(g, r, torch.float32, f"mass grad of argument {i}")
+        assert_close(g, s.double().cpu(), torch.float32, f"mass against segment, argument {i}")
+        if g.shape[0] == NUM_NODES:
+            assert not g[-3:].any(), f"isolated nodes get no gradient (argument {i})"
+
+
+@runs_kernel
+def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
+    """The forward's mass itself, hub rows (merged by the combine kernel) included, against its definition
+    computed edge by edge in float64; rows without edges hold zeros."""
+    score, message, roles, kinds = _case("gat")
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
+    out, lse, mass = torch.ops.gnn_io.attention_forward_mass(args, roles, *on_device, score, message, 1e-16, items, 8)
+    rowptr, col, row, perm = plan[:4]
+    x, s_src, s_dst = (a.double().cpu() for a in args)
+    pre = s_src[col] + s_dst[row]
+    slope = torch.where(pre > 0, 1.0, 0.2)
+    alpha = torch.exp(torch.where(pre > 0, pre, 0.2 * pre) - lse.double().cpu()[row])
+    centred = x[col] - out.double().cpu()[row]
+    expected = torch.zeros(NUM_NODES, *x.shape[1:], dtype=torch.float64)
+    expected.index_add_(0, row, (alpha * slope)[..., None] * centred)
+    assert_close(mass, expected, torch.float32, "mass")
+    assert not mass.cpu()[-3:].any()
+
+
+@runs_kernel
+def test_delta_mass_op_matches_its_definition(plan, monkeypatch):  # noqa: F811
+    """``attention_delta_mass``: D as attention_delta's, the dst-term gradient ``scale * <dout, M>``, the bias
+    gradient as attention_delta's."""
+    generator = torch.Generator().manual_seed(11)
+    out, mass, grad = (torch.randn(NUM_NODES, 2, 4, generator=generator).to(DEVICE) for _ in range(3))
+    lse, bias = torch.zeros(NUM_NODES, 2, device=DEVICE), torch.randn(8, generator=generator).to(DEVICE)
+    delta, mass_grad, bias_grad = torch.ops.gnn_io.attention_delta_mass(grad, out, mass, lse, bias, 0.5)
+    plain_delta, plain_bias_grad = torch.ops.gnn_io.attention_delta(grad, out, lse, bias)
+    torch.testing.assert_close(delta, plain_delta)
+    torch.testing.assert_close(bias_grad, plain_bias_grad)
+    torch.testing.assert_close(mass_grad, 0.5 * (grad * mass).sum(-1))
+    with pytest.raises(ValueError, match="do not fit"):
+        torch.ops.gnn_io.attention_delta_mass(grad, out, mass[:, :1], lse, None, 1.0)
+
+
+@runs_kernel
+def test_mass_op_passes_opcheck(plan):  # noqa: F811
+    score, message, roles, kinds = _case("gat")
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
+    args = [a.to(DEVICE).requires_grad_() for a in make_args(kinds, plan[1].numel())]
+    torch.library.opcheck(torch.ops.gnn_io.attention_forward_mass.default,
+                          (args, roles, *on_device, score, message, 1e-16, items, 8),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# ---- where the op runs (shapes and settings only: everywhere) ----
+
+def _rule(plan, name="gat", dtype=torch.float32, requires_grad=True, device=DEVICE):  # noqa: F811
+    score, message, roles, kinds = _case(name)
+    args = [a.to(device).requires_grad_(requires_grad and a.is_floating_point())
+            for a in make_args(kinds, plan[1].numel(), dtype)]
+    on_device = [t.to(device) for t in plan[:4]]
+    return attention.mass_terms(args, roles, on_device[0], on_device[3], score, message)
+
+
+@pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(), reason="the fused kernels do not run here")
+def test_rule_picks_gat_dst_terms_in_float32_only(plan, monkeypatch):  # noqa: F811
+    monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
+    monkeypatch.delenv(attention_paths.PATH_ENV, raising=False)
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        _check_rule(plan, monkeypatch)
+        monkeypatch.setenv(attention_paths.PATH_ENV, "auto")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert _rule(plan) == []  # the chooser may pick the block kernel under TF32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+def _check_rule(plan, monkeypatch):  # noqa: F811
+    assert _rule(plan) == [2] and _rule(plan, "gat_edge") == [2] and _rule(plan, "gat_dropout") == [2]
+    assert _rule(plan, "gatv2") == [] and _rule(plan, "transformer") == []
+    assert _rule(plan, dtype=torch.bfloat16) == []
+    assert _rule(plan, requires_grad=False) == []
+    for variant in ("split", "one_pass_segment", "one_pass", "atomic"):
+        monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
+        assert _rule(plan) == [], variant
+    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "mass")
+    assert _rule(plan) == [2]
+    monkeypatch.setenv(attention_paths.PATH_ENV, "block")
+    assert _rule(plan) == []  # a forced block path makes no mass
+
+
+def test_rule_is_off_where_the_fused_kernels_do_not_run(plan):  # noqa: F811
+    if INTERPRETED:
+        pytest.skip("CPU tensors run the fused kernels under the interpreter")
+    assert _rule(plan, device=torch.device("cpu")) == []
+
+
+@pytest.mark.skipif(INTERPRETED, reason="reruns this file")
+def test_kernels_under_interpreter():
+    rerun_under_interpreter(__file__)
