@@ -969,6 +969,16 @@ elif [[ $what == session26q ]]; then
   # the mass form's kernels alone, by launch (GAT, RMAT 2^20): forward with the mass, D, the src pass
   timeout 400 python3 -m benchmarks.probe --parts mass_launch --graphs rmat-large --attention-graphs rmat-large \
     --out "$out/mass_launch" >"$out/mass_launch.txt" 2>&1; grep "^| mass_launch\|rror" "$out/mass_launch.txt" | cut -c1-200
+elif [[ $what == session26r ]]; then
+  # GAT's forward with the exact maximum's first pass: its kernels alone, tests, then A/B against the running max
+  timeout 200 python3 -m benchmarks.probe --parts mass_launch --graphs rmat-large --attention-graphs rmat-large \
+    --out "$out/mass_launch" >"$out/mass_launch.txt" 2>&1
+  grep "^| mass_launch\|rror" "$out/mass_launch.txt" | grep "default\|rror" | cut -c1-200
+  kernel_tests 120 tests/kernels/test_attention_mass.py
+  timeout 150 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_online_max,gnn_io --rounds 8 2>"$out/ab_stderr.txt" | tee "$out/ab_max.txt" | tail -1
+  timeout 150 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_segment_online,gnn_io --rounds 8 2>>"$out/ab_stderr.txt" | tee "$out/ab_session.txt" | tail -1
 elif [[ $what == session26b ]]; then
   # the mass form: step memory and time (harness, each setting in its own process), the other large graphs' A/B
   harness_table 150 memory_mass --graphs rmat-large --layers gat --modes gnn_io --reps 10 \

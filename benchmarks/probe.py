@@ -490,10 +490,18 @@ def part_mass_launch(graph, plan, device):
     by_src = at.source_csr(layout, rowptr, col, perm, 256)
     out, lse, mass = at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=True)
     row = dict(part="mass_launch", graph=graph.name, family="gat", kernel="csr", dtype="fp32")
-    emit(**row, order="forward", launch="default",
-         ms=round(median_ms(lambda: at.forward(layout, rowptr, col, perm, 1e-16, items, 256), reps=10), 3))
-    for e, w in [(None, None)] + MASS_SWEEP:
-        config = None if e is None else dict(block_e=e, num_warps=w)
+    for variant in at.MAX_VARIANTS:  # each forward with each way of finding the maximum
+        os.environ[at.MAX_ENV] = variant
+        for with_mass in (False, True):
+            def run():
+                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=with_mass)
+            got = run()
+            emit(**row, order="forward_mass" if with_mass else "forward", launch=f"default, {variant} max",
+                 ms=round(median_ms(run, reps=10), 3),
+                 max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
+    os.environ.pop(at.MAX_ENV)
+    for e, w in MASS_SWEEP:
+        config = dict(block_e=e, num_warps=w)
         try:
             def fwd():
                 return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=True)

@@ -23,7 +23,7 @@ from tests.kernels.test_attention_split_backward import (
     reference_grads,
     run_op,
 )
-from tests.kernels.test_attention_triton import assert_close, make_args
+from tests.kernels.test_attention_triton import assert_close, dropout_args, dropout_for, make_args
 
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
                                  reason="no GPU: run by test_kernels_under_interpreter")
@@ -86,6 +86,40 @@ def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
     expected.index_add_(0, row, (alpha * slope)[..., None] * centred)
     assert_close(mass, expected, torch.float32, "mass")
     assert not mass.cpu()[-3:].any()
+
+
+@runs_kernel
+@pytest.mark.parametrize("name", GAT_CASES)
+def test_exact_and_online_maximum_agree(plan, name, monkeypatch):  # noqa: F811
+    """GAT's forward with the exact maximum's first pass (default) and with the running maximum: the same output,
+    log-sum-exp and mass (hub items, merged by the combine kernel, included), and the same gradients."""
+    score, message, roles, kinds = _case(name)
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
+    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
+    dropout = dropout_args(dropout_for(name, DEVICE))
+    results = {}
+    for variant in ("exact", "online"):
+        monkeypatch.setenv(attention_triton.MAX_ENV, variant)
+        results[variant] = torch.ops.gnn_io.attention_forward_mass(args, roles, *on_device, score, message, 1e-16,
+                                                                   items, 8, *dropout)
+    for what, exact, online in zip(("out", "lse", "mass"), results["exact"], results["online"]):
+        assert torch.isfinite(exact).all(), what
+        torch.testing.assert_close(exact, online, rtol=1e-5, atol=1e-5, msg=lambda m, w=what: f"{w}: {m}")
+    _, online_grads = run_op(plan, name, "mass", monkeypatch)
+    monkeypatch.setenv(attention_triton.MAX_ENV, "exact")
+    _, exact_grads = run_op(plan, name, "mass", monkeypatch)
+    for i, (e, o) in enumerate(zip(exact_grads, online_grads)):
+        if e is not None:
+            torch.testing.assert_close(e, o, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"argument {i}: {m}")
+
+
+def test_maximum_setting_is_checked(monkeypatch):
+    monkeypatch.setenv(attention_triton.MAX_ENV, "fast")
+    with pytest.raises(ValueError, match="GNN_IO_ATTENTION_MAX"):
+        attention_triton.max_pass()
+    monkeypatch.delenv(attention_triton.MAX_ENV)
+    assert attention_triton.max_pass() == "exact"
 
 
 @runs_kernel
