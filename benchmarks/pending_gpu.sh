@@ -980,13 +980,22 @@ elif [[ $what == session26r ]]; then
   timeout 150 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
     --modes gnn_io_segment_online,gnn_io --rounds 8 2>>"$out/ab_stderr.txt" | tee "$out/ab_session.txt" | tail -1
 elif [[ $what == session26b ]]; then
-  # the mass form: step memory and time (harness, each setting in its own process), the other large graphs' A/B
-  harness_table 150 memory_mass --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
+  # after this session's changes: the CUDA tests of every file they touch, then the step memory with the mass form
+  # and with the segment form (harness, each setting in its own process)
+  kernel_tests 330 tests/kernels/test_attention_triton.py tests/kernels/test_attention_mass.py \
+    tests/kernels/test_attention_delta.py tests/kernels/test_attention_split_backward.py tests/test_packed_grads.py \
+    tests/test_projected_grads.py tests/test_direct_ops.py
+  harness_table 100 memory_mass --graphs rmat-large --layers gat --modes gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
-  GNN_IO_ATTENTION_BACKWARD=one_pass_segment harness_table 150 memory_segment --graphs rmat-large --layers gat \
+  GNN_IO_ATTENTION_BACKWARD=one_pass_segment harness_table 100 memory_segment --graphs rmat-large --layers gat \
     --modes gnn_io --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5,8,11,14-16,19-21
-  timeout 240 python3 -m benchmarks.ab --layers gat --graphs uniform-large,grid-large \
-    --modes gnn_io_one_pass_segment,gnn_io --rounds 6 2>"$out/ab2_stderr.txt" | tee "$out/ab_mass_others.txt" | tail -3
+elif [[ $what == session26c ]]; then
+  # A/Bs: the exact maximum against the running one (more rounds), and this session's GAT against session 25's
+  # forms on the other large graphs and RMAT 2^20
+  timeout 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io_online_max,gnn_io --rounds 16 2>"$out/ab_stderr.txt" | tee "$out/ab_max.txt" | tail -1
+  timeout 360 python3 -m benchmarks.ab --layers gat --graphs rmat-large,uniform-large,grid-large \
+    --modes gnn_io_segment_online,gnn_io --rounds 8 2>>"$out/ab_stderr.txt" | tee "$out/ab_session.txt" | tail -3
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

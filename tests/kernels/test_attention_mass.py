@@ -91,7 +91,7 @@ def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
 @runs_kernel
 @pytest.mark.parametrize("name", GAT_CASES)
 def test_exact_and_online_maximum_agree(plan, name, monkeypatch):  # noqa: F811
-    """GAT's forward with the exact maximum's first pass (default) and with the running maximum: the same output,
+    """GAT's forward with the exact maximum's first pass and with the running maximum (default): the same output,
     log-sum-exp and mass (hub items, merged by the combine kernel, included), and the same gradients."""
     score, message, roles, kinds = _case(name)
     on_device = [t.to(DEVICE) for t in plan[:4]]
@@ -119,7 +119,7 @@ def test_maximum_setting_is_checked(monkeypatch):
     with pytest.raises(ValueError, match="GNN_IO_ATTENTION_MAX"):
         attention_triton.max_pass()
     monkeypatch.delenv(attention_triton.MAX_ENV)
-    assert attention_triton.max_pass() == "exact"
+    assert attention_triton.max_pass() == "online"
 
 
 @runs_kernel
