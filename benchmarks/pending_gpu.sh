@@ -996,6 +996,10 @@ elif [[ $what == session26c ]]; then
     --modes gnn_io_online_max,gnn_io --rounds 16 2>"$out/ab_stderr.txt" | tee "$out/ab_max.txt" | tail -1
   timeout 360 python3 -m benchmarks.ab --layers gat --graphs rmat-large,uniform-large,grid-large \
     --modes gnn_io_segment_online,gnn_io --rounds 8 2>>"$out/ab_stderr.txt" | tee "$out/ab_session.txt" | tail -3
+elif [[ $what == session26d ]]; then
+  # the closing table: GATConv on RMAT 2^20 against PyG eager and torch.compile default, the final code
+  harness_table 500 gat_final --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5-16,19-21
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
