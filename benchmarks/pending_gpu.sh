@@ -1000,6 +1000,10 @@ elif [[ $what == session26d ]]; then
   # the closing table: GATConv on RMAT 2^20 against PyG eager and torch.compile default, the final code
   harness_table 500 gat_final --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
     | grep "^| [a-zR]" | cut -d'|' -f5-16,19-21
+elif [[ $what == session26e ]]; then
+  # the mass form where float32 GATConv is fused at about 1M edges (RMAT 2^17 and 2^18), against the segment form
+  timeout 400 python3 -m benchmarks.ab --layers gat --graphs rmat-arxiv,rmat-18-1200000 \
+    --modes gnn_io_one_pass_segment,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_small.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
