@@ -234,6 +234,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_split": {"GNN_IO_ATTENTION_BACKWARD": "split"},
             "gnn_io_online_max": {"GNN_IO_ATTENTION_MAX": "online"},
             "gnn_io_exact_max": {"GNN_IO_ATTENTION_MAX": "exact"},
+            "gnn_io_src_maxnreg56": {"GNN_IO_SRC_MAXNREG": "56"}, "gnn_io_src_uncapped": {"GNN_IO_SRC_MAXNREG": "0"},
             "gnn_io_segment_online": {"GNN_IO_ATTENTION_BACKWARD": "one_pass_segment", "GNN_IO_ATTENTION_MAX": "online"},
             "gnn_io_no_gather_linear": {"GNN_IO_GATHER_LINEAR": "0"},
             "gnn_io_no_bias_fold": {"GNN_IO_ATTENTION_BIAS": "0"}, "gnn_io_fuse_all": {"GNN_IO_FUSE_LINEARS": "all"},

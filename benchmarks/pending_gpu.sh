@@ -1004,6 +1004,19 @@ elif [[ $what == session26e ]]; then
   # the mass form where float32 GATConv is fused at about 1M edges (RMAT 2^17 and 2^18), against the segment form
   timeout 400 python3 -m benchmarks.ab --layers gat --graphs rmat-arxiv,rmat-18-1200000 \
     --modes gnn_io_one_pass_segment,gnn_io --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_small.txt" | tail -2
+elif [[ $what == session26f ]]; then
+  # register caps (maxnreg) on GAT's forward and src pass, and the registers each compiled variant uses
+  timeout 300 python3 -m benchmarks.probe --parts mass_launch --graphs rmat-large --attention-graphs rmat-large \
+    --out "$out/mass_launch" >"$out/mass_launch.txt" 2>&1; grep "^| mass_launch\|rror" "$out/mass_launch.txt" | cut -c1-220
+elif [[ $what == session26g ]]; then
+  # the src pass under a 56-register cap (call 12: 2.67 against 3.00 ms alone): the GATConv step, A/B
+  timeout 250 python3 -m benchmarks.ab --layers gat --graphs rmat-large \
+    --modes gnn_io,gnn_io_src_maxnreg56 --rounds 12 2>"$out/ab_stderr.txt" | tee "$out/ab_maxnreg.txt" | tail -1
+elif [[ $what == session26h ]]; then
+  # the src pass's register cap made GAT's default: split-backward CUDA tests, A/B on the uniform and grid graphs
+  kernel_tests 150 tests/kernels/test_attention_split_backward.py tests/kernels/test_attention_mass.py
+  timeout 250 python3 -m benchmarks.ab --layers gat --graphs uniform-large,grid-large \
+    --modes gnn_io_src_uncapped,gnn_io --rounds 8 2>"$out/ab_stderr.txt" | tee "$out/ab_maxnreg2.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

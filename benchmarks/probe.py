@@ -472,6 +472,7 @@ def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
 
 
 MASS_SWEEP = [(1, 1), (2, 1), (4, 1), (2, 2), (4, 2), (8, 2), (8, 4)]
+MASS_MAXNREG = (40, 48, 56, 64, 80)
 
 
 def part_mass_launch(graph, plan, device):
@@ -500,7 +501,7 @@ def part_mass_launch(graph, plan, device):
                  ms=round(median_ms(run, reps=10), 3),
                  max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
     os.environ.pop(at.MAX_ENV)
-    for e, w in MASS_SWEEP:
+    for e, w in MASS_SWEEP if os.environ.get("PROBE_MASS_SWEEP") == "1" else ():
         config = dict(block_e=e, num_warps=w)
         try:
             def fwd():
@@ -510,14 +511,32 @@ def part_mass_launch(graph, plan, device):
                  max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
         except Exception as exc:  # noqa: BLE001
             emit(**row, order="forward_mass", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
+    for maxnreg in MASS_MAXNREG:  # a register cap: more programs resident per SM, or spills
+        for with_mass in (False, True):
+            config = dict(maxnreg=maxnreg)
+
+            def capped():
+                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=with_mass)
+            try:
+                got = capped()
+                emit(**row, order="forward_mass" if with_mass else "forward", launch=config,
+                     ms=round(median_ms(capped, reps=10), 3),
+                     max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
+            except Exception as exc:  # noqa: BLE001
+                emit(**row, order="forward", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
+    for key, (compiled, _) in getattr(at._forward_all_heads_kernel, "_compiled", {}).items():
+        options = dict(key[1])
+        emit(**row, order="registers", launch={k: options.get(k) for k in ("MASS", "EXACT_MAX", "maxnreg")},
+             n_regs=getattr(compiled, "n_regs", None), n_spills=getattr(compiled, "n_spills", None))
     emit(**row, order="delta", launch="default", ms=round(median_ms(lambda: at.delta(grad, out), reps=20), 3))
     emit(**row, order="delta_mass", launch="default",
          ms=round(median_ms(lambda: at.delta(grad, out, None, mass), reps=20), 3))
     delta = at.delta(grad, out)
     needs = [True, True, False]
     reference = at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=by_src)
-    for e, w in [(None, None)] + MASS_SWEEP:
-        config = None if e is None else {"src": dict(block_e=e, num_warps=w)}
+    sweep = [{"src": dict(block_e=e, num_warps=w)} for e, w in MASS_SWEEP] \
+        if os.environ.get("PROBE_MASS_SWEEP") == "1" else []
+    for config in [None] + sweep + [{"src": dict(maxnreg=r)} for r in MASS_MAXNREG]:
         try:
             def bwd():
                 return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=config,
@@ -527,6 +546,10 @@ def part_mass_launch(graph, plan, device):
                  ms=round(median_ms(bwd, reps=10), 3), max_rel_err=max(errs))
         except Exception as exc:  # noqa: BLE001
             emit(**row, order="src_pass", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
+    for key, (compiled, _) in getattr(at._split_backward_all_heads_kernel, "_compiled", {}).items():
+        options = dict(key[1])
+        emit(**row, order="registers", launch={"kernel": "split backward", "maxnreg": options.get("maxnreg")},
+             n_regs=getattr(compiled, "n_regs", None), n_spills=getattr(compiled, "n_spills", None))
 
 
 def part_reduction(graph, plan, device, bandwidth):

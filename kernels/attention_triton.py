@@ -94,7 +94,8 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels._common import (
-    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, kept_outside_graph_pool, switch_setting,
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, int_setting, kept_outside_graph_pool,
+    switch_setting,
 )
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
@@ -1205,6 +1206,23 @@ def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = 
             "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
 
 
+# a register cap (ptxas maxnreg) for the split backward's src pass, by family, where its launch is the measured one
+# (one warp, at most 256 tile elements); GNN_IO_SRC_MAXNREG sets one (0: none). H100, GATConv, 4 x 32, fp32
+# (session 26, probe part mass_launch): on RMAT 2^20 the src pass took 2.67 ms at 56 registers (55 used, no spill)
+# against 3.00 uncapped (61 used), 2.81 at 64, 3.06-3.29 at 48 and 40, and the step 9.80 against 9.91 ms (12
+# interleaved rounds, 92% won); but on the uniform graph of 16M edges the step took 12.15 against 12.09 (8 rounds,
+# 25% won) and on the grid 5.50 against 5.50. No family has a default cap.
+SRC_MAXNREG_ENV = "GNN_IO_SRC_MAXNREG"
+SRC_PASS_MAXNREG: dict = {}
+
+
+def src_register_cap(family: str, launch: dict) -> int:
+    """The src pass's register cap for ``family`` at ``launch`` (0: none): ``GNN_IO_SRC_MAXNREG`` if set, else
+    :data:`SRC_PASS_MAXNREG`'s where the launch is one warp of at most 256 tile elements."""
+    if os.environ.get(SRC_MAXNREG_ENV, "").strip():
+        return int_setting(SRC_MAXNREG_ENV, 0)
+    small = launch.get("num_warps") == 1 and launch["block_e"] * launch["block_h"] * launch["block_c"] <= 256
+    return SRC_PASS_MAXNREG.get(family, 0) if small else 0
 MAX_ENV = "GNN_IO_ATTENTION_MAX"  # GAT's forward: "online" (the running maximum) or "exact" (a first pass finds it)
 MAX_VARIANTS = ("online", "exact")
 EXACT_MAX_BLOCK = 32  # edges per block of the exact maximum's pass
@@ -1452,7 +1470,7 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
                 *kernel_args, bias if epilogue else lse, masses, part_mass_acc, part_mass_l, **constexprs,
                 BIAS=epilogue, MASS=mass, EXACT_MAX=exact_max, BLOCK_M=config.get("block_m", EXACT_MAX_BLOCK),
                 BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"],
-                num_warps=config["num_warps"])
+                num_warps=config["num_warps"], **({"maxnreg": config["maxnreg"]} if config.get("maxnreg") else {}))
         else:
             _forward_kernel[(item_row.shape[0], heads)](
                 *kernel_args, **constexprs, BLOCK_E=config["block_e"], BLOCK_C=config["block_c"],
@@ -1658,6 +1676,9 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
                     **overrides, **(given.get(name) or {})}
         dst_launch, src_launch = split_launch(form.family)
         config, src_config = pass_config(dst_launch, "dst"), pass_config(src_launch, "src")
+        cap = src_register_cap(form.family, src_config)
+        if cap and "maxnreg" not in src_config:
+            src_config["maxnreg"] = cap
         grad_out = grad_out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
         if dst_outputs or att_grad is not None:
@@ -1916,7 +1937,8 @@ def _split_pass(layout: _Layout, major: int, outputs: list, buffers: dict, att_g
     _split_backward_all_heads_kernel[(items[0].shape[0],)](
         *args, **constexprs, MAJOR=major, **specs, **flags,
         DENSE_SLOTS=DENSE_GRAD_SLOTS,
-        BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"])
+        BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"], num_warps=config["num_warps"],
+        **({"maxnreg": config["maxnreg"]} if config.get("maxnreg") else {}))
 
 
 def delta(grad_out: Tensor, out: Tensor, bias: Tensor | None = None, mass: Tensor | None = None,

@@ -122,6 +122,20 @@ def test_maximum_setting_is_checked(monkeypatch):
     assert attention_triton.max_pass() == "online"
 
 
+def test_src_register_cap_setting(monkeypatch):
+    """``GNN_IO_SRC_MAXNREG``: no cap by default, the given cap for any family, 0 for none, a clear error else."""
+    launch = {"num_warps": 1, "block_e": 2, "block_h": 4, "block_c": 32}
+    monkeypatch.delenv(attention_triton.SRC_MAXNREG_ENV, raising=False)
+    assert attention_triton.src_register_cap("gat", launch) == 0
+    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "56")
+    assert attention_triton.src_register_cap("gat", launch) == 56 == attention_triton.src_register_cap("dot", launch)
+    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "0")
+    assert attention_triton.src_register_cap("gat", launch) == 0
+    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "many")
+    with pytest.raises(ValueError, match="GNN_IO_SRC_MAXNREG"):
+        attention_triton.src_register_cap("gat", launch)
+
+
 @runs_kernel
 def test_delta_mass_op_matches_its_definition(plan, monkeypatch):  # noqa: F811
     """``attention_delta_mass``: D as attention_delta's, the dst-term gradient ``scale * <dout, M>``, the bias
