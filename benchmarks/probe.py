@@ -491,16 +491,13 @@ def part_mass_launch(graph, plan, device):
     by_src = at.source_csr(layout, rowptr, col, perm, 256)
     out, lse, mass = at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=True)
     row = dict(part="mass_launch", graph=graph.name, family="gat", kernel="csr", dtype="fp32")
-    for variant in at.MAX_VARIANTS:  # each forward with each way of finding the maximum
-        os.environ[at.MAX_ENV] = variant
-        for with_mass in (False, True):
-            def run():
-                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=with_mass)
-            got = run()
-            emit(**row, order="forward_mass" if with_mass else "forward", launch=f"default, {variant} max",
-                 ms=round(median_ms(run, reps=10), 3),
-                 max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
-    os.environ.pop(at.MAX_ENV)
+    for with_mass in (False, True):
+        def run():
+            return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=with_mass)
+        got = run()
+        emit(**row, order="forward_mass" if with_mass else "forward", launch="default",
+             ms=round(median_ms(run, reps=10), 3),
+             max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
     for e, w in MASS_SWEEP if os.environ.get("PROBE_MASS_SWEEP") == "1" else ():
         config = dict(block_e=e, num_warps=w)
         try:
@@ -526,7 +523,7 @@ def part_mass_launch(graph, plan, device):
                 emit(**row, order="forward", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
     for key, (compiled, _) in getattr(at._forward_all_heads_kernel, "_compiled", {}).items():
         options = dict(key[1])
-        emit(**row, order="registers", launch={k: options.get(k) for k in ("MASS", "EXACT_MAX", "maxnreg")},
+        emit(**row, order="registers", launch={k: options.get(k) for k in ("MASS", "maxnreg")},
              n_regs=getattr(compiled, "n_regs", None), n_spills=getattr(compiled, "n_spills", None))
     emit(**row, order="delta", launch="default", ms=round(median_ms(lambda: at.delta(grad, out), reps=20), 3))
     emit(**row, order="delta_mass", launch="default",

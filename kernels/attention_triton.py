@@ -913,14 +913,11 @@ def _forward_all_heads_kernel(
         mass_ptr, part_mass_acc_ptr, part_mass_l_ptr,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
         V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, BIAS: tl.constexpr,
-        MASS: tl.constexpr, EXACT_MAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr,
-        BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+        MASS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     """The all-heads forward of one work item (section comment above); ``BIAS``: the ``[H, C]`` bias at
     ``bias_ptr`` is added to a row this item stores (hub rows: by :func:`_combine_kernel`). ``MASS`` (GAT only):
     the row's score-term mass (:func:`forward`'s ``mass``) is stored at ``mass_ptr`` too, hub items keeping its
-    two partial sums next to their (max, sum, acc). ``EXACT_MAX`` (GAT's scalar scores only): a first pass over the
-    item's edges, ``BLOCK_M`` at a time, finds each head's maximum score from the score terms alone (16 bytes per
-    edge and head, no value row), so the accumulating pass needs no running-max rescale of its accumulators."""
+    two partial sums next to their (max, sum, acc)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -940,15 +937,6 @@ def _forward_all_heads_kernel(
 
     # padded heads (h >= num_heads) load zeros and get finite scores: no inf - inf, stores mask them out
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    if EXACT_MAX:
-        for block_start in range(start, end, BLOCK_M):
-            emask, src, dst, eid = _edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_M)
-            src, dst, eid = src[:, None], dst[:, None], eid[:, None]
-            score_mask = emask[:, None] & hmask[None, :]
-            score, _t, _q = _head_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
-                                         q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
-                                         score_mask, score_mask[:, :, None], slope, score_scale)
-            m = tl.maximum(m, tl.max(tl.where(emask[:, None], score, float("-inf")), axis=0))
     l_tile = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_E, BLOCK_H, BLOCK_C], dtype=tl.float32)
     if MASS:
@@ -963,34 +951,22 @@ def _forward_all_heads_kernel(
                                              q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
                                              score_mask, tile_mask, slope, score_scale)
         score = tl.where(emask[:, None], score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=0))
+        correction = tl.exp(m - m_new)
+        p = tl.exp(score - m_new[None, :])
+        l_tile = l_tile * correction[None, :] + p
+        weight = p * message_scale
+        if DROPOUT:
+            weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
         value = _vector(v0, V0, src, dst, eid, head_tile, v0r, v0h, v0c, chans, tile_mask)
         if V1 >= 0:
             value += _vector(v1, V1, src, dst, eid, head_tile, v1r, v1h, v1c, chans, tile_mask)
-        if EXACT_MAX:  # m is the item's maximum already: plain sums
-            p = tl.exp(score - m[None, :])
-            l_tile += p
-            weight = p * message_scale
-            if DROPOUT:
-                weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
-            acc += weight[:, :, None] * value
-            if MASS:  # the same sums, each edge's term scaled by LeakyReLU's slope where its pre-activation is < 0
-                factor = tl.where(terms > 0, 1.0, slope)
-                mass_l += p * factor
-                mass_acc += (weight * factor)[:, :, None] * value
-        else:
-            m_new = tl.maximum(m, tl.max(score, axis=0))
-            correction = tl.exp(m - m_new)
-            p = tl.exp(score - m_new[None, :])
-            l_tile = l_tile * correction[None, :] + p
-            weight = p * message_scale
-            if DROPOUT:
-                weight = packed_dropped_triton(weight, keep_bits_ptr, eid, head_row, num_heads, dropout_scale)
-            acc = acc * correction[None, :, None] + weight[:, :, None] * value
-            if MASS:
-                factor = tl.where(terms > 0, 1.0, slope)
-                mass_l = mass_l * correction[None, :] + p * factor
-                mass_acc = mass_acc * correction[None, :, None] + (weight * factor)[:, :, None] * value
-            m = m_new
+        acc = acc * correction[None, :, None] + weight[:, :, None] * value
+        if MASS:  # the same sums, each edge's term scaled by LeakyReLU's slope where its pre-activation is negative
+            factor = tl.where(terms > 0, 1.0, slope)
+            mass_l = mass_l * correction[None, :] + p * factor
+            mass_acc = mass_acc * correction[None, :, None] + (weight * factor)[:, :, None] * value
+        m = m_new
 
     total = tl.sum(l_tile, axis=0)
     acc_rows = tl.sum(acc, axis=0)
@@ -1206,39 +1182,12 @@ def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = 
             "num_warps": 2 if tile <= 512 else 4 if tile <= 2048 else 8}
 
 
-# a register cap (ptxas maxnreg) for the split backward's src pass, by family, where its launch is the measured one
-# (one warp, at most 256 tile elements); GNN_IO_SRC_MAXNREG sets one (0: none). H100, GATConv, 4 x 32, fp32
-# (session 26, probe part mass_launch): on RMAT 2^20 the src pass took 2.67 ms at 56 registers (55 used, no spill)
-# against 3.00 uncapped (61 used), 2.81 at 64, 3.06-3.29 at 48 and 40, and the step 9.80 against 9.91 ms (12
-# interleaved rounds, 92% won); but on the uniform graph of 16M edges the step took 12.15 against 12.09 (8 rounds,
-# 25% won) and on the grid 5.50 against 5.50. No family has a default cap.
+# a register cap (ptxas maxnreg) for the split backward's src pass, opt-in (0 or unset: none). H100, GATConv,
+# 4 x 32, fp32 (session 26, probe part mass_launch): on RMAT 2^20 the src pass took 2.67 ms at 56 registers (55
+# used, no spill) against 3.00 uncapped (61 used), 2.81 at 64, 3.06-3.29 at 48 and 40, and the step 9.80 against
+# 9.91 ms (12 interleaved rounds, 92% won); but on the uniform graph of 16M edges the step took 12.15 against 12.09
+# (8 rounds, 25% won) and on the grid 5.50 against 5.50. So there is no default cap.
 SRC_MAXNREG_ENV = "GNN_IO_SRC_MAXNREG"
-SRC_PASS_MAXNREG: dict = {}
-
-
-def src_register_cap(family: str, launch: dict) -> int:
-    """The src pass's register cap for ``family`` at ``launch`` (0: none): ``GNN_IO_SRC_MAXNREG`` if set, else
-    :data:`SRC_PASS_MAXNREG`'s where the launch is one warp of at most 256 tile elements."""
-    if os.environ.get(SRC_MAXNREG_ENV, "").strip():
-        return int_setting(SRC_MAXNREG_ENV, 0)
-    small = launch.get("num_warps") == 1 and launch["block_e"] * launch["block_h"] * launch["block_c"] <= 256
-    return SRC_PASS_MAXNREG.get(family, 0) if small else 0
-MAX_ENV = "GNN_IO_ATTENTION_MAX"  # GAT's forward: "online" (the running maximum) or "exact" (a first pass finds it)
-MAX_VARIANTS = ("online", "exact")
-EXACT_MAX_BLOCK = 32  # edges per block of the exact maximum's pass
-
-
-def max_pass() -> str:
-    """How GAT's all-heads forward finds each row's maximum score (``GNN_IO_ATTENTION_MAX``, read at each call):
-    ``"online"`` (default) with the running maximum of the accumulating pass, its accumulators rescaled whenever
-    it grows; ``"exact"`` in a first pass over the score terms alone, the accumulating pass then rescaling nothing.
-    On the H100 (session 26, RMAT 2^20, 4 x 32, fp32) the exact pass made the forward with the mass 3.09 ms against
-    3.32 alone, but the whole GATConv step was no faster: 10.30 against 10.24 ms (16 interleaved rounds, 25% won)
-    and 10.10 against 10.05 (8 rounds). So it stays opt-in."""
-    value = os.environ.get(MAX_ENV, "").strip() or "online"
-    if value not in MAX_VARIANTS:
-        raise SettingError(f"{MAX_ENV}={value!r}: set it to one of {', '.join(MAX_VARIANTS)} (or leave it unset)")
-    return value
 
 
 def heads_variant(default: str = "all") -> str:
@@ -1465,11 +1414,9 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
                        out, lse, part_m, part_l, part_acc, heads, channels, form.negative_slope, form.score_scale,
                        form.message_scale, eps)
         if all_heads:
-            exact_max = form.family == "gat" and max_pass() == "exact"
             _forward_all_heads_kernel[(item_row.shape[0],)](
                 *kernel_args, bias if epilogue else lse, masses, part_mass_acc, part_mass_l, **constexprs,
-                BIAS=epilogue, MASS=mass, EXACT_MAX=exact_max, BLOCK_M=config.get("block_m", EXACT_MAX_BLOCK),
-                BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"],
+                BIAS=epilogue, MASS=mass, BLOCK_E=config["block_e"], BLOCK_H=config["block_h"], BLOCK_C=config["block_c"],
                 num_warps=config["num_warps"], **({"maxnreg": config["maxnreg"]} if config.get("maxnreg") else {}))
         else:
             _forward_kernel[(item_row.shape[0], heads)](
@@ -1676,7 +1623,7 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
                     **overrides, **(given.get(name) or {})}
         dst_launch, src_launch = split_launch(form.family)
         config, src_config = pass_config(dst_launch, "dst"), pass_config(src_launch, "src")
-        cap = src_register_cap(form.family, src_config)
+        cap = int_setting(SRC_MAXNREG_ENV, 0)
         if cap and "maxnreg" not in src_config:
             src_config["maxnreg"] = cap
         grad_out = grad_out.contiguous()

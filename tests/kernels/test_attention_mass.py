@@ -19,11 +19,12 @@ from tests.kernels.test_attention_split_backward import (
     INTERPRETED,
     NUM_NODES,
     _case,
+    check_grads,
     plan,  # noqa: F401  (fixture)
     reference_grads,
     run_op,
 )
-from tests.kernels.test_attention_triton import assert_close, dropout_args, dropout_for, make_args
+from tests.kernels.test_attention_triton import assert_close, make_args
 
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
                                  reason="no GPU: run by test_kernels_under_interpreter")
@@ -56,15 +57,7 @@ def test_mass_gradients_match_the_reference_and_the_segment_form(plan, name, mon
     out, grads = run_op(plan, name, "mass", monkeypatch)
     assert calls == [True], calls
     assert_close(out, out_segment.double().cpu(), torch.float32, "output")
-    for i, (g, s, r) in enumerate(zip(grads, segment, reference_grads(plan, name))):
-        if r is None:
-            assert g is None and s is None
-            continue
-        assert g.dtype == torch.float32 and torch.isfinite(g).all(), f"grad of argument {i}"
-        assert_close(g, r, torch.float32, f"mass grad of argument {i}")
-        assert_close(g, s.double().cpu(), torch.float32, f"mass against segment, argument {i}")
-        if g.shape[0] == NUM_NODES:
-            assert not g[-3:].any(), f"isolated nodes get no gradient (argument {i})"
+    check_grads(grads, segment, reference_grads(plan, name), "mass", "segment")
 
 
 @runs_kernel
@@ -86,40 +79,6 @@ def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
     expected.index_add_(0, row, (alpha * slope)[..., None] * centred)
     assert_close(mass, expected, torch.float32, "mass")
     assert not mass.cpu()[-3:].any()
-
-
-@runs_kernel
-@pytest.mark.parametrize("name", GAT_CASES)
-def test_exact_and_online_maximum_agree(plan, name, monkeypatch):  # noqa: F811
-    """GAT's forward with the exact maximum's first pass and with the running maximum (default): the same output,
-    log-sum-exp and mass (hub items, merged by the combine kernel, included), and the same gradients."""
-    score, message, roles, kinds = _case(name)
-    on_device = [t.to(DEVICE) for t in plan[:4]]
-    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
-    args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
-    dropout = dropout_args(dropout_for(name, DEVICE))
-    results = {}
-    for variant in ("exact", "online"):
-        monkeypatch.setenv(attention_triton.MAX_ENV, variant)
-        results[variant] = torch.ops.gnn_io.attention_forward_mass(args, roles, *on_device, score, message, 1e-16,
-                                                                   items, 8, *dropout)
-    for what, exact, online in zip(("out", "lse", "mass"), results["exact"], results["online"]):
-        assert torch.isfinite(exact).all(), what
-        torch.testing.assert_close(exact, online, rtol=1e-5, atol=1e-5, msg=lambda m, w=what: f"{w}: {m}")
-    _, online_grads = run_op(plan, name, "mass", monkeypatch)
-    monkeypatch.setenv(attention_triton.MAX_ENV, "exact")
-    _, exact_grads = run_op(plan, name, "mass", monkeypatch)
-    for i, (e, o) in enumerate(zip(exact_grads, online_grads)):
-        if e is not None:
-            torch.testing.assert_close(e, o, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"argument {i}: {m}")
-
-
-def test_maximum_setting_is_checked(monkeypatch):
-    monkeypatch.setenv(attention_triton.MAX_ENV, "fast")
-    with pytest.raises(ValueError, match="GNN_IO_ATTENTION_MAX"):
-        attention_triton.max_pass()
-    monkeypatch.delenv(attention_triton.MAX_ENV)
-    assert attention_triton.max_pass() == "online"
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
@@ -162,18 +121,26 @@ def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkey
     assert results["one_pass_segment"][0] and not any(results["one_pass_segment"][0])
 
 
-def test_src_register_cap_setting(monkeypatch):
-    """``GNN_IO_SRC_MAXNREG``: no cap by default, the given cap for any family, 0 for none, a clear error else."""
-    launch = {"num_warps": 1, "block_e": 2, "block_h": 4, "block_c": 32}
+@runs_kernel
+def test_src_register_cap_reaches_the_src_pass(plan, monkeypatch):  # noqa: F811
+    """``GNN_IO_SRC_MAXNREG``: the src pass launches with that cap (and without one when unset), the gradients
+    unchanged; a bad value is a clear error."""
+    caps, original = [], attention_triton._split_pass
+
+    def spy(layout, major, *args):
+        if major == attention_triton.ROLE_SRC:
+            caps.append(args[9].get("maxnreg"))  # its launch config
+        return original(layout, major, *args)
+    monkeypatch.setattr(attention_triton, "_split_pass", spy)
     monkeypatch.delenv(attention_triton.SRC_MAXNREG_ENV, raising=False)
-    assert attention_triton.src_register_cap("gat", launch) == 0
+    _, uncapped = run_op(plan, "gat", "mass", monkeypatch)
     monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "56")
-    assert attention_triton.src_register_cap("gat", launch) == 56 == attention_triton.src_register_cap("dot", launch)
-    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "0")
-    assert attention_triton.src_register_cap("gat", launch) == 0
+    _, capped = run_op(plan, "gat", "mass", monkeypatch)
+    assert caps == [None, 56], caps
+    check_grads(capped, uncapped, reference_grads(plan, "gat"), "capped", "uncapped")
     monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "many")
     with pytest.raises(ValueError, match="GNN_IO_SRC_MAXNREG"):
-        attention_triton.src_register_cap("gat", launch)
+        run_op(plan, "gat", "mass", monkeypatch)
 
 
 @runs_kernel

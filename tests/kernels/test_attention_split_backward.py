@@ -121,15 +121,21 @@ def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
     _, atomic = run_op(plan, name, "atomic", monkeypatch)
     _no_atomic_kernels(monkeypatch)
     _, split = run_op(plan, name, "split", monkeypatch)
-    for i, (s, a, r) in enumerate(zip(split, atomic, reference_grads(plan, name))):
+    check_grads(split, atomic, reference_grads(plan, name), "split", "atomic")
+
+
+def check_grads(grads, others, reference, name, other_name):
+    """float32 gradients ``grads`` (None where ``reference`` is) against the float64 ``reference`` and against
+    another backward's ``others``; the isolated nodes' rows zero."""
+    for i, (g, o, r) in enumerate(zip(grads, others, reference)):
         if r is None:
-            assert s is None and a is None
+            assert g is None and o is None
             continue
-        assert s.dtype == torch.float32 and torch.isfinite(s).all(), f"grad of argument {i}"
-        assert_close(s, r, torch.float32, f"split grad of argument {i}")
-        assert_close(s, a.double().cpu(), torch.float32, f"split against atomic, argument {i}")
-        if s.shape[0] == NUM_NODES:
-            assert not s[-3:].any(), f"isolated nodes get no gradient (argument {i})"
+        assert g.dtype == torch.float32 and torch.isfinite(g).all(), f"grad of argument {i}"
+        assert_close(g, r, torch.float32, f"{name} grad of argument {i}")
+        assert_close(g, o.double().cpu(), torch.float32, f"{name} against {other_name}, argument {i}")
+        if g.shape[0] == NUM_NODES:
+            assert not g[-3:].any(), f"isolated nodes get no gradient (argument {i})"
 
 
 @runs_kernel
