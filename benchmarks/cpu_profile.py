@@ -24,6 +24,8 @@ def main():
                         "'attention_triton.py:.*\\(forward\\)'): print what those functions call, with times")
     parser.add_argument("--sampler", action="store_true", help="also sample the stack (benchmarks/stack_sampler.py: "
                         "no per-call cost, so Python-heavy code is not inflated as under cProfile)")
+    parser.add_argument("--all-threads", action="store_true", help="the sampler also reads the autograd engine's "
+                        "device thread, where a CUDA backward runs")
     args = parser.parse_args()
     step = layer_step(args.layer, args.graph, args.mode)
     for _ in range(5):
@@ -39,7 +41,7 @@ def main():
     if args.sampler:
         from benchmarks.stack_sampler import StackSampler
 
-        with StackSampler() as sampler:
+        with StackSampler(all_threads=args.all_threads) as sampler:
             for _ in range(args.steps * 5):
                 step()
             torch.cuda.synchronize()

@@ -117,13 +117,88 @@ def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3spl
     return out
 
 
+def loop_ms(fn, calls: int = 20, rounds: int = 5) -> float:
+    """GPU time per call of ``fn`` issued ``calls`` times back to back (the launch latency hidden, as in a step),
+    median over ``rounds``."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
+STATIONARY_SWEEP = [(bm, bn, w, st, p) for bm, bn, w in ((64, 128, 4), (128, 128, 8), (64, 64, 4), (128, 64, 4),
+                                                         (128, 128, 4))
+                    for st in (2, 3, 4) for p in (132, 264)]
+
+
+def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
+    """The tall products of a ``width -> out_width`` linear map (forward ``x @ W^T + b``, input gradient ``g @ W``)
+    by cuBLAS float32, the 3xTF32 kernel as used (``tf32x3``), the same kernel with the split made in it and the
+    products chained (``x3round``), and the weight-stationary persistent kernel (``kernels/dense_triton.py``'s
+    ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back to back (:func:`loop_ms`) and the
+    max error over the max magnitude against float64."""
+    from gnn_inductor.kernels import dense_triton
+
+    torch.manual_seed(0)
+    x = torch.randn(rows, width, device="cuda")
+    w = torch.randn(out_width, width, device="cuda") / width ** 0.5
+    bias = torch.randn(out_width, device="cuda")
+    g = torch.randn(rows, out_width, device="cuda")
+    wt = w.t().contiguous()  # [width, out_width]: the input gradient's bt
+    cases = {
+        f"fwd {width}->{out_width}": (x, w, bias, x.double() @ w.double().t() + bias.double()),
+        f"dgrad {out_width}->{width}": (g, wt, None, g.double() @ w.double()),
+    }
+    out = {}
+    for name, (a, bt, b, exact) in cases.items():
+        scale = exact.abs().max().item()
+
+        def err(value):
+            return float("nan") if not torch.isfinite(value).all() else ((value.double() - exact).abs().max() / scale).item()
+        variants = {
+            "cuBLAS fp32": lambda: torch.addmm(b, a, bt.t()) if b is not None else a @ bt.t(),
+            "tf32x3 (used)": lambda: dense_triton.mm(a, bt.t(), b, split=1, launch=dense_triton.TALL_LAUNCH
+                                                     if bt.shape[0] <= 128 else dense_triton.TALL_WIDE_LAUNCH),
+            "x3round": lambda: dense_triton.mm(a, bt.t(), b, split=1, precision="x3round",
+                                               launch=dense_triton.TALL_LAUNCH if bt.shape[0] <= 128
+                                               else dense_triton.TALL_WIDE_LAUNCH),
+        }
+        if width <= 128:
+            for launch in STATIONARY_SWEEP:
+                variants[f"stationary {launch}"] = (lambda l=launch: dense_triton.stationary_mm(a, bt, b, launch=l))
+        for variant, fn in variants.items():
+            try:
+                value = fn()
+                out[(name, variant)] = (loop_ms(fn), err(value))
+            except Exception as e:  # noqa: BLE001 - a launch that does not compile is a row, not a stop
+                out[(name, variant)] = (float("nan"), f"{type(e).__name__}: {str(e)[:80]}")
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1 << 20)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--x3", type=int, default=0, metavar="OUT_WIDTH",
                         help="time the 3xTF32 Triton GEMMs against cuBLAS for a width -> OUT_WIDTH linear map")
+    parser.add_argument("--stationary", type=int, default=0, metavar="OUT_WIDTH",
+                        help="the tall products by the weight-stationary kernel's launches against the kernel used")
     args = parser.parse_args()
+    if args.stationary:
+        print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
+        print(f"| {args.rows} rows | variant | ms (back to back) | max abs err / max |")
+        print("| --- | --- | --- | --- |")
+        for (name, variant), (ms, err) in stationary_gemms(args.rows, args.width, args.stationary).items():
+            print(f"| {name} | {variant} | {ms:.4f} | {err if isinstance(err, str) else f'{err:.1e}'} |")
+        return
     if args.x3:
         print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
         print(f"| {args.rows} x {args.width} -> {args.x3} | variant | ms | max abs err / max |")

@@ -1009,6 +1009,24 @@ elif [[ $what == session26h ]]; then
   kernel_tests 150 tests/kernels/test_attention_split_backward.py tests/kernels/test_attention_mass.py
   timeout 250 python3 -m benchmarks.ab --layers gat --graphs uniform-large,grid-large \
     --modes gnn_io_src_uncapped,gnn_io --rounds 8 2>"$out/ab_stderr.txt" | tee "$out/ab_maxnreg2.txt" | tail -2
+elif [[ $what == session27 ]]; then
+  # RMAT 2^17 steps bound by the CPU: where the CPU time goes, the autograd engine's device thread included
+  # (stack sampler --all-threads), and the steps with and without CUDA graphs (harness, each in its own process)
+  for layer in sage_max transformer; do
+    timeout 120 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --rows 70 --sampler \
+      --all-threads >"$out/sampled_$layer.txt" 2>&1; grep "^==" "$out/sampled_$layer.txt"
+  done
+  harness_table 300 arxiv --graphs rmat-arxiv --layers sage_max,transformer --modes inductor,gnn_io,gnn_io_cg \
+    --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-8
+elif [[ $what == session27b ]]; then
+  # the tall float32 GEMMs: the 3xTF32 kernel as used, its split made in the kernel with the products chained
+  # (x3round), and the weight-stationary persistent kernel at each launch (kernels/dense_triton.py)
+  for shape in "1048576 128 128" "131072 128 128" "1048576 128 512" "131072 128 512"; do
+    set -- $shape
+    timeout 150 python3 -m benchmarks.dense_ops --rows $1 --width $2 --stationary $3 >"$out/stationary_$1_$3.txt" 2>&1
+    sort -t'|' -k4 -n "$out/stationary_$1_$3.txt" | grep "^| [fd]" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' \
+      | sort -t'|' -k1,1 -k3n | awk -F'|' '$1 != prev {n=0} {prev=$1; if (n++ < 4 || $2 ~ /used|cuBLAS|round/) print}'
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

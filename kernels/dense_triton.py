@@ -29,7 +29,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gnn_inductor.kernels._common import SettingError
-from gnn_inductor.kernels.launch import fast_launch, next_power_of_2
+from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 
 SETTING = "GNN_IO_FP32_GEMM"
 # Where the split GEMM is taken (H100, session 24, `benchmarks/dense_ops.py --x3`): a product of at least
@@ -39,6 +39,24 @@ SETTING = "GNN_IO_FP32_GEMM"
 TALL_MIN_WORK = 1 << 33
 WIDE_MIN_WORK = 1 << 34
 SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
+
+
+@triton.jit
+def _split_tf32(v):
+    """``(head, tail)`` of float32 ``v``: the head rounded to TF32's 10 mantissa bits (to nearest, ties away from
+    zero, as ``cvt.rna.tf32.f32``; by integer ops, so the interpreter runs it too), the tail ``v - head`` exact in
+    float32 and 0 where ``v`` is a TF32 value or infinite; a NaN gives a NaN tail. The tail products take the
+    heads through :func:`_finite`, so an infinite operand gives the infinite product of the heads alone, not the
+    NaN of ``inf - inf``."""
+    head = ((v.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)
+    tail = tl.where(head == v, 0.0, v - head)
+    return head, tail
+
+
+@triton.jit
+def _finite(head):
+    """``head`` with its infinities set to 0: the factor a tail multiplies (finite by finite stays finite)."""
+    return tl.where(tl.abs(head) == float("inf"), 0.0, head)
 
 
 @fast_launch  # the JIT's per-call Python skipped: these launch first in a step (kernels/launch.py)
@@ -105,6 +123,15 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             acc = tl.dot(a - a_hi, b_hi, acc, input_precision="tf32")
             acc = tl.dot(a_hi, b - b_hi, acc, input_precision="tf32")
             acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        elif PRECISION == "x3round":
+            # the same three TF32 products as tf32x3, each operand rounded to its TF32 head here, the products chained
+            # into the one accumulator (tf32x3 adds each step's tail products to a fresh accumulator, masks its NaNs
+            # and adds it: elementwise work on the whole tile at every step)
+            a_hi, a_lo = _split_tf32(a)
+            b_hi, b_lo = _split_tf32(b)
+            acc = tl.dot(a_lo, _finite(b_hi), acc, input_precision="tf32")
+            acc = tl.dot(_finite(a_hi), b_lo, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
@@ -129,6 +156,73 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
     if ACCUMULATE:
         acc += tl.load(out, mask=mask, other=0.0)
     tl.store(out, acc, mask=mask)
+
+
+@fast_launch
+@triton.jit
+def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_btn, stride_cm, programs_m,
+                       BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       NUM_STAGES: tl.constexpr):
+    """``c = a @ bt^T (+ bias)`` for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <= BLOCK_K``: the whole inner
+    range in one block), both at unit stride along ``K``: each program owns one column tile, whose TF32 head and
+    tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a persistent grid of
+    ``programs_m`` x column tiles), so per row tile only ``a`` is loaded and split (the loop software-pipelined over
+    ``NUM_STAGES`` row tiles)."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    pid_n = pid % tiles_n
+    first_m = pid // tiles_n
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    col_mask = cols < N
+    k_mask = ks < K
+    b = tl.load(bt_ptr + cols[None, :].to(tl.int64) * stride_btn + ks[:, None], mask=k_mask[:, None] & col_mask[None, :],
+                other=0.0)
+    b_hi, b_lo = _split_tf32(b)
+    b_hi_finite = _finite(b_hi)
+    if BIAS:
+        bias = tl.load(bias_ptr + cols, mask=col_mask, other=0.0)
+    for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :], mask=row_mask[:, None] & k_mask[None, :],
+                    other=0.0)
+        a_hi, a_lo = _split_tf32(a)
+        acc = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
+        acc = tl.dot(_finite(a_hi), b_lo, acc, input_precision="tf32")
+        acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        if BIAS:
+            acc += bias[None, :]
+        tl.store(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :], acc,
+                 mask=row_mask[:, None] & col_mask[None, :])
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per column tile); benchmarks/dense_ops.py --stationary sweeps them
+STATIONARY_LAUNCH = (64, 128, 4, 3, 132)
+
+
+def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tuple = STATIONARY_LAUNCH) -> Tensor:
+    """``a @ bt.T (+ bias)``, float32, ``K = a.shape[1] <= 128`` (:func:`_stationary_kernel`)."""
+    m, k = a.shape
+    n = bt.shape[0]
+    if a.dtype != torch.float32 or bt.dtype != torch.float32 or bt.shape[1] != k or k > 128:
+        raise ValueError(f"stationary_mm: float32 [M, K<=128] and [N, K] operands, got {a.dtype} {tuple(a.shape)} "
+                         f"and {bt.dtype} {tuple(bt.shape)}")
+    if a.stride(1) != 1 and m > 1:
+        a = a.contiguous()
+    if bt.stride(1) != 1:
+        bt = bt.contiguous()
+    block_m, block_n, warps, stages, programs = launch
+    out = torch.empty(m, n, device=a.device, dtype=torch.float32)
+    if m == 0 or n == 0:
+        return out
+    tiles_n = cdiv(n, block_n)
+    programs_m = max(1, min(cdiv(m, block_m), programs // tiles_n if programs >= tiles_n else 1))
+    _stationary_kernel[(programs_m * tiles_n,)](
+        a, bt, out, bias if bias is not None else out, m, n, k, a.stride(0), bt.stride(0), out.stride(0), programs_m,
+        BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=max(16, next_power_of_2(k)),
+        NUM_STAGES=stages, num_warps=warps)
+    return out
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (session 24)

@@ -28,3 +28,23 @@ def test_samples_land_on_the_running_functions():
     assert sampler.self_counts[inner] > 0.8 * sampler.samples  # the loop is the innermost frame
     assert sampler.inclusive_counts[outer] >= sampler.inclusive_counts[inner]
     assert "(_busy_inner)" in sampler.table(rows=5)
+
+
+def _other_thread_work(seconds: float) -> int:
+    return _busy_inner(time.perf_counter() + seconds)
+
+
+def test_all_threads_sees_a_worker_thread():
+    """With ``all_threads`` the work of another thread is counted apart from the main thread's (as the autograd
+    engine's device thread runs a CUDA backward while the main thread waits)."""
+    import threading
+
+    with StackSampler(interval=1e-3, all_threads=True) as sampler:
+        worker = threading.Thread(target=_other_thread_work, args=(0.3,))
+        worker.start()
+        worker.join()
+    assert sampler.ticks >= 20
+    assert any(k.endswith("(_other_thread_work)") for k in sampler.other_inclusive)
+    assert not any(k.endswith("(_other_thread_work)") for k in sampler.inclusive_counts)
+    table = sampler.table(rows=5)
+    assert "other threads" in table and "(_other_thread_work)" in table
