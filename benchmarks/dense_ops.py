@@ -134,16 +134,15 @@ def loop_ms(fn, calls: int = 20, rounds: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
-STATIONARY_SWEEP = [(bm, bn, w, st, p) for bm, bn, w in ((64, 128, 4), (128, 128, 8), (64, 64, 4), (128, 64, 4),
-                                                         (128, 128, 4))
-                    for st in (2, 3, 4) for p in (132, 264)]
+# (BLOCK_M, BLOCK_N, warps, stages, programs per SM); session 27's first sweep also ran 128-row and 128-column tiles:
+# out of shared memory at three or more stages, 2x slower at two
+STATIONARY_SWEEP = [(64, 64, 4, st, p) for st in (3, 4, 5) for p in (1, 2, 3)] + [(64, 32, 4, 4, 1), (64, 32, 4, 4, 2)]
 
 
 def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     """The tall products of a ``width -> out_width`` linear map (forward ``x @ W^T + b``, input gradient ``g @ W``)
-    by cuBLAS float32, the 3xTF32 kernel as used (``tf32x3``), the same kernel with the split made in it and the
-    products chained (``x3round``), and the weight-stationary persistent kernel (``kernels/dense_triton.py``'s
-    ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back to back (:func:`loop_ms`) and the
+    by cuBLAS float32, session 24's 3xTF32 tile kernel (``tf32x3``), and the weight-stationary persistent kernel
+    (``kernels/dense_triton.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back to back (:func:`loop_ms`) and the
     max error over the max magnitude against float64."""
     from gnn_inductor.kernels import dense_triton
 
@@ -165,11 +164,8 @@ def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
             return float("nan") if not torch.isfinite(value).all() else ((value.double() - exact).abs().max() / scale).item()
         variants = {
             "cuBLAS fp32": lambda: torch.addmm(b, a, bt.t()) if b is not None else a @ bt.t(),
-            "tf32x3 (used)": lambda: dense_triton.mm(a, bt.t(), b, split=1, launch=dense_triton.TALL_LAUNCH
+            "tf32x3 tile kernel": lambda: dense_triton.mm(a, bt.t(), b, split=1, launch=dense_triton.TALL_LAUNCH
                                                      if bt.shape[0] <= 128 else dense_triton.TALL_WIDE_LAUNCH),
-            "x3round": lambda: dense_triton.mm(a, bt.t(), b, split=1, precision="x3round",
-                                               launch=dense_triton.TALL_LAUNCH if bt.shape[0] <= 128
-                                               else dense_triton.TALL_WIDE_LAUNCH),
         }
         if width <= 128:
             for launch in STATIONARY_SWEEP:

@@ -1027,6 +1027,21 @@ elif [[ $what == session27b ]]; then
     sort -t'|' -k4 -n "$out/stationary_$1_$3.txt" | grep "^| [fd]" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' \
       | sort -t'|' -k1,1 -k3n | awk -F'|' '$1 != prev {n=0} {prev=$1; if (n++ < 4 || $2 ~ /used|cuBLAS|round/) print}'
   done
+elif [[ $what == session27c ]]; then
+  # the weight-stationary kernel as the default for tall float32 products (GNN_IO_FP32_GEMM=x3): its launches, the
+  # CUDA tests of the files it touches, then the step against session 24's tile kernel (x3tile), A/B
+  for shape in "1048576 128 128" "131072 128 128"; do
+    set -- $shape
+    timeout 100 python3 -m benchmarks.dense_ops --rows $1 --width $2 --stationary $3 >"$out/stationary_$1_$3.txt" 2>&1
+    grep "^| [fd]" "$out/stationary_$1_$3.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | sort -t'|' -k1,1 -k3n \
+      | awk -F'|' '$1 != prev {n=0} {prev=$1; if (n++ < 3 || $2 ~ /tile|cuBLAS/) print}'
+  done
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
+    tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
+  timeout 200 python3 -m benchmarks.ab --layers gat,sage_max --graphs rmat-large --modes gnn_io_x3tile,gnn_io \
+    --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
+  timeout 120 python3 -m benchmarks.ab --layers sage_max,transformer --graphs rmat-arxiv --modes gnn_io_x3tile,gnn_io \
+    --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -123,24 +123,27 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             acc = tl.dot(a - a_hi, b_hi, acc, input_precision="tf32")
             acc = tl.dot(a_hi, b - b_hi, acc, input_precision="tf32")
             acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
-        elif PRECISION == "x3round":
-            # the same three TF32 products as tf32x3, each operand rounded to its TF32 head here, the products chained
-            # into the one accumulator (tf32x3 adds each step's tail products to a fresh accumulator, masks its NaNs
-            # and adds it: elementwise work on the whole tile at every step)
-            a_hi, a_lo = _split_tf32(a)
-            b_hi, b_lo = _split_tf32(b)
-            acc = tl.dot(a_lo, _finite(b_hi), acc, input_precision="tf32")
-            acc = tl.dot(_finite(a_hi), b_lo, acc, input_precision="tf32")
-            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if SIDE > 0:
+        tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
+                 side_acc, mask=side_mask[:, None] & col_mask[None, :])
+    _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr + split * stride_cs, stride_cm, stride_cn,
+              bias_ptr, att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk,
+              stride_ebn, BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias_ptr, att_ptr, score_ptr,
+              stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
+              BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, SCORES: tl.constexpr, HEAD_C: tl.constexpr,
+              EXTRA_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A ``[BLOCK_M, BLOCK_N]`` output tile's extra terms and store (:func:`_mm_kernel`'s docstring): ``+ ea @ eb``,
+    ``+ bias``, the head scores, ``+ c`` when ``ACCUMULATE``."""
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
         ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
         eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
         acc += ea[:, None] * eb[None, :]
-    if SIDE > 0:
-        tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
-                 side_acc, mask=side_mask[:, None] & col_mask[None, :])
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
     if SCORES > 0:
@@ -151,7 +154,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             score = tl.sum(tl.reshape(acc * att[None, :], (BLOCK_M, BLOCK_N // HEAD_C, HEAD_C)), axis=2)
             tl.store(score_ptr + rows[:, None].to(tl.int64) * stride_sm + r * stride_sr + tile_heads[None, :], score,
                      mask=head_mask)
-    out = c_ptr + split * stride_cs + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    out = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
     mask = row_mask[:, None] & col_mask[None, :]
     if ACCUMULATE:
         acc += tl.load(out, mask=mask, other=0.0)
@@ -160,14 +163,18 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
 
 @fast_launch
 @triton.jit
-def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_btn, stride_cm, programs_m,
-                       BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       NUM_STAGES: tl.constexpr):
-    """``c = a @ bt^T (+ bias)`` for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <= BLOCK_K``: the whole inner
-    range in one block), both at unit stride along ``K``: each program owns one column tile, whose TF32 head and
-    tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a persistent grid of
-    ``programs_m`` x column tiles), so per row tile only ``a`` is loaded and split (the loop software-pipelined over
-    ``NUM_STAGES`` row tiles)."""
+def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_btn, stride_cm, stride_cn, programs_m,
+                       att_ptr, score_ptr, stride_sm, stride_sr,
+                       ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
+                       BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, SCORES: tl.constexpr = 0,
+                       HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0):
+    """``c = a @ bt^T`` and :func:`_epilogue`'s terms for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <=
+    BLOCK_K``: the whole inner range in one block), both at unit stride along ``K``. Each program owns one column
+    tile, whose TF32 head and tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a
+    persistent grid of ``programs_m`` x column tiles): per row tile only ``a`` is loaded and split, the loop
+    software-pipelined over ``NUM_STAGES`` row tiles. The three TF32 products of each tile go tails first into a
+    fresh accumulator, then the heads' product (as Triton's ``tf32x3`` orders them within a step)."""
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid_n = pid % tiles_n
@@ -180,8 +187,6 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
                 other=0.0)
     b_hi, b_lo = _split_tf32(b)
     b_hi_finite = _finite(b_hi)
-    if BIAS:
-        bias = tl.load(bias_ptr + cols, mask=col_mask, other=0.0)
     for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -191,37 +196,74 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
         acc = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
         acc = tl.dot(_finite(a_hi), b_lo, acc, input_precision="tf32")
         acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
-        if BIAS:
-            acc += bias[None, :]
-        tl.store(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :], acc,
-                 mask=row_mask[:, None] & col_mask[None, :])
+        _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias_ptr, att_ptr,
+                  score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
+                  BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per column tile); benchmarks/dense_ops.py --stationary sweeps them
-STATIONARY_LAUNCH = (64, 128, 4, 3, 132)
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM) of the weight-stationary kernel, measured on the H100
+# (session 27, `benchmarks/dense_ops.py --stationary`): 64 x 64 tiles on one warpgroup, three stages, one program per
+# SM for outputs of up to two column tiles and two per SM for wider ones (0.541 ms for [2^20, 128] @ [128, 128]
+# against 0.634 for TALL_LAUNCH's tile kernel, 0.845 for cuBLAS float32; 128 -> 512: 2.14 against 2.33)
+STATIONARY_LAUNCH = (64, 64, 4, 3, None)
+STATIONARY_MAX_K = 128
+# tall products from this many multiply-adds where the stationary kernel runs them: at 2^17 x 128 x 128 it took
+# 0.078 ms against cuBLAS float32's 0.119 and the tile kernel's 0.093 (back to back, session 27)
+STATIONARY_MIN_WORK = 1 << 31
+_SMS: dict = {}
+
+
+def _sm_count(device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
+
+
+def stationary_takes(a: Tensor, b: Tensor) -> bool:
+    """Whether the tall ``a @ b`` can run on the weight-stationary kernel: the inner size at most
+    :data:`STATIONARY_MAX_K`, ``a`` and ``b.T`` at unit stride along it, and ``GNN_IO_FP32_GEMM`` not ``x3tile``."""
+    return (a.shape[1] <= STATIONARY_MAX_K and (a.stride(1) == 1 or a.shape[1] == 1)
+            and (b.stride(0) == 1 or b.shape[0] == 1) and setting() == "x3")
+
+
+def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool,
+                       scores: tuple | None = None, extra: tuple | None = None,
+                       launch: tuple = STATIONARY_LAUNCH) -> None:
+    """One :func:`_stationary_kernel` launch for ``c (+)= a @ b`` (:func:`stationary_takes`), with
+    :func:`_launch`'s ``scores`` and ``extra``."""
+    m, k = a.shape
+    n = b.shape[1]
+    block_m, block_n, warps, stages, per_sm = launch
+    tiles_n = cdiv(n, block_n)
+    if per_sm is None:
+        per_sm = 1 if tiles_n <= 2 else 2
+    programs_m = max(1, min(cdiv(m, block_m), per_sm * (_sm_count(a.device) if a.is_cuda else 4) // tiles_n))
+    att, score, head_dim = scores if scores is not None else (c, c, 1)
+    ea, eb = extra if extra is not None else (c, c)
+    bt = b.t()
+    _stationary_kernel[(programs_m * tiles_n,)](
+        a, bt, c, bias if bias is not None else c, m, n, k, a.stride(0), bt.stride(0), c.stride(0), c.stride(1),
+        programs_m, att, score, score.stride(0) if scores else 0, score.stride(1) if scores else 0,
+        ea, eb, ea.stride(0) if extra else 0, ea.stride(1) if extra else 0, eb.stride(0) if extra else 0,
+        eb.stride(1) if extra else 0,
+        BIAS=bias is not None, ACCUMULATE=accumulate, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=max(16, next_power_of_2(k)), NUM_STAGES=stages, SCORES=att.shape[0] if scores else 0,
+        HEAD_C=head_dim, EXTRA_K=ea.shape[1] if extra else 0, num_warps=warps)
 
 
 def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tuple = STATIONARY_LAUNCH) -> Tensor:
-    """``a @ bt.T (+ bias)``, float32, ``K = a.shape[1] <= 128`` (:func:`_stationary_kernel`)."""
+    """``a @ bt.T (+ bias)`` by the weight-stationary kernel (benchmarks and tests), float32, ``K <= 128``."""
     m, k = a.shape
     n = bt.shape[0]
-    if a.dtype != torch.float32 or bt.dtype != torch.float32 or bt.shape[1] != k or k > 128:
+    if a.dtype != torch.float32 or bt.dtype != torch.float32 or bt.shape[1] != k or k > STATIONARY_MAX_K:
         raise ValueError(f"stationary_mm: float32 [M, K<=128] and [N, K] operands, got {a.dtype} {tuple(a.shape)} "
                          f"and {bt.dtype} {tuple(bt.shape)}")
-    if a.stride(1) != 1 and m > 1:
-        a = a.contiguous()
-    if bt.stride(1) != 1:
-        bt = bt.contiguous()
-    block_m, block_n, warps, stages, programs = launch
+    a = a if a.stride(1) == 1 else a.contiguous()
+    bt = bt if bt.stride(1) == 1 else bt.contiguous()
     out = torch.empty(m, n, device=a.device, dtype=torch.float32)
-    if m == 0 or n == 0:
-        return out
-    tiles_n = cdiv(n, block_n)
-    programs_m = max(1, min(cdiv(m, block_m), programs // tiles_n if programs >= tiles_n else 1))
-    _stationary_kernel[(programs_m * tiles_n,)](
-        a, bt, out, bias if bias is not None else out, m, n, k, a.stride(0), bt.stride(0), out.stride(0), programs_m,
-        BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=max(16, next_power_of_2(k)),
-        NUM_STAGES=stages, num_warps=warps)
+    if m and n:
+        _launch_stationary(a, bt.t(), out, bias.contiguous() if bias is not None else None, False, launch=launch)
     return out
 
 
@@ -235,16 +277,20 @@ PRECISION = "tf32x3"
 
 def setting() -> str:
     value = os.environ.get(SETTING, "").strip() or "x3"
-    if value not in ("x3", "cublas"):
-        raise SettingError(f"{SETTING}={value!r}: set it to x3 (float32 GEMMs by the 3xTF32 split where it pays) or "
-                           "cublas (cuBLAS's float32 GEMMs only)")
+    if value not in ("x3", "x3tile", "cublas"):
+        raise SettingError(f"{SETTING}={value!r}: set it to x3 (float32 GEMMs by the 3xTF32 split where it pays, the "
+                           "weight-stationary kernel for tall products of an inner size up to 128), x3tile (the same "
+                           "without the weight-stationary kernel) or cublas (cuBLAS's float32 GEMMs only)")
     return value
 
 
 def shape_kind(m: int, k: int, n: int) -> str | None:
     """``"tall"`` (rows many, the rest thin), ``"wide"`` (the inner size many, the output small) or None, by the
-    module's measured thresholds."""
+    module's measured thresholds (tall from :data:`STATIONARY_MIN_WORK` where the weight-stationary kernel takes the
+    inner size, under the default setting)."""
     if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
+        return "tall"
+    if k <= STATIONARY_MAX_K and n <= SMALL_SIDE and m * k * n >= STATIONARY_MIN_WORK and setting() == "x3":
         return "tall"
     if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
         return "wide"
@@ -268,7 +314,7 @@ def takes(a: Tensor, b: Tensor) -> bool:
     # cheapest first: most calls (small graphs) stop at the sizes, before the environment is read
     return (a.dim() == 2 == b.dim() and shape_kind(a.shape[0], a.shape[1], b.shape[1]) is not None
             and a.dtype == torch.float32 == b.dtype and a.device == b.device and kernel_device(a.device.type)
-            and float32_exact() and setting() == "x3")
+            and float32_exact() and setting() in ("x3", "x3tile"))
 
 
 def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = None,
@@ -287,6 +333,12 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
     if shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "tall":
         if b.stride(0) != 1:
             b = b.t().contiguous().t()  # K-major, as the TF32 Tensor Cores read it from shared memory (small)
+        if stationary_takes(a, b):
+            if out is None:
+                out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
+            if a.shape[0] and b.shape[1]:
+                _launch_stationary(a, b, out, bias.contiguous() if bias is not None else None, accumulate)
+            return out
         launch = TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH
         return mm(a, b, bias, out, accumulate, launch=launch, split=1)
     return mm(a, b, bias, out, accumulate, launch=SPLIT_LAUNCH)
@@ -403,8 +455,11 @@ def linear_scores(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -
     h = torch.empty(rows, width, device=x.device, dtype=torch.float32)
     scores = torch.empty(rows, count, heads, device=x.device, dtype=torch.float32)
     if rows:
-        _launch(x, b, h, bias, False, 1, x.shape[1], launch, PRECISION,
-                scores=(att.reshape(count, width).contiguous(), scores, head_dim))
+        score_args = (att.reshape(count, width).contiguous(), scores, head_dim)
+        if stationary_takes(x, b) and STATIONARY_LAUNCH[1] % head_dim == 0:
+            _launch_stationary(x, b, h, bias, False, scores=score_args)
+        else:
+            _launch(x, b, h, bias, False, 1, x.shape[1], launch, PRECISION, scores=score_args)
     return h, scores
 
 
@@ -417,7 +472,9 @@ def mm_extra(a: Tensor, b: Tensor, ea: Tensor, eb: Tensor) -> Tensor:
     if b.stride(0) != 1:
         b = b.t().contiguous().t()
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
-    if a.shape[0]:
+    if a.shape[0] and stationary_takes(a, b):
+        _launch_stationary(a, b, out, None, False, extra=(ea, eb))
+    elif a.shape[0]:
         _launch(a, b, out, None, False, 1, a.shape[1], TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH,
                 PRECISION, extra=(ea, eb))
     return out

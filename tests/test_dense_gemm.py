@@ -106,12 +106,16 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
     if INTERPRETED:
         monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
     monkeypatch.setattr(dense_triton, "SMALL_SIDE", 32)
-    ran, real = [], dense_triton.mm
+    ran = []
 
-    def recording(*args, **kwargs):
-        ran.append(tuple(args[0].shape))
-        return real(*args, **kwargs)
-    monkeypatch.setattr(dense_triton, "mm", recording)
+    def recording(real):
+        def record(*args, **kwargs):
+            ran.append(tuple(args[0].shape))
+            return real(*args, **kwargs)
+        return record
+    # the tile kernel (weight gradients, wide inner sizes) and the weight-stationary kernel (tall products)
+    monkeypatch.setattr(dense_triton, "mm", recording(dense_triton.mm))
+    monkeypatch.setattr(dense_triton, "_launch_stationary", recording(dense_triton._launch_stationary))
     torch.manual_seed(0)
     device = "cpu" if INTERPRETED else "cuda"
     model = (GATConv(12, 8, heads=2) if layer == "gat" else SAGEConv(12, 16, aggr="max")).to(device)

@@ -104,6 +104,82 @@ def test_inf_and_nan_propagate_as_in_float32():
     assert _error(value[finite], (a.double() @ b.double())[finite]) < TOLERANCE
 
 
+@runs_kernel
+@pytest.mark.parametrize("m,k,n", [(300, 128, 128), (257, 100, 40), (65, 5, 130), (1, 16, 64), (129, 128, 512)])
+def test_stationary_kernel_matches_float64(m, k, n):
+    """The weight-stationary kernel: any row count, inner sizes up to 128 (padded to a power of two), outputs of
+    several column tiles, a bias, each launch of programs per SM."""
+    a, b = _operands(m, k, n, seed=4)
+    bias = torch.randn(n, device=DEVICE)
+    exact = a.double() @ b.double() + bias.double()
+    for launch in [dense_triton.STATIONARY_LAUNCH, (64, 64, 4, 2, 1), (64, 32, 4, 2, 3)]:
+        value = dense_triton.stationary_mm(a, b.t(), bias, launch=launch)
+        assert value.shape == (m, n)
+        assert _error(value, exact) < TOLERANCE
+    assert _error(dense_triton.stationary_mm(a, b.t().contiguous()), a.double() @ b.double()) < TOLERANCE
+
+
+@runs_kernel
+def test_stationary_kernel_epilogues(monkeypatch):
+    """``matmul``'s tall products on the weight-stationary kernel: accumulating into a strided view of a wider
+    buffer, the extra inner range of ``mm_extra`` and the head scores of ``linear_scores``; ``GNN_IO_FP32_GEMM=x3tile``
+    gives the tile kernel the same values."""
+    monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
+    monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
+    a, b = _operands(200, 96, 64, seed=5)
+    assert dense_triton.stationary_takes(a, b.t().contiguous().t())
+    wide = torch.randn(200, 80, device=DEVICE)
+    start = wide.double().clone()
+    dense_triton.matmul(a, b, out=wide[:, 8:72], accumulate=True)
+    assert _error(wide[:, 8:72], start[:, 8:72] + a.double() @ b.double()) < TOLERANCE
+    assert torch.equal(wide[:, :8].double(), start[:, :8]) and torch.equal(wide[:, 72:].double(), start[:, 72:])
+    ea = torch.randn(200, 6, device=DEVICE)
+    eb = torch.randn(6, 64, device=DEVICE)
+    exact = a.double() @ b.double() + ea.double() @ eb.double()
+    assert _error(dense_triton.mm_extra(a, b, ea, eb), exact) < TOLERANCE
+    x = torch.randn(200, 96, device=DEVICE)
+    weight = torch.randn(128, 96, device=DEVICE) / 10
+    bias = torch.randn(128, device=DEVICE)
+    att = torch.randn(2, 4, 32, device=DEVICE)
+    h_exact = x.double() @ weight.double().t() + bias.double()
+    scores_exact = torch.einsum("nhc,rhc->nrh", h_exact.view(200, 4, 32), att.double())
+    results = {}
+    for setting in ("x3", "x3tile"):
+        monkeypatch.setenv("GNN_IO_FP32_GEMM", setting)
+        assert dense_triton.stationary_takes(x, weight.t()) == (setting == "x3")
+        h, scores = dense_triton.linear_scores(x, weight, bias, att)
+        assert _error(h, h_exact) < TOLERANCE and _error(scores, scores_exact) < TOLERANCE
+        results[setting] = dense_triton.matmul(a, b)
+    torch.testing.assert_close(results["x3"], results["x3tile"], rtol=1e-5, atol=1e-5)
+
+
+@runs_kernel
+def test_stationary_kernel_inf_and_nan():
+    """An infinite operand gives the infinite product (not the NaN of ``inf - inf`` in the tail products); a NaN
+    gives NaN; the rest stays at float32's accuracy."""
+    a, b = _operands(70, 128, 64, seed=6)
+    a[3, 5] = float("inf")
+    a[4, 6] = float("nan")
+    a[9, 1] = -float("inf")
+    value = dense_triton.stationary_mm(a, b.t())
+    reference = a @ b
+    torch.testing.assert_close(value.isnan(), reference.isnan())
+    torch.testing.assert_close(value.isinf(), reference.isinf())
+    torch.testing.assert_close(value[value.isinf()], reference[reference.isinf()])
+    finite = torch.isfinite(reference)
+    assert _error(value[finite], (a.double() @ b.double())[finite]) < TOLERANCE
+
+
+def test_stationary_kernel_refuses_what_it_cannot_run():
+    a = torch.zeros(8, 129)
+    with pytest.raises(ValueError, match="K<=128"):
+        dense_triton.stationary_mm(a, torch.zeros(4, 129))
+    with pytest.raises(ValueError, match="float32"):
+        dense_triton.stationary_mm(torch.zeros(8, 4, dtype=torch.float64), torch.zeros(4, 4))
+    assert not dense_triton.stationary_takes(torch.zeros(8, 129), torch.zeros(129, 4))
+    assert not dense_triton.stationary_takes(torch.zeros(4, 8).t(), torch.zeros(4, 4))  # rows not at unit stride
+
+
 def test_under_interpreter_rerun():
     if INTERPRETED:
         pytest.skip("already under the interpreter")
@@ -113,13 +189,20 @@ def test_under_interpreter_rerun():
 def test_policy_thresholds_and_setting(monkeypatch):
     assert dense_triton.shape_kind(1 << 20, 128, 128) == "tall"
     assert dense_triton.shape_kind(1 << 17, 128, 512) == "tall"
-    assert dense_triton.shape_kind(1 << 17, 128, 128) is None  # a tie or a loss on the H100
+    assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"  # the weight-stationary kernel's size
+    assert dense_triton.shape_kind(1 << 16, 128, 128) is None
+    assert dense_triton.shape_kind(1 << 17, 256, 64) is None  # an inner size the stationary kernel does not take
+    monkeypatch.setenv("GNN_IO_FP32_GEMM", "x3tile")
+    assert dense_triton.shape_kind(1 << 17, 128, 128) is None  # a tie or a loss for the tile kernel (session 24)
+    monkeypatch.delenv("GNN_IO_FP32_GEMM")
     assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
     assert dense_triton.shape_kind(128, 1 << 17, 128) is None
     assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
     cpu = torch.zeros(4, 4)
     monkeypatch.delenv("GNN_IO_TRITON_ON_CPU", raising=False)
     assert not dense_triton.takes(cpu, cpu)  # CPU tensors outside the tests' interpreter mode: cuBLAS's place
+    monkeypatch.setenv("GNN_IO_FP32_GEMM", "x3tile")
+    assert dense_triton.setting() == "x3tile"
     monkeypatch.setenv("GNN_IO_FP32_GEMM", "fast")
     with pytest.raises(SettingError, match="GNN_IO_FP32_GEMM"):
         dense_triton.setting()
