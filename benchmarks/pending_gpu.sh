@@ -1042,6 +1042,18 @@ elif [[ $what == session27c ]]; then
     --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
   timeout 120 python3 -m benchmarks.ab --layers sage_max,transformer --graphs rmat-arxiv --modes gnn_io_x3tile,gnn_io \
     --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -2
+elif [[ $what == session27d ]]; then
+  # the weight-stationary kernel with its inner range summed by chunks on the CUDA cores (accuracy of the tile
+  # kernel?): launches and errors, the CUDA tests, the step against the tile kernel across layers (A/B)
+  for shape in "1048576 128 128" "1048576 128 512"; do
+    set -- $shape
+    timeout 100 python3 -m benchmarks.dense_ops --rows $1 --width $2 --stationary $3 >"$out/stationary_$1_$3.txt" 2>&1
+    grep "^| [fd]" "$out/stationary_$1_$3.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
+  done
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
+    tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
+  timeout 280 python3 -m benchmarks.ab --layers gat,sage_max,gcn,transformer --graphs rmat-large \
+    --modes gnn_io_x3tile,gnn_io --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -4
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

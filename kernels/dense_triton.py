@@ -161,55 +161,79 @@ def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, s
     tl.store(out, acc, mask=mask)
 
 
+@triton.jit
+def _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, chunk, K_CHUNK: tl.constexpr):
+    """The TF32 head, tail and finite head (:func:`_finite`) of ``bt``'s inner chunk ``chunk`` for these columns, as
+    ``[K_CHUNK, BLOCK_N]`` operands."""
+    ks = chunk * K_CHUNK + tl.arange(0, K_CHUNK)
+    b = tl.load(bt_ptr + cols[None, :].to(tl.int64) * stride_btn + ks[:, None],
+                mask=(ks < K)[:, None] & col_mask[None, :], other=0.0)
+    head, tail = _split_tf32(b)
+    return head, tail, _finite(head)
+
+
+@triton.jit
+def _chunk_product(a_ptr, rows, row_mask, stride_am, K, chunk, K_CHUNK: tl.constexpr, b_hi, b_lo, b_hi_finite):
+    """``a[rows, chunk] @ b[chunk]`` by three TF32 products, tails first into a fresh accumulator."""
+    ks = chunk * K_CHUNK + tl.arange(0, K_CHUNK)
+    a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :], mask=row_mask[:, None] & (ks < K)[None, :],
+                other=0.0)
+    a_hi, a_lo = _split_tf32(a)
+    part = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
+    part = tl.dot(_finite(a_hi), b_lo, part, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, part, input_precision="tf32")
+
+
 @fast_launch
 @triton.jit
 def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_btn, stride_cm, stride_cn, programs_m,
                        att_ptr, score_ptr, stride_sm, stride_sr,
                        ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
                        BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, SCORES: tl.constexpr = 0,
-                       HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0):
+                       BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, K_CHUNK: tl.constexpr,
+                       SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0):
     """``c = a @ bt^T`` and :func:`_epilogue`'s terms for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <=
     BLOCK_K``: the whole inner range in one block), both at unit stride along ``K``. Each program owns one column
     tile, whose TF32 head and tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a
     persistent grid of ``programs_m`` x column tiles): per row tile only ``a`` is loaded and split, the loop
-    software-pipelined over ``NUM_STAGES`` row tiles. The three TF32 products of each tile go tails first into a
-    fresh accumulator, then the heads' product (as Triton's ``tf32x3`` orders them within a step)."""
+    software-pipelined over ``NUM_STAGES`` row tiles. The inner range is taken ``K_CHUNK`` at a time: each chunk's
+    three TF32 products go tails first into a fresh accumulator, then the heads' product, and the chunk's sum is
+    added to the tile's in float32 on the CUDA cores (as Triton's ``tf32x3`` does per step: the Tensor Cores'
+    own accumulation over a long inner range loses low bits, measured 4.6e-7 against 1.9e-7 at one 128 chunk)."""
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid_n = pid % tiles_n
     first_m = pid // tiles_n
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
     col_mask = cols < N
-    k_mask = ks < K
-    b = tl.load(bt_ptr + cols[None, :].to(tl.int64) * stride_btn + ks[:, None], mask=k_mask[:, None] & col_mask[None, :],
-                other=0.0)
-    b_hi, b_lo = _split_tf32(b)
-    b_hi_finite = _finite(b_hi)
+    # each inner chunk's TF32 head and tail of bt, split once per program (at most four chunks)
+    b0_hi, b0_lo, b0_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 0, K_CHUNK)
+    if BLOCK_K // K_CHUNK > 1:
+        b1_hi, b1_lo, b1_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 1, K_CHUNK)
+    if BLOCK_K // K_CHUNK > 2:
+        b2_hi, b2_lo, b2_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 2, K_CHUNK)
+        b3_hi, b3_lo, b3_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 3, K_CHUNK)
     for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
-        a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :], mask=row_mask[:, None] & k_mask[None, :],
-                    other=0.0)
-        a_hi, a_lo = _split_tf32(a)
-        acc = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
-        acc = tl.dot(_finite(a_hi), b_lo, acc, input_precision="tf32")
-        acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        acc = _chunk_product(a_ptr, rows, row_mask, stride_am, K, 0, K_CHUNK, b0_hi, b0_lo, b0_fin)
+        if BLOCK_K // K_CHUNK > 1:
+            acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 1, K_CHUNK, b1_hi, b1_lo, b1_fin)
+        if BLOCK_K // K_CHUNK > 2:
+            acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 2, K_CHUNK, b2_hi, b2_lo, b2_fin)
+            acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 3, K_CHUNK, b3_hi, b3_lo, b3_fin)
         _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias_ptr, att_ptr,
                   score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
                   BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM) of the weight-stationary kernel, measured on the H100
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured on the H100
 # (session 27, `benchmarks/dense_ops.py --stationary`): 64 x 64 tiles on one warpgroup, three stages, one program per
 # SM for outputs of up to two column tiles and two per SM for wider ones (0.541 ms for [2^20, 128] @ [128, 128]
 # against 0.634 for TALL_LAUNCH's tile kernel, 0.845 for cuBLAS float32; 128 -> 512: 2.14 against 2.33)
 STATIONARY_LAUNCH = (64, 64, 4, 3, None)
 STATIONARY_MAX_K = 128
-# tall products from this many multiply-adds where the stationary kernel runs them: at 2^17 x 128 x 128 it took
-# 0.078 ms against cuBLAS float32's 0.119 and the tile kernel's 0.093 (back to back, session 27)
-STATIONARY_MIN_WORK = 1 << 31
+STATIONARY_K_CHUNK = 32
 _SMS: dict = {}
 
 
@@ -234,7 +258,9 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
     :func:`_launch`'s ``scores`` and ``extra``."""
     m, k = a.shape
     n = b.shape[1]
-    block_m, block_n, warps, stages, per_sm = launch
+    block_m, block_n, warps, stages, per_sm = launch[:5]
+    block_k = max(16, next_power_of_2(k))
+    k_chunk = max(block_k // 4, min(block_k, launch[5] if len(launch) > 5 else STATIONARY_K_CHUNK))  # <= 4 chunks
     tiles_n = cdiv(n, block_n)
     if per_sm is None:
         per_sm = 1 if tiles_n <= 2 else 2
@@ -248,7 +274,7 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
         ea, eb, ea.stride(0) if extra else 0, ea.stride(1) if extra else 0, eb.stride(0) if extra else 0,
         eb.stride(1) if extra else 0,
         BIAS=bias is not None, ACCUMULATE=accumulate, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=max(16, next_power_of_2(k)), NUM_STAGES=stages, SCORES=att.shape[0] if scores else 0,
+        BLOCK_K=block_k, NUM_STAGES=stages, K_CHUNK=k_chunk, SCORES=att.shape[0] if scores else 0,
         HEAD_C=head_dim, EXTRA_K=ea.shape[1] if extra else 0, num_warps=warps)
 
 
@@ -286,12 +312,10 @@ def setting() -> str:
 
 def shape_kind(m: int, k: int, n: int) -> str | None:
     """``"tall"`` (rows many, the rest thin), ``"wide"`` (the inner size many, the output small) or None, by the
-    module's measured thresholds (tall from :data:`STATIONARY_MIN_WORK` where the weight-stationary kernel takes the
-    inner size, under the default setting)."""
+    module's measured thresholds."""
     if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
         return "tall"
-    if k <= STATIONARY_MAX_K and n <= SMALL_SIDE and m * k * n >= STATIONARY_MIN_WORK and setting() == "x3":
-        return "tall"
+
     if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
         return "wide"
     return None

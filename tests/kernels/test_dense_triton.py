@@ -112,7 +112,7 @@ def test_stationary_kernel_matches_float64(m, k, n):
     a, b = _operands(m, k, n, seed=4)
     bias = torch.randn(n, device=DEVICE)
     exact = a.double() @ b.double() + bias.double()
-    for launch in [dense_triton.STATIONARY_LAUNCH, (64, 64, 4, 2, 1), (64, 32, 4, 2, 3)]:
+    for launch in [dense_triton.STATIONARY_LAUNCH, (64, 64, 4, 2, 1, 128), (64, 32, 4, 2, 3, 16)]:
         value = dense_triton.stationary_mm(a, b.t(), bias, launch=launch)
         assert value.shape == (m, n)
         assert _error(value, exact) < TOLERANCE
@@ -189,12 +189,9 @@ def test_under_interpreter_rerun():
 def test_policy_thresholds_and_setting(monkeypatch):
     assert dense_triton.shape_kind(1 << 20, 128, 128) == "tall"
     assert dense_triton.shape_kind(1 << 17, 128, 512) == "tall"
-    assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"  # the weight-stationary kernel's size
-    assert dense_triton.shape_kind(1 << 16, 128, 128) is None
-    assert dense_triton.shape_kind(1 << 17, 256, 64) is None  # an inner size the stationary kernel does not take
-    monkeypatch.setenv("GNN_IO_FP32_GEMM", "x3tile")
-    assert dense_triton.shape_kind(1 << 17, 128, 128) is None  # a tie or a loss for the tile kernel (session 24)
-    monkeypatch.delenv("GNN_IO_FP32_GEMM")
+    # a tie or a loss on the H100 (session 24); with the weight-stationary kernel, 0.91x per SAGEConv max step
+    # (session 27: the kernel's own 0.09 ms against cuBLAS's 0.12 did not pay for its call's CPU time)
+    assert dense_triton.shape_kind(1 << 17, 128, 128) is None
     assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
     assert dense_triton.shape_kind(128, 1 << 17, 128) is None
     assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
