@@ -1054,6 +1054,11 @@ elif [[ $what == session27d ]]; then
     tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
   timeout 280 python3 -m benchmarks.ab --layers gat,sage_max,gcn,transformer --graphs rmat-large \
     --modes gnn_io_x3tile,gnn_io --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -4
+elif [[ $what == session27e ]]; then
+  # the closing table: GATConv and SAGEConv max on RMAT 2^20 against PyG eager and torch.compile default, with session
+  # 24's tile kernel (x3tile) in the same processes
+  harness_table 480 closing --graphs rmat-large --layers gat,sage_max --modes eager,inductor,gnn_io_x3tile,gnn_io \
+    --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
