@@ -1059,6 +1059,13 @@ elif [[ $what == session27e ]]; then
   # 24's tile kernel (x3tile) in the same processes
   harness_table 480 closing --graphs rmat-large --layers gat,sage_max --modes eager,inductor,gnn_io_x3tile,gnn_io \
     --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
+elif [[ $what == session27f ]]; then
+  # the weight-stationary kernel with the bias loaded once per program (call 4: the forward, with a bias, took 0.69 ms
+  # at inner chunks of 32 against 0.55 for the input gradient, without): launches and errors, the dense CUDA tests
+  timeout 100 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --stationary 128 \
+    >"$out/stationary_1048576_128.txt" 2>&1
+  grep "^| [fd]" "$out/stationary_1048576_128.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
+  kernel_tests 150 tests/kernels/test_dense_triton.py tests/test_head_scores.py
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

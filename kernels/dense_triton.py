@@ -129,23 +129,31 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
                  side_acc, mask=side_mask[:, None] & col_mask[None, :])
     _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr + split * stride_cs, stride_cm, stride_cn,
-              bias_ptr, att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk,
+              _bias_row(bias_ptr, cols, col_mask, BIAS), att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk,
               stride_ebn, BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias_ptr, att_ptr, score_ptr,
+def _bias_row(bias_ptr, cols, col_mask, BIAS: tl.constexpr):
+    """The bias of these columns (zeros without one), loaded once per program, outside any row-tile loop."""
+    if BIAS:
+        return tl.load(bias_ptr + cols, mask=col_mask, other=0.0)
+    return tl.zeros(cols.shape, dtype=tl.float32)
+
+
+@triton.jit
+def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias, att_ptr, score_ptr,
               stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
               BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, SCORES: tl.constexpr, HEAD_C: tl.constexpr,
               EXTRA_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """A ``[BLOCK_M, BLOCK_N]`` output tile's extra terms and store (:func:`_mm_kernel`'s docstring): ``+ ea @ eb``,
-    ``+ bias``, the head scores, ``+ c`` when ``ACCUMULATE``."""
+    ``+ bias`` (the tile's columns, :func:`_bias_row`), the head scores, ``+ c`` when ``ACCUMULATE``."""
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
         ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
         eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
         acc += ea[:, None] * eb[None, :]
     if BIAS:
-        acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0)[None, :]
+        acc += bias[None, :]
     if SCORES > 0:
         tile_heads = pid_n * (BLOCK_N // HEAD_C) + tl.arange(0, BLOCK_N // HEAD_C)
         head_mask = row_mask[:, None] & (tile_heads < N // HEAD_C)[None, :]
@@ -213,6 +221,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
     if BLOCK_K // K_CHUNK > 2:
         b2_hi, b2_lo, b2_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 2, K_CHUNK)
         b3_hi, b3_lo, b3_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 3, K_CHUNK)
+    bias = _bias_row(bias_ptr, cols, col_mask, BIAS)
     for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -222,7 +231,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
         if BLOCK_K // K_CHUNK > 2:
             acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 2, K_CHUNK, b2_hi, b2_lo, b2_fin)
             acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 3, K_CHUNK, b3_hi, b3_lo, b3_fin)
-        _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias_ptr, att_ptr,
+        _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias, att_ptr,
                   score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
                   BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
 
