@@ -1066,6 +1066,10 @@ elif [[ $what == session27f ]]; then
     >"$out/stationary_1048576_128.txt" 2>&1
   grep "^| [fd]" "$out/stationary_1048576_128.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
   kernel_tests 150 tests/kernels/test_dense_triton.py tests/test_head_scores.py
+elif [[ $what == session27g ]]; then
+  # final code (bias loaded once, two programs per SM): the step against session 24's tile kernel, A/B
+  timeout 250 python3 -m benchmarks.ab --layers gat,sage_max --graphs rmat-large --modes gnn_io_x3tile,gnn_io \
+    --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -236,11 +236,13 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
                   BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured on the H100
-# (session 27, `benchmarks/dense_ops.py --stationary`): 64 x 64 tiles on one warpgroup, three stages, one program per
-# SM for outputs of up to two column tiles and two per SM for wider ones (0.541 ms for [2^20, 128] @ [128, 128]
-# against 0.634 for TALL_LAUNCH's tile kernel, 0.845 for cuBLAS float32; 128 -> 512: 2.14 against 2.33)
-STATIONARY_LAUNCH = (64, 64, 4, 3, None)
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured
+# on the H100 (session 27, `benchmarks/dense_ops.py --stationary`, docs/dense.md): 64 x 64 tiles on one warpgroup,
+# three stages, two programs per SM, inner chunks of 32 (STATIONARY_K_CHUNK). [2^20, 128] @ [128, 128] took 0.552 ms
+# (forward, with a bias) and 0.546 (input gradient) against 0.634 / 0.620 for TALL_LAUNCH's tile kernel and 0.849 /
+# 0.884 for cuBLAS float32, at the tile kernel's error (1.9e-7 of the largest value against float64). 128-row or
+# 128-column tiles ran out of shared memory at three stages and were 2x slower at two.
+STATIONARY_LAUNCH = (64, 64, 4, 3, 2)
 STATIONARY_MAX_K = 128
 STATIONARY_K_CHUNK = 32
 _SMS: dict = {}
@@ -271,8 +273,6 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
     block_k = max(16, next_power_of_2(k))
     k_chunk = max(block_k // 4, min(block_k, launch[5] if len(launch) > 5 else STATIONARY_K_CHUNK))  # <= 4 chunks
     tiles_n = cdiv(n, block_n)
-    if per_sm is None:
-        per_sm = 1 if tiles_n <= 2 else 2
     programs_m = max(1, min(cdiv(m, block_m), per_sm * (_sm_count(a.device) if a.is_cuda else 4) // tiles_n))
     att, score, head_dim = scores if scores is not None else (c, c, 1)
     ea, eb = extra if extra is not None else (c, c)
