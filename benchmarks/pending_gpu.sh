@@ -98,6 +98,13 @@
 #   bash benchmarks/pending_gpu.sh session26  # GAT's dst score terms from the forward's mass: CUDA tests, A/B
 #   bash benchmarks/pending_gpu.sh session26b # the mass form's step memory (harness) and A/B on uniform and grid
 #   bash benchmarks/pending_gpu.sh session25m # h no longer kept for linear_scores' backward: CUDA tests, step memory
+#   bash benchmarks/pending_gpu.sh session27  # RMAT 2^17: CPU profiles with the autograd thread; steps with CUDA graphs
+#   bash benchmarks/pending_gpu.sh session27b # tall float32 GEMMs: tile kernel, x3round (since removed), stationary
+#   bash benchmarks/pending_gpu.sh session27c # stationary kernel: sweep, CUDA tests, A/B against x3tile (2^20, 2^17)
+#   bash benchmarks/pending_gpu.sh session27d # stationary kernel by inner chunks: sweep, CUDA tests, A/B, four layers
+#   bash benchmarks/pending_gpu.sh session27e # closing table: GATConv and SAGEConv max on RMAT 2^20, eager to gnn_io
+#   bash benchmarks/pending_gpu.sh session27f # the bias loaded once per program: sweep, dense CUDA tests
+#   bash benchmarks/pending_gpu.sh session27g # final code: A/B against x3tile, GATConv and SAGEConv max
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1019,8 +1026,9 @@ elif [[ $what == session27 ]]; then
   harness_table 300 arxiv --graphs rmat-arxiv --layers sage_max,transformer --modes inductor,gnn_io,gnn_io_cg \
     --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-8
 elif [[ $what == session27b ]]; then
-  # the tall float32 GEMMs: the 3xTF32 kernel as used, its split made in the kernel with the products chained
-  # (x3round), and the weight-stationary persistent kernel at each launch (kernels/dense_triton.py)
+  # the tall float32 GEMMs: the tile kernel and the weight-stationary persistent kernel at each launch
+  # (kernels/dense_triton.py); as call 2 ran it, it also timed the tile kernel with its split made in the kernel and
+  # the products chained (x3round, since removed: slower and less accurate, docs/dense.md)
   for shape in "1048576 128 128" "131072 128 128" "1048576 128 512" "131072 128 512"; do
     set -- $shape
     timeout 150 python3 -m benchmarks.dense_ops --rows $1 --width $2 --stationary $3 >"$out/stationary_$1_$3.txt" 2>&1
@@ -1029,7 +1037,8 @@ elif [[ $what == session27b ]]; then
   done
 elif [[ $what == session27c ]]; then
   # the weight-stationary kernel as the default for tall float32 products (GNN_IO_FP32_GEMM=x3): its launches, the
-  # CUDA tests of the files it touches, then the step against session 24's tile kernel (x3tile), A/B
+  # CUDA tests of the files it touches, then the step against session 24's tile kernel (x3tile), A/B (call 3 ran it
+  # with the tall threshold lowered to 2^31 for the stationary kernel: the RMAT 2^17 rows; reverted after)
   for shape in "1048576 128 128" "131072 128 128"; do
     set -- $shape
     timeout 100 python3 -m benchmarks.dense_ops --rows $1 --width $2 --stationary $3 >"$out/stationary_$1_$3.txt" 2>&1

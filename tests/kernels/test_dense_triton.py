@@ -168,6 +168,13 @@ def test_stationary_kernel_inf_and_nan():
     torch.testing.assert_close(value[value.isinf()], reference[reference.isinf()])
     finite = torch.isfinite(reference)
     assert _error(value[finite], (a.double() @ b.double())[finite]) < TOLERANCE
+    # an infinite weight: its column infinite (signs as float32's), the other columns untouched
+    a, b = _operands(70, 128, 64, seed=7)
+    b[10, 3] = float("inf")
+    value, reference = dense_triton.stationary_mm(a, b.t()), a @ b
+    torch.testing.assert_close(value.isinf(), reference.isinf())
+    torch.testing.assert_close(value[:, 3], reference[:, 3])
+    assert _error(value[:, 4:], (a.double() @ b.double())[:, 4:]) < TOLERANCE
 
 
 def test_stationary_kernel_refuses_what_it_cannot_run():
