@@ -144,8 +144,8 @@ STATIONARY_SWEEP = [(64, 64, 4, 3, p, c) for p in (1, 2) for c in (32, 64, 128)]
 def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     """The tall products of a ``width -> out_width`` linear map (forward ``x @ W^T + b``, input gradient ``g @ W``)
     by cuBLAS float32, session 24's 3xTF32 tile kernel (``tf32x3``), and the weight-stationary persistent kernel
-    (``kernels/dense_triton.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back to back (:func:`loop_ms`) and the
-    max error over the max magnitude against float64."""
+    (``kernels/dense_triton.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back
+    to back (:func:`loop_ms`) and the max error over the max magnitude against float64."""
     from gnn_inductor.kernels import dense_triton
 
     torch.manual_seed(0)
@@ -163,7 +163,9 @@ def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
         scale = exact.abs().max().item()
 
         def err(value):
-            return float("nan") if not torch.isfinite(value).all() else ((value.double() - exact).abs().max() / scale).item()
+            if not torch.isfinite(value).all():
+                return float("nan")
+            return ((value.double() - exact).abs().max() / scale).item()
         variants = {
             "cuBLAS fp32": lambda: torch.addmm(b, a, bt.t()) if b is not None else a @ bt.t(),
             "tf32x3 tile kernel": lambda: dense_triton.mm(a, bt.t(), b, split=1, launch=dense_triton.TALL_LAUNCH

@@ -129,8 +129,9 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
                  side_acc, mask=side_mask[:, None] & col_mask[None, :])
     _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr + split * stride_cs, stride_cm, stride_cn,
-              _bias_row(bias_ptr, cols, col_mask, BIAS), att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk,
-              stride_ebn, BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
+              _bias_row(bias_ptr, cols, col_mask, BIAS), att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr,
+              stride_eam, stride_eak, stride_ebk, stride_ebn, BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M,
+              BLOCK_N)
 
 
 @triton.jit
@@ -184,8 +185,8 @@ def _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, chunk, K_CHUNK: tl.cons
 def _chunk_product(a_ptr, rows, row_mask, stride_am, K, chunk, K_CHUNK: tl.constexpr, b_hi, b_lo, b_hi_finite):
     """``a[rows, chunk] @ b[chunk]`` by three TF32 products, tails first into a fresh accumulator."""
     ks = chunk * K_CHUNK + tl.arange(0, K_CHUNK)
-    a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :], mask=row_mask[:, None] & (ks < K)[None, :],
-                other=0.0)
+    a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :],
+                mask=row_mask[:, None] & (ks < K)[None, :], other=0.0)
     a_hi, a_lo = _split_tf32(a)
     part = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
     part = tl.dot(_finite(a_hi), b_lo, part, input_precision="tf32")
@@ -201,7 +202,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
                        BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, K_CHUNK: tl.constexpr,
                        SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0):
     """``c = a @ bt^T`` and :func:`_epilogue`'s terms for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <=
-    BLOCK_K``: the whole inner range in one block), both at unit stride along ``K``. Each program owns one column
+    BLOCK_K``, at most four ``K_CHUNK``s), both at unit stride along ``K``. Each program owns one column
     tile, whose TF32 head and tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a
     persistent grid of ``programs_m`` x column tiles): per row tile only ``a`` is loaded and split, the loop
     software-pipelined over ``NUM_STAGES`` row tiles. The inner range is taken ``K_CHUNK`` at a time: each chunk's
@@ -296,9 +297,9 @@ def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tup
                          f"and {bt.dtype} {tuple(bt.shape)}")
     a = a if a.stride(1) == 1 else a.contiguous()
     bt = bt if bt.stride(1) == 1 else bt.contiguous()
-    out = torch.empty(m, n, device=a.device, dtype=torch.float32)
+    bias, out = _checked_bias_out(a, bt.t(), bias, None, False)
     if m and n:
-        _launch_stationary(a, bt.t(), out, bias.contiguous() if bias is not None else None, False, launch=launch)
+        _launch_stationary(a, bt.t(), out, bias, False, launch=launch)
     return out
 
 
@@ -324,7 +325,6 @@ def shape_kind(m: int, k: int, n: int) -> str | None:
     module's measured thresholds."""
     if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
         return "tall"
-
     if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
         return "wide"
     return None
@@ -367,10 +367,9 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
         if b.stride(0) != 1:
             b = b.t().contiguous().t()  # K-major, as the TF32 Tensor Cores read it from shared memory (small)
         if stationary_takes(a, b):
-            if out is None:
-                out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
+            bias, out = _checked_bias_out(a, b, bias, out, accumulate)
             if a.shape[0] and b.shape[1]:
-                _launch_stationary(a, b, out, bias.contiguous() if bias is not None else None, accumulate)
+                _launch_stationary(a, b, out, bias, accumulate)
             return out
         launch = TALL_LAUNCH if b.shape[1] <= 128 else TALL_WIDE_LAUNCH
         return mm(a, b, bias, out, accumulate, launch=launch, split=1)
@@ -408,6 +407,24 @@ def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bo
                      num_warps=warps, num_stages=stages)
 
 
+def _checked_bias_out(a: Tensor, b: Tensor, bias: Tensor | None, out: Tensor | None,
+                      accumulate: bool) -> tuple[Tensor | None, Tensor]:
+    """``bias`` at unit stride (the kernels read it so) and ``out`` (made when None) for ``a @ b``, or a ValueError
+    where either does not fit the product."""
+    m, n = a.shape[0], b.shape[1]
+    if bias is not None:
+        if bias.dtype != torch.float32 or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be a float32 [{n}] tensor, got {bias.dtype} {tuple(bias.shape)}")
+        bias = bias.contiguous()
+    if out is None:
+        if accumulate:
+            raise ValueError("accumulate needs out")
+        out = torch.empty(m, n, device=a.device, dtype=torch.float32)
+    elif out.shape != (m, n) or out.dtype != torch.float32:
+        raise ValueError(f"out must be a float32 [{m}, {n}] tensor, got {out.dtype} {tuple(out.shape)}")
+    return bias, out
+
+
 def splits_for(m: int, n: int, k: int, launch: tuple = SPLIT_LAUNCH) -> int:
     """How many pieces the inner range is cut into: :data:`SPLITS` (each at least four ``BLOCK_K`` steps) where the
     output has fewer tiles than two per SM, 1 where it has more."""
@@ -427,16 +444,7 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
         raise ValueError(f"dense_triton.mm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
     m, k = a.shape
     n = b.shape[1]
-    if bias is not None:
-        if bias.dtype != torch.float32 or tuple(bias.shape) != (n,):
-            raise ValueError(f"bias must be a float32 [{n}] tensor, got {bias.dtype} {tuple(bias.shape)}")
-        bias = bias.contiguous()  # the kernel reads it at unit stride
-    if out is None:
-        if accumulate:
-            raise ValueError("accumulate needs out")
-        out = torch.empty(m, n, device=a.device, dtype=torch.float32)
-    elif out.shape != (m, n) or out.dtype != torch.float32:
-        raise ValueError(f"out must be a float32 [{m}, {n}] tensor, got {out.dtype} {tuple(out.shape)}")
+    bias, out = _checked_bias_out(a, b, bias, out, accumulate)
     if m == 0 or n == 0:
         return out
     if k == 0:
