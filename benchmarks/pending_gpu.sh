@@ -105,6 +105,7 @@
 #   bash benchmarks/pending_gpu.sh session27e # closing table: GATConv and SAGEConv max on RMAT 2^20, eager to gnn_io
 #   bash benchmarks/pending_gpu.sh session27f # the bias loaded once per program: sweep, dense CUDA tests
 #   bash benchmarks/pending_gpu.sh session27g # final code: A/B against x3tile, GATConv and SAGEConv max
+#   bash benchmarks/pending_gpu.sh session27h # final code: GEMM CUDA tests, the 128 -> 512 map's launches
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1079,6 +1080,14 @@ elif [[ $what == session27g ]]; then
   # final code (bias loaded once, two programs per SM): the step against session 24's tile kernel, A/B
   timeout 250 python3 -m benchmarks.ab --layers gat,sage_max --graphs rmat-large --modes gnn_io_x3tile,gnn_io \
     --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_large.txt" | tail -2
+elif [[ $what == session27h ]]; then
+  # final code: the CUDA tests of the GEMM files (and GATConv, SAGEConv max, TransformerConv in CUDA graph trees with
+  # every GEMM on the kernels), then the 128 -> 512 map's launches with chunks of 32 and the bias loaded once
+  kernel_tests 260 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
+    tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
+  timeout 80 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --stationary 512 \
+    >"$out/stationary_1048576_512.txt" 2>&1
+  grep "^| [fd]" "$out/stationary_1048576_512.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
