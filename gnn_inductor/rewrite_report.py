@@ -190,7 +190,9 @@ def format_text_for(chosen: list) -> list:
         if any(r.dense_gemms.values()):
             made = ", ".join(f"{n} in the {g}" for g, n in r.dense_gemms.items() if n)
             lines.append("  float32 GEMMs on Tensor Cores by the 3xTF32 split, float32 accuracy (gnn_io::mm, "
-                         f"gnn_inductor/dense_gemm.py; GNN_IO_FP32_GEMM=cublas turns it off): {made}")
+                         "gnn_inductor/dense_gemm.py; tall products of an inner size up to 128 on the "
+                         "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off, =x3tile keeps the tile "
+                         f"kernel): {made}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")
