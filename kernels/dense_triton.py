@@ -246,21 +246,28 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
 STATIONARY_LAUNCH = (64, 64, 4, 3, 2)
 STATIONARY_MAX_K = 128
 STATIONARY_K_CHUNK = 32
-_SMS: dict = {}
+# the launch above needs about 200 KiB of shared memory per program (the H100 and B200 give 227 KiB; an A100's 163
+# KiB would fail to compile it): devices with less keep the tile kernel
+STATIONARY_SHARED_MEMORY = 200 * 1024
+_DEVICES: dict = {}
 
 
-def _sm_count(device) -> int:
+def _device_facts(device) -> tuple:
+    """(SM count, whether its programs get :data:`STATIONARY_SHARED_MEMORY`) of a CUDA device, read once."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
+    if index not in _DEVICES:
+        props = torch.cuda.get_device_properties(index)
+        _DEVICES[index] = (props.multi_processor_count, props.shared_memory_per_block_optin >= STATIONARY_SHARED_MEMORY)
+    return _DEVICES[index]
 
 
 def stationary_takes(a: Tensor, b: Tensor) -> bool:
     """Whether the tall ``a @ b`` can run on the weight-stationary kernel: the inner size at most
-    :data:`STATIONARY_MAX_K`, ``a`` and ``b.T`` at unit stride along it, and ``GNN_IO_FP32_GEMM`` not ``x3tile``."""
+    :data:`STATIONARY_MAX_K`, ``a`` and ``b.T`` at unit stride along it, ``GNN_IO_FP32_GEMM`` not ``x3tile``, and
+    (on CUDA) a device with the shared memory its launch needs."""
     return (a.shape[1] <= STATIONARY_MAX_K and (a.stride(1) == 1 or a.shape[1] == 1)
-            and (b.stride(0) == 1 or b.shape[0] == 1) and setting() == "x3")
+            and (b.stride(0) == 1 or b.shape[0] == 1) and setting() == "x3"
+            and (not a.is_cuda or _device_facts(a.device)[1]))
 
 
 def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool,
@@ -274,7 +281,7 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
     block_k = max(16, next_power_of_2(k))
     k_chunk = max(block_k // 4, min(block_k, launch[5] if len(launch) > 5 else STATIONARY_K_CHUNK))  # <= 4 chunks
     tiles_n = cdiv(n, block_n)
-    programs_m = max(1, min(cdiv(m, block_m), per_sm * (_sm_count(a.device) if a.is_cuda else 4) // tiles_n))
+    programs_m = max(1, min(cdiv(m, block_m), per_sm * (_device_facts(a.device)[0] if a.is_cuda else 4) // tiles_n))
     att, score, head_dim = scores if scores is not None else (c, c, 1)
     ea, eb = extra if extra is not None else (c, c)
     bt = b.t()

@@ -187,6 +187,26 @@ def test_stationary_kernel_refuses_what_it_cannot_run():
     assert not dense_triton.stationary_takes(torch.zeros(4, 8).t(), torch.zeros(4, 4))  # rows not at unit stride
 
 
+def test_stationary_kernel_needs_the_shared_memory(monkeypatch):
+    """A CUDA device whose programs get less shared memory than the launch needs (an A100) keeps the tile kernel;
+    the device's facts are read once."""
+    props = type("Props", (), {"multi_processor_count": 108, "shared_memory_per_block_optin": 166912})
+    calls = []
+    monkeypatch.setattr(dense_triton, "_DEVICES", {})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: calls.append(index) or props)
+    a = torch.zeros(8, 128, device="meta")
+    b = torch.zeros(4, 128, device="meta").t()
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    device = torch.device("cuda", 0)
+    assert dense_triton._device_facts(device) == (108, False)
+    assert dense_triton._device_facts(device) == (108, False) and calls == [0]
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: device))
+    assert not dense_triton.stationary_takes(a, b)
+    props.shared_memory_per_block_optin = 232448  # an H100
+    monkeypatch.setattr(dense_triton, "_DEVICES", {})
+    assert dense_triton.stationary_takes(a, b)
+
+
 def test_under_interpreter_rerun():
     if INTERPRETED:
         pytest.skip("already under the interpreter")
