@@ -133,6 +133,12 @@ def test_stationary_kernel_epilogues(monkeypatch):
     dense_triton.matmul(a, b, out=wide[:, 8:72], accumulate=True)
     assert _error(wide[:, 8:72], start[:, 8:72] + a.double() @ b.double()) < TOLERANCE
     assert torch.equal(wide[:, :8].double(), start[:, :8]) and torch.equal(wide[:, 72:].double(), start[:, 72:])
+    bias = torch.randn(64, device=DEVICE)
+    dense_triton.matmul(a, b, bias, out=wide[:, 8:72])  # written over, with a bias
+    assert _error(wide[:, 8:72], a.double() @ b.double() + bias.double()) < TOLERANCE
+    assert torch.equal(wide[:, :8].double(), start[:, :8]) and torch.equal(wide[:, 72:].double(), start[:, 72:])
+    with pytest.raises(ValueError, match="bias must be"):
+        dense_triton.matmul(a, b, torch.randn(63, device=DEVICE))
     ea = torch.randn(200, 6, device=DEVICE)
     eb = torch.randn(6, 64, device=DEVICE)
     exact = a.double() @ b.double() + ea.double() @ eb.double()
