@@ -134,10 +134,9 @@ def loop_ms(fn, calls: int = 20, rounds: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
-# (BLOCK_M, BLOCK_N, warps, stages, programs per SM); session 27's first sweep also ran 128-row and 128-column tiles:
-# out of shared memory at three or more stages, 2x slower at two
-# (64 x 32 tiles, five stages: slower or out of shared memory, session 27's second sweep); the last entry is the inner
-# chunk summed apart (128: one chunk, Tensor-Core accumulation over all of K)
+# (BLOCK_M, BLOCK_N, warps, stages, programs per SM, inner chunk summed apart; 128: one chunk, the Tensor Cores
+# accumulating all of K). Session 27's earlier sweeps also ran 128-row and 128-column tiles (out of shared memory at
+# three stages or more, 2x slower at two), 64 x 32 tiles (slower) and five stages (out of shared memory).
 STATIONARY_SWEEP = [(64, 64, 4, 3, p, c) for p in (1, 2) for c in (32, 64, 128)]
 
 
@@ -190,7 +189,8 @@ def main():
     parser.add_argument("--x3", type=int, default=0, metavar="OUT_WIDTH",
                         help="time the 3xTF32 Triton GEMMs against cuBLAS for a width -> OUT_WIDTH linear map")
     parser.add_argument("--stationary", type=int, default=0, metavar="OUT_WIDTH",
-                        help="the tall products by the weight-stationary kernel's launches against the kernel used")
+                        help="the tall products by the weight-stationary kernel's launches against the tile kernel "
+                        "and cuBLAS")
     args = parser.parse_args()
     if args.stationary:
         print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
