@@ -106,6 +106,7 @@
 #   bash benchmarks/pending_gpu.sh session27f # the bias loaded once per program: sweep, dense CUDA tests
 #   bash benchmarks/pending_gpu.sh session27g # final code: A/B against x3tile, GATConv and SAGEConv max
 #   bash benchmarks/pending_gpu.sh session27h # final code: GEMM CUDA tests, the 128 -> 512 map's launches
+#   bash benchmarks/pending_gpu.sh session28  # owed: GAT's GEMM epilogue terms on the tile and stationary kernels
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1088,6 +1089,13 @@ elif [[ $what == session27h ]]; then
   timeout 80 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --stationary 512 \
     >"$out/stationary_1048576_512.txt" 2>&1
   grep "^| [fd]" "$out/stationary_1048576_512.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
+elif [[ $what == session28 ]]; then
+  # owed by session 27 (docs/benchmarks/session27/README.md, "Next"): what GAT's epilogue terms cost on each tall
+  # kernel (the score vectors and rank-R rows are read per row tile in the weight-stationary kernel's loop), alone
+  for setting in x3tile x3; do
+    GNN_IO_FP32_GEMM=$setting timeout 120 python3 -m benchmarks.head_scores_ops >"$out/head_scores_$setting.txt" 2>&1
+    echo "== GNN_IO_FP32_GEMM=$setting"; grep "^| [fdw]" "$out/head_scores_$setting.txt"
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
