@@ -182,6 +182,15 @@ def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     return out
 
 
+def _gemm_table(shape: str, time_column: str, digits: int, rows: dict) -> None:
+    """Print ``{(product, variant): (ms, error or failure)}`` as a markdown table, device and versions first."""
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
+    print(f"| {shape} | variant | {time_column} | max abs err / max |")
+    print("| --- | --- | --- | --- |")
+    for (name, variant), (ms, err) in rows.items():
+        print(f"| {name} | {variant} | {ms:.{digits}f} | {err if isinstance(err, str) else f'{err:.1e}'} |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1 << 20)
@@ -193,18 +202,11 @@ def main():
                         "and cuBLAS")
     args = parser.parse_args()
     if args.stationary:
-        print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
-        print(f"| {args.rows} rows | variant | ms (back to back) | max abs err / max |")
-        print("| --- | --- | --- | --- |")
-        for (name, variant), (ms, err) in stationary_gemms(args.rows, args.width, args.stationary).items():
-            print(f"| {name} | {variant} | {ms:.4f} | {err if isinstance(err, str) else f'{err:.1e}'} |")
+        _gemm_table(f"{args.rows} rows", "ms (back to back)", 4,
+                    stationary_gemms(args.rows, args.width, args.stationary))
         return
     if args.x3:
-        print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
-        print(f"| {args.rows} x {args.width} -> {args.x3} | variant | ms | max abs err / max |")
-        print("| --- | --- | --- | --- |")
-        for (name, variant), (ms, err) in x3_gemms(args.rows, args.width, args.x3).items():
-            print(f"| {name} | {variant} | {ms:.3f} | {err if isinstance(err, str) else f'{err:.1e}'} |")
+        _gemm_table(f"{args.rows} x {args.width} -> {args.x3}", "ms", 3, x3_gemms(args.rows, args.width, args.x3))
         return
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "tf32", torch.backends.cuda.matmul.allow_tf32)
     print(f"| op ({args.rows} x {args.width}) | variant | ms | max rel err |")
