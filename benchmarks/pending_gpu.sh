@@ -1092,10 +1092,17 @@ elif [[ $what == session27h ]]; then
 elif [[ $what == session28 ]]; then
   # owed by session 27 (docs/benchmarks/session27/README.md, "Next"): what GAT's epilogue terms cost on each tall
   # kernel (the score vectors and rank-R rows are read per row tile in the weight-stationary kernel's loop), alone
-  for setting in x3tile x3; do
-    GNN_IO_FP32_GEMM=$setting timeout 120 python3 -m benchmarks.head_scores_ops >"$out/head_scores_$setting.txt" 2>&1
-    echo "== GNN_IO_FP32_GEMM=$setting"; grep "^| [fdw]" "$out/head_scores_$setting.txt"
+  # session 28: and with them loaded once per program (GNN_IO_STATIONARY_HOIST=1, the extra range as a 3xTF32 chunk)
+  for setting in x3tile x3:0 x3:1; do
+    GNN_IO_FP32_GEMM=${setting%%:*} GNN_IO_STATIONARY_HOIST=${setting#*:} timeout 120 \
+      python3 -m benchmarks.head_scores_ops >"$out/head_scores_${setting/:/_}.txt" 2>&1
+    echo "== $setting"; grep "^| [fd]" "$out/head_scores_${setting/:/_}.txt"
   done
+  kernel_tests 150 tests/kernels/test_dense_triton.py tests/test_head_scores.py
+  timeout 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes gnn_io_epilogue_loop,gnn_io \
+    --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_gat.txt" | tail -2
+  timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 16 \
+    >"$out/profile_gat.txt" 2>&1; grep -E "^== |kernel|Self CUDA time total" "$out/profile_gat.txt" | head -16
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -146,9 +146,12 @@ def _bias_row(bias_ptr, cols, col_mask, BIAS: tl.constexpr):
 def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias, att_ptr, score_ptr,
               stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
               BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, SCORES: tl.constexpr, HEAD_C: tl.constexpr,
-              EXTRA_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              EXTRA_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, att0=None, att1=None,
+              ATT_LOADED: tl.constexpr = 0):
     """A ``[BLOCK_M, BLOCK_N]`` output tile's extra terms and store (:func:`_mm_kernel`'s docstring): ``+ ea @ eb``,
-    ``+ bias`` (the tile's columns, :func:`_bias_row`), the head scores, ``+ c`` when ``ACCUMULATE``."""
+    ``+ bias`` (the tile's columns, :func:`_bias_row`), the head scores, ``+ c`` when ``ACCUMULATE``. The first
+    ``ATT_LOADED`` (at most 2) attention rows come loaded as ``att0``, ``att1`` (:func:`_att_rows`), the rest are
+    read here."""
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
         ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
         eb = tl.load(eb_ptr + e * stride_ebk + cols * stride_ebn, mask=col_mask, other=0.0)
@@ -159,7 +162,10 @@ def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, s
         tile_heads = pid_n * (BLOCK_N // HEAD_C) + tl.arange(0, BLOCK_N // HEAD_C)
         head_mask = row_mask[:, None] & (tile_heads < N // HEAD_C)[None, :]
         for r in tl.static_range(SCORES):
-            att = tl.load(att_ptr + r * N + cols, mask=col_mask, other=0.0)
+            if r < ATT_LOADED:
+                att = att0 if r == 0 else att1
+            else:
+                att = tl.load(att_ptr + r * N + cols, mask=col_mask, other=0.0)
             score = tl.sum(tl.reshape(acc * att[None, :], (BLOCK_M, BLOCK_N // HEAD_C, HEAD_C)), axis=2)
             tl.store(score_ptr + rows[:, None].to(tl.int64) * stride_sm + r * stride_sr + tile_heads[None, :], score,
                      mask=head_mask)
@@ -171,21 +177,22 @@ def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, s
 
 
 @triton.jit
-def _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, chunk, K_CHUNK: tl.constexpr):
+def _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, chunk, K_CHUNK: tl.constexpr, stride_btk=1):
     """The TF32 head, tail and finite head (:func:`_finite`) of ``bt``'s inner chunk ``chunk`` for these columns, as
     ``[K_CHUNK, BLOCK_N]`` operands."""
     ks = chunk * K_CHUNK + tl.arange(0, K_CHUNK)
-    b = tl.load(bt_ptr + cols[None, :].to(tl.int64) * stride_btn + ks[:, None],
+    b = tl.load(bt_ptr + cols[None, :].to(tl.int64) * stride_btn + ks[:, None] * stride_btk,
                 mask=(ks < K)[:, None] & col_mask[None, :], other=0.0)
     head, tail = _split_tf32(b)
     return head, tail, _finite(head)
 
 
 @triton.jit
-def _chunk_product(a_ptr, rows, row_mask, stride_am, K, chunk, K_CHUNK: tl.constexpr, b_hi, b_lo, b_hi_finite):
+def _chunk_product(a_ptr, rows, row_mask, stride_am, K, chunk, K_CHUNK: tl.constexpr, b_hi, b_lo, b_hi_finite,
+                   stride_ak=1):
     """``a[rows, chunk] @ b[chunk]`` by three TF32 products, tails first into a fresh accumulator."""
     ks = chunk * K_CHUNK + tl.arange(0, K_CHUNK)
-    a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :],
+    a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak,
                 mask=row_mask[:, None] & (ks < K)[None, :], other=0.0)
     a_hi, a_lo = _split_tf32(a)
     part = tl.dot(a_lo, b_hi_finite, input_precision="tf32")
@@ -200,7 +207,8 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
                        ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
                        BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, K_CHUNK: tl.constexpr,
-                       SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0):
+                       SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
+                       ATT_LOADED: tl.constexpr = 0, EXTRA_DOT: tl.constexpr = 0):
     """``c = a @ bt^T`` and :func:`_epilogue`'s terms for a tall ``a [M, K]`` and a small ``bt [N, K]`` (``K <=
     BLOCK_K``, at most four ``K_CHUNK``s), both at unit stride along ``K``. Each program owns one column
     tile, whose TF32 head and tail of ``bt`` it splits once and keeps, and walks every ``programs_m``-th row tile (a
@@ -223,6 +231,12 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
         b2_hi, b2_lo, b2_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 2, K_CHUNK)
         b3_hi, b3_lo, b3_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 3, K_CHUNK)
     bias = _bias_row(bias_ptr, cols, col_mask, BIAS)
+    # the epilogue's column operands, loaded once per program too: the first ATT_LOADED (<= 2) attention rows, and
+    # with EXTRA_DOT (a power of two >= 16 and >= EXTRA_K) the extra inner range's eb as one more TF32-split chunk
+    att0 = _bias_row(att_ptr, cols, col_mask, ATT_LOADED > 0)
+    att1 = _bias_row(att_ptr + N, cols, col_mask, ATT_LOADED > 1)
+    if EXTRA_DOT > 0:
+        e_hi, e_lo, e_fin = _weight_chunk(eb_ptr, cols, col_mask, stride_ebn, EXTRA_K, 0, EXTRA_DOT, stride_ebk)
     for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -232,9 +246,13 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
         if BLOCK_K // K_CHUNK > 2:
             acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 2, K_CHUNK, b2_hi, b2_lo, b2_fin)
             acc += _chunk_product(a_ptr, rows, row_mask, stride_am, K, 3, K_CHUNK, b3_hi, b3_lo, b3_fin)
+        if EXTRA_DOT > 0:
+            acc += _chunk_product(ea_ptr, rows, row_mask, stride_eam, EXTRA_K, 0, EXTRA_DOT, e_hi, e_lo, e_fin,
+                                  stride_eak)
         _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias, att_ptr,
                   score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
-                  BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M, BLOCK_N)
+                  BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K * (EXTRA_DOT == 0), BLOCK_M, BLOCK_N, att0, att1,
+                  ATT_LOADED)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured
@@ -284,6 +302,8 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
     programs_m = max(1, min(cdiv(m, block_m), per_sm * (_device_facts(a.device)[0] if a.is_cuda else 4) // tiles_n))
     att, score, head_dim = scores if scores is not None else (c, c, 1)
     ea, eb = extra if extra is not None else (c, c)
+    extra_k = ea.shape[1] if extra else 0
+    hoist = os.environ.get("GNN_IO_STATIONARY_HOIST", "1") != "0"  # session 28's A/B only
     bt = b.t()
     _stationary_kernel[(programs_m * tiles_n,)](
         a, bt, c, bias if bias is not None else c, m, n, k, a.stride(0), bt.stride(0), c.stride(0), c.stride(1),
@@ -292,7 +312,8 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
         eb.stride(1) if extra else 0,
         BIAS=bias is not None, ACCUMULATE=accumulate, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, NUM_STAGES=stages, K_CHUNK=k_chunk, SCORES=att.shape[0] if scores else 0,
-        HEAD_C=head_dim, EXTRA_K=ea.shape[1] if extra else 0, num_warps=warps)
+        HEAD_C=head_dim, EXTRA_K=extra_k, ATT_LOADED=min(2, att.shape[0]) if scores and hoist else 0,
+        EXTRA_DOT=max(16, next_power_of_2(extra_k)) if extra_k and hoist else 0, num_warps=warps)
 
 
 def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tuple = STATIONARY_LAUNCH) -> Tensor:

@@ -139,22 +139,25 @@ def test_stationary_kernel_epilogues(monkeypatch):
     assert torch.equal(wide[:, :8].double(), start[:, :8]) and torch.equal(wide[:, 72:].double(), start[:, 72:])
     with pytest.raises(ValueError, match="bias must be"):
         dense_triton.matmul(a, b, torch.randn(63, device=DEVICE))
-    ea = torch.randn(200, 6, device=DEVICE)
-    eb = torch.randn(6, 64, device=DEVICE)
-    exact = a.double() @ b.double() + ea.double() @ eb.double()
-    assert _error(dense_triton.mm_extra(a, b, ea, eb), exact) < TOLERANCE
+    for k2 in (6, 16):  # the extra inner range, up to MAX_SCORES; its eb split once per program
+        ea = torch.randn(200, k2, device=DEVICE)
+        eb = torch.randn(k2, 64, device=DEVICE)
+        exact = a.double() @ b.double() + ea.double() @ eb.double()
+        assert _error(dense_triton.mm_extra(a, b, ea, eb), exact) < TOLERANCE
+        assert _error(dense_triton.mm_extra(a, b, ea.t().contiguous().t(), eb.t().contiguous().t()), exact) < TOLERANCE
     x = torch.randn(200, 96, device=DEVICE)
     weight = torch.randn(128, 96, device=DEVICE) / 10
     bias = torch.randn(128, device=DEVICE)
-    att = torch.randn(2, 4, 32, device=DEVICE)
-    h_exact = x.double() @ weight.double().t() + bias.double()
-    scores_exact = torch.einsum("nhc,rhc->nrh", h_exact.view(200, 4, 32), att.double())
     results = {}
     for setting in ("x3", "x3tile"):
         monkeypatch.setenv("GNN_IO_FP32_GEMM", setting)
         assert dense_triton.stationary_takes(x, weight.t()) == (setting == "x3")
-        h, scores = dense_triton.linear_scores(x, weight, bias, att)
-        assert _error(h, h_exact) < TOLERANCE and _error(scores, scores_exact) < TOLERANCE
+        for count in (1, 2, 3):  # two attention rows held per program, a third read per tile
+            att = torch.randn(count, 4, 32, device=DEVICE)
+            h_exact = x.double() @ weight.double().t() + bias.double()
+            scores_exact = torch.einsum("nhc,rhc->nrh", h_exact.view(200, 4, 32), att.double())
+            h, scores = dense_triton.linear_scores(x, weight, bias, att)
+            assert _error(h, h_exact) < TOLERANCE and _error(scores, scores_exact) < TOLERANCE
         results[setting] = dense_triton.matmul(a, b)
     torch.testing.assert_close(results["x3"], results["x3tile"], rtol=1e-5, atol=1e-5)
 
