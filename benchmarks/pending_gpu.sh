@@ -106,7 +106,7 @@
 #   bash benchmarks/pending_gpu.sh session27f # the bias loaded once per program: sweep, dense CUDA tests
 #   bash benchmarks/pending_gpu.sh session27g # final code: A/B against x3tile, GATConv and SAGEConv max
 #   bash benchmarks/pending_gpu.sh session27h # final code: GEMM CUDA tests, the 128 -> 512 map's launches
-#   bash benchmarks/pending_gpu.sh session28  # owed: GAT's GEMM epilogue terms on the tile and stationary kernels
+#   bash benchmarks/pending_gpu.sh session28  # GAT's GEMM epilogue terms on both tall kernels, CUDA tests, A/B, profile
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1091,15 +1091,14 @@ elif [[ $what == session27h ]]; then
   grep "^| [fd]" "$out/stationary_1048576_512.txt" | awk -F'|' '{print $2"|"$3"|"$4"|"$5}' | cut -c1-90
 elif [[ $what == session28 ]]; then
   # owed by session 27 (docs/benchmarks/session27/README.md, "Next"): what GAT's epilogue terms cost on each tall
-  # kernel (the score vectors and rank-R rows are read per row tile in the weight-stationary kernel's loop), alone
-  # session 28: and with them loaded once per program (GNN_IO_STATIONARY_HOIST=1, the extra range as a 3xTF32 chunk)
-  for setting in x3tile x3:0 x3:1; do
-    GNN_IO_FP32_GEMM=${setting%%:*} GNN_IO_STATIONARY_HOIST=${setting#*:} timeout 120 \
-      python3 -m benchmarks.head_scores_ops >"$out/head_scores_${setting/:/_}.txt" 2>&1
-    echo "== $setting"; grep "^| [fd]" "$out/head_scores_${setting/:/_}.txt"
+  # kernel, alone; then the CUDA tests, GATConv's step A/B and its profile. Session 28's call 1 also ran the
+  # per-row-tile epilogue (GNN_IO_STATIONARY_HOIST=0, harness mode gnn_io_epilogue_loop), removed after that call
+  for setting in x3tile x3; do
+    GNN_IO_FP32_GEMM=$setting timeout 120 python3 -m benchmarks.head_scores_ops >"$out/head_scores_$setting.txt" 2>&1
+    echo "== $setting"; grep "^| [fd]" "$out/head_scores_$setting.txt"
   done
   kernel_tests 150 tests/kernels/test_dense_triton.py tests/test_head_scores.py
-  timeout 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes gnn_io_epilogue_loop,gnn_io \
+  timeout 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes gnn_io_x3tile,gnn_io \
     --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_gat.txt" | tail -2
   timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 16 \
     >"$out/profile_gat.txt" 2>&1; grep -E "^== |kernel|Self CUDA time total" "$out/profile_gat.txt" | head -16

@@ -129,16 +129,17 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
                  side_acc, mask=side_mask[:, None] & col_mask[None, :])
     _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr + split * stride_cs, stride_cm, stride_cn,
-              _bias_row(bias_ptr, cols, col_mask, BIAS), att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr,
+              _columns_row(bias_ptr, cols, col_mask, BIAS), att_ptr, score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr,
               stride_eam, stride_eak, stride_ebk, stride_ebn, BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K, BLOCK_M,
               BLOCK_N)
 
 
 @triton.jit
-def _bias_row(bias_ptr, cols, col_mask, BIAS: tl.constexpr):
-    """The bias of these columns (zeros without one), loaded once per program, outside any row-tile loop."""
-    if BIAS:
-        return tl.load(bias_ptr + cols, mask=col_mask, other=0.0)
+def _columns_row(row_ptr, cols, col_mask, LOAD: tl.constexpr):
+    """A row of per-column values (the bias, an attention vector) at these columns, zeros unless ``LOAD``: loaded
+    once per program, outside any row-tile loop."""
+    if LOAD:
+        return tl.load(row_ptr + cols, mask=col_mask, other=0.0)
     return tl.zeros(cols.shape, dtype=tl.float32)
 
 
@@ -149,7 +150,7 @@ def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, s
               EXTRA_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, att0=None, att1=None,
               ATT_LOADED: tl.constexpr = 0):
     """A ``[BLOCK_M, BLOCK_N]`` output tile's extra terms and store (:func:`_mm_kernel`'s docstring): ``+ ea @ eb``,
-    ``+ bias`` (the tile's columns, :func:`_bias_row`), the head scores, ``+ c`` when ``ACCUMULATE``. The first
+    ``+ bias`` (the tile's columns, :func:`_columns_row`), the head scores, ``+ c`` when ``ACCUMULATE``. The first
     ``ATT_LOADED`` (at most 2) attention rows come loaded as ``att0``, ``att1`` (:func:`_att_rows`), the rest are
     read here."""
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
@@ -216,7 +217,9 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
     software-pipelined over ``NUM_STAGES`` row tiles. The inner range is taken ``K_CHUNK`` at a time: each chunk's
     three TF32 products go tails first into a fresh accumulator, then the heads' product, and the chunk's sum is
     added to the tile's in float32 on the CUDA cores (as Triton's ``tf32x3`` does per step: the Tensor Cores'
-    own accumulation over a long inner range loses low bits, measured 4.6e-7 against 1.9e-7 at one 128 chunk)."""
+    own accumulation over a long inner range loses low bits, measured 4.6e-7 against 1.9e-7 at one 128 chunk).
+    ``mm_extra``'s second inner range is one more such chunk (``EXTRA_DOT`` rows, ``eb`` split once), not the tile
+    kernel's rank-1 updates."""
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid_n = pid % tiles_n
@@ -230,11 +233,12 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
     if BLOCK_K // K_CHUNK > 2:
         b2_hi, b2_lo, b2_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 2, K_CHUNK)
         b3_hi, b3_lo, b3_fin = _weight_chunk(bt_ptr, cols, col_mask, stride_btn, K, 3, K_CHUNK)
-    bias = _bias_row(bias_ptr, cols, col_mask, BIAS)
+    bias = _columns_row(bias_ptr, cols, col_mask, BIAS)
     # the epilogue's column operands, loaded once per program too: the first ATT_LOADED (<= 2) attention rows, and
-    # with EXTRA_DOT (a power of two >= 16 and >= EXTRA_K) the extra inner range's eb as one more TF32-split chunk
-    att0 = _bias_row(att_ptr, cols, col_mask, ATT_LOADED > 0)
-    att1 = _bias_row(att_ptr + N, cols, col_mask, ATT_LOADED > 1)
+    # the extra inner range's eb as one more TF32-split chunk of EXTRA_DOT rows (a power of two >= 16, >= EXTRA_K;
+    # 0 without one). Read per row tile inside the pipelined loop, they had cost GAT's step 0.47 ms (session 28)
+    att0 = _columns_row(att_ptr, cols, col_mask, ATT_LOADED > 0)
+    att1 = _columns_row(att_ptr + N, cols, col_mask, ATT_LOADED > 1)
     if EXTRA_DOT > 0:
         e_hi, e_lo, e_fin = _weight_chunk(eb_ptr, cols, col_mask, stride_ebn, EXTRA_K, 0, EXTRA_DOT, stride_ebk)
     for tile_m in tl.range(first_m, tl.cdiv(M, BLOCK_M), programs_m, num_stages=NUM_STAGES):
@@ -251,8 +255,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
                                   stride_eak)
         _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, stride_cn, bias, att_ptr,
                   score_ptr, stride_sm, stride_sr, ea_ptr, eb_ptr, stride_eam, stride_eak, stride_ebk, stride_ebn,
-                  BIAS, ACCUMULATE, SCORES, HEAD_C, EXTRA_K * (EXTRA_DOT == 0), BLOCK_M, BLOCK_N, att0, att1,
-                  ATT_LOADED)
+                  BIAS, ACCUMULATE, SCORES, HEAD_C, 0, BLOCK_M, BLOCK_N, att0, att1, ATT_LOADED)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured
@@ -303,7 +306,6 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
     att, score, head_dim = scores if scores is not None else (c, c, 1)
     ea, eb = extra if extra is not None else (c, c)
     extra_k = ea.shape[1] if extra else 0
-    hoist = os.environ.get("GNN_IO_STATIONARY_HOIST", "1") != "0"  # session 28's A/B only
     bt = b.t()
     _stationary_kernel[(programs_m * tiles_n,)](
         a, bt, c, bias if bias is not None else c, m, n, k, a.stride(0), bt.stride(0), c.stride(0), c.stride(1),
@@ -312,8 +314,8 @@ def _launch_stationary(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, acc
         eb.stride(1) if extra else 0,
         BIAS=bias is not None, ACCUMULATE=accumulate, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, NUM_STAGES=stages, K_CHUNK=k_chunk, SCORES=att.shape[0] if scores else 0,
-        HEAD_C=head_dim, EXTRA_K=extra_k, ATT_LOADED=min(2, att.shape[0]) if scores and hoist else 0,
-        EXTRA_DOT=max(16, next_power_of_2(extra_k)) if extra_k and hoist else 0, num_warps=warps)
+        HEAD_C=head_dim, EXTRA_K=extra_k, ATT_LOADED=min(2, att.shape[0]) if scores else 0,
+        EXTRA_DOT=max(16, next_power_of_2(extra_k)) if extra_k else 0, num_warps=warps)
 
 
 def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tuple = STATIONARY_LAUNCH) -> Tensor:
