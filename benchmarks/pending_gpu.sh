@@ -107,6 +107,7 @@
 #   bash benchmarks/pending_gpu.sh session27g # final code: A/B against x3tile, GATConv and SAGEConv max
 #   bash benchmarks/pending_gpu.sh session27h # final code: GEMM CUDA tests, the 128 -> 512 map's launches
 #   bash benchmarks/pending_gpu.sh session28  # GAT's GEMM epilogue terms on both tall kernels, CUDA tests, A/B, profile
+#   bash benchmarks/pending_gpu.sh session28b # the weight gradient: the wide kernel's launches, and each kernel's MMA
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1102,6 +1103,17 @@ elif [[ $what == session28 ]]; then
     --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_gat.txt" | tail -2
   timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 16 \
     >"$out/profile_gat.txt" 2>&1; grep -E "^== |kernel|Self CUDA time total" "$out/profile_gat.txt" | head -16
+elif [[ $what == session28b ]]; then
+  # the weight gradient: the wide kernel's launches against today's split launch and cuBLAS, 128 -> 128 and 128 ->
+  # 512; then which MMA each compiled kernel got (wgmma, or mma v2 for operands TF32 wgmma cannot read)
+  export TRITON_CACHE_DIR=/tmp/gnn_io_triton_cache_28b; rm -rf "$TRITON_CACHE_DIR"
+  for width in 128 512; do
+    timeout 200 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --wide $width >"$out/wide_$width.txt" 2>&1
+    grep "^| w" "$out/wide_$width.txt" | cut -c1-110
+  done
+  for f in $(find "$TRITON_CACHE_DIR" -name "*.ttgir"); do
+    echo "$(basename "$f"): $(grep -c 'warp_group_dot' "$f") warp_group_dot, $(grep -o 'versionMajor = [0-9]' "$f" | sort -u | tr '\n' ' ')"
+  done | sort | uniq -c
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

@@ -333,6 +333,71 @@ def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tup
     return out
 
 
+@fast_launch
+@triton.jit
+def _wide_kernel(a_ptr, b_ptr, part_ptr, M, N, K, k_per_program, stride_am, stride_ak, stride_bk, stride_bn,
+                 stride_ps, stride_pm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 NUM_STAGES: tl.constexpr, A_ROWS: tl.constexpr):
+    """``part[piece] = a[:, piece] @ b[piece, :]`` for a weight gradient (inner size ``K`` the node count, ``M, N``
+    small): program axis 0 is the piece of the inner range, axis 1 the output tile. Each step loads a
+    ``BLOCK_K``-row slab of ``a^T`` and of ``b`` (with ``A_ROWS``, ``a``'s tile is loaded as ``[BLOCK_K, BLOCK_M]``
+    rows of ``a^T`` and transposed in registers), splits both into TF32 head and tail (:func:`_split_tf32`), and
+    adds the step's three products, summed tails first in a fresh accumulator, to the tile's in float32."""
+    piece = tl.program_id(0)
+    tile = tl.program_id(1)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    col_mask = cols < N
+    k_start = piece * k_per_program
+    k_end = tl.minimum(k_start + k_per_program, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(k_start, k_end, BLOCK_K, num_stages=NUM_STAGES):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_mask = ks < k_end
+        if A_ROWS:
+            a = tl.trans(tl.load(a_ptr + ks[:, None].to(tl.int64) * stride_ak + rows[None, :] * stride_am,
+                                 mask=k_mask[:, None] & row_mask[None, :], other=0.0))
+        else:
+            a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :].to(tl.int64) * stride_ak,
+                        mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+        b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn,
+                    mask=k_mask[:, None] & col_mask[None, :], other=0.0)
+        a_hi, a_lo = _split_tf32(a)
+        b_hi, b_lo = _split_tf32(b)
+        part = tl.dot(a_lo, _finite(b_hi), input_precision="tf32")
+        part = tl.dot(_finite(a_hi), b_lo, part, input_precision="tf32")
+        acc += tl.dot(a_hi, b_hi, part, input_precision="tf32")
+    tl.store(part_ptr + piece * stride_ps + rows[:, None] * stride_pm + cols[None, :], acc,
+             mask=row_mask[:, None] & col_mask[None, :])
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, pieces, A_ROWS) of the wide kernel: benchmarks only for now
+# (session 28's sweep, `benchmarks/dense_ops.py --wide`)
+WIDE_LAUNCH = (128, 128, 32, 8, 3, 132, 1)
+
+
+def wide_mm(a: Tensor, b: Tensor, launch: tuple = WIDE_LAUNCH) -> Tensor:
+    """``a @ b`` for a weight gradient (``a [M, K]``, ``b [K, N]``, ``K`` large), float32, by :func:`_wide_kernel`
+    in ``launch[5]`` pieces of the inner range summed after it in a fixed order."""
+    if a.dtype != torch.float32 or b.dtype != torch.float32 or a.dim() != 2 or b.dim() != 2 \
+            or a.shape[1] != b.shape[0]:
+        raise ValueError(f"wide_mm: float32 [M, K] and [K, N] operands, got {a.dtype} {tuple(a.shape)} and "
+                         f"{b.dtype} {tuple(b.shape)}")
+    m, k = a.shape
+    n = b.shape[1]
+    block_m, block_n, block_k, warps, stages, pieces, a_rows = launch
+    k_per = cdiv(cdiv(k, pieces), block_k) * block_k
+    pieces = max(1, cdiv(k, k_per))
+    part = torch.empty(pieces, m, n, device=a.device, dtype=torch.float32)
+    grid = (pieces, cdiv(m, block_m) * cdiv(n, block_n))
+    _wide_kernel[grid](a, b, part, m, n, k, k_per, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                       part.stride(0), part.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                       NUM_STAGES=stages, A_ROWS=a_rows, num_warps=warps)
+    return part.sum(0)
+
+
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (session 24)
 TALL_LAUNCH = (128, 64, 32, 4, 3)  # output width up to 128
 TALL_WIDE_LAUNCH = (128, 128, 64, 8, 3)  # wider outputs
