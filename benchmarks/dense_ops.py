@@ -182,46 +182,6 @@ def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     return out
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, pieces of the inner range, A_ROWS) of kernels/dense_triton.py's wide
-# kernel (session 28): full-width output tiles (the gradient's rows read once), the pieces, and a^T's tile loaded as
-# rows and transposed in registers (A_ROWS 1) or loaded column by column (0)
-WIDE_SWEEP = [(128, 128, 32, 8, 3, 132, 1), (128, 128, 32, 8, 3, 132, 0), (128, 128, 32, 8, 4, 132, 1),
-              (128, 128, 64, 8, 3, 132, 1), (128, 128, 32, 8, 3, 264, 1), (128, 128, 32, 4, 3, 132, 1),
-              (128, 64, 32, 4, 3, 132, 1), (128, 64, 32, 4, 4, 264, 1), (64, 128, 32, 4, 3, 132, 1),
-              (64, 64, 32, 4, 3, 264, 1), (128, 128, 16, 8, 4, 132, 1)]
-
-
-def wide_gemms(rows: int, width: int, out_width: int) -> dict:
-    """The weight gradient ``g^T x`` of a ``width -> out_width`` map over ``rows`` nodes by cuBLAS float32, the
-    split launch ``dense_triton.matmul`` takes today (Triton's ``tf32x3``), that launch at full-width tiles, and the
-    wide kernel (``dense_triton.wide_mm``) at each launch of :data:`WIDE_SWEEP`: ms per call back to back and the
-    max error over the max magnitude against float64."""
-    from gnn_inductor.kernels import dense_triton
-
-    torch.manual_seed(0)
-    x = torch.randn(rows, width, device="cuda")
-    g = torch.randn(rows, out_width, device="cuda")
-    exact = g.double().t() @ x.double()
-    scale = exact.abs().max().item()
-    variants = {
-        "cuBLAS fp32": lambda: g.t() @ x,
-        f"split launch {dense_triton.SPLIT_LAUNCH} (today)": lambda: dense_triton.mm(g.t(), x,
-                                                                                    launch=dense_triton.SPLIT_LAUNCH),
-        "split launch (128, 128, 32, 8, 3)": lambda: dense_triton.mm(g.t(), x, launch=(128, 128, 32, 8, 3)),
-    }
-    for launch in WIDE_SWEEP:
-        variants[f"wide {launch}"] = lambda l=launch: dense_triton.wide_mm(g.t(), x, launch=l)
-    out = {}
-    for variant, fn in variants.items():
-        try:
-            value = fn()
-            error = ((value.double() - exact).abs().max() / scale).item() if torch.isfinite(value).all() else "nan"
-            out[(f"wgrad {out_width}x{width}", variant)] = (loop_ms(fn), error)
-        except Exception as e:  # noqa: BLE001 - a launch that does not compile is a row, not a stop
-            out[(f"wgrad {out_width}x{width}", variant)] = (float("nan"), f"{type(e).__name__}: {str(e)[:80]}")
-    return out
-
-
 def _gemm_table(shape: str, time_column: str, digits: int, rows: dict) -> None:
     """Print ``{(product, variant): (ms, error or failure)}`` as a markdown table, device and versions first."""
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
@@ -240,12 +200,7 @@ def main():
     parser.add_argument("--stationary", type=int, default=0, metavar="OUT_WIDTH",
                         help="the tall products by the weight-stationary kernel's launches against the tile kernel "
                         "and cuBLAS")
-    parser.add_argument("--wide", type=int, default=0, metavar="OUT_WIDTH",
-                        help="the weight gradient by the wide kernel's launches against the split launch and cuBLAS")
     args = parser.parse_args()
-    if args.wide:
-        _gemm_table(f"{args.rows} rows", "ms (back to back)", 4, wide_gemms(args.rows, args.width, args.wide))
-        return
     if args.stationary:
         _gemm_table(f"{args.rows} rows", "ms (back to back)", 4,
                     stationary_gemms(args.rows, args.width, args.stationary))

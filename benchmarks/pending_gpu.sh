@@ -1104,16 +1104,10 @@ elif [[ $what == session28 ]]; then
   timeout 100 python3 -m benchmarks.profile_layer --layer gat --graph rmat-large --mode gnn_io --rows 16 \
     >"$out/profile_gat.txt" 2>&1; grep -E "^== |kernel|Self CUDA time total" "$out/profile_gat.txt" | head -16
 elif [[ $what == session28b ]]; then
-  # the weight gradient: the wide kernel's launches against today's split launch and cuBLAS, 128 -> 128 and 128 ->
-  # 512; then which MMA each compiled kernel got (wgmma, or mma v2 for operands TF32 wgmma cannot read)
-  export TRITON_CACHE_DIR=/tmp/gnn_io_triton_cache_28b; rm -rf "$TRITON_CACHE_DIR"
-  for width in 128 512; do
-    timeout 200 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --wide $width >"$out/wide_$width.txt" 2>&1
-    grep "^| w" "$out/wide_$width.txt" | cut -c1-110
-  done
-  for f in $(find "$TRITON_CACHE_DIR" -name "*.ttgir"); do
-    echo "$(basename "$f"): $(grep -c 'warp_group_dot' "$f") warp_group_dot, $(grep -o 'versionMajor = [0-9]' "$f" | sort -u | tr '\n' ' ')"
-  done | sort | uniq -c
+  # ran once (session 28, call 2): the weight gradient by a wide kernel (full-width output tiles, the split made in
+  # the kernel) against the split launch, `dense_ops --wide`; 1.1-2.2x slower, removed after. The code is commit 6538c36
+  echo "session28b: removed after its call; docs/dense.md and docs/benchmarks/session28/call2_wide_*.txt have it" >&2
+  exit 2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
