@@ -108,6 +108,7 @@
 #   bash benchmarks/pending_gpu.sh session27h # final code: GEMM CUDA tests, the 128 -> 512 map's launches
 #   bash benchmarks/pending_gpu.sh session28  # GAT's GEMM epilogue terms on both tall kernels, CUDA tests, A/B, profile
 #   bash benchmarks/pending_gpu.sh session28b # the weight gradient: the wide kernel's launches, and each kernel's MMA
+#   bash benchmarks/pending_gpu.sh session28c # RMAT 2^17: TransformerConv's and GATv2Conv's kernel profiles
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1108,6 +1109,15 @@ elif [[ $what == session28b ]]; then
   # the kernel) against the split launch, `dense_ops --wide`; 1.1-2.2x slower, removed after. The code is commit 6538c36
   echo "session28b: removed after its call; docs/dense.md and docs/benchmarks/session28/call2_wide_*.txt have it" >&2
   exit 2
+elif [[ $what == session28c ]]; then
+  # RMAT 2^17 (arxiv-size): where TransformerConv's and GATv2Conv's GPU time goes (targets 2.5 and 3.5 ms a step)
+  for layer in transformer gatv2; do
+    timeout 120 python3 -m benchmarks.profile_layer --layer $layer --graph rmat-arxiv --mode gnn_io --rows 40 \
+      >"$out/profile_${layer}_arxiv.txt" 2>&1
+    grep -E "^== |Self CUDA time total" "$out/profile_${layer}_arxiv.txt" | head -3
+    awk '/Self CUDA %/{n++} n==1' "$out/profile_${layer}_arxiv.txt" | grep -v "^ *gnn_io::\|^ *##\|autograd\|Compiled\|Torch-Compiled" \
+      | awk '{print $1, $(NF-3), $NF}' | head -30
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
