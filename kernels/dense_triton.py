@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gnn_inductor.kernels._common import SettingError, cuda_graphs_requested
+from gnn_inductor.kernels._common import SettingError
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 
 SETTING = "GNN_IO_FP32_GEMM"
@@ -38,11 +38,6 @@ SETTING = "GNN_IO_FP32_GEMM"
 # WIDE_MIN_WORK (1.05x at 2^20 x 128 x 128, 1.12x at 2^20 x 128 x 512, a loss at 2^17 rows).
 TALL_MIN_WORK = 1 << 33
 WIDE_MIN_WORK = 1 << 34
-# Under CUDA graph trees (GNN_IO_CUDAGRAPHS=1) a replay issues the step's kernels without their per-call CPU cost,
-# which is what kept the weight-stationary kernel out of arxiv-size steps (session 27: 0.086 ms against cuBLAS's
-# 0.126 for [2^17, 128] @ [128, 128], yet 0.91x per SAGEConv max step, bound by the CPU). There its tall products
-# (inner size up to STATIONARY_MAX_K) are taken from this many multiply-adds (session 28)
-REPLAYED_TALL_MIN_WORK = 1 << 31
 SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
 
@@ -357,10 +352,8 @@ def setting() -> str:
 
 def shape_kind(m: int, k: int, n: int) -> str | None:
     """``"tall"`` (rows many, the rest thin), ``"wide"`` (the inner size many, the output small) or None, by the
-    module's measured thresholds (:data:`REPLAYED_TALL_MIN_WORK` for the weight-stationary kernel's inner sizes
-    under CUDA graphs)."""
-    if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= (
-            REPLAYED_TALL_MIN_WORK if k <= STATIONARY_MAX_K and cuda_graphs_requested() else TALL_MIN_WORK):
+    module's measured thresholds."""
+    if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
         return "tall"
     if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
         return "wide"

@@ -231,13 +231,6 @@ def test_policy_thresholds_and_setting(monkeypatch):
     assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
     assert dense_triton.shape_kind(128, 1 << 17, 128) is None
     assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
-    # under CUDA graph trees the launches' CPU cost is gone: the weight-stationary kernel's inner sizes from 2^31
-    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
-    assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"
-    assert dense_triton.shape_kind(1 << 16, 128, 128) is None
-    assert dense_triton.shape_kind(1 << 17, 384, 128) is None  # the tile kernel's: its threshold stays
-    assert dense_triton.shape_kind(128, 1 << 17, 128) is None
-    monkeypatch.delenv("GNN_IO_CUDAGRAPHS")
     cpu = torch.zeros(4, 4)
     monkeypatch.delenv("GNN_IO_TRITON_ON_CPU", raising=False)
     assert not dense_triton.takes(cpu, cpu)  # CPU tensors outside the tests' interpreter mode: cuBLAS's place
