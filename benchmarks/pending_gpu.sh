@@ -109,6 +109,7 @@
 #   bash benchmarks/pending_gpu.sh session28  # GAT's GEMM epilogue terms on both tall kernels, CUDA tests, A/B, profile
 #   bash benchmarks/pending_gpu.sh session28b # the weight gradient: the wide kernel's launches, and each kernel's MMA
 #   bash benchmarks/pending_gpu.sh session28c # RMAT 2^17: TransformerConv's and GATv2Conv's kernel profiles
+#   bash benchmarks/pending_gpu.sh session28d # (reverted) RMAT 2^17 under CUDA graphs: the stationary kernel from 2^31
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1118,6 +1119,12 @@ elif [[ $what == session28c ]]; then
     awk '/Self CUDA %/{n++} n==1' "$out/profile_${layer}_arxiv.txt" | grep -v "^ *gnn_io::\|^ *##\|autograd\|Compiled\|Torch-Compiled" \
       | awk '{print $1, $(NF-3), $NF}' | head -30
   done
+elif [[ $what == session28d ]]; then
+  # ran once (session 28, call 4): under CUDA graph trees, the weight-stationary kernel's tall products from 2^31
+  # multiply-adds at RMAT 2^17, A/B against the same replays with cuBLAS (harness mode gnn_io_cg_cublas): SAGEConv
+  # max 0.88x, GATv2Conv 0.97x, TransformerConv and GATConv ties; reverted (commit a22074c has it)
+  echo "session28d: reverted after its call; docs/dense.md and docs/benchmarks/session28/call4_*.txt have it" >&2
+  exit 2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
