@@ -110,6 +110,7 @@
 #   bash benchmarks/pending_gpu.sh session28b # the weight gradient: the wide kernel's launches, and each kernel's MMA
 #   bash benchmarks/pending_gpu.sh session28c # RMAT 2^17: TransformerConv's and GATv2Conv's kernel profiles
 #   bash benchmarks/pending_gpu.sh session28d # (reverted) RMAT 2^17 under CUDA graphs: the stationary kernel from 2^31
+#   bash benchmarks/pending_gpu.sh session28e # final code: GEMM and CUDA-graph tests, the closing table
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1125,6 +1126,13 @@ elif [[ $what == session28d ]]; then
   # max 0.88x, GATv2Conv 0.97x, TransformerConv and GATConv ties; reverted (commit a22074c has it)
   echo "session28d: reverted after its call; docs/dense.md and docs/benchmarks/session28/call4_*.txt have it" >&2
   exit 2
+elif [[ $what == session28e ]]; then
+  # final code: the GEMM and CUDA-graph tests on CUDA, then the closing table (GATConv and SAGEConv max on RMAT 2^20
+  # against PyG eager and torch.compile default)
+  kernel_tests 200 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
+    tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
+  harness_table 330 closing --graphs rmat-large --layers gat,sage_max --modes eager,inductor,gnn_io \
+    --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
