@@ -111,6 +111,7 @@
 #   bash benchmarks/pending_gpu.sh session28c # RMAT 2^17: TransformerConv's and GATv2Conv's kernel profiles
 #   bash benchmarks/pending_gpu.sh session28d # (reverted) RMAT 2^17 under CUDA graphs: the stationary kernel from 2^31
 #   bash benchmarks/pending_gpu.sh session28e # final code: GEMM and CUDA-graph tests, the closing table
+#   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1133,6 +1134,10 @@ elif [[ $what == session28e ]]; then
     tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
   harness_table 330 closing --graphs rmat-large --layers gat,sage_max --modes eager,inductor,gnn_io \
     --reps 10 | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
+elif [[ $what == session28f ]]; then
+  # session28e's tests again, with the time they need (its 200 s cut them at about 75%)
+  kernel_tests 330 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
+    tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
