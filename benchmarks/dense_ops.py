@@ -64,7 +64,7 @@ def gemms(rows: int, width: int) -> dict:
     return out
 
 
-def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3split")) -> dict:
+def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3split"), only: str = "") -> dict:
     """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense_triton.py``) in its launches, for a linear
     map ``width -> out_width`` over ``rows`` nodes: forward, input gradient, weight gradient. Errors are the max
     absolute error over the max magnitude, against float64."""
@@ -86,6 +86,10 @@ def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3spl
             (128, 64, 128, 8, 2), (128, 128, 128, 8, 2), (64, 64, 128, 4, 2), (256, 64, 32, 8, 3), (64, 64, 64, 4, 4),
             (128, 32, 32, 4, 3), (128, 32, 64, 4, 4)]
     splits = [(64, 64, 32, 4, 3), (128, 64, 64, 8, 3), (128, 64, 32, 4, 4), (64, 64, 64, 4, 3)]
+    if only:  # session 28: more launches of the weight gradient's split kernel
+        splits += [(128, 64, 32, 4, 3), (128, 64, 32, 4, 5), (128, 64, 32, 8, 4), (128, 64, 64, 4, 3),
+                   (128, 32, 32, 4, 4), (64, 128, 32, 4, 4), (128, 64, 16, 4, 6), (64, 64, 32, 4, 5)]
+        shapes = {name: case for name, case in shapes.items() if name.startswith(only)}
     out = {}
     for name, ((a, b, bias_), exact) in shapes.items():
         scale = exact.abs().max().item()
@@ -103,7 +107,7 @@ def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3spl
         wide = name.startswith("wgrad")
         for precision in precisions:
             for launch in (splits if wide else tall):
-                for split in ((None, 132) if wide else (None,)):
+                for split in (((None, 66, 132, 198) if only else (None, 132)) if wide else (None,)):
                     key = (name, f"{precision} {launch} split {split}")
                     fn = (lambda l=launch, s=split, p=precision: dense_triton.mm(a, b, bias_, launch=l, split=s,
                                                                                 precision=p))
@@ -200,13 +204,17 @@ def main():
     parser.add_argument("--stationary", type=int, default=0, metavar="OUT_WIDTH",
                         help="the tall products by the weight-stationary kernel's launches against the tile kernel "
                         "and cuBLAS")
+    parser.add_argument("--only", default="", help="with --x3: only the products whose name starts so (e.g. wgrad), "
+                        "over more launches and splits, tf32x3 only")
     args = parser.parse_args()
     if args.stationary:
         _gemm_table(f"{args.rows} rows", "ms (back to back)", 4,
                     stationary_gemms(args.rows, args.width, args.stationary))
         return
     if args.x3:
-        _gemm_table(f"{args.rows} x {args.width} -> {args.x3}", "ms", 3, x3_gemms(args.rows, args.width, args.x3))
+        precisions = ("tf32x3",) if args.only else ("tf32x3", "x3split")
+        _gemm_table(f"{args.rows} x {args.width} -> {args.x3}", "ms", 3,
+                    x3_gemms(args.rows, args.width, args.x3, precisions, args.only))
         return
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "tf32", torch.backends.cuda.matmul.allow_tf32)
     print(f"| op ({args.rows} x {args.width}) | variant | ms | max rel err |")

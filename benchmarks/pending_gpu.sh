@@ -112,6 +112,7 @@
 #   bash benchmarks/pending_gpu.sh session28d # (reverted) RMAT 2^17 under CUDA graphs: the stationary kernel from 2^31
 #   bash benchmarks/pending_gpu.sh session28e # final code: GEMM and CUDA-graph tests, the closing table
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
+#   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1138,6 +1139,14 @@ elif [[ $what == session28f ]]; then
   # session28e's tests again, with the time they need (its 200 s cut them at about 75%)
   kernel_tests 330 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/test_head_scores.py \
     tests/test_gemm_accumulate.py tests/gpu/test_cudagraphs_cuda.py
+elif [[ $what == session28g ]]; then
+  # the weight gradient's split launch (128, 64, 32, 4, 4; 132 pieces since session 24) against more launches and
+  # piece counts, 128 -> 128 and 128 -> 512 at 2^20 rows
+  for width in 128 512; do
+    timeout 250 python3 -m benchmarks.dense_ops --rows 1048576 --width 128 --x3 $width --only wgrad \
+      >"$out/wgrad_$width.txt" 2>&1
+    grep "^| w" "$out/wgrad_$width.txt" | sort -t'|' -k4 -n | head -8 | cut -c1-100
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
