@@ -113,7 +113,6 @@
 #   bash benchmarks/pending_gpu.sh session28e # final code: GEMM and CUDA-graph tests, the closing table
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
-#   bash benchmarks/pending_gpu.sh session28h # bias gradients summed by the weight gradient's launch: A/B, tests
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1148,12 +1147,6 @@ elif [[ $what == session28g ]]; then
       >"$out/wgrad_$width.txt" 2>&1
     grep "^| w" "$out/wgrad_$width.txt" | sort -t'|' -k4 -n | head -8 | cut -c1-100
   done
-elif [[ $what == session28h ]]; then
-  # bias gradients summed by their weight gradient's launch (gnn_io::mm_rowsum): A/B on RMAT 2^20 against Inductor's
-  # reductions (GNN_IO_GEMM_SUMS=0), then the GEMM and CUDA-graph tests
-  timeout 330 python3 -m benchmarks.ab --layers sage_max,gin,transformer --graphs rmat-large \
-    --modes gnn_io_no_gemm_sums,gnn_io --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_sums.txt" | tail -4
-  kernel_tests 240 tests/kernels/test_dense_triton.py tests/test_dense_gemm.py tests/gpu/test_cudagraphs_cuda.py
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

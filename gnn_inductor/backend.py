@@ -112,8 +112,6 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
     if graph_report is not None and graph_report.rewrites:
         # large float32 GEMMs by the 3xTF32 split on Tensor Cores (gnn_inductor/dense_gemm.py)
         graph_report.dense_gemms["backward" if kwargs.get("is_backward") else "forward"] = dense_gemm.rewrite(gm)
-        # ... and a bias gradient summed by its weight gradient's launch (gnn_inductor/dense_gemm.py)
-        graph_report.gemm_row_sums += dense_gemm.fold_sums(gm)
     if _cuda_graphs():
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)

@@ -18,9 +18,6 @@ multiply inside (``addmm_into``, ``gather_scatter_backward_mm``, ``attention_bac
 """
 from __future__ import annotations
 
-import operator
-import os
-
 import torch
 from torch import Tensor
 from torch.fx import GraphModule
@@ -46,23 +43,6 @@ _LIB.impl("mm", _mm, "CompositeExplicitAutograd")
 _LIB.impl("mm", _mm_meta, "Meta")  # fake tensors: shapes only (a fake CUDA tensor would otherwise reach Triton)
 _LIB.impl("mm", torch.library.fallthrough_kernel, "Autograd")  # only inside compiled graphs: no autograd
 MM = torch.ops.gnn_io.mm.default
-
-_LIB.define("mm_rowsum(Tensor a, Tensor b) -> (Tensor, Tensor)")
-
-
-def _mm_rowsum(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    return dense_triton.mm_rowsum(a, b)
-
-
-def _mm_rowsum_meta(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    return a.new_empty((a.shape[0], b.shape[1])), a.new_empty((a.shape[0],))
-
-
-_LIB.impl("mm_rowsum", _mm_rowsum, "CompositeExplicitAutograd")
-_LIB.impl("mm_rowsum", _mm_rowsum_meta, "Meta")
-_LIB.impl("mm_rowsum", torch.library.fallthrough_kernel, "Autograd")  # only inside compiled graphs
-MM_ROWSUM = torch.ops.gnn_io.mm_rowsum.default
-SUMS_SETTING = "GNN_IO_GEMM_SUMS"
 
 
 def enabled() -> bool:
@@ -110,78 +90,6 @@ def rewrite(gm: GraphModule) -> int:
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         count += 1
-    if count:
-        gm.graph.lint()
-        gm.recompile()
-    return count
-
-
-def sums_enabled() -> bool:
-    """``GNN_IO_GEMM_SUMS`` (default on; ``0`` keeps Inductor's reductions): :func:`fold_sums`."""
-    return os.environ.get(SUMS_SETTING, "1").strip() != "0"
-
-
-def _transposed(node) -> bool:
-    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
-            and (node.target is aten.t.default
-                 or (node.target is aten.permute.default and list(node.args[1]) == [1, 0])))
-
-
-def _weight_gradient_of(grad) -> torch.fx.Node | None:
-    """A ``gnn_io::mm(grad^T, b)`` of this graph (a weight gradient on the split kernel, no bias), or None."""
-    for transposed in grad.users:
-        if not _transposed(transposed):
-            continue
-        for user in transposed.users:
-            if (user.op == "call_function" and user.target is MM and user.args[0] is transposed
-                    and (len(user.args) < 3 or user.args[2] is None)):
-                sizes = tensor_val(transposed).shape
-                if dense_triton.shape_kind(sizes[0], sizes[1], tensor_val(user).shape[1]) == "wide":
-                    return user
-    return None
-
-
-def fold_sums(gm: GraphModule) -> int:
-    """A linear layer's backward reads its output gradient ``dY`` ``[N, F]`` twice: the weight gradient ``dY^T x``
-    and the bias gradient ``dY.sum(0)``, an Inductor reduction (0.18 ms per 128-wide layer at 2^20 rows on the
-    H100, session 19's SAGEConv max profile). Where the weight gradient runs on the split kernel (a ``gnn_io::mm``
-    of :func:`rewrite`), turn the pair into one ``gnn_io::mm_rowsum(dY^T, x)``, which sums the tiles of ``dY`` it
-    loads anyway. Returns how many pairs; nothing with ``GNN_IO_GEMM_SUMS=0``."""
-    from gnn_inductor.linear_fusion import _call
-
-    if not sums_enabled():
-        return 0
-    order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    count = 0
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not aten.sum.dim_IntList or node.kwargs:
-            continue
-        grad, dims = node.args[0], node.args[1]
-        keepdim = len(node.args) > 2 and bool(node.args[2])
-        grad_val = tensor_val(grad) if isinstance(grad, torch.fx.Node) else None
-        if grad_val is None or grad_val.dim() != 2 or grad_val.dtype != torch.float32 or list(dims) not in ([0], [-2]):
-            continue
-        mm = _weight_gradient_of(grad)
-        if mm is None:
-            continue
-        transposed, b = mm.args[0], mm.args[1]
-        first = min(mm, node, key=order.__getitem__)  # the fused op goes before both
-        if isinstance(b, torch.fx.Node) and order[b] >= order[first]:
-            continue  # x made after the sum: leave the pair as it is
-        with gm.graph.inserting_before(first):
-            if order[transposed] >= order[first]:  # the sum comes first: transpose dY again before it
-                transposed = _call(gm, aten.permute.default, (grad, [1, 0]))
-            fused = _call(gm, MM_ROWSUM, (transposed, b))
-            product = _call(gm, operator.getitem, (fused, 0))
-            sums = _call(gm, operator.getitem, (fused, 1))
-            total = _call(gm, aten.view.default, (sums, [1, grad_val.shape[1]])) if keepdim else sums
-        product.meta.update({k: v for k, v in mm.meta.items() if k != "val"})
-        mm.replace_all_uses_with(product)
-        node.replace_all_uses_with(total)
-        gm.graph.erase_node(mm)
-        gm.graph.erase_node(node)
-        count += 1
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
     if count:
         gm.graph.lint()
         gm.recompile()

@@ -80,7 +80,6 @@ class GraphReport:
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
     dense_gemms: dict = field(default_factory=dict)  # "forward"/"backward" -> GEMMs made gnn_io::mm (dense_gemm.py)
-    gemm_row_sums: int = 0  # bias gradients summed by their weight gradient's launch (dense_gemm.fold_sums)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -96,8 +95,7 @@ class GraphReport:
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
                 "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
-                "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms),
-                "gemm_row_sums": self.gemm_row_sums}
+                "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms)}
 
 
 _REPORTS: list = []
@@ -195,10 +193,6 @@ def format_text_for(chosen: list) -> list:
                          "gnn_inductor/dense_gemm.py; tall products of an inner size up to 128 on the "
                          "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off, =x3tile keeps the tile "
                          f"kernel): {made}")
-        if r.gemm_row_sums:
-            lines.append("  bias gradients summed by their weight gradient's launch, no separate reduction "
-                         f"(gnn_io::mm_rowsum, gnn_inductor/dense_gemm.py; GNN_IO_GEMM_SUMS=0 turns it off): "
-                         f"{r.gemm_row_sums}")
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

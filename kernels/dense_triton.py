@@ -66,11 +66,10 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                att_ptr, score_ptr, stride_sm, stride_sr,
                ea_ptr, eb_ptr, k_extra, stride_eam, stride_eak, stride_ebk, stride_ebn,
                side_ptr, side_out_ptr, side_rows, stride_sdm, stride_sdk, stride_sos, stride_som,
-               rowsum_ptr, stride_rs,
                BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
-               SIDE: tl.constexpr = 0, ROWSUM: tl.constexpr = 0):
+               SIDE: tl.constexpr = 0):
     """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the terms GAT's head scores
     add (:func:`linear_scores`, :func:`mm_extra`, :func:`mm_side`; kernels/head_scores.py derives them):
 
@@ -80,10 +79,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
       (``ea [M, k_extra]``, ``eb [k_extra, N]``), one piece only, summed by rank-1 float32 updates on the CUDA
       cores (a padded 3xTF32 dot measured slower, session 25);
     - ``SIDE`` (0: none, else a power of two >= 16 and >= ``side_rows``): ``side_out[piece] = side @ b`` over this
-      piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile;
-    - ``ROWSUM``: ``rowsum[piece] = a[:, piece range].sum(1)``, from the tiles of ``a`` the product loads anyway
-      (a weight gradient's ``a`` is ``dY^T``: these are the bias gradient's column sums of ``dY``), written by the
-      programs of the first column tile."""
+      piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -106,15 +102,11 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
         side_index = tl.arange(0, SIDE)
         side_mask = (side_index < side_rows) & (pid_m == 0)  # one row tile makes it
         side_acc = tl.zeros((SIDE, BLOCK_N), dtype=tl.float32)
-    if ROWSUM:
-        row_acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_mask = ks < k_end
         a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :].to(tl.int64) * stride_ak,
                     mask=row_mask[:, None] & k_mask[None, :], other=0.0)
-        if ROWSUM:
-            row_acc += tl.sum(a, axis=1)
         b = tl.load(b_ptr + ks[:, None].to(tl.int64) * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
                     mask=k_mask[:, None] & col_mask[None, :], other=0.0)
         if SIDE > 0:
@@ -133,8 +125,6 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
             acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    if ROWSUM:
-        tl.store(rowsum_ptr + split * stride_rs + rows, row_acc, mask=row_mask & (pid_n == 0))
     if SIDE > 0:
         tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
                  side_acc, mask=side_mask[:, None] & col_mask[None, :])
@@ -418,10 +408,10 @@ def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None 
 
 def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bool, split: int, k_per_split: int,
             launch: tuple, precision: str, scores: tuple | None = None, extra: tuple | None = None,
-            side: tuple | None = None, rowsum: Tensor | None = None) -> None:
+            side: tuple | None = None) -> None:
     """One ``_mm_kernel`` launch. ``scores``: ``(att [R, N] contiguous, score [M, R, H] with unit head stride,
     head_dim)``; ``extra``: ``(ea [M, k2], eb [k2, N])``; ``side``: ``(side [s, K], side_out [split, s, N]
-    contiguous rows)``; ``rowsum``: ``[split, M]``, unit stride along ``M`` (the kernel's docstring)."""
+    contiguous rows)`` (the kernel's docstring)."""
     m, k = a.shape
     n = b.shape[1]
     block_m, block_n, block_k, warps, stages = launch
@@ -439,12 +429,11 @@ def _launch(a: Tensor, b: Tensor, c: Tensor, bias: Tensor | None, accumulate: bo
                      side_a, side_out, side_a.shape[0] if side else 0, side_a.stride(0) if side else 0,
                      side_a.stride(1) if side else 0, side_out.stride(0) if side else 0,
                      side_out.stride(1) if side else 0,
-                     rowsum if rowsum is not None else c, rowsum.stride(0) if rowsum is not None else 0,
                      BIAS=bias is not None, ACCUMULATE=accumulate, PRECISION=precision,
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
                      SCORES=att.shape[0] if scores else 0, HEAD_C=head_dim,
                      EXTRA_K=ea.shape[1] if extra else 0,
-                     SIDE=max(16, next_power_of_2(side_a.shape[0])) if side else 0, ROWSUM=rowsum is not None,
+                     SIDE=max(16, next_power_of_2(side_a.shape[0])) if side else 0,
                      num_warps=warps, num_stages=stages)
 
 
@@ -578,20 +567,3 @@ def mm_side(a: Tensor, b: Tensor, side: Tensor) -> tuple[Tensor, Tensor]:
     side_partial = torch.empty(split, side.shape[0], n, device=a.device, dtype=torch.float32)
     _launch(a, b, partial, None, False, split, k_per_split, SPLIT_LAUNCH, PRECISION, side=(side, side_partial))
     return partial.sum(0), side_partial.sum(0)
-
-
-def mm_rowsum(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """``(a @ b, a.sum(1))`` for a weight gradient (``a = dY^T [M, K]``, ``K`` the rows): the row sums (the bias
-    gradient) from the split launch's own loads of ``a``, where :func:`takes` says so; else by ATen (float32
-    operands in both)."""
-    if not (takes(a, b) and shape_kind(a.shape[0], a.shape[1], b.shape[1]) == "wide"):
-        return a @ b, a.sum(1)
-    m, k = a.shape
-    n = b.shape[1]
-    split = splits_for(m, n, k)
-    k_per_split = triton.cdiv(triton.cdiv(k, split), SPLIT_LAUNCH[2]) * SPLIT_LAUNCH[2]
-    split = triton.cdiv(k, k_per_split)
-    partial = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
-    sums = torch.empty(split, m, device=a.device, dtype=torch.float32)
-    _launch(a, b, partial, None, False, split, k_per_split, SPLIT_LAUNCH, PRECISION, rowsum=sums)
-    return partial.sum(0), sums.sum(0)

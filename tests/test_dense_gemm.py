@@ -84,37 +84,6 @@ def test_leaves_gemms_it_does_not_take(case, low_thresholds, cpu_kernels, monkey
     assert _targets(gm).count(dense_gemm.MM) == expected
 
 
-@pytest.mark.parametrize("case", ["keepdim", "flat", "sum_first", "off", "other_dim", "other_tensor"])
-def test_bias_gradient_summed_by_the_weight_gradient(case, low_thresholds, cpu_kernels, monkeypatch):
-    """``dY.sum(0)`` next to a weight gradient ``dY^T x`` on the split kernel becomes one ``gnn_io::mm_rowsum``
-    (kept dims or not, the sum before or after the product in the graph), with the same values; ``GNN_IO_GEMM_SUMS=0``,
-    a sum over the other dim and a sum of another tensor stay Inductor's."""
-    if case == "off":
-        monkeypatch.setenv("GNN_IO_GEMM_SUMS", "0")
-
-    def fn(g, x, other):
-        db = (g.sum(1, keepdim=True) if case == "other_dim" else other.sum(0) if case == "other_tensor"
-              else g.sum(0, keepdim=case != "flat"))
-        if case == "sum_first":
-            db = db * 2.0
-        dw = torch.mm(g.t(), x)
-        return dw, db, dw.sum()
-
-    inputs = [torch.randn(40, 12), torch.randn(40, 8), torch.randn(40, 12)]
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    assert dense_gemm.rewrite(gm) == 1
-    folded = dense_gemm.fold_sums(gm)
-    expected = 1 if case in ("keepdim", "flat", "sum_first") else 0
-    assert folded == expected
-    targets = _targets(gm)
-    assert targets.count(dense_gemm.MM_ROWSUM) == expected and targets.count(dense_gemm.MM) == 1 - expected
-    assert targets.count(aten.sum.dim_IntList) == 1 - expected
-    monkeypatch.delenv("GNN_IO_TRITON_ON_CPU")  # the values by ATen's counterpart (the kernel: tests/kernels)
-    for got, want in zip(gm(*inputs), fn(*inputs)):
-        assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
 def test_op_without_the_kernel_is_cublas_with_bias():
     a, b, bias = torch.randn(5, 3), torch.randn(3, 4), torch.randn(4)
     torch.testing.assert_close(torch.ops.gnn_io.mm(a, b, bias), torch.addmm(bias, a, b))
@@ -146,7 +115,6 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
         return record
     # the tile kernel (weight gradients, wide inner sizes) and the weight-stationary kernel (tall products)
     monkeypatch.setattr(dense_triton, "mm", recording(dense_triton.mm))
-    monkeypatch.setattr(dense_triton, "mm_rowsum", recording(dense_triton.mm_rowsum))
     monkeypatch.setattr(dense_triton, "_launch_stationary", recording(dense_triton._launch_stationary))
     torch.manual_seed(0)
     device = "cpu" if INTERPRETED else "cuda"
@@ -167,10 +135,6 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     made = sum(sum(r.dense_gemms.values()) for r in gnn_inductor.rewrite_report.reports(model))
     assert made >= 3 and len(ran) >= 3, (made, ran)
-    # SAGEConv's lin_l has a bias: its gradient is summed by a weight gradient's launch (GATConv's comes from the
-    # attention's D kernel)
-    sums = sum(r.gemm_row_sums for r in gnn_inductor.rewrite_report.reports(model))
-    assert sums == (1 if layer == "sage_max" else 0)
     assert "gnn_io::mm" in gnn_inductor.rewrite_report.format_text(model)
 
 

@@ -186,29 +186,6 @@ def test_stationary_kernel_inf_and_nan():
     assert _error(value[:, 4:], (a.double() @ b.double())[:, 4:]) < TOLERANCE
 
 
-@runs_kernel
-def test_weight_gradient_with_row_sums(monkeypatch):
-    """``mm_rowsum``: a weight gradient ``dY^T x`` and ``dY``'s column sums (the bias gradient) from one split launch,
-    both against float64, over several pieces and output tiles; below the thresholds (or off the kernels' device)
-    the same values by ATen."""
-    monkeypatch.setattr(dense_triton, "WIDE_MIN_WORK", 1)
-    monkeypatch.setattr(dense_triton, "SMALL_SIDE", 200)
-    monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
-    for rows, out_width, width in [(700, 96, 80), (300, 130, 40)]:
-        g = torch.randn(rows, out_width, device=DEVICE)
-        g[5] = 0.0
-        x = torch.randn(rows, width, device=DEVICE)
-        assert dense_triton.shape_kind(out_width, rows, width) == "wide"
-        product, sums = dense_triton.mm_rowsum(g.t(), x)
-        assert product.shape == (out_width, width) and sums.shape == (out_width,)
-        assert _error(product, g.double().t() @ x.double()) < TOLERANCE
-        assert _error(sums, g.double().sum(0)) < TOLERANCE
-    monkeypatch.setattr(dense_triton, "WIDE_MIN_WORK", 1 << 40)
-    product, sums = dense_triton.mm_rowsum(g.t(), x)
-    torch.testing.assert_close(sums, g.sum(0))
-    torch.testing.assert_close(product, g.t() @ x)
-
-
 def test_stationary_kernel_refuses_what_it_cannot_run():
     a = torch.zeros(8, 129)
     with pytest.raises(ValueError, match="K<=128"):
