@@ -113,6 +113,7 @@
 #   bash benchmarks/pending_gpu.sh session28e # final code: GEMM and CUDA-graph tests, the closing table
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
+#   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1147,6 +1148,12 @@ elif [[ $what == session28g ]]; then
       >"$out/wgrad_$width.txt" 2>&1
     grep "^| w" "$out/wgrad_$width.txt" | sort -t'|' -k4 -n | head -8 | cut -c1-100
   done
+elif [[ $what == session28h ]]; then
+  # ran once (session 28, calls 8-9): bias gradients summed by their weight gradient's split launch
+  # (gnn_io::mm_rowsum), A/B on RMAT 2^20 against Inductor's reductions: SAGEConv max, GINConv and TransformerConv
+  # all 1.00x over 14 rounds; reverted (commit 29cae44 has it)
+  echo "session28h: reverted after its calls; docs/dense.md and docs/benchmarks/session28/call8_*, call9_* have it" >&2
+  exit 2
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10
