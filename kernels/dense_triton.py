@@ -151,7 +151,7 @@ def _epilogue(acc, rows, cols, row_mask, col_mask, pid_n, N, c_ptr, stride_cm, s
               ATT_LOADED: tl.constexpr = 0):
     """A ``[BLOCK_M, BLOCK_N]`` output tile's extra terms and store (:func:`_mm_kernel`'s docstring): ``+ ea @ eb``,
     ``+ bias`` (the tile's columns, :func:`_columns_row`), the head scores, ``+ c`` when ``ACCUMULATE``. The first
-    ``ATT_LOADED`` (at most 2) attention rows come loaded as ``att0``, ``att1`` (:func:`_att_rows`), the rest are
+    ``ATT_LOADED`` (at most 2) attention rows come loaded as ``att0``, ``att1`` (:func:`_columns_row`), the rest are
     read here."""
     for e in tl.static_range(EXTRA_K):  # the second inner range as rank-1 float32 updates
         ea = tl.load(ea_ptr + rows.to(tl.int64) * stride_eam + e * stride_eak, mask=row_mask, other=0.0)
