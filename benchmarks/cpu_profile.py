@@ -13,6 +13,14 @@ import torch
 from benchmarks.profile_layer import layer_step
 
 
+def sampled_steps(step, count: int) -> None:
+    """``count`` steps, each synchronised as the harness times them; an outside sampler keeps the stacks under this
+    function's frame (the warm-up and compile before it are not the step)."""
+    for _ in range(count):
+        step()
+        torch.cuda.synchronize()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layer", default="sage_max")
@@ -26,6 +34,8 @@ def main():
                         "no per-call cost, so Python-heavy code is not inflated as under cProfile)")
     parser.add_argument("--all-threads", action="store_true", help="the sampler also reads the autograd engine's "
                         "device thread, where a CUDA backward runs")
+    parser.add_argument("--loop", type=int, default=0, help="after the timing, only run this many more steps in "
+                        "sampled_steps() and stop: for an outside sampler (py-spy, benchmarks/pyspy_summary.py)")
     args = parser.parse_args()
     step = layer_step(args.layer, args.graph, args.mode)
     for _ in range(5):
@@ -38,6 +48,9 @@ def main():
     torch.cuda.synchronize()
     wall_ms = (time.perf_counter() - start) * 1e3 / args.steps
     print(f"== {args.layer} {args.graph} {args.mode}: CPU {cpu_ms:.3f} ms/step issued, {wall_ms:.3f} ms/step with the GPU")
+    if args.loop:
+        sampled_steps(step, args.loop)
+        return
     if args.sampler:
         from benchmarks.stack_sampler import StackSampler
 

@@ -114,6 +114,7 @@
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
+#   bash benchmarks/pending_gpu.sh session28i # RMAT 2^17: CPU stacks of SAGEConv max and TransformerConv by py-spy
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1154,6 +1155,22 @@ elif [[ $what == session28h ]]; then
   # all 1.00x over 14 rounds; reverted (commit 29cae44 has it)
   echo "session28h: reverted after its calls; docs/dense.md and docs/benchmarks/session28/call8_*, call9_* have it" >&2
   exit 2
+elif [[ $what == session28i ]]; then
+  # the arxiv-size steps' CPU time sampled from outside the process (py-spy: its wheel carried in .wheels/), with
+  # native frames; without them if that fails (benchmarks/pyspy_summary.py reads the stacks)
+  spy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/py-spy"
+  for layer in sage_max transformer; do
+    for native in --native ""; do
+      timeout 200 "$spy" record $native --threads --rate 1000 --format raw -o "$out/pyspy_$layer.txt" -- \
+        python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --steps 50 --loop 500 \
+        >"$out/pyspy_${layer}_run.txt" 2>&1
+      [[ -s "$out/pyspy_$layer.txt" ]] && break
+      echo "py-spy $native failed:"; tail -3 "$out/pyspy_${layer}_run.txt"
+    done
+    grep "^==" "$out/pyspy_${layer}_run.txt"
+    python3 -m benchmarks.pyspy_summary "$out/pyspy_$layer.txt" --rows 45 >"$out/pyspy_${layer}_summary.md" 2>&1
+    head -6 "$out/pyspy_${layer}_summary.md"
+  done
 elif [[ $what == session21e ]]; then
   # edge features of 64 per edge (Inductor makes lin_edge's [E, 128] output there?): fold on and off
   harness_table 300 gat_edge64 --graphs rmat-large --layers gat_edge64 --modes gnn_io_no_score_fold,gnn_io --reps 10

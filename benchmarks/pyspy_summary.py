@@ -1,0 +1,71 @@
+"""Where a step's CPU time goes, from py-spy's raw (collapsed) stacks: py-spy samples the process from outside, so
+C calls that release the GIL (kernel launches) draw no more samples than they take time, unlike
+``benchmarks/stack_sampler.py``; with ``--native`` the stacks go on into C++ (the dispatcher, the CUDA driver).
+
+    py-spy record --native --threads --rate 1000 --format raw -o stacks.txt -- \\
+        python -m benchmarks.cpu_profile --layer sage_max --graph rmat-arxiv --loop 400
+    python -m benchmarks.pyspy_summary stacks.txt --rows 40
+
+Keeps the samples whose stack holds ``--keep`` (default ``sampled_steps``: the steps, not the compile), plus,
+per thread, those of threads that never show it (the autograd engine's device thread runs a CUDA backward), less
+compile work (``--drop``). Prints each thread's share and, over the kept samples, inclusive and self shares by
+frame.
+"""
+import argparse
+import collections
+import re
+
+
+def _frame(name: str) -> str:
+    """``function (file:line)`` with the file shortened to its last two parts."""
+    m = re.match(r"(.*) \((.*?):(\d+)\)$", name)
+    if not m:
+        return name
+    func, path, _ = m.groups()
+    return f"{func} ({'/'.join(path.split('/')[-2:])})"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("stacks")
+    parser.add_argument("--keep", default="sampled_steps")
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--drop", default="compile_fx,codecache,async_compile,convert_frame,triton/compiler",
+                        help="comma-separated: samples whose stack holds any of these are compile work, dropped")
+    args = parser.parse_args()
+    drops = [d for d in args.drop.split(",") if d]
+    by_thread = collections.defaultdict(list)
+    for line in open(args.stacks):
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if any(d in stack for d in drops):
+            continue
+        by_thread[frames[0]].append((frames[1:], int(count)))
+    kept = []
+    print("| thread | samples | under --keep |")
+    print("| --- | --- | --- |")
+    for thread, samples in by_thread.items():
+        total = sum(c for _, c in samples)
+        under = [(f, c) for f, c in samples if any(args.keep in x for x in f)]
+        print(f"| {thread} | {total} | {sum(c for _, c in under)} |")
+        kept += under if under else samples  # a thread without the frame (the autograd device thread): all of it
+    total = sum(c for _, c in kept) or 1
+    inclusive, own = collections.Counter(), collections.Counter()
+    for frames, count in kept:
+        names = [_frame(f) for f in frames]
+        for name in set(names):
+            inclusive[name] += count
+        if names:
+            own[names[-1]] += count
+    print(f"\n{total} samples kept\n\n| inclusive % | frame |\n| --- | --- |")
+    for name, count in inclusive.most_common(args.rows):
+        print(f"| {100 * count / total:.1f} | {name} |")
+    print("\n| self % | frame |\n| --- | --- |")
+    for name, count in own.most_common(args.rows):
+        print(f"| {100 * count / total:.1f} | {name} |")
+
+
+if __name__ == "__main__":
+    main()
