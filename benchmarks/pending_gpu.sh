@@ -114,7 +114,8 @@
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
-#   bash benchmarks/pending_gpu.sh session28i # RMAT 2^17: CPU stacks of SAGEConv max and TransformerConv by py-spy
+#   bash benchmarks/pending_gpu.sh session28i # owed: RMAT 2^17, CPU stacks of SAGEConv max and TransformerConv by py-spy
+#                                             # (carry .bench_data and .wheels, with the py-spy wheel in .wheels/)
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
 #   bash benchmarks/pending_gpu.sh session19  # owed by session 18: block GAT/GATv2 tests on CUDA (call 11 cut them),
 #                                             # GAT's launch combination, TF32 and peaks after the last changes
@@ -1158,10 +1159,13 @@ elif [[ $what == session28h ]]; then
 elif [[ $what == session28i ]]; then
   # the arxiv-size steps' CPU time sampled from outside the process (py-spy: its wheel carried in .wheels/), with
   # native frames; without them if that fails (benchmarks/pyspy_summary.py reads the stacks)
+  # (session 28's call 10 ran it at --rate 1000 with --native and the process paused per sample: py-spy fell 2.6 s
+  # behind during the compile and the call's time ran out before the first layer finished; hence 200 a second and
+  # --nonblocking here, not yet run)
   spy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/py-spy"
   for layer in sage_max transformer; do
     for native in --native ""; do
-      timeout 200 "$spy" record $native --threads --rate 1000 --format raw -o "$out/pyspy_$layer.txt" -- \
+      timeout 240 "$spy" record $native --nonblocking --threads --rate 200 --format raw -o "$out/pyspy_$layer.txt" -- \
         python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io --steps 50 --loop 500 \
         >"$out/pyspy_${layer}_run.txt" 2>&1
       [[ -s "$out/pyspy_$layer.txt" ]] && break
