@@ -25,31 +25,25 @@ def _frame(name: str) -> str:
     return f"{func} ({'/'.join(path.split('/')[-2:])})"
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("stacks")
-    parser.add_argument("--keep", default="sampled_steps")
-    parser.add_argument("--rows", type=int, default=40)
-    parser.add_argument("--drop", default="compile_fx,codecache,async_compile,convert_frame,triton/compiler",
-                        help="comma-separated: samples whose stack holds any of these are compile work, dropped")
-    args = parser.parse_args()
-    drops = [d for d in args.drop.split(",") if d]
+DROP = "compile_fx,codecache,async_compile,convert_frame,triton/compiler"
+
+
+def summarise(lines, keep: str = "sampled_steps", drop: str = DROP, rows: int = 40) -> str:
+    """The markdown tables of the module docstring from py-spy's raw lines (``frame;frame;... count``, the first
+    frame the thread with ``--threads``)."""
+    drops = [d for d in drop.split(",") if d]
     by_thread = collections.defaultdict(list)
-    for line in open(args.stacks):
+    for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
-        if not stack or not count.isdigit():
+        if not stack or not count.isdigit() or any(d in stack for d in drops):
             continue
         frames = stack.split(";")
-        if any(d in stack for d in drops):
-            continue
         by_thread[frames[0]].append((frames[1:], int(count)))
     kept = []
-    print("| thread | samples | under --keep |")
-    print("| --- | --- | --- |")
+    out = ["| thread | samples | under --keep |", "| --- | --- | --- |"]
     for thread, samples in by_thread.items():
-        total = sum(c for _, c in samples)
-        under = [(f, c) for f, c in samples if any(args.keep in x for x in f)]
-        print(f"| {thread} | {total} | {sum(c for _, c in under)} |")
+        under = [(f, c) for f, c in samples if any(keep in x for x in f)]
+        out.append(f"| {thread} | {sum(c for _, c in samples)} | {sum(c for _, c in under)} |")
         kept += under if under else samples  # a thread without the frame (the autograd device thread): all of it
     total = sum(c for _, c in kept) or 1
     inclusive, own = collections.Counter(), collections.Counter()
@@ -59,12 +53,23 @@ def main():
             inclusive[name] += count
         if names:
             own[names[-1]] += count
-    print(f"\n{total} samples kept\n\n| inclusive % | frame |\n| --- | --- |")
-    for name, count in inclusive.most_common(args.rows):
-        print(f"| {100 * count / total:.1f} | {name} |")
-    print("\n| self % | frame |\n| --- | --- |")
-    for name, count in own.most_common(args.rows):
-        print(f"| {100 * count / total:.1f} | {name} |")
+    out += ["", f"{sum(c for _, c in kept)} samples kept", "", "| inclusive % | frame |", "| --- | --- |"]
+    out += [f"| {100 * count / total:.1f} | {name} |" for name, count in inclusive.most_common(rows)]
+    out += ["", "| self % | frame |", "| --- | --- |"]
+    out += [f"| {100 * count / total:.1f} | {name} |" for name, count in own.most_common(rows)]
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("stacks")
+    parser.add_argument("--keep", default="sampled_steps")
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--drop", default=DROP,
+                        help="comma-separated: samples whose stack holds any of these are compile work, dropped")
+    args = parser.parse_args()
+    with open(args.stacks) as f:
+        print(summarise(f, args.keep, args.drop, args.rows))
 
 
 if __name__ == "__main__":
