@@ -15,6 +15,8 @@ import argparse
 import collections
 import re
 
+from benchmarks.stack_sampler import counts_table
+
 
 def _frame(name: str) -> str:
     """``function (file:line)`` with the file shortened to its last two parts."""
@@ -45,7 +47,7 @@ def summarise(lines, keep: str = "sampled_steps", drop: str = DROP, rows: int = 
         under = [(f, c) for f, c in samples if any(keep in x for x in f)]
         out.append(f"| {thread} | {sum(c for _, c in samples)} | {sum(c for _, c in under)} |")
         kept += under if under else samples  # a thread without the frame (the autograd device thread): all of it
-    total = sum(c for _, c in kept) or 1
+    total = sum(c for _, c in kept)
     inclusive, own = collections.Counter(), collections.Counter()
     for frames, count in kept:
         names = [_frame(f) for f in frames]
@@ -53,11 +55,7 @@ def summarise(lines, keep: str = "sampled_steps", drop: str = DROP, rows: int = 
             inclusive[name] += count
         if names:
             own[names[-1]] += count
-    out += ["", f"{sum(c for _, c in kept)} samples kept", "", "| inclusive % | frame |", "| --- | --- |"]
-    out += [f"| {100 * count / total:.1f} | {name} |" for name, count in inclusive.most_common(rows)]
-    out += ["", "| self % | frame |", "| --- | --- |"]
-    out += [f"| {100 * count / total:.1f} | {name} |" for name, count in own.most_common(rows)]
-    return "\n".join(out)
+    return "\n".join(out + ["", counts_table(total, own, inclusive, rows, max(1, total))])
 
 
 def main():

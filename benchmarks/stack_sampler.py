@@ -75,13 +75,13 @@ class StackSampler:
         """The ``rows`` functions of most inclusive samples, then those of most self samples, as percentages of
         all samples."""
         if not self.all_threads:
-            return _table(self.samples, self.self_counts, self.inclusive_counts, rows, max(1, self.samples))
+            return counts_table(self.samples, self.self_counts, self.inclusive_counts, rows, max(1, self.samples))
         ticks = max(1, self.ticks)
         return "\n".join([
-            f"main thread, as % of {self.ticks} ticks:", _table(self.samples, self.self_counts,
+            f"main thread, as % of {self.ticks} ticks:", counts_table(self.samples, self.self_counts,
                                                                 self.inclusive_counts, rows, ticks), "",
             f"other threads (autograd's device thread), as % of the same {self.ticks} ticks:",
-            _table(self.other_samples, self.other_self, self.other_inclusive, rows, ticks)])
+            counts_table(self.other_samples, self.other_self, self.other_inclusive, rows, ticks)])
 
 
 def _count(frame, self_counts, inclusive_counts) -> None:
@@ -95,7 +95,9 @@ def _count(frame, self_counts, inclusive_counts) -> None:
         frame = frame.f_back
 
 
-def _table(samples, self_counts, inclusive_counts, rows: int, total: int) -> str:
+def counts_table(samples, self_counts, inclusive_counts, rows: int, total: int) -> str:
+    """``samples`` and the ``rows`` names of most inclusive counts (with their self counts), then those of most self
+    counts, as percentages of ``total`` (also benchmarks/pyspy_summary.py's tables)."""
     lines = [f"{samples} samples", "", "| inclusive % | self % | function |", "|---|---|---|"]
     for name, count in inclusive_counts.most_common(rows):
         lines.append(f"| {100 * count / total:.1f} | {100 * self_counts[name] / total:.1f} | {name} |")
