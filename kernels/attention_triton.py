@@ -102,6 +102,7 @@ from gnn_inductor.kernels.spmm_triton import (
     WorkItems, hub_item_count, hub_items, items_memo, work_items, work_items_op, zero_rows_without_entries,
 )
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from gnn_inductor import edge_functions
 
@@ -1253,7 +1254,10 @@ class _Layout:
         if arg.dim() != len(shape) + 1:
             self.reason = f"argument {i} has shape {tuple(self.args[i].shape)}, expected [rows, {shape}]"
             return
-        if role == ROLE_EDGE and arg.shape[0] != self.num_edges:
+        # traced, an edge argument's rows and the edge count may be two unbacked sizes (each edge tensor masked by
+        # its own nonzero, as PyG's remove_self_loops does): undecidable there, taken as equal; the op checks the
+        # real sizes at run time (a ValueError or the reference, never a wrong read)
+        if role == ROLE_EDGE and guard_or_false(arg.shape[0] != self.num_edges):
             self.reason = f"edge argument {i} has {arg.shape[0]} rows for {self.num_edges} edges"
             return
         try:
