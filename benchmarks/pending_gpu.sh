@@ -114,6 +114,7 @@
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
+#   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
 #   bash benchmarks/pending_gpu.sh session28i # owed: RMAT 2^17, CPU stacks of SAGEConv max and TransformerConv by py-spy
 #                                             # (carry .bench_data and .wheels, with the py-spy wheel in .wheels/)
 #   bash benchmarks/pending_gpu.sh session22j # after the review: path tests and the TF32 picks on the dense graphs
@@ -1156,6 +1157,14 @@ elif [[ $what == session28h ]]; then
   # all 1.00x over 14 rounds; reverted (commit 29cae44 has it)
   echo "session28h: reverted after its calls; docs/dense.md and docs/benchmarks/session28/call8_*, call9_* have it" >&2
   exit 2
+elif [[ $what == session29 ]]; then
+  # every CUDA test outside tests/gpu (session 29's call 1 ran tests/gpu whole: 5 failures, fixed since): the kernel
+  # files and the top-level files with CUDA tests, failures listed at the end (-rf). The timeout interrupts (SIGINT):
+  # pytest then still prints the failures' summary (call 5 ran out at 90% with SIGTERM and lost its one failure's name)
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 540 python3 -m pytest -q -rf -p no:cacheprovider tests/kernels tests/test_dense_gemm.py \
+    tests/test_head_scores.py tests/test_gemm_accumulate.py tests/test_score_fold.py tests/test_projected_grads.py \
+    tests/test_packed_grads.py tests/test_direct_ops.py tests/test_linear_fusion.py tests/test_gather_linear.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | grep -v "^[.sF]*  *\[" | tail -25
 elif [[ $what == session28i ]]; then
   # the arxiv-size steps' CPU time sampled from outside the process (py-spy: its wheel carried in .wheels/), with
   # native frames; without them if that fails (benchmarks/pyspy_summary.py reads the stacks)

@@ -121,27 +121,6 @@ def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkey
     assert results["one_pass_segment"][0] and not any(results["one_pass_segment"][0])
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
-@pytest.mark.parametrize("layer", ["GATConv", "GATv2Conv"])
-def test_compiled_layer_with_edge_features_needing_grads(layer, monkeypatch):
-    """Edge features that need a gradient, as ``check_rewrites`` passes them: PyG's remove_self_loops masks the
-    edge index and the edge features by two nonzero calls, so at tracing the attention op's edge rows and its
-    edge count are two unbacked sizes. The rule of where the mass op runs must not guard on their equality
-    (session 29 found the GPU tests failing there, "Could not guard on data-dependent expression"); the layer
-    matches eager, forward and every gradient."""
-    import torch_geometric.nn
-
-    from gnn_inductor.testing import check_rewrites, random_graph
-
-    monkeypatch.setenv("GNN_IO_STRICT", "1")
-    monkeypatch.setenv("GNN_IO_FORCE", "1")
-    torch.manual_seed(0)
-    edge_index = random_graph(30, 90, seed=2, hub_degree=15, num_isolated=2)
-    model = getattr(torch_geometric.nn, layer)(8, 4, heads=2, edge_dim=3)
-    check_rewrites(model, torch.randn(30, 8), edge_index, torch.randn(edge_index.shape[1], 3),
-                   expect={"attention": 1, "near_miss": 0}, calls=1)
-
-
 @runs_kernel
 def test_src_register_cap_reaches_the_src_pass(plan, monkeypatch):  # noqa: F811
     """``GNN_IO_SRC_MAXNREG``: the src pass launches with that cap (and without one when unset), the gradients

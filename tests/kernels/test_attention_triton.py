@@ -28,7 +28,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 from torch_geometric.utils import softmax as pyg_softmax
 
 from gnn_inductor import edge_functions, rewrite_report
-from gnn_inductor.testing import TOLERANCES, random_graph
+from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -696,6 +696,29 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
         assert rewrite.details["dropout_p"] == 0.5 and "mask regenerated" in kernel_name("cuda", rewrite.details)
     else:
         assert "dropout_p" not in rewrite.details
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
+@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
+@pytest.mark.parametrize("name, make, family", LAYERS[:3], ids=[name for name, _, _ in LAYERS[:3]])
+def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family, with_edge_attr, monkeypatch):
+    """The CUDA tests' matrix (tests/gpu/test_attention_cuda.py) on the fused kernels, interpreted: GATConv,
+    GATv2Conv and TransformerConv compiled with ``gnn_io``, with and without edge features, against eager PyG,
+    forward and the gradients of every input (edge features included, as ``check_rewrites`` makes them leaves
+    that need one) and parameter. Here the trace-time rules that only look at arguments the fused kernels take
+    run on CPU too: GATConv and GATv2Conv mask the edge index and the edge features by two nonzero calls, two
+    unbacked sizes at tracing that the rules must not guard on (session 29: the CUDA tests failed to compile
+    there with "Could not guard on data-dependent expression", and no CPU test saw it)."""
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    torch.manual_seed(0)
+    edge_index = random_graph(30, 90, seed=2, hub_degree=15, num_isolated=2)
+    model = make(3 if with_edge_attr else None).train()
+    inputs = (torch.randn(30, 8), edge_index) + ((torch.randn(edge_index.shape[1], 3),) if with_edge_attr else ())
+    result = check_rewrites(model, *inputs, expect={"attention": 1, "near_miss": 0}, calls=1)
+    (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "attention"]
+    # the report names the CPU reference on CPU; the CUDA name from the same details is the fused family's
+    assert kernel_name("cuda", rewrite["details"]).startswith(attention_triton.kernel_name(family)), rewrite
 
 
 # ---- attention dropout ----
