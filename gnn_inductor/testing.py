@@ -67,10 +67,11 @@ def _flatten(out) -> list:
 
 
 def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, baseline=None) -> None:
-    """``actual`` against ``expected`` within the dtype's tolerance. A half-precision ``actual`` is
-    judged against a float32 ``expected`` relative to ``baseline``, the same model run eagerly in
-    that half precision: it may be at most twice as far from float32 as eager is (plus the dtype's
-    tolerance), since rounding inside the model, not in the rewritten ops, dominates there."""
+    """``actual`` against ``expected`` within the dtype's tolerance. An ``actual`` of a lower precision than
+    ``expected`` (half precision against float32, or float32 against float64) is judged relative to
+    ``baseline``, the same model run eagerly in ``actual``'s dtype: it may be at most twice as far from
+    ``expected`` as eager is (plus the dtype's tolerance), since rounding inside the model, not in the rewritten
+    ops, dominates there."""
     if actual.shape != expected.shape:
         raise AssertionError(f"{name}: shape {tuple(actual.shape)} != eager {tuple(expected.shape)}")
     if not torch.isfinite(actual).all():
@@ -83,7 +84,7 @@ def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, basel
         eager_error = float((baseline.to(expected.dtype) - expected).norm())
         bound = 2 * eager_error + rtol * float(expected.norm())
         if error > bound:
-            raise AssertionError(f"{name}: {actual.dtype} result is {error:.4g} from float32 (norm), eager "
+            raise AssertionError(f"{name}: {actual.dtype} result is {error:.4g} from {expected.dtype} (norm), eager "
                                  f"{actual.dtype} is {eager_error:.4g}; allowed {bound:.4g}")
         return
     rtol, atol_scale = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
@@ -111,7 +112,7 @@ def _step(model, inputs, grad: bool, seed: int, kwargs):
 
 
 def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = True, calls: int = 2,
-                   backend: str = "gnn_io", **kwargs) -> RewriteCheck:
+                   backend: str = "gnn_io", float64_reference: bool = False, **kwargs) -> RewriteCheck:
     """Compile ``model`` with ``gnn_io``, compare outputs and gradients (parameters and floating
     point inputs) with eager, and assert the rewrites.
 
@@ -122,26 +123,37 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
     graph plan) and every call is compared. Returns a :class:`RewriteCheck`.
 
     float16/bfloat16 models are compared with an eager float32 copy, relative to how far eager in
-    the same half precision lands from it (see :func:`_assert_close`).
+    the same half precision lands from it (see :func:`_assert_close`). With ``float64_reference`` a float32
+    model is compared the same way with an eager float64 copy, relative to eager float32: for models whose
+    eager float32 result is itself far from exact (a standard deviation aggregation's ``E[x^2] - E[x]^2``
+    cancels), where the compiled model may be closer to the exact result than eager and still differ from it
+    by more than float32's tolerance.
     """
     torch._dynamo.reset()
     first_report = len(_report.reports())
     # the user's own module is the compiled one, so gnn_inductor.report(model) finds its graphs
     compiled_model, reference = model, copy.deepcopy(model)
-    half = bool({p.dtype for p in model.parameters()} & {torch.float16, torch.bfloat16})
-    baseline_model = copy.deepcopy(model) if half else None
-    if half:
-        reference.float()
+    dtypes = {p.dtype for p in model.parameters()}
+    half = bool(dtypes & {torch.float16, torch.bfloat16})
+    # the reference's dtype, where it is above the model's: inputs of the model's dtype are cast to it
+    upcast = {torch.float16: torch.float32, torch.bfloat16: torch.float32} if half else \
+        {torch.float32: torch.float64} if float64_reference else {}
+    if float64_reference and (half or dtypes - {torch.float32}):
+        raise ValueError(f"float64_reference compares a float32 model; its parameters are {sorted(map(str, dtypes))}")
+    baseline_model = copy.deepcopy(model) if upcast else None
+    if upcast:
+        reference.to(dtype=torch.float64 if float64_reference else torch.float32)
     compiled = torch.compile(compiled_model, backend=backend)
 
-    def leaf_inputs(upcast=False):  # fresh feature leaves; the same structure tensors, so plans are reused
-        return [(t.detach().float() if upcast and t.dtype in (torch.float16, torch.bfloat16) else t.detach().clone())
-                .requires_grad_(grad) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
+    def leaf_inputs(cast=None):  # fresh feature leaves; the same structure tensors, so plans are reused
+        cast = cast or {}
+        return [t.detach().to(cast.get(t.dtype, t.dtype), copy=True).requires_grad_(grad)
+                if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
 
     for call in range(calls):
-        ref_out, ref_params, ref_inputs = _step(reference, leaf_inputs(upcast=half), grad, call, kwargs)
+        ref_out, ref_params, ref_inputs = _step(reference, leaf_inputs(upcast), grad, call, kwargs)
         out, params, input_grads = _step(compiled, leaf_inputs(), grad, call, kwargs)
-        base_out, base_params, base_inputs = _step(baseline_model, leaf_inputs(), grad, call, kwargs) if half \
+        base_out, base_params, base_inputs = _step(baseline_model, leaf_inputs(), grad, call, kwargs) if upcast \
             else (ref_out, ref_params, ref_inputs)
         if len(out) != len(ref_out):
             raise AssertionError(f"compiled model returned {len(out)} tensors, eager {len(ref_out)}")

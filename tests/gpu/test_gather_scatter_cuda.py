@@ -127,8 +127,9 @@ def test_linear_on_gathered_rows_is_moved_and_fused(name, monkeypatch):
     torch.manual_seed(0)
     make, names, moves = GATHER_LINEAR[name]
     graph = _graph()
-    result = check_rewrites(make().to(CUDA), *[graph[n] for n in names],
-                            expect={"gather_linear": moves, "gather_scatter": 1, "near_miss": 0})
+    result = check_rewrites(make().to(CUDA), *[graph[n] for n in names],  # PNAConv's std: see below
+                            expect={"gather_linear": moves, "gather_scatter": 1, "near_miss": 0},
+                            float64_reference=name == "pna")
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "gather_scatter"]
     assert rewrite["details"]["lowering"] == "triton", rewrite
 
@@ -246,8 +247,11 @@ def test_several_aggregations_share_one_pass(name, monkeypatch):
     make, names = MULTI_MODELS[name]
     graph = _graph()
     model = make(graph).to(CUDA)
+    # a standard deviation member (all but SAGEConv's): eager float32's E[x^2] - E[x]^2 cancels and its atomic
+    # sums make that error vary by run, so these are judged against float64 (gnn_inductor.testing)
     result = check_rewrites(model, *[graph[n] for n in names],
-                            expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0})
+                            expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0},
+                            float64_reference=name != "sage_mean_max_min")
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "gather_scatter"]
     assert rewrite["op"] == "gnn_io.gather_scatter_multi" and rewrite["details"]["lowering"] == "triton", rewrite
     assert rewrite["kernel"].endswith(f"one pass for {len(rewrite['details']['members'])} reductions")
