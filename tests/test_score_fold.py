@@ -154,6 +154,26 @@ def test_compiled_gat_reads_strided_scores_with_the_kernels(setting, edge_dim, m
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
+@pytest.mark.parametrize("setting", ["1", "tight"])
+def test_compiled_gat_with_edge_features_needing_grads_with_the_kernels(setting, monkeypatch):
+    """tests/gpu/test_attention_cuda.py's fold test, interpreted: GATConv with edge features that need a gradient
+    (``check_rewrites`` makes them leaves), both score projections folded, against eager PyG. Its edge features
+    are masked apart from the edge index (two unbacked sizes at tracing); session 29 found it failing to compile
+    on CUDA alone."""
+    from gnn_inductor.testing import check_rewrites
+
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv(score_fold.ENV, setting)
+    torch.manual_seed(0)
+    model = GATConv(12, 8, heads=4, edge_dim=5)
+    edge_index = random_graph(60, 400, seed=1, hub_degree=40)
+    check_rewrites(model, torch.randn(60, 12), edge_index, torch.randn(edge_index.shape[1], 5), calls=1,
+                   expect={"attention": 1, "score_projection": 2, "near_miss": 0})
+    assert sum(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model)) == 1
+
+
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
 def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__, select="with_the_kernels")
