@@ -30,22 +30,32 @@ def _frame(name: str) -> str:
 DROP = "compile_fx,codecache,async_compile,convert_frame,triton/compiler"
 
 
+def _thread_id(label: str) -> str:
+    """The thread's id in py-spy's label: one thread is labelled ``thread (1182)`` before it has a name and
+    ``thread (1182): MainThread`` after (session 29: the unnamed label's 177 import samples were kept as another
+    thread's)."""
+    m = re.search(r"\((0x[0-9a-fA-F]+|\d+)\)", label)
+    return m.group(1) if m else label
+
+
 def summarise(lines, keep: str = "sampled_steps", drop: str = DROP, rows: int = 40) -> str:
     """The markdown tables of the module docstring from py-spy's raw lines (``frame;frame;... count``, the first
     frame the thread with ``--threads``)."""
     drops = [d for d in drop.split(",") if d]
-    by_thread = collections.defaultdict(list)
+    by_thread, labels = collections.defaultdict(list), {}
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
         if not stack or not count.isdigit() or any(d in stack for d in drops):
             continue
         frames = stack.split(";")
-        by_thread[frames[0]].append((frames[1:], int(count)))
+        thread = _thread_id(frames[0])
+        labels[thread] = max(labels.get(thread, ""), frames[0], key=len)
+        by_thread[thread].append((frames[1:], int(count)))
     kept = []
     out = ["| thread | samples | under --keep |", "| --- | --- | --- |"]
     for thread, samples in by_thread.items():
         under = [(f, c) for f, c in samples if any(keep in x for x in f)]
-        out.append(f"| {thread} | {sum(c for _, c in samples)} | {sum(c for _, c in under)} |")
+        out.append(f"| {labels[thread]} | {sum(c for _, c in samples)} | {sum(c for _, c in under)} |")
         kept += under if under else samples  # a thread without the frame (the autograd device thread): all of it
     total = sum(c for _, c in kept)
     inclusive, own = collections.Counter(), collections.Counter()

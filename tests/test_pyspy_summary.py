@@ -27,3 +27,16 @@ def test_keep_and_drop_are_settable():
     assert "| MainThread (0x1) | 58 | 50 |" in text
     assert "| Thread 0x2 (0x2) | 34 | 0 |" in text
     assert "84 samples" in text
+
+
+def test_one_thread_under_two_labels_is_one_thread():
+    """py-spy labels a thread without its name until it has one: those samples are the same thread's (here the
+    import before the steps), not a thread that never shows the step's frame."""
+    stacks = ["thread (11): MainThread;<module> (x/run.py:1);sampled_steps (benchmarks/cpu_profile.py:20);"
+              "launch (k/launch.py:7) 3",
+              "thread (11);<module> (x/run.py:1);import_torch (x/run.py:2) 40",
+              "thread (12);backward (t/graph.py:860);launch (k/launch.py:7) 1"]
+    text = summarise(stacks, rows=5)
+    assert "| thread (11): MainThread | 43 | 3 |" in text
+    assert "| thread (12) | 1 | 0 |" in text
+    assert "4 samples" in text and "import_torch" not in text
