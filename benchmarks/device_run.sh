@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: install, GPU tests, then the harness. Usage (from the repo root):
-#   bash benchmarks/device_run.sh [tests|bench|all] [harness args...]
+#   bash benchmarks/device_run.sh [none|tests|bench|all] [harness args...]
+# With no argument (or none) it installs and prints the versions only: session 29 meant that and got the whole run
+# (every GPU test and the default harness, 400 s of device time).
 # Real graphs are read from $GNN_IO_DATA (a copy of shared/data's files carried to the machine).
 set -uo pipefail
-what=${1:-all}; shift || true
+what=${1:-none}; shift || true
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GNN_IO_DATA=${GNN_IO_DATA:-.bench_data}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
