@@ -114,6 +114,8 @@
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
+#   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
+#   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
 #   bash benchmarks/pending_gpu.sh session28i # owed: RMAT 2^17, CPU stacks of SAGEConv max and TransformerConv by py-spy
 #                                             # (carry .bench_data and .wheels, with the py-spy wheel in .wheels/)
@@ -1165,6 +1167,23 @@ elif [[ $what == session29 ]]; then
     tests/test_head_scores.py tests/test_gemm_accumulate.py tests/test_score_fold.py tests/test_projected_grads.py \
     tests/test_packed_grads.py tests/test_direct_ops.py tests/test_linear_fusion.py tests/test_gather_linear.py \
     -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | grep -v "^[.sF]*  *\[" | tail -25
+elif [[ $what == session29a || $what == session29b ]]; then
+  # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
+  # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)
+  if [[ $what == session29a ]]; then
+    files="tests/kernels/test_attention_delta.py tests/kernels/test_attention_mass.py tests/kernels/test_attention_paths.py
+      tests/kernels/test_attention_split_backward.py tests/kernels/test_attention_triton.py tests/kernels/test_block_sparse.py
+      tests/kernels/test_block_sparse_gat.py"
+  else
+    files="tests/kernels/test_block_sparse_spmm.py tests/kernels/test_dense_triton.py tests/kernels/test_gather_scatter_triton.py
+      tests/kernels/test_launch.py tests/kernels/test_ops.py tests/kernels/test_rng.py tests/kernels/test_split_tuning.py
+      tests/kernels/test_spmm_paths.py tests/kernels/test_spmm_triton.py tests/test_dense_gemm.py tests/test_head_scores.py
+      tests/test_gemm_accumulate.py tests/test_score_fold.py tests/test_projected_grads.py tests/test_packed_grads.py
+      tests/test_direct_ops.py tests/test_linear_fusion.py tests/test_gather_linear.py"
+  fi
+  # shellcheck disable=SC2086
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 540 python3 -m pytest -q -rf -p no:cacheprovider $files -k "not interpreter" 2>&1 \
+    | tee "$out/gpu_tests.txt" | grep -v "^[.sF]*  *\[" | tail -25
 elif [[ $what == session28i ]]; then
   # the arxiv-size steps' CPU time sampled from outside the process (py-spy: its wheel carried in .wheels/), with
   # native frames; without them if that fails (benchmarks/pyspy_summary.py reads the stacks)
