@@ -114,6 +114,8 @@
 #   bash benchmarks/pending_gpu.sh session28f # session28e's tests again, with the time they need
 #   bash benchmarks/pending_gpu.sh session28g # the weight gradient's split launches and piece counts
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
+#   bash benchmarks/pending_gpu.sh session30a # the std layers' compiled and eager errors against float64 on CUDA
+#                                             # (share_one_pass[multi_aggregation] failed again in session 30's call 3)
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1167,6 +1169,9 @@ elif [[ $what == session29 ]]; then
     tests/test_head_scores.py tests/test_gemm_accumulate.py tests/test_score_fold.py tests/test_projected_grads.py \
     tests/test_packed_grads.py tests/test_direct_ops.py tests/test_linear_fusion.py tests/test_gather_linear.py \
     -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | grep -v "^[.sF]*  *\[" | tail -25
+elif [[ $what == session30a ]]; then
+  # benchmarks/std_noise.py: who is closer to exact where the std layers' compile and eager float32 differ
+  PYTHONPATH=. timeout -s INT 400 python3 -m benchmarks.std_noise --calls 50 2>&1 | tee "$out/std_noise.txt" | tail -40
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)

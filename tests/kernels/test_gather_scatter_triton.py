@@ -811,7 +811,12 @@ def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
     edge_index = random_graph(NUM_NODES, 50, seed=3, hub_degree=HUB_DEGREE, num_isolated=3).to(DEVICE)
     model = COMPILED_MULTI[name](edge_index.cpu()).to(DEVICE)
     x = torch.randn(NUM_NODES, 4, device=DEVICE)
-    result = check_rewrites(model, x, edge_index, expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0})
+    # multi_aggregation's std of the hub's biased messages cancels (E[x^2] - E[x]^2): on CUDA eager float32's own
+    # lin.weight gradient is up to 5.5e-5 (norm) from float64 and differs by 4e-5 between two eager runs (atomics),
+    # the compile's 3.0e-5 (benchmarks/std_noise.py, session 30, 50 calls): the plain check failed 20 calls of 50
+    # there, so this one case is judged against eager float64
+    result = check_rewrites(model, x, edge_index, expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0},
+                            float64_reference=name == "multi_aggregation")
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"]]
     assert rewrite["op"] == "gnn_io.gather_scatter_multi" and rewrite["details"]["lowering"] == "triton"
     assert len(rewrite["details"]["members"]) >= 3
