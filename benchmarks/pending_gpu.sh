@@ -116,6 +116,8 @@
 #   bash benchmarks/pending_gpu.sh session28h # (reverted) bias gradients summed by the weight gradient's launch
 #   bash benchmarks/pending_gpu.sh session30a # the std layers' compiled and eager errors against float64 on CUDA
 #                                             # (share_one_pass[multi_aggregation] failed again in session 30's call 3)
+#   bash benchmarks/pending_gpu.sh session30b # the one-process SAGEConv mean outlier on ca-AstroPh: the harness's order
+#                                             # twice, then the interleaved A/B of the same rows
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1172,6 +1174,15 @@ elif [[ $what == session29 ]]; then
 elif [[ $what == session30a ]]; then
   # benchmarks/std_noise.py: who is closer to exact where the std layers' compile and eager float32 differ
   PYTHONPATH=. timeout -s INT 400 python3 -m benchmarks.std_noise --calls 50 2>&1 | tee "$out/std_noise.txt" | tail -40
+elif [[ $what == session30b ]]; then
+  # session 29's call 1 (default harness, one process) had SAGEConv mean on ca-AstroPh at 1.77 ms against Inductor's
+  # 0.90, isolated 1.03 against 1.46: the default harness's first two graphs in one process, twice, then the
+  # interleaved A/B (benchmarks/ab.py) of the small graphs' rows
+  for run in 1 2; do
+    python3 -m benchmarks.harness --graphs Planetoid-Cora,ca-AstroPh --out "$out/harness$run" 2>"$out/harness$run.err" \
+      | grep "^| [cC]" | cut -d'|' -f2-10
+  done
+  python3 -m benchmarks.ab --layers sage_mean,gin --graphs ca-AstroPh --rounds 100 2>"$out/ab.err" | tee "$out/ab.txt" | tail -6
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)
