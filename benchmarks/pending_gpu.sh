@@ -118,6 +118,7 @@
 #                                             # (share_one_pass[multi_aggregation] failed again in session 30's call 3)
 #   bash benchmarks/pending_gpu.sh session30b # the one-process SAGEConv mean outlier on ca-AstroPh: the harness's order
 #                                             # twice, then the interleaved A/B of the same rows
+#   bash benchmarks/pending_gpu.sh session30c # host synchronisations inside warmed-up steps (benchmarks/sync_probe.py)
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1183,6 +1184,11 @@ elif [[ $what == session30b ]]; then
       | grep "^| [cC]" | cut -d'|' -f2-10
   done
   python3 -m benchmarks.ab --layers sage_mean,gin --graphs ca-AstroPh --rounds 100 2>"$out/ab.err" | tee "$out/ab.txt" | tail -6
+elif [[ $what == session30c ]]; then
+  # GATConv's step on RMAT 2^20 is 10.02-10.11 ms of wall time for 9.13 ms of kernels: any host synchronisation
+  # inside a step (the CPU-bound arxiv steps too) leaves the GPU idle while the CPU refills its queue
+  timeout -s INT ${SECONDS_LIMIT:-300} python3 -m benchmarks.sync_probe ${CASES:+--cases $CASES} 2>"$out/sync_probe.err" \
+    | tee "$out/sync_probe.txt" | tail -60
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)
