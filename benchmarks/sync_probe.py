@@ -31,11 +31,12 @@ def _frames(limit: int = 8) -> list:
 
 
 def probe(step, steps: int) -> list:
-    """The synchronising calls of ``steps`` calls of ``step`` (warmed up), each with the frames that made it."""
+    """The synchronising calls of ``steps`` calls of ``step`` (warmed up), each with the frames that made it.
+    ``probe(control, 1)`` is the positive control: one ``.item()`` must be found."""
     found = []
 
     def record(message, category, filename, lineno, file=None, line=None):
-        if "synchroniz" in str(message):
+        if "called a synchronizing" in str(message):  # not the mode's own notice that it is a prototype
             found.append((str(message).splitlines()[0][:120], _frames()))
 
     cuda = torch.cuda.is_available()
@@ -66,6 +67,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: the script's own check (one made-up sync per step)")
     args = parser.parse_args()
     rows = []
+    if args.device == "cuda":
+        found = probe(lambda: torch.ones(1, device="cuda").item(), 1)
+        print(f"control: one .item() gave {len(found)} synchronising call(s)")
+        rows.append(("control: .item()", "-", len(found)))
     for case in args.cases.split(","):
         layer, graph = case.split(":")
         step = layer_step(layer, graph, args.mode, device=args.device)
