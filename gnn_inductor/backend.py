@@ -123,7 +123,7 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
         if _strict():
             raise
         reason = (f"Inductor failed to compile this graph ({type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0][:160]}){OP_BY_OP}")
+                  f"{_first_line(exc)[:160]}){OP_BY_OP}")
         if graph_report is not None:
             graph_report.near_misses.append(_report.NearMiss("inductor", reason,
                                                              {"source": "<graph>", "layer": None, "frames": []}))
@@ -184,6 +184,12 @@ class _OpByOp:
         return None
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message; empty for one raised without a message (``AssertionError()``),
+    where ``str(exc).splitlines()`` is an empty list."""
+    return next(iter(str(exc).splitlines()), "")
+
+
 def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
     """Dynamo backend: rewrite message passing into ``torch.ops.gnn_io`` ops, hand the rest to Inductor.
 
@@ -194,10 +200,13 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
     try:
         return _rewrite_and_compile(gm, example_inputs)
     except Exception as exc:  # noqa: BLE001  (fallback is the point)
-        if isinstance(exc, (IndexError, SettingError)) or _strict():
+        # RestartAnalysis is Dynamo's signal, not a failure: with dynamic=True, AOT autograd's pass that turns float
+        # scalars into tensors raises TensorifyScalarRestartAnalysis where it cannot, and Dynamo traces again with
+        # that float specialised
+        if isinstance(exc, (IndexError, SettingError, torch._dynamo.exc.RestartAnalysis)) or _strict():
             raise
         graph_report = _report.GraphReport(0, [], [_report.NearMiss(
-            "backend", f"graph left to Inductor unchanged: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "backend", f"graph left to Inductor unchanged: {type(exc).__name__}: {_first_line(exc)}",
             {"source": "<graph>", "layer": None, "frames": []})])
         graph_report.track_parameters(example_inputs)
         _report.add(graph_report)
@@ -395,7 +404,7 @@ def _plain_compile(gm, example_inputs) -> tuple:
     except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs)
         if _strict():
             raise
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        return None, f"{type(exc).__name__}: {_first_line(exc)[:160]}"
     if scratch.near_misses:  # the guarded compile's fallback, which the caller replaces
         return None, scratch.near_misses[0].reason.replace(OP_BY_OP, "")
     return compiled, None

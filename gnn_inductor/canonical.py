@@ -124,15 +124,52 @@ def _detach_factories(aten_gm: GraphModule) -> None:
     aten_gm.recompile()
 
 
+def _specialize_float_inputs(aten_gm: GraphModule) -> None:
+    """``.item()`` of a float input Dynamo made of a Python float (``dynamic=True``) becomes the float's value,
+    guarded: the scalar patterns (GATConv's LeakyReLU slope) need a constant, and a new value recompiles, as
+    Dynamo's default specialisation of floats would. Only backed symbols (the input's value known at tracing)
+    are specialised; others stay symbolic."""
+    from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+    for node in list(aten_gm.graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.aten._local_scalar_dense.default:
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.SymFloat) or not value.node.has_hint():
+            continue
+        constant = guard_scalar(value)
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda n: constant if n is node else n)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: constant if n is node else n)
+        aten_gm.graph.erase_node(node)
+    aten_gm.graph.eliminate_dead_code()
+    aten_gm.recompile()
+
+
 def canonicalize(gm: GraphModule) -> GraphModule:
     _rewrite_source_ops(gm)
 
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
+    # With dynamic=True Dynamo passes a Python float attribute (GATConv's negative_slope, a dropout p) as a float64
+    # scalar input read by .item(); its fake input carries the value's symbol (item_memo, in the ShapeEnv the
+    # backend shares). make_fx fakes the inputs again in the backend's fake mode, without it: .item() would then be
+    # data-dependent (DataDependentOutputException, the graph left to Inductor). Hand the symbols over, as AOT
+    # autograd does (it fakes with sources).
+    memos = [getattr(value, "item_memo", None) for value in fake_inputs(gm)]
+    functional = torch.func.functionalize(run, remove="mutations")
+
+    def traced(*args):
+        for arg, memo in zip(args, memos):
+            if memo is not None and isinstance(arg, torch.Tensor) and getattr(arg, "item_memo", None) is None:
+                arg.item_memo = memo
+        return functional(*args)
+
     with fx_traceback.preserve_node_meta(), enable_python_dispatcher():
-        aten_gm = make_fx(torch.func.functionalize(run, remove="mutations"), tracing_mode="symbolic",
-                          decomposition_table=_DECOMPOSITIONS, _allow_non_fake_inputs=False)(*fake_inputs(gm))
+        aten_gm = make_fx(traced, tracing_mode="symbolic", decomposition_table=_DECOMPOSITIONS,
+                          _allow_non_fake_inputs=False)(*fake_inputs(gm))
+    _specialize_float_inputs(aten_gm)
     _detach_factories(aten_gm)
     # make_fx traces below autograd: carry each input's requires_grad over for the structure analysis
     dynamo_inputs = fake_inputs(gm)

@@ -630,3 +630,60 @@ def test_graphs_left_to_inductor_whole_keep_its_own_tiles(monkeypatch):
     check_rewrites(GATConv(8, 4, heads=2), torch.randn(30, 8), random_graph(30, 120),
                    expect={"attention": 0, "near_miss": 1})
     assert seen and all(tiles == default for tiles in seen), (seen, default)
+
+
+def test_a_rewrite_error_without_a_message_still_falls_back(monkeypatch):
+    """An exception raised without a message (``AssertionError()``) inside the rewrite must reach the report as a
+    near miss with the graph left to Inductor, not crash the fallback (its first line is an empty list's)."""
+    import gnn_inductor.backend as backend
+
+    def fail(gm, example_inputs):
+        raise AssertionError()
+
+    monkeypatch.setattr(backend, "_rewrite_and_compile", fail)
+    monkeypatch.delenv("GNN_IO_STRICT", raising=False)
+    torch.manual_seed(0)
+    result = check_rewrites(GCNConv(4, 3), torch.randn(12, 4), random_graph(12, 30), expect={"spmm": 0})
+    assert [m.reason for m in result.near_misses] == ["graph left to Inductor unchanged: AssertionError: "]
+
+
+@pytest.mark.parametrize("name, attr, value", [("gat", "negative_slope", 0.7), ("gatv2", "negative_slope", 0.05),
+                                               ("transformer", "dropout", 0.0)])
+def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(name, attr, value, monkeypatch):
+    """With ``torch.compile(..., dynamic=True)`` Dynamo passes a layer's Python float (GATConv's LeakyReLU slope,
+    TransformerConv's dropout p) as a scalar tensor read by ``.item()``. The backend must trace it (its value's
+    symbol handed to the re-faked input), let Dynamo's restart for floats AOT autograd cannot turn into tensors
+    through (it is a signal, not a failure), and specialise the slope, guarded: one graph with the fused attention,
+    matching eager on graphs of several sizes, and a changed slope recompiles instead of reusing the old one."""
+    import copy
+
+    from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
+
+    from gnn_inductor import rewrite_report
+    from gnn_inductor.testing import _assert_close, _step
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    make = {"gat": GATConv, "gatv2": GATv2Conv, "transformer": TransformerConv}[name]
+    model = make(8, 3, heads=2)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="gnn_io", dynamic=True)
+    first = len(rewrite_report.reports())
+    for call, (num_nodes, num_edges, hub) in enumerate([(30, 80, 30), (40, 60, 0), (30, 80, 30), (25, 50, 10)]):
+        if call == 2:  # a new float after two calls: guarded, so the graph compiles again
+            setattr(model, attr, value)
+            setattr(reference, attr, value)
+        edge_index = random_graph(num_nodes, num_edges, seed=call, hub_degree=hub)
+        x = torch.randn(num_nodes, 8)
+        got = _step(compiled, [x.clone().requires_grad_(), edge_index], True, call, {})
+        want = _step(reference, [x.clone().requires_grad_(), edge_index], True, call, {})
+        _assert_close(f"call {call} output", got[0][0], want[0][0])
+        for (param, a), (_, e) in zip(got[1], want[1]):
+            _assert_close(f"call {call} grad of {param}", a, e)
+        _assert_close(f"call {call} grad of x", got[2][0], want[2][0])
+    reports = rewrite_report.reports()[first:]
+    assert all(sum(w.pattern == "attention" for w in r.rewrites) == 1 and not r.near_misses for r in reports), \
+        "\n".join(rewrite_report.format_text_for(reports))
+    assert len(reports) == (2 if attr == "negative_slope" else 1), len(reports)
