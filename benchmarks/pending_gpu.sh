@@ -119,6 +119,7 @@
 #   bash benchmarks/pending_gpu.sh session30b # the one-process SAGEConv mean outlier on ca-AstroPh: the harness's order
 #                                             # twice, then the interleaved A/B of the same rows
 #   bash benchmarks/pending_gpu.sh session30c # host synchronisations inside warmed-up steps (benchmarks/sync_probe.py)
+#   bash benchmarks/pending_gpu.sh session30d # owed: test_graph_shapes on CUDA (awkward graphs, default and dynamic=True)
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1189,6 +1190,11 @@ elif [[ $what == session30c ]]; then
   # inside a step (the CPU-bound arxiv steps too) leaves the GPU idle while the CPU refills its queue
   timeout -s INT ${SECONDS_LIMIT:-300} python3 -m benchmarks.sync_probe ${CASES:+--cases $CASES} 2>"$out/sync_probe.err" \
     | tee "$out/sync_probe.txt" | tail -60
+elif [[ $what == session30d ]]; then
+  # session 30's CPU sweep as a CUDA test: one compiled layer across awkward graphs (kernels forced), with the
+  # default and with dynamic=True (fixed on CPU in session 30: the attention rewrites were lost there)
+  CI=1 timeout -s INT 500 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py -k cuda 2>&1 \
+    | tee "$out/gpu_tests.txt" | tail -15
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)

@@ -4,7 +4,8 @@ The zoo (test_pyg_zoo.py) checks each layer on one graph. Here a single compiled
 and shapes in turn: no edges, one edge, only self loops, every edge into one node or out of one node, one edge
 repeated, isolated nodes at the end of the node range, and a random graph with a hub, visited twice. So the
 recompiles (a static graph, then dynamic shapes, Dynamo's specialisations of 0 and 1 edges) and the plan's
-rebuilds are checked too, with ``dynamic=None`` (the default) and ``dynamic=True``. Outputs and the gradients of
+rebuilds are checked too, with ``dynamic=None`` (the default) and ``dynamic=True``, on CPU (the rewrites'
+reference ops) and on CUDA where there is one (the kernels, every rewrite forced). Outputs and the gradients of
 the input and of every parameter, float32 at 1e-5; every call must keep the layer's rewrite family (where a
 graph is compiled at all) and no graph may be left to Inductor by a backend failure.
 """
@@ -60,20 +61,24 @@ LAYERS = {
 }
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU"))])
 @pytest.mark.parametrize("dynamic", [None, True], ids=["default", "dynamic"])
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_one_compiled_layer_across_awkward_graphs(name, dynamic, monkeypatch):
+def test_one_compiled_layer_across_awkward_graphs(name, dynamic, device, monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")  # the rewrites on CPU (their reference ops), not Inductor's
+    monkeypatch.setenv("GNN_IO_FORCE", "1")  # CUDA: small graphs the cost model would leave to Inductor
     make, family = LAYERS[name]
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = make()
+    model = make().to(device)
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, backend="gnn_io", dynamic=dynamic)
     first = len(rewrite_report.reports())
     for call, (graph, edge_index, num_nodes) in enumerate(_graphs()):
-        x = torch.randn(num_nodes, FEATURES)
+        edge_index = edge_index.to(device)
+        x = torch.randn(num_nodes, FEATURES, device=device)
         got = _step(compiled, [x.clone().requires_grad_(), edge_index], True, call, {})
         want = _step(reference, [x.clone().requires_grad_(), edge_index], True, call, {})
         _assert_close(f"{graph}: output", got[0][0], want[0][0])
