@@ -30,7 +30,7 @@ output. Messages may differ (PyG's std is ``mean(x)`` and ``mean(x * x)`` over t
 arguments may not (a call reading other tensors, or the same ones in another order, stays apart). A
 message that gathers nothing but reads an edge tensor the model computed (PNA's
 ``pre_nn([x_i, x_j])``) is taken only when another reduction reads the same tensor, i.e. when there is
-a pass to share; alone, Inductor's scatter reads it as often (a near miss says so).
+a pass to share; alone, Inductor's scatter reads it as often.
 """
 import operator
 
@@ -53,10 +53,7 @@ def match(node, ctx):
     if not hasattr(agg, "region"):
         return agg
     if not agg.gathers and not sibling_aggregations(agg, ctx.structure):
-        # one reduction of an edge tensor the model computed: no pass to share, and Inductor's scatter reads it as
-        # often (EdgeConv where its GEMM stays per edge: a graph with no more edges than nodes)
-        return ("a reduction of an edge tensor the model computed (no gathered rows in its message) and no other "
-                "reduction of it to share a pass with: Inductor's scatter reads it as often")
+        return None  # one reduction of a computed edge tensor: no pass to share
     declined = gather_scatter_declined(val(agg.scatter.node).device.type, ctx.num_edges_hint)
     if declined is None:
         return agg
