@@ -288,22 +288,32 @@ def _fold_score_projections(aten_gm: torch.fx.GraphModule, graph_report) -> None
             {k: folded[k] for k in ("weight", "vectors", "columns", "scores_only")}, kernel=kernel))
 
 
-def _moved_linears(aten_gm: torch.fx.GraphModule) -> list:
-    """GEMMs of gathered rows moved before their gathers (gnn_inductor/gather_linear.py), as report rewrites."""
+def _moved_linears(aten_gm: torch.fx.GraphModule) -> tuple:
+    """GEMMs of gathered rows moved before their gathers (gnn_inductor/gather_linear.py), as report rewrites,
+    and near misses for those the graph's sizes kept per edge."""
     if not gather_linear.enabled():
-        return []
-    return [_report.Rewrite(
+        return [], []
+    kept: list = []
+    moved = [_report.Rewrite(
         "gather_linear", "aten::mm of node rows, then index_select", moved["source"],
         {"weight": moved["weight"], "gathers": moved["gathers"], "edge_pieces": moved["edge_pieces"]},
         kernel=f"{moved['gathers']} GEMM(s) over the gathered tensors' rows instead of one over the edges")
-        for moved in gather_linear.move_linears_before_gathers(aten_gm)]
+        for moved in gather_linear.move_linears_before_gathers(aten_gm, kept)]
+    misses = [_report.NearMiss(
+        "gather_linear", f"the linear map {k['weight']} of gathered rows stays one GEMM over the edges: the graph "
+        f"compiled here has {k['edges']} edges, no more than the {k['rows']} rows of a gathered tensor, so moving it "
+        f"before the gather would not pay; where its result is reduced once, that reduction stays with Inductor",
+        k["source"])
+        for k in kept]
+    return moved, misses
 
 
 def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     aten_gm = canonicalize(gm)
-    moved = _moved_linears(aten_gm)
+    moved, kept = _moved_linears(aten_gm)
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
                                                num_edges_hint=_edge_count(example_inputs)))
+    ctx.near_misses[:0] = kept
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size

@@ -106,7 +106,8 @@ def _pieces(node, start: int, sign: int, squeeze: bool, out: list) -> bool:
 
 
 def _analyse(gemm: Node):
-    """``(A's pieces, bias or None, W, squeeze)`` of a GEMM worth moving, else None."""
+    """``(A's pieces, bias or None, W, squeeze)`` of a GEMM worth moving; ``(edges, rows)`` where it qualifies
+    but the graph has no more edges than a gathered tensor has rows (moving it would not pay); else None."""
     found = linear_map(gemm)
     if found is None:
         return None
@@ -120,7 +121,8 @@ def _analyse(gemm: Node):
         return None
     edges = _rows(a)  # None where data-dependent (self loops added by nonzero): edges outnumber nodes in GNNs
     if edges is not None and any(_rows(p.source) is None or _rows(p.source) >= edges for p in gathered):
-        return None
+        rows = [_rows(p.source) for p in gathered]
+        return (edges, max(rows)) if None not in rows else None
     if tensor_val(a).dtype != torch.float32 and (len(pieces) != 1 or pieces[0].sign != 1):
         return None
     if not all(tensor_val(p.source).dtype == tensor_val(a).dtype for p in pieces):
@@ -158,9 +160,11 @@ def _move(gm: GraphModule, gemm: Node, pieces: list, bias, weight: Node, squeeze
     gm.graph.erase_node(gemm)
 
 
-def move_linears_before_gathers(gm: GraphModule) -> list:
+def move_linears_before_gathers(gm: GraphModule, kept: list | None = None) -> list:
     """Move each qualifying GEMM of gathered rows (module docstring) before its gathers, in place; returns one
-    ``{"source", "weight", "gathers", "edge_pieces"}`` per GEMM moved, in graph order."""
+    ``{"source", "weight", "gathers", "edge_pieces"}`` per GEMM moved, in graph order. ``kept`` (if given)
+    gets one ``{"source", "weight", "edges", "rows"}`` per GEMM left per edge because the graph it was compiled
+    for has no more edges than rows (sizes at the compiled example), for the report."""
     from gnn_inductor.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 
@@ -168,6 +172,11 @@ def move_linears_before_gathers(gm: GraphModule) -> list:
     for node in list(gm.graph.nodes):
         found = _analyse(node)
         if found is None:
+            continue
+        if len(found) == 2:
+            if kept is not None:
+                kept.append({"source": source_of(node), "weight": parameter_name(linear_map(node)[1]),
+                             "edges": found[0], "rows": found[1]})
             continue
         pieces, bias, weight, squeeze = found
         source = source_of(node)

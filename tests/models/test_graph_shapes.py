@@ -55,7 +55,7 @@ LAYERS = {
     # gathered rows times a weight: the GEMM moves before the gather where edges outnumber nodes at the compiled
     # example's sizes, so the graphs compiled for 0 and 1 edge (Dynamo specialises both), and the dynamic graph
     # when the 39-edge star with 40 nodes triggered it, keep the edge GEMM: their max reduces a computed edge
-    # tensor alone, left to Inductor
+    # tensor alone, left to Inductor, and the report's gather_linear near miss says why
     "edge_conv": (lambda: EdgeConv(torch.nn.Linear(2 * FEATURES, 6), aggr="max"), "gather_scatter"),
     "general_max": (lambda: GeneralConv(FEATURES, 6, aggr="max"), "gather_scatter"),
 }
@@ -91,7 +91,8 @@ def test_one_compiled_layer_across_awkward_graphs(name, dynamic, device, monkeyp
     assert not any(m.pattern == "backend" for r in reports for m in r.near_misses), text
     assert len(reports) >= 2, text  # the static graph, then at least one more
     assert any(w.pattern == family for w in reports[0].rewrites), text
-    # every later graph keeps the family, but the edge-GEMM layers' (see LAYERS), whose reductions of a computed
-    # edge tensor stay with Inductor without a report line (GATConv's self-loop attribute mean is one too)
-    if name not in ("edge_conv", "general_max"):
-        assert all(any(w.pattern == family for w in r.rewrites) for r in reports[1:]), text
+    for report in reports[1:]:  # the family, or (edge-GEMM layers, see LAYERS) the report's reason it is not there
+        assert any(w.pattern == family for w in report.rewrites) or (
+            name in ("edge_conv", "general_max")
+            and any(m.pattern == "gather_linear" and "stays one GEMM over the edges" in m.reason
+                    for m in report.near_misses)), text
