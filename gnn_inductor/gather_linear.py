@@ -119,14 +119,14 @@ def _analyse(gemm: Node):
     gathered = [p for p in pieces if p.index is not None]
     if not gathered:
         return None
-    edges = _rows(a)  # None where data-dependent (self loops added by nonzero): edges outnumber nodes in GNNs
-    if edges is not None and any(_rows(p.source) is None or _rows(p.source) >= edges for p in gathered):
-        rows = [_rows(p.source) for p in gathered]
-        return (edges, max(rows)) if None not in rows else None
     if tensor_val(a).dtype != torch.float32 and (len(pieces) != 1 or pieces[0].sign != 1):
         return None
     if not all(tensor_val(p.source).dtype == tensor_val(a).dtype for p in pieces):
         return None
+    edges = _rows(a)  # None where data-dependent (self loops added by nonzero): edges outnumber nodes in GNNs
+    rows = [_rows(p.source) for p in gathered]
+    if edges is not None and any(r is None or r >= edges for r in rows):
+        return (edges, max(rows)) if None not in rows else None  # the size rule alone declines it
     return pieces, bias, weight, squeeze
 
 
