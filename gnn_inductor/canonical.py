@@ -131,6 +131,7 @@ def _specialize_float_inputs(aten_gm: GraphModule) -> None:
     are specialised; others stay symbolic."""
     from torch.fx.experimental.symbolic_shapes import guard_scalar
 
+    changed = False
     for node in list(aten_gm.graph.nodes):
         if node.op != "call_function" or node.target != torch.ops.aten._local_scalar_dense.default:
             continue
@@ -142,8 +143,10 @@ def _specialize_float_inputs(aten_gm: GraphModule) -> None:
             user.args = torch.fx.node.map_arg(user.args, lambda n: constant if n is node else n)
             user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: constant if n is node else n)
         aten_gm.graph.erase_node(node)
-    aten_gm.graph.eliminate_dead_code()
-    aten_gm.recompile()
+        changed = True
+    if changed:
+        aten_gm.graph.eliminate_dead_code()
+        aten_gm.recompile()
 
 
 def canonicalize(gm: GraphModule) -> GraphModule:

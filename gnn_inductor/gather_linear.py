@@ -105,9 +105,18 @@ def _pieces(node, start: int, sign: int, squeeze: bool, out: list) -> bool:
     return True
 
 
+@dataclass
+class _TooFewEdges:
+    """A GEMM that qualifies but for the size rule: the graph has ``edges``, no more than ``rows`` of a gathered
+    tensor, so moving it would not pay (for the report's near miss)."""
+    edges: int
+    rows: int
+    weight: Node
+
+
 def _analyse(gemm: Node):
-    """``(A's pieces, bias or None, W, squeeze)`` of a GEMM worth moving; ``(edges, rows)`` where it qualifies
-    but the graph has no more edges than a gathered tensor has rows (moving it would not pay); else None."""
+    """``(A's pieces, bias or None, W, squeeze)`` of a GEMM worth moving, a :class:`_TooFewEdges` where only the
+    size rule declines it, else None."""
     found = linear_map(gemm)
     if found is None:
         return None
@@ -126,7 +135,7 @@ def _analyse(gemm: Node):
     edges = _rows(a)  # None where data-dependent (self loops added by nonzero): edges outnumber nodes in GNNs
     rows = [_rows(p.source) for p in gathered]
     if edges is not None and any(r is None or r >= edges for r in rows):
-        return (edges, max(rows)) if None not in rows else None  # the size rule alone declines it
+        return _TooFewEdges(edges, max(rows), weight) if None not in rows else None
     return pieces, bias, weight, squeeze
 
 
@@ -173,10 +182,10 @@ def move_linears_before_gathers(gm: GraphModule, kept: list | None = None) -> li
         found = _analyse(node)
         if found is None:
             continue
-        if len(found) == 2:
+        if isinstance(found, _TooFewEdges):
             if kept is not None:
-                kept.append({"source": source_of(node), "weight": parameter_name(linear_map(node)[1]),
-                             "edges": found[0], "rows": found[1]})
+                kept.append({"source": source_of(node), "weight": parameter_name(found.weight),
+                             "edges": found.edges, "rows": found.rows})
             continue
         pieces, bias, weight, squeeze = found
         source = source_of(node)

@@ -648,13 +648,14 @@ def test_a_rewrite_error_without_a_message_still_falls_back(monkeypatch):
 
 
 @pytest.mark.parametrize("name, attr, value", [("gat", "negative_slope", 0.7), ("gatv2", "negative_slope", 0.05),
-                                               ("transformer", "dropout", 0.0)])
+                                               ("transformer", None, None)])  # its dropout p stays 0: no RNG
 def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(name, attr, value, monkeypatch):
     """With ``torch.compile(..., dynamic=True)`` Dynamo passes a layer's Python float (GATConv's LeakyReLU slope,
     TransformerConv's dropout p) as a scalar tensor read by ``.item()``. The backend must trace it (its value's
     symbol handed to the re-faked input), let Dynamo's restart for floats AOT autograd cannot turn into tensors
     through (it is a signal, not a failure), and specialise the slope, guarded: one graph with the fused attention,
-    matching eager on graphs of several sizes, and a changed slope recompiles instead of reusing the old one."""
+    matching eager on graphs of several sizes, and a changed slope recompiles instead of reusing the old one
+    (GATConv and GATv2Conv; TransformerConv's dropout p is not changed, since a nonzero p draws random masks)."""
     import copy
 
     from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
@@ -672,7 +673,7 @@ def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(na
     compiled = torch.compile(model, backend="gnn_io", dynamic=True)
     first = len(rewrite_report.reports())
     for call, (num_nodes, num_edges, hub) in enumerate([(30, 80, 30), (40, 60, 0), (30, 80, 30), (25, 50, 10)]):
-        if call == 2:  # a new float after two calls: guarded, so the graph compiles again
+        if call == 2 and attr is not None:  # a new float after two calls: guarded, so the graph compiles again
             setattr(model, attr, value)
             setattr(reference, attr, value)
         edge_index = random_graph(num_nodes, num_edges, seed=call, hub_degree=hub)
@@ -686,4 +687,4 @@ def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(na
     reports = rewrite_report.reports()[first:]
     assert all(sum(w.pattern == "attention" for w in r.rewrites) == 1 and not r.near_misses for r in reports), \
         "\n".join(rewrite_report.format_text_for(reports))
-    assert len(reports) == (2 if attr == "negative_slope" else 1), len(reports)
+    assert len(reports) == (1 if attr is None else 2), len(reports)
