@@ -51,7 +51,7 @@ def close(actual, expected):
 def grads_of(fn, *tensors):
     leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = fn(*leaves)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype).to(out.device)
     (out * weight).sum().backward()
     return out.detach(), [leaf.grad for leaf in leaves]
 
@@ -93,6 +93,31 @@ def test_spmm(graph, dtype, reduce, weighted):
     close(gx, rx)
     if weighted:
         close(gw, rw)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU"))])
+def test_spmm_with_more_edges_than_matrix_entries(device):
+    """20 copies of one edge among 4 nodes: 24 stored entries in a 4 x 4 matrix, which cuSPARSE refuses
+    (``cusparseCreateCsr``: "dimension mismatch", found on the H100); the op still answers as eager does,
+    forward and the gradients of the features and of the edge weights (the SDDMM)."""
+    src = torch.tensor([1] * 20 + [0, 1, 2, 3])
+    dst = torch.tensor([2] * 20 + [0, 1, 2, 3])
+    rowptr, col, row, perm, t_rowptr, t_col, t_perm = (t.to(device) for t in ops.csr_plan(dst, src, 4, 4))
+    x = torch.randn(4, 6, device=device)
+    w = torch.rand(src.numel(), device=device) + 0.1
+
+    def ours(x, w):
+        values = w.index_select(0, perm)
+        return ops.spmm(x, values, values.index_select(0, t_perm), rowptr, col, row, t_rowptr, t_col, [], [], "sum")
+
+    def eager(x, w):
+        return scatter_eager(x.index_select(0, src.to(device)) * w.view(-1, 1), dst.to(device), 4, "sum")
+
+    out, (gx, gw) = grads_of(ours, x, w)
+    ref, (rx, rw) = grads_of(eager, x, w)
+    for actual, expected in ((out, ref), (gx, rx), (gw, rw)):
+        close(actual, expected)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
