@@ -122,6 +122,8 @@
 #   bash benchmarks/pending_gpu.sh session30d # owed: test_graph_shapes on CUDA (awkward graphs, default and dynamic=True)
 #   bash benchmarks/pending_gpu.sh session31a # cuSPARSE's nnz > rows * cols refusal fixed: test_ops and test_graph_shapes
 #                                             # on CUDA, and the multi-aggregation case under the float64 rule
+#   bash benchmarks/pending_gpu.sh session31b # rows to zero listed once per graph: CUDA tests of the changed kernels,
+#                                             # A/B against the scan (GATConv RMAT 2^20, three layers at RMAT 2^17)
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1204,6 +1206,17 @@ elif [[ $what == session31a ]]; then
     tests/models/test_graph_shapes.py -k cuda 2>&1 | tee "$out/gpu_tests.txt" | tail -6
   CI=1 GNN_IO_STRICT=1 timeout -s INT 100 python3 -m pytest -q -rf -p no:cacheprovider \
     tests/kernels/test_gather_scatter_triton.py -k "share_one_pass" 2>&1 | tee "$out/gpu_tests_share.txt" | tail -4
+elif [[ $what == session31b ]]; then
+  # the rows an output or gradient needs zeroed before its kernels (no entries; hub rows whose items add) are listed
+  # once per graph, not found by a scan of every row per call: GATConv's forward on RMAT 2^20 ran three 2^20-row
+  # scans (26 us each, session 28's profile) that wrote nothing (every row has its self loop)
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 240 python3 -m pytest -q -rf -p no:cacheprovider tests/kernels/test_spmm_triton.py \
+    tests/kernels/test_attention_split_backward.py tests/gpu/test_attention_cuda.py tests/gpu/test_gather_scatter_cuda.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests.txt" | tail -4
+  timeout -s INT 200 python3 -m benchmarks.ab --layers gat --graphs rmat-large --modes gnn_io_scan_fill,gnn_io \
+    --rounds 60 2>"$out/ab_large.err" | tee "$out/ab_large.txt" | tail -3
+  timeout -s INT 150 python3 -m benchmarks.ab --layers transformer,sage_max,gatv2 --graphs rmat-arxiv \
+    --modes gnn_io_scan_fill,gnn_io --rounds 60 2>"$out/ab_arxiv.err" | tee "$out/ab_arxiv.txt" | tail -5
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)

@@ -99,7 +99,8 @@ from gnn_inductor.kernels._common import (
 )
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
-    WorkItems, hub_item_count, hub_items, items_memo, work_items, work_items_op, zero_rows_without_entries,
+    WorkItems, hub_item_count, hub_items, items_memo, listed_fill_rows, rows_to_fill, work_items, work_items_op,
+    zero_rows_without_entries,
 )
 from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_or_false
@@ -1393,10 +1394,11 @@ def forward(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, eps: flo
     if epilogue:
         bias = bias.contiguous()
     if hubs is not None:
-        zero_rows_without_entries(out, rowptr, fill=bias if epilogue else None)
-        zero_rows_without_entries(lse, rowptr)
+        empty = listed_fill_rows((item_row, item_start, item_end, item_shared))
+        zero_rows_without_entries(out, rowptr, fill=bias if epilogue else None, rows=empty)
+        zero_rows_without_entries(lse, rowptr, rows=empty)
         if mass:
-            zero_rows_without_entries(masses, rowptr)
+            zero_rows_without_entries(masses, rowptr, rows=empty)
 
     # hub items keep partial results in compact slots, one per hub item: as many as the plan's items hold where
     # that is known (hub_item_count), else a size-only bound (no sync): rows with d > max_edges have
@@ -1469,6 +1471,7 @@ class SourceCSR(NamedTuple):
     eid: Tensor      # [E] its edge id, perm[position in the CSR] (what edge-role arguments are indexed by)
     items: WorkItems  # work items of these rows, at most ``max_edges`` edges each
     max_edges: int = 0  # their split: rows of more entries have several (shared) items; 0 when unknown
+    fill_rows: Tensor | None = None  # the rows without entries or of more than ``max_edges`` (rows_to_fill)
 
 
 def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, max_edges: int) -> SourceCSR:
@@ -1483,7 +1486,7 @@ def build_source_csr(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int, ma
     t_rowptr = torch.zeros(num_src + 1, dtype=torch.long, device=rowptr.device)
     torch.cumsum(counts, 0, out=t_rowptr[1:])
     return SourceCSR(t_rowptr, dst_of_position.index_select(0, position), perm.index_select(0, position),
-                     work_items(t_rowptr, max_edges), max_edges)
+                     work_items(t_rowptr, max_edges), max_edges, rows_to_fill(t_rowptr, max_edges))
 
 
 def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_edges: int = 0) -> SourceCSR | None:
@@ -1820,7 +1823,7 @@ SEGMENT_SUM_LAUNCH = (16, 1)
 
 def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_outputs: list,
                  src_outputs: list) -> dict:
-    """``argument -> (CSR rowptr, split)`` for the gradients the split backward stores row by row: a row-role
+    """``argument -> (CSR rowptr, split, the rows to zero if listed)`` for the gradients the split backward stores row by row: a row-role
     output of its own pass (dst-role in the dst pass, src-role in the src pass), whose rows with one item are
     stored by it, so its buffer needs zeros only in the rows without entries and the hub rows (several items
     add). Only where the items are known to cover every row with entries and their split is known: the plan's
@@ -1830,12 +1833,17 @@ def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_
     if hubs is not None:
         for i, role, *_ in dst_outputs:
             if role == ROLE_DST and layout.views[i].shape[0] == rowptr.numel() - 1:
-                stored[i] = (rowptr, hubs[1])
+                stored[i] = (rowptr, hubs[1], listed_fill_rows(items, hubs[1]))
     if by_src.max_edges:
         for i, role, *_ in src_outputs:
             if role == ROLE_SRC and layout.views[i].shape[0] == by_src.rowptr.numel() - 1:
-                stored[i] = (by_src.rowptr, by_src.max_edges)
+                stored[i] = (by_src.rowptr, by_src.max_edges, by_src.fill_rows)
     return stored
+
+
+def _zero_unstored_rows(buffer: Tensor, stored: tuple) -> None:
+    rowptr, above, rows = stored  # (_stored_rows)
+    zero_rows_without_entries(buffer, rowptr, above, rows=rows)
 
 
 def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device, targets: dict | None = None) -> dict:
@@ -1850,12 +1858,12 @@ def _grad_buffers(layout: _Layout, wanted: list, stored: dict, device, targets: 
         if targets and i in targets:
             buffers[i] = targets[i]
             if i in stored:
-                zero_rows_without_entries(buffers[i], *stored[i])
+                _zero_unstored_rows(buffers[i], stored[i])
             else:
                 buffers[i].zero_()
         elif i in stored:
             buffers[i] = torch.empty((rows, *view.shape[1:]), dtype=torch.float32, device=device)
-            zero_rows_without_entries(buffers[i], *stored[i])
+            _zero_unstored_rows(buffers[i], stored[i])
         else:
             buffers[i] = torch.zeros((rows, *view.shape[1:]), dtype=torch.float32, device=device)
     return buffers

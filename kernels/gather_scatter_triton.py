@@ -93,7 +93,8 @@ from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # no
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
-    PADDING, hub_item_count, hub_items, padded_item_count, remember_hubs, work_items, zero_rows_without_entries,
+    PADDING, hub_item_count, hub_items, listed_fill_rows, padded_item_count, remember_hubs, work_items,
+    zero_rows_without_entries,
 )
 
 # Launch parameters. Measured on an H100 (fp32, F=128, identity message, RMAT 2^20 / 16M edges and 2^17 / 1.1M
@@ -169,7 +170,7 @@ def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, T
     pad = count - items.row.numel()
     zeros = items.row.new_zeros((pad,))
     shared = torch.cat([items.shared[order], torch.full((pad,), PADDING, dtype=torch.int8, device=rowptr.device)])
-    remember_hubs(shared, max_edges)
+    remember_hubs(shared, max_edges, rowptr)
     return (torch.cat([items.row[order], zeros]), torch.cat([items.start[order], zeros]),
             torch.cat([items.end[order], zeros]), shared)
 
@@ -685,7 +686,7 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
         if not (num_dst and num_features):
             continue
         if complete:
-            zero_rows_without_entries(out, plan.rowptr)
+            zero_rows_without_entries(out, plan.rowptr, rows=listed_fill_rows(plan.items))
         if num_items:
             _prefill_kernel()[(cdiv(num_items, 64),)](
                 out, plan.items[0], plan.items[3], num_items, num_features, _FILL[reduce], BLOCK_I=64,

@@ -34,6 +34,7 @@ backward). :data:`AUTOTUNE_CONFIGS` lists the launch and split parameters to mea
 """
 from __future__ import annotations
 
+import os
 import weakref
 from typing import NamedTuple, Optional
 
@@ -220,12 +221,20 @@ def padded_item_count(num_rows, num_entries, max_edges: int):
 
 @fast_launch
 @triton.jit
-def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, row_stride, above, FILL: tl.constexpr,
-                            BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    inside = rows < num_rows
-    degree = tl.load(rowptr_ptr + rows + 1, mask=inside, other=0) - tl.load(rowptr_ptr + rows, mask=inside, other=0)
-    empty = inside & ((degree == 0) | ((above > 0) & (degree > above)))
+def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, listed_ptr, fill_ptr, num_rows, row_width, row_stride, above,
+                            FILL: tl.constexpr, LISTED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Without ``LISTED``: scan ``rowptr`` for the rows to write. With it: write the ``num_rows`` rows listed at
+    ``listed_ptr`` (:func:`rows_to_fill`), no scan."""
+    at = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    inside = at < num_rows
+    if LISTED:
+        rows = tl.load(listed_ptr + at, mask=inside, other=0)
+        empty = inside
+    else:
+        rows = at
+        degree = tl.load(rowptr_ptr + rows + 1, mask=inside, other=0) - tl.load(rowptr_ptr + rows, mask=inside,
+                                                                                 other=0)
+        empty = inside & ((degree == 0) | ((above > 0) & (degree > above)))
     for start in range(0, row_width, BLOCK_W):
         cols = start + tl.arange(0, BLOCK_W)
         value = tl.zeros([BLOCK_R, BLOCK_W], tl.float32)
@@ -235,23 +244,42 @@ def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, fill_ptr, num_rows, row_width, 
                  mask=empty[:, None] & (cols < row_width)[None, :])
 
 
-def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill: Tensor | None = None) -> None:
+def rows_to_fill(rowptr: Tensor, above: int = 0) -> Tensor:
+    """int32 indices of the CSR rows :func:`zero_rows_without_entries` writes: those without entries and, with
+    ``above > 0``, those of more than ``above`` entries. Data-dependent size (one device sync on CUDA): built once
+    per graph, where the plan's structure is built."""
+    degree = rowptr[1:] - rowptr[:-1]
+    wanted = (degree == 0) | (degree > above) if above > 0 else degree == 0
+    return torch.nonzero(wanted).flatten().int()
+
+
+def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill: Tensor | None = None,
+                              rows: Tensor | None = None) -> None:
     """Write 0 into the rows of the contiguous ``out`` (``[num_rows, ...]``) whose CSR row has no entries (and,
     with ``above > 0``, those with more than ``above`` entries: hub rows whose items add atomically), and nothing
     else: kernels that store every row with an item (and a prefill or a combine for the hub rows) then need no
     memset of the whole output first (512 MiB at 2^20 x 128 float32). With ``fill`` (contiguous, one row's
     elements) those rows get ``fill`` instead of 0 (the attention forward's bias). ``out`` may also be a column
-    slice of a wider row-major tensor (each row's elements contiguous, rows ``out.stride(0)`` apart)."""
+    slice of a wider row-major tensor (each row's elements contiguous, rows ``out.stride(0)`` apart).
+
+    ``rows``: those rows, listed once per graph (:func:`rows_to_fill` of the same ``rowptr`` and ``above``, e.g.
+    :func:`listed_fill_rows`): the launch covers them alone, and none runs where there are none (a graph with
+    self loops and no hub: GATConv's forward on RMAT 2^20 launched three scans of 2^20 rows, about 26 us each on
+    the H100, that wrote nothing). Without it every row is scanned."""
     num_rows = rowptr.numel() - 1
     width = out[0].numel() if num_rows else 0
     if num_rows and not out[0].is_contiguous():
         raise ValueError("zero_rows_without_entries: each row's elements must be contiguous")
     if fill is not None and fill.numel() != width:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
-    if num_rows and width:
-        _zero_empty_rows_kernel[(cdiv(num_rows, 64),)](out, rowptr, out if fill is None else fill, num_rows, width,
-                                                       out.stride(0), above, FILL=fill is not None, BLOCK_R=64,
-                                                       BLOCK_W=min(128, next_power_of_2(width)))
+    if rows is not None and os.environ.get("GNN_IO_FILL_ROWS") == "scan":  # session 31's A/B only
+        rows = None
+    count = num_rows if rows is None else rows.numel()
+    if count and width:
+        _zero_empty_rows_kernel[(cdiv(count, 64),)](out, rowptr, rowptr if rows is None else rows,
+                                                    out if fill is None else fill, count, width, out.stride(0), above,
+                                                    FILL=fill is not None, LISTED=rows is not None, BLOCK_R=64,
+                                                    BLOCK_W=min(128, next_power_of_2(width)))
 
 
 # id of a plan's items' ``shared`` tensor -> (weak reference to it, its hub item count, the split threshold, a dict
@@ -259,14 +287,31 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
 _HUB_ITEMS: dict = {}
 
 
-def remember_hubs(shared: Tensor, max_edges: int) -> None:
+def remember_hubs(shared: Tensor, max_edges: int, rowptr: Tensor | None = None) -> None:
     """Remember how many hub items (``shared == 1``) the item op that made ``shared`` returned, and its split, for
     this tensor only (:func:`hub_item_count`). The item ops sync anyway (``work_items``); a launch of one
     program per item costs about 0.9 ms on an H100 at 2^20 rows even when every program ends at once, so
-    kernels about hub items alone are launched over their real number where it is known."""
+    kernels about hub items alone are launched over their real number where it is known. With the ``rowptr`` the
+    items were made of, the rows :func:`zero_rows_without_entries` writes are listed too, for ``above`` 0 and the
+    split (:func:`listed_fill_rows`)."""
     key = id(shared)  # the entry goes with the tensor
-    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), int((shared == 1).sum()), max_edges,
-                       {})
+    memo = {}
+    if rowptr is None:
+        hubs = int((shared == 1).sum())
+    else:  # one sync for the three counts; the lists then have known sizes
+        degree = rowptr[1:] - rowptr[:-1]
+        empty, heavy = degree == 0, degree > max_edges
+        hubs, num_empty, num_heavy = torch.stack([(shared == 1).sum(), empty.sum(), heavy.sum()]).tolist()
+        memo[("fill_rows", 0)] = torch.nonzero_static(empty, size=num_empty).flatten().int()
+        memo[("fill_rows", max_edges)] = torch.nonzero_static(empty | heavy, size=num_empty + num_heavy).flatten().int()
+    _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), hubs, max_edges, memo)
+
+
+def listed_fill_rows(items, above: int = 0) -> Tensor | None:
+    """The rows of the CSR ``items`` were made of that :func:`zero_rows_without_entries` writes with ``above``
+    (``rows``), listed when the item op made them; None when not known."""
+    entry = _entry(items)
+    return None if entry is None else entry[3].get(("fill_rows", above))
 
 
 def _entry(items) -> tuple | None:
@@ -309,7 +354,7 @@ def work_items_op(rowptr: Tensor, col: Tensor, max_edges: int) -> tuple[Tensor, 
     pad = count - items.row.numel()
     zeros = items.row.new_zeros((pad,))
     shared = torch.cat([items.shared, torch.full((pad,), PADDING, dtype=torch.int8, device=rowptr.device)])
-    remember_hubs(shared, max_edges)
+    remember_hubs(shared, max_edges, rowptr)
     return (torch.cat([items.row, zeros]), torch.cat([items.start, zeros]), torch.cat([items.end, zeros]), shared)
 
 

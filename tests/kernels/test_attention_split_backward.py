@@ -230,6 +230,9 @@ def test_source_csr_is_the_transposed_plan(plan):
     assert int(hub.sum()) > 2 and torch.equal(shared == 1, t_rowptr.diff()[row.long()] > MAX_EDGES)
     assert int(start[hub].min()) == int(t_rowptr[SOURCE_HUB]) and int(end[hub].max()) == int(t_rowptr[SOURCE_HUB + 1])
     assert bool((end - start <= MAX_EDGES).all()) and int((end - start).sum()) == col.numel()
+    # the rows its gradient buffers need zeroed first: no entries, or a hub's several items adding
+    degree = t_rowptr.diff()
+    assert torch.equal(by_src.fill_rows, torch.nonzero((degree == 0) | (degree > MAX_EDGES)).flatten().int())
 
 
 def test_source_csr_is_cached_with_the_plan(plan):

@@ -248,20 +248,52 @@ def test_kernels_under_interpreter():
     rerun_under_interpreter(__file__)
 
 
-def test_zero_rows_without_entries_writes_those_rows_only():
-    """0 in the rows whose CSR row is empty (first, middle, last), every other element untouched; rows of several
-    features and of several blocks of them."""
-    from gnn_inductor.kernels.spmm_triton import zero_rows_without_entries
+@pytest.mark.parametrize("listed", [False, True], ids=["scanned", "listed"])
+@pytest.mark.parametrize("above", [0, 2])
+def test_zero_rows_without_entries_writes_those_rows_only(above, listed):
+    """0 in the rows whose CSR row is empty (first, middle, last), and with ``above`` those of more entries, every
+    other element untouched; rows of several features and of several blocks of them; the rows scanned by the
+    kernel or listed once (``rows_to_fill``)."""
+    from gnn_inductor.kernels.spmm_triton import rows_to_fill, zero_rows_without_entries
 
     if not INTERPRETED and not torch.cuda.is_available():
         pytest.skip("no GPU: run by the interpreter run")
     rowptr = torch.tensor([0, 0, 2, 2, 5, 5], device=DEVICE)
+    wanted = torch.tensor([True, False, True, above == 2, True], device=DEVICE)
+    rows = rows_to_fill(rowptr, above) if listed else None
+    if listed:
+        assert rows.dtype == torch.int32 and torch.equal(rows, torch.nonzero(wanted).flatten().int())
     for shape in ((5, 3), (5, 4, 70)):
         out = torch.full(shape, float("nan"), device=DEVICE)
-        zero_rows_without_entries(out, rowptr)
-        empty = torch.tensor([True, False, True, False, True])
-        assert not out[empty.to(DEVICE)].isnan().any() and not out[empty.to(DEVICE)].any()
-        assert out[~empty.to(DEVICE)].isnan().all()
+        zero_rows_without_entries(out, rowptr, above, rows=rows)
+        assert not out[wanted].isnan().any() and not out[wanted].any()
+        assert out[~wanted].isnan().all()
+
+
+def test_zero_rows_without_entries_launches_nothing_for_an_empty_list():
+    """A plan whose every row has entries (self loops) lists no row: nothing runs, nothing is written (no kernel
+    is needed to check it: the output is on the CPU, where a launch would fail)."""
+    from gnn_inductor.kernels.spmm_triton import rows_to_fill, zero_rows_without_entries
+
+    rowptr = torch.tensor([0, 1, 3, 4])
+    rows = rows_to_fill(rowptr)
+    assert rows.numel() == 0
+    out = torch.full((3, 4), float("nan"))
+    zero_rows_without_entries(out, rowptr, rows=rows)
+    assert out.isnan().all()
+
+
+def test_the_item_op_lists_the_rows_to_fill(plan):
+    """``gnn_io::work_items`` remembers, for its items, the rows without entries (``above`` 0) and those plus
+    the hub rows (``above`` = its split), as ``rows_to_fill`` lists them; items made elsewhere list nothing."""
+    rowptr, col, _ = plan
+    items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
+    for above in (0, MAX_EDGES):
+        assert torch.equal(spmm_triton.listed_fill_rows(items, above), spmm_triton.rows_to_fill(rowptr, above))
+    assert spmm_triton.listed_fill_rows(items, 1 + MAX_EDGES) is None
+    assert spmm_triton.listed_fill_rows([t.clone() for t in items]) is None
+    degree = rowptr.diff()
+    assert int((degree > MAX_EDGES).sum()) > 0 and int((degree == 0).sum()) > 0  # both kinds of row are listed
 
 
 def test_items_memo_builds_once_per_plan_items_and_goes_with_them(plan):
