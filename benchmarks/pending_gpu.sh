@@ -124,6 +124,8 @@
 #                                             # on CUDA, and the multi-aggregation case under the float64 rule
 #   bash benchmarks/pending_gpu.sh session31b # rows to zero listed once per graph: CUDA tests of the changed kernels,
 #                                             # A/B against the scan (GATConv RMAT 2^20, three layers at RMAT 2^17)
+#   bash benchmarks/pending_gpu.sh session31c # final code: the CUDA reduction tests 31b's timeout cut, GATConv's closing
+#                                             # line on RMAT 2^20 (eager, torch.compile, gnn_io), the awkward graphs
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1217,6 +1219,13 @@ elif [[ $what == session31b ]]; then
     --rounds 60 2>"$out/ab_large.err" | tee "$out/ab_large.txt" | tail -3
   timeout -s INT 150 python3 -m benchmarks.ab --layers transformer,sage_max,gatv2 --graphs rmat-arxiv \
     --modes gnn_io_scan_fill,gnn_io --rounds 60 2>"$out/ab_arxiv.err" | tee "$out/ab_arxiv.txt" | tail -5
+elif [[ $what == session31c ]]; then
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 120 python3 -m pytest -q -rf -p no:cacheprovider tests/gpu/test_gather_scatter_cuda.py \
+    -k "not interpreter" 2>&1 | tee "$out/gpu_tests_gather_scatter.txt" | tail -2
+  harness_table 200 closing --graphs rmat-large --layers gat --modes eager,inductor,gnn_io --reps 10 \
+    | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
+  CI=1 timeout -s INT 230 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py -k cuda 2>&1 \
+    | tee "$out/gpu_tests_graph_shapes.txt" | tail -2
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)

@@ -34,7 +34,6 @@ backward). :data:`AUTOTUNE_CONFIGS` lists the launch and split parameters to mea
 """
 from __future__ import annotations
 
-import os
 import weakref
 from typing import NamedTuple, Optional
 
@@ -272,8 +271,6 @@ def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill:
         raise ValueError("zero_rows_without_entries: each row's elements must be contiguous")
     if fill is not None and fill.numel() != width:
         raise ValueError(f"fill of {fill.numel()} elements for rows of {width}")
-    if rows is not None and os.environ.get("GNN_IO_FILL_ROWS") == "scan":  # session 31's A/B only
-        rows = None
     count = num_rows if rows is None else rows.numel()
     if count and width:
         _zero_empty_rows_kernel[(cdiv(count, 64),)](out, rowptr, rowptr if rows is None else rows,
