@@ -126,7 +126,8 @@
 #                                             # A/B against the scan (GATConv RMAT 2^20, three layers at RMAT 2^17)
 #   bash benchmarks/pending_gpu.sh session31c # final code: the CUDA reduction tests 31b's timeout cut, GATConv's closing
 #                                             # line on RMAT 2^20 (eager, torch.compile, gnn_io), the awkward graphs
-#   bash benchmarks/pending_gpu.sh session31d # owed: test_graph_shapes's bipartite and edge-input cases on CUDA (new)
+#   bash benchmarks/pending_gpu.sh session31d # owed: test_graph_shapes's bipartite and edge-input cases on CUDA (new),
+#                                             # CUDA-graph tests after the listed zero rows
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
 #   bash benchmarks/pending_gpu.sh session29b # owed: the second half
 #   bash benchmarks/pending_gpu.sh session29  # every CUDA test outside tests/gpu (kernels and top-level files)
@@ -1230,8 +1231,11 @@ elif [[ $what == session31c ]]; then
 elif [[ $what == session31d ]]; then
   # session 31's CPU additions to the awkward-graph sweep: bipartite layers, edge weights and edge features, on CUDA
   # (the kernels, every rewrite forced); the homogeneous cases passed in session 31's calls 2, 4 and 5
+  # (and the CUDA-graph tests: the item ops' listed rows are kept per plan, built outside any graph pool)
   CI=1 timeout -s INT 500 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \
     -k "cuda and test_bipartite_and_edge_input" 2>&1 | tee "$out/gpu_tests.txt" | tail -6
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 90 python3 -m pytest -q -rf -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    2>&1 | tee "$out/gpu_tests_cudagraphs.txt" | tail -4
 elif [[ $what == session29a || $what == session29b ]]; then
   # session29's tests in two calls (cold, the whole list needs about 600 s): the attention and block-sparse kernel
   # files, then the rest (the multi-aggregation test that failed once in call 5 is in the second)

@@ -1823,11 +1823,12 @@ SEGMENT_SUM_LAUNCH = (16, 1)
 
 def _stored_rows(layout: _Layout, items, rowptr: Tensor, by_src: SourceCSR, dst_outputs: list,
                  src_outputs: list) -> dict:
-    """``argument -> (CSR rowptr, split, the rows to zero if listed)`` for the gradients the split backward stores row by row: a row-role
-    output of its own pass (dst-role in the dst pass, src-role in the src pass), whose rows with one item are
-    stored by it, so its buffer needs zeros only in the rows without entries and the hub rows (several items
-    add). Only where the items are known to cover every row with entries and their split is known: the plan's
-    own items for the dst pass (:func:`hub_items`), :class:`SourceCSR`'s for the src pass."""
+    """``argument -> (CSR rowptr, split, those rows listed or None)`` for the gradients the split backward stores
+    row by row: a row-role output of its own pass (dst-role in the dst pass, src-role in the src pass), whose rows
+    with one item are stored by it, so its buffer needs zeros only in the rows without entries and the hub rows
+    (several items add; :func:`zero_rows_without_entries`). Only where the items are known to cover every row with
+    entries and their split is known: the plan's own items for the dst pass (:func:`hub_items`), :class:`SourceCSR`'s
+    for the src pass."""
     stored = {}
     hubs = hub_items(items) if items else None
     if hubs is not None:
