@@ -30,7 +30,8 @@ output. Messages may differ (PyG's std is ``mean(x)`` and ``mean(x * x)`` over t
 arguments may not (a call reading other tensors, or the same ones in another order, stays apart). A
 message that gathers nothing but reads an edge tensor the model computed (PNA's
 ``pre_nn([x_i, x_j])``) is taken only when another reduction reads the same tensor, i.e. when there is
-a pass to share; alone, Inductor's scatter reads it as often.
+a pass to share; alone, Inductor's scatter reads it as often (a near miss says so where a GEMM made that tensor
+per edge).
 """
 import operator
 
@@ -39,7 +40,7 @@ import torch
 from gnn_inductor.cost import gather_scatter_declined
 from gnn_inductor.graph_match import build_edge_fn, match_aggregation, pack_args, sibling_aggregations, val
 from gnn_inductor.kernels import gather_scatter_triton
-from gnn_inductor.kernels._common import ROLE_DENSE
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_EDGE
 from gnn_inductor.rewrite import Pattern
 from gnn_inductor.rewrite_report import Rewrite
 
@@ -53,12 +54,33 @@ def match(node, ctx):
     if not hasattr(agg, "region"):
         return agg
     if not agg.gathers and not sibling_aggregations(agg, ctx.structure):
-        return None  # one reduction of a computed edge tensor: no pass to share
+        # one reduction of a computed edge tensor: no pass to share, and Inductor's scatter reads it as often. Said
+        # in the report only where a GEMM made it per edge (EdgeConv's MLP, a Linear after per-edge math): a user
+        # may ask why that layer keeps no fused aggregation. (Not for every such tensor: GATConv's self-loop
+        # attribute mean reduces an input edge tensor, nothing a user wrote as message passing.)
+        gemm = _per_edge_gemm(agg)
+        if gemm is None:
+            return None
+        return (f"{agg.scatter.reduce} of an edge tensor that a GEMM made per edge ({gemm}, a linear map after "
+                "per-edge math such as EdgeConv's MLP), with no gathered rows in the message and no other reduction "
+                "of it to share a pass: no fused kernel takes a GEMM per edge, so Inductor runs it")
     declined = gather_scatter_declined(val(agg.scatter.node).device.type, ctx.num_edges_hint)
     if declined is None:
         return agg
     ctx.declined.add(agg.scatter.node)
     return declined
+
+
+_GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+          torch.ops.aten.baddbmm.default)
+
+
+def _per_edge_gemm(agg) -> str | None:
+    """The GEMM (its op name) that made an edge input of ``agg``'s message, if one did."""
+    for node, (role, _) in agg.region.inputs.items():
+        if role == ROLE_EDGE and node.op == "call_function" and node.target in _GEMMS:
+            return f"aten.{node.target.__name__.split('.')[0]}"
+    return None
 
 
 def replace(agg, ctx):

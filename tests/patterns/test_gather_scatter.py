@@ -49,6 +49,11 @@ def computed_edge(h_j, h_i, e):
     return torch.cat([h_i, h_j], dim=-1) @ torch.ones(12, 6) / 12
 
 
+def scaled_edge(h_j, h_i, e):
+    """The edge features alone: no GEMM made them."""
+    return e * 2.0
+
+
 def _gather_scatter_ops(result) -> list:
     return [(w["op"], w["details"]) for g in result.report["graphs"] for w in g["rewrites"]
             if w["pattern"] == "gather_scatter"]
@@ -85,9 +90,14 @@ def test_a_lone_mean_stays_an_spmm():
 
 
 def test_a_computed_edge_message_is_taken_only_with_a_pass_to_share():
-    """One reduction of a computed edge tensor stays with Inductor, silently (as before the merge existed);
+    """One reduction of a computed edge tensor stays with Inductor (as before the merge existed), and the report
+    says why where a GEMM made that tensor per edge (here a constant weight, which gather_linear does not move);
     two share a pass."""
-    check_rewrites(Reductions((computed_edge, "max")), *_graph(), expect={"gather_scatter": 0, "near_miss": 0})
+    lone = check_rewrites(Reductions((computed_edge, "max")), *_graph(), expect={"gather_scatter": 0, "near_miss": 1})
+    ((reason,),) = [[m["reason"] for m in g["near_misses"]] for g in lone.report["graphs"] if g["near_misses"]]
+    assert "a GEMM made per edge (aten.mm" in reason
+    # a reduction of the edge features themselves (GATConv's self-loop attribute mean is one) stays silent
+    check_rewrites(Reductions((scaled_edge, "max")), *_graph(), expect={"gather_scatter": 0, "near_miss": 0})
     result = check_rewrites(Reductions((computed_edge, "max"), (computed_edge, "mean")), *_graph(),
                             expect={"gather_scatter": 1, "near_miss": 0})
     ((op, details),) = _gather_scatter_ops(result)
