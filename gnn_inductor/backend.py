@@ -302,7 +302,7 @@ def _moved_linears(aten_gm: torch.fx.GraphModule) -> tuple:
     misses = [_report.NearMiss(
         "gather_linear", f"the linear map {k['weight']} of gathered rows stays one GEMM over the edges: the graph "
         f"compiled here has {k['edges']} edges, no more than the {k['rows']} rows of a gathered tensor, so moving it "
-        f"before the gather would not pay; where its result is reduced once, that reduction stays with Inductor",
+        "before the gather would not pay",
         k["source"])
         for k in kept]
     return moved, misses

@@ -243,13 +243,18 @@ def _zero_empty_rows_kernel(out_ptr, rowptr_ptr, listed_ptr, fill_ptr, num_rows,
                  mask=empty[:, None] & (cols < row_width)[None, :])
 
 
-def rows_to_fill(rowptr: Tensor, above: int = 0) -> Tensor:
-    """int32 indices of the CSR rows :func:`zero_rows_without_entries` writes: those without entries and, with
-    ``above > 0``, those of more than ``above`` entries. Data-dependent size (one device sync on CUDA): built once
-    per graph, where the plan's structure is built."""
+def _fill_mask(rowptr: Tensor, above: int) -> Tensor:
     degree = rowptr[1:] - rowptr[:-1]
-    wanted = (degree == 0) | (degree > above) if above > 0 else degree == 0
-    return torch.nonzero(wanted).flatten().int()
+    return (degree == 0) | (degree > above) if above > 0 else degree == 0
+
+
+def rows_to_fill(rowptr: Tensor, above: int = 0, count: int | None = None) -> Tensor:
+    """int32 indices of the CSR rows :func:`zero_rows_without_entries` writes: those without entries and, with
+    ``above > 0``, those of more than ``above`` entries. Data-dependent size (one device sync on CUDA, none when
+    their ``count`` is given): built once per graph, where the plan's structure is built."""
+    wanted = _fill_mask(rowptr, above)
+    found = torch.nonzero(wanted) if count is None else torch.nonzero_static(wanted, size=count)
+    return found.flatten().int()
 
 
 def zero_rows_without_entries(out: Tensor, rowptr: Tensor, above: int = 0, fill: Tensor | None = None,
@@ -296,11 +301,10 @@ def remember_hubs(shared: Tensor, max_edges: int, rowptr: Tensor | None = None) 
     if rowptr is None:
         hubs = int((shared == 1).sum())
     else:  # one sync for the three counts; the lists then have known sizes
-        degree = rowptr[1:] - rowptr[:-1]
-        empty, heavy = degree == 0, degree > max_edges
-        hubs, num_empty, num_heavy = torch.stack([(shared == 1).sum(), empty.sum(), heavy.sum()]).tolist()
-        memo[("fill_rows", 0)] = torch.nonzero_static(empty, size=num_empty).flatten().int()
-        memo[("fill_rows", max_edges)] = torch.nonzero_static(empty | heavy, size=num_empty + num_heavy).flatten().int()
+        counts = [(shared == 1).sum(), _fill_mask(rowptr, 0).sum(), _fill_mask(rowptr, max_edges).sum()]
+        hubs, num_empty, num_filled = torch.stack(counts).tolist()
+        memo[("fill_rows", 0)] = rows_to_fill(rowptr, 0, num_empty)
+        memo[("fill_rows", max_edges)] = rows_to_fill(rowptr, max_edges, num_filled)
     _HUB_ITEMS[key] = (weakref.ref(shared, lambda _: _HUB_ITEMS.pop(key, None)), hubs, max_edges, memo)
 
 

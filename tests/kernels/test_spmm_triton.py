@@ -285,15 +285,17 @@ def test_zero_rows_without_entries_launches_nothing_for_an_empty_list():
 
 def test_the_item_op_lists_the_rows_to_fill(plan):
     """``gnn_io::work_items`` remembers, for its items, the rows without entries (``above`` 0) and those plus
-    the hub rows (``above`` = its split), as ``rows_to_fill`` lists them; items made elsewhere list nothing."""
+    the hub rows (``above`` = its split); items made elsewhere list nothing."""
     rowptr, col, _ = plan
     items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
-    for above in (0, MAX_EDGES):
-        assert torch.equal(spmm_triton.listed_fill_rows(items, above), spmm_triton.rows_to_fill(rowptr, above))
-    assert spmm_triton.listed_fill_rows(items, 1 + MAX_EDGES) is None
-    assert spmm_triton.listed_fill_rows([t.clone() for t in items]) is None
     degree = rowptr.diff()
     assert int((degree > MAX_EDGES).sum()) > 0 and int((degree == 0).sum()) > 0  # both kinds of row are listed
+    expected = {0: degree == 0, MAX_EDGES: (degree == 0) | (degree > MAX_EDGES)}
+    for above, wanted in expected.items():
+        listed = spmm_triton.listed_fill_rows(items, above)
+        assert listed.dtype == torch.int32 and torch.equal(listed, torch.nonzero(wanted).flatten().int())
+    assert spmm_triton.listed_fill_rows(items, 1 + MAX_EDGES) is None
+    assert spmm_triton.listed_fill_rows([t.clone() for t in items]) is None
 
 
 def test_items_memo_builds_once_per_plan_items_and_goes_with_them(plan):
