@@ -126,6 +126,8 @@
 #                                             # A/B against the scan (GATConv RMAT 2^20, three layers at RMAT 2^17)
 #   bash benchmarks/pending_gpu.sh session31c # final code: the CUDA reduction tests 31b's timeout cut, GATConv's closing
 #                                             # line on RMAT 2^20 (eager, torch.compile, gnn_io), the awkward graphs
+#   bash benchmarks/pending_gpu.sh session32a # the empty-y-grid fix on CUDA: session31d's 4 failed cases, its test, and
+#                                             # torch.compile default on the same graph (does it crash too?)
 #   bash benchmarks/pending_gpu.sh session31d # owed: test_graph_shapes's bipartite and edge-input cases on CUDA (new),
 #                                             # CUDA-graph tests after the listed zero rows
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
@@ -1228,6 +1230,27 @@ elif [[ $what == session31c ]]; then
     | grep "^| [a-zR]" | cut -d'|' -f5-16,19-23
   CI=1 timeout -s INT 230 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py -k cuda 2>&1 \
     | tee "$out/gpu_tests_graph_shapes.txt" | tail -2
+elif [[ $what == session32a ]]; then
+  # session31d: GATConv and GATv2Conv with edge_dim failed on the graph of self loops only (Inductor's launch of a
+  # 0-row scatter, ZeroDivisionError in Grid2DWithYZOverflow); gnn_inductor/inductor_fixes.py keeps z >= 1
+  CI=1 timeout -s INT 200 python3 -m pytest -q -rf -p no:cacheprovider tests/test_inductor_fixes.py \
+    tests/models/test_graph_shapes.py -k "cuda and (test_self_loop_fill or gat_edge_attr or gatv2_edge_attr)" \
+    2>&1 | tee "$out/gpu_tests.txt" | tail -4
+  timeout -s INT 120 python3 - <<'PY' 2>&1 | tee "$out/default_compile.txt" | tail -4
+import torch
+from torch_geometric.nn import GATConv
+torch._dynamo.config.capture_dynamic_output_shape_ops = True  # as the backend sets it (else a graph break)
+model = GATConv(8, 3, heads=2, edge_dim=4).cuda()
+compiled = torch.compile(model)
+for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", torch.arange(6).repeat(2, 1))]:
+    ei = ei.cuda()
+    try:
+        out = compiled(torch.randn(6, 8, device="cuda"), ei, torch.randn(ei.shape[1], 4, device="cuda"))
+        torch.cuda.synchronize()
+        print(f"torch.compile default, GATConv(edge_dim=4), {name}: ran")
+    except Exception as exc:  # noqa: BLE001
+        print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
+PY
 elif [[ $what == session31d ]]; then
   # session 31's CPU additions to the awkward-graph sweep: bipartite layers, edge weights and edge features, on CUDA
   # (the kernels, every rewrite forced); the homogeneous cases passed in session 31's calls 2, 4 and 5

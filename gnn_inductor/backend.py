@@ -17,7 +17,7 @@ import torch._dynamo
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
-from gnn_inductor import direct_ops
+from gnn_inductor import direct_ops, inductor_fixes
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
@@ -25,6 +25,8 @@ from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, p
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
 from gnn_inductor.kernels._common import SettingError, int_setting
+
+inductor_fixes.apply()
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
