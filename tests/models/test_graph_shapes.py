@@ -136,10 +136,31 @@ def test_bipartite_and_edge_input_layers_across_awkward_graphs(name, dynamic, de
     _check_across(name, make, family, dynamic, device, calls, monkeypatch)
 
 
-def _check_across(name, make, family, dynamic, device, calls, monkeypatch):
+HALF_LAYERS = ["gcn", "sage_max", "gin", "gat", "gatv2", "transformer", "gat_edge_attr", "transformer_edge_attr",
+               "gine_edge_attr"]
+HALF_CASES = [("bfloat16", "cpu")] + [
+    pytest.param(dtype, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))
+    for dtype in ("bfloat16", "float16")]
+
+
+@pytest.mark.parametrize(("dtype", "device"), HALF_CASES)
+@pytest.mark.parametrize("name", HALF_LAYERS)
+def test_half_precision_layers_across_awkward_graphs(name, dtype, device, monkeypatch):
+    """The awkward graphs in bfloat16 and float16 (the precision where ``torch.compile`` default crashed on
+    GATConv): each call's outputs and gradients within twice eager's own half-precision error of float32."""
+    make, family, extra = LAYERS[name] + (None,) if name in LAYERS else INPUT_LAYERS[name]
+    calls = [(graph, [torch.randn(num_nodes, FEATURES)], edge_index,
+              [torch.randn(edge_index.shape[1], EDGE_DIM)] if extra == "edge_attr" else [])
+             for graph, edge_index, num_nodes in _graphs()]
+    _check_across(name, make, family, None, device, calls, monkeypatch, getattr(torch, dtype))
+
+
+def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype=torch.float32):
     """Compile ``make()`` once and call it on each ``(graph, node features, edge_index, edge inputs)`` of ``calls``
     (two node feature tensors: a bipartite ``(x_src, x_dst)``), against eager: outputs, parameter gradients and
-    the gradients of every node and edge input; then the report's rewrites (module docstring)."""
+    the gradients of every node and edge input; then the report's rewrites (module docstring). A half precision
+    ``dtype`` runs the compiled model and an eager copy in it, against an eager float32 copy: the compiled results
+    may be at most twice as far from float32 as eager's own (``_assert_close``)."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")  # the rewrites on CPU (their reference ops), not Inductor's
     monkeypatch.setenv("GNN_IO_FORCE", "1")  # CUDA: small graphs the cost model would leave to Inductor
@@ -147,25 +168,32 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch):
     torch.manual_seed(0)
     model = make().to(device)
     reference = copy.deepcopy(model)
+    baseline = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else None
+    model = model.to(dtype)
     compiled = torch.compile(model, backend="gnn_io", dynamic=dynamic)
     first = len(rewrite_report.reports())
     for call, (graph, nodes, edge_index, edge_inputs) in enumerate(calls):
         results = []
-        for module in (compiled, reference):
-            leaves = [t.to(device).requires_grad_() for t in (*nodes, *edge_inputs)]
+        for module, module_dtype in ((compiled, dtype), (reference, torch.float32), (baseline, dtype)):
+            if module is None:
+                results.append((None, [], []))
+                continue
+            leaves = [t.detach().to(device, module_dtype).requires_grad_() for t in (*nodes, *edge_inputs)]
             x = leaves[0] if len(nodes) == 1 else tuple(leaves[:2])
             outputs, params, _ = _step(module, [x, edge_index.to(device), *leaves[len(nodes):]], True, call, {})
             results.append((outputs[0], params, [leaf.grad for leaf in leaves]))
-        (got, got_params, got_inputs), (want, want_params, want_inputs) = results
-        _assert_close(f"{graph}: output", got, want)
-        for (param, a), (_, e) in zip(got_params, want_params):
+        (got, got_params, got_inputs), (want, want_params, want_inputs), (base, base_params, base_inputs) = results
+        base_params = base_params or [(None, None)] * len(got_params)
+        base_inputs = base_inputs or [None] * len(got_inputs)
+        _assert_close(f"{graph}: output", got, want, base)
+        for (param, a), (_, e), (_, b) in zip(got_params, want_params, base_params):
             if a is not None or e is not None:
-                _assert_close(f"{graph}: grad of {param}", a, e)
-        for i, (a, e) in enumerate(zip(got_inputs, want_inputs)):
+                _assert_close(f"{graph}: grad of {param}", a, e, b)
+        for i, (a, e, b) in enumerate(zip(got_inputs, want_inputs, base_inputs)):
             if e is None:  # an input eager gives no gradient (no edges use it): none or zeros here
                 assert a is None or not a.any(), f"{graph}: input {i} has a gradient eager does not give"
             else:
-                _assert_close(f"{graph}: grad of input {i}", a, e)
+                _assert_close(f"{graph}: grad of input {i}", a, e, b)
     reports = rewrite_report.reports()[first:]
     text = "\n".join(rewrite_report.format_text_for(reports))
     assert not any(m.pattern == "backend" for r in reports for m in r.near_misses), text
