@@ -66,12 +66,19 @@ def _flatten(out) -> list:
     return []
 
 
-def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, baseline=None) -> None:
+def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, baseline=None, scale: float = 0.0) -> None:
     """``actual`` against ``expected`` within the dtype's tolerance. An ``actual`` of a lower precision than
     ``expected`` (half precision against float32, or float32 against float64) is judged relative to
     ``baseline``, the same model run eagerly in ``actual``'s dtype: it may be at most twice as far from
     ``expected`` as eager is (plus the dtype's tolerance), since rounding inside the model, not in the rewritten
-    ops, dominates there."""
+    ops, dominates there.
+
+    ``scale`` (gradients): the largest root mean square element among the reference gradients of the same step (see
+    :func:`gradient_scale`). In lower precision the bound then also allows the dtype's tolerance of that scale per
+    element. A gradient whose exact value cancels to 0 (the query and key gradients of a destination with one
+    edge: its softmax weight is 1 whatever the score) has eager's error 0 where eager rounds to exactly 0, while a
+    fused backward's ``D = <dout, out>`` reads the half-precision output and leaves rounding noise of the layer's
+    gradient scale there (docs/attention.md, "Precision of the backward in half precision")."""
     if actual.shape != expected.shape:
         raise AssertionError(f"{name}: shape {tuple(actual.shape)} != eager {tuple(expected.shape)}")
     if not torch.isfinite(actual).all():
@@ -82,7 +89,7 @@ def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, basel
         rtol, _ = TOLERANCES[actual.dtype]
         error = float((actual.to(expected.dtype) - expected).norm())
         eager_error = float((baseline.to(expected.dtype) - expected).norm())
-        bound = 2 * eager_error + rtol * float(expected.norm())
+        bound = 2 * eager_error + rtol * (float(expected.norm()) + scale * actual.numel() ** 0.5)
         if error > bound:
             raise AssertionError(f"{name}: {actual.dtype} result is {error:.4g} from {expected.dtype} (norm), eager "
                                  f"{actual.dtype} is {eager_error:.4g}; allowed {bound:.4g}")
@@ -90,6 +97,12 @@ def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, basel
     rtol, atol_scale = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
     atol = atol_scale * max(1.0, float(expected.abs().max()) if expected.numel() else 1.0)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def gradient_scale(grads) -> float:
+    """The largest root mean square element among ``grads`` (tensors or None): the scale of a step's gradients, of
+    which ``_assert_close`` allows its dtype's tolerance per element in lower precision."""
+    return max((float(g.norm()) / g.numel() ** 0.5 for g in grads if g is not None and g.numel()), default=0.0)
 
 
 def _step(model, inputs, grad: bool, seed: int, kwargs):
@@ -161,17 +174,18 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
             _assert_close(f"call {call} output {i}", a, e, b)
         if not grad:
             continue
+        scale = gradient_scale([e for _, e in ref_params] + list(ref_inputs))
         for (name, e), (_, a), (_, b) in zip(ref_params, params, base_params):
             if a is None and e is None:
                 continue
             if (a is None) != (e is None):
                 raise AssertionError(f"call {call} grad of {name}: eager {e is not None}, compiled {a is not None}")
-            _assert_close(f"call {call} grad of parameter {name}", a, e, b)
+            _assert_close(f"call {call} grad of parameter {name}", a, e, b, scale)
         for i, (e, a, b) in enumerate(zip(ref_inputs, input_grads, base_inputs)):
             if e is not None:
                 if a is None:
                     raise AssertionError(f"call {call} grad of input {i}: compiled has none")
-                _assert_close(f"call {call} grad of input {i}", a, e, b)
+                _assert_close(f"call {call} grad of input {i}", a, e, b, scale)
 
     new_reports = _report.reports()[first_report:]
     counts = Counter(w.pattern for r in new_reports for w in r.rewrites)

@@ -66,3 +66,24 @@ def test_float64_reference_is_for_float32_models():
     with pytest.raises(ValueError, match="float32 model"):
         check_rewrites(torch.nn.Linear(4, 3).bfloat16(), torch.randn(16, 4).bfloat16(), expect={}, calls=1,
                        float64_reference=True)
+
+
+def test_half_precision_gradient_that_cancels_to_zero_is_judged_at_the_step_gradient_scale():
+    """A gradient that is exactly 0 in float32 and in eager bfloat16 (a softmax over one edge): rounding noise at
+    bfloat16's tolerance of the step's gradient scale passes with ``scale``, fails without it, and a wrong gradient
+    of that scale still fails."""
+    expected = torch.zeros(6, 8)
+    scale = 5.0  # root mean square element of the step's largest gradient
+    noise = torch.full((6, 8), 4e-3 * scale).bfloat16()  # a quarter of bfloat16's tolerance per element
+    _assert_close("g", noise, expected, expected.bfloat16(), scale)
+    with pytest.raises(AssertionError, match="allowed 0"):
+        _assert_close("g", noise, expected, expected.bfloat16())
+    with pytest.raises(AssertionError, match="from torch.float32"):
+        _assert_close("g", torch.full((6, 8), 0.1 * scale).bfloat16(), expected, expected.bfloat16(), scale)
+
+
+def test_gradient_scale_is_the_largest_root_mean_square_element():
+    from gnn_inductor.testing import gradient_scale
+
+    assert gradient_scale([None, torch.full((4, 4), 2.0), torch.tensor([3.0, -3.0]), torch.empty(0)]) == pytest.approx(3.0)
+    assert gradient_scale([None]) == 0.0

@@ -20,7 +20,7 @@ from torch_geometric.nn import (
 )
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import _assert_close, _step, random_graph
+from gnn_inductor.testing import _assert_close, _step, gradient_scale, random_graph
 
 FEATURES = 8
 
@@ -186,14 +186,15 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype
         base_params = base_params or [(None, None)] * len(got_params)
         base_inputs = base_inputs or [None] * len(got_inputs)
         _assert_close(f"{graph}: output", got, want, base)
+        scale = gradient_scale([e for _, e in want_params] + want_inputs)
         for (param, a), (_, e), (_, b) in zip(got_params, want_params, base_params):
             if a is not None or e is not None:
-                _assert_close(f"{graph}: grad of {param}", a, e, b)
+                _assert_close(f"{graph}: grad of {param}", a, e, b, scale)
         for i, (a, e, b) in enumerate(zip(got_inputs, want_inputs, base_inputs)):
             if e is None:  # an input eager gives no gradient (no edges use it): none or zeros here
                 assert a is None or not a.any(), f"{graph}: input {i} has a gradient eager does not give"
             else:
-                _assert_close(f"{graph}: grad of input {i}", a, e, b)
+                _assert_close(f"{graph}: grad of input {i}", a, e, b, scale)
     reports = rewrite_report.reports()[first:]
     text = "\n".join(rewrite_report.format_text_for(reports))
     assert not any(m.pattern == "backend" for r in reports for m in r.near_misses), text
