@@ -129,6 +129,8 @@
 #   bash benchmarks/pending_gpu.sh session32a # the empty-y-grid fix on CUDA: session31d's 4 failed cases, its test, and
 #                                             # torch.compile default on the same graph (does it crash too?)
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
+#   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
+#   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
 #   bash benchmarks/pending_gpu.sh session31d # owed: test_graph_shapes's bipartite and edge-input cases on CUDA (new),
 #                                             # CUDA-graph tests after the listed zero rows
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
@@ -1252,7 +1254,11 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
-elif [[ $what == session32b ]]; then
+elif [[ $what == session32d ]]; then
+  # test_graph_shapes under CUDA graph trees: nine layers over the nine awkward graphs, one compiled model each
+  CI=1 timeout -s INT 540 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \
+    -k "test_cuda_graphs_across" 2>&1 | tee "$out/gpu_tests.txt" | tail -8
+elif [[ $what == session32b || $what == session32c ]]; then
   # test_graph_shapes's half-precision sweep: nine layers, the nine awkward graphs, bfloat16 and float16, compiled
   # against eager float32 with eager's own half-precision error as the yardstick
   CI=1 timeout -s INT 540 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \

@@ -71,8 +71,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_one_compiled_layer_across_awkward_graphs(name, dynamic, device, monkeypatch):
     make, family = LAYERS[name]
-    calls = [(graph, [torch.randn(num_nodes, FEATURES)], edge_index, []) for graph, edge_index, num_nodes in _graphs()]
-    _check_across(name, make, family, dynamic, device, calls, monkeypatch)
+    _check_across(name, make, family, dynamic, device, _graph_calls(None), monkeypatch)
 
 
 def _bipartite_graphs() -> list:
@@ -126,14 +125,31 @@ def test_bipartite_and_edge_input_layers_across_awkward_graphs(name, dynamic, de
     edge weight or edge features, whose gradients are compared too."""
     make, family, extra = INPUT_LAYERS[name]
     if extra == "bipartite":
-        calls = [(graph, [torch.randn(num_src, FEATURES), torch.randn(num_dst, FEATURES)], edge_index, [])
+        generator = torch.Generator().manual_seed(1)
+        calls = [(graph, [torch.randn(num_src, FEATURES, generator=generator),
+                          torch.randn(num_dst, FEATURES, generator=generator)], edge_index, [])
                  for graph, edge_index, num_src, num_dst in _bipartite_graphs()]
     else:
-        calls = [(graph, [torch.randn(num_nodes, FEATURES)], edge_index,
-                  [torch.rand(edge_index.shape[1]) + 0.1 if extra == "weight" else
-                   torch.randn(edge_index.shape[1], EDGE_DIM)])
-                 for graph, edge_index, num_nodes in _graphs()]
+        calls = _graph_calls(extra)
     _check_across(name, make, family, dynamic, device, calls, monkeypatch)
+
+
+def _layer(name: str) -> tuple:
+    """(make, family, extra input) of a layer of LAYERS (no extra input) or INPUT_LAYERS."""
+    return LAYERS[name] + (None,) if name in LAYERS else INPUT_LAYERS[name]
+
+
+def _graph_calls(extra) -> list:
+    """_check_across's calls over _graphs(), with an edge weight or edge features where ``extra`` asks for them.
+    The inputs come from their own seeded generator, so a test's inputs do not depend on the tests run before it."""
+    generator = torch.Generator().manual_seed(1)
+
+    def edge_inputs(num_edges):
+        if extra == "weight":
+            return [torch.rand(num_edges, generator=generator) + 0.1]
+        return [torch.randn(num_edges, EDGE_DIM, generator=generator)] if extra == "edge_attr" else []
+    return [(graph, [torch.randn(num_nodes, FEATURES, generator=generator)], edge_index,
+             edge_inputs(edge_index.shape[1])) for graph, edge_index, num_nodes in _graphs()]
 
 
 HALF_LAYERS = ["gcn", "sage_max", "gin", "gat", "gatv2", "transformer", "gat_edge_attr", "transformer_edge_attr",
@@ -147,20 +163,40 @@ HALF_CASES = [("bfloat16", "cpu")] + [
 @pytest.mark.parametrize("name", HALF_LAYERS)
 def test_half_precision_layers_across_awkward_graphs(name, dtype, device, monkeypatch):
     """The awkward graphs in bfloat16 and float16 (the precision where ``torch.compile`` default crashed on
-    GATConv): each call's outputs and gradients within twice eager's own half-precision error of float32."""
-    make, family, extra = LAYERS[name] + (None,) if name in LAYERS else INPUT_LAYERS[name]
-    calls = [(graph, [torch.randn(num_nodes, FEATURES)], edge_index,
-              [torch.randn(edge_index.shape[1], EDGE_DIM)] if extra == "edge_attr" else [])
-             for graph, edge_index, num_nodes in _graphs()]
-    _check_across(name, make, family, None, device, calls, monkeypatch, getattr(torch, dtype))
+    GATConv): each call's outputs and gradients within twice eager's own half-precision error of float32.
+
+    GATConv's LeakyReLU has a kink at score 0: a score within rounding of 0 can take the other slope in the compiled
+    model (whose scores are float32 sums of half-precision projections) or in eager (half-precision sums), and the
+    gradients then differ by that edge's whole contribution. In session 32 about 1 of 30 random draws of the hub
+    graph's inputs did that to GATConv with edge features in bfloat16 (a 10% error in its weight gradient, eager
+    under 1%). The inputs here are seeded (``_graph_calls``), so the test is deterministic, but a change in how the
+    scores round can flip one such score and fail it: check the scores near 0 before suspecting the kernels."""
+    make, family, extra = _layer(name)
+    _check_across(name, make, family, None, device, _graph_calls(extra), monkeypatch, getattr(torch, dtype))
 
 
-def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype=torch.float32):
+CUDA_GRAPH_LAYERS = ["gcn", "sage_mean", "sage_max", "gin", "gat", "gatv2", "transformer", "gat_edge_attr",
+                     "gcn_weight"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+@pytest.mark.parametrize("name", CUDA_GRAPH_LAYERS)
+def test_cuda_graphs_across_awkward_graphs(name, monkeypatch):
+    """The awkward graphs under ``GNN_IO_CUDAGRAPHS=1``: every new graph is a plan met while Inductor's CUDA graph
+    trees record (or skip) a graph, with sizes that change from call to call."""
+    make, family, extra = _layer(name)
+    _check_across(name, make, family, None, "cuda", _graph_calls(extra), monkeypatch, cuda_graphs=True)
+
+
+def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype=torch.float32, cuda_graphs=False):
     """Compile ``make()`` once and call it on each ``(graph, node features, edge_index, edge inputs)`` of ``calls``
     (two node feature tensors: a bipartite ``(x_src, x_dst)``), against eager: outputs, parameter gradients and
     the gradients of every node and edge input; then the report's rewrites (module docstring). A half precision
     ``dtype`` runs the compiled model and an eager copy in it, against an eager float32 copy: the compiled results
-    may be at most twice as far from float32 as eager's own (``_assert_close``)."""
+    may be at most twice as far from float32 as eager's own (``_assert_close``). ``cuda_graphs`` compiles with
+    ``GNN_IO_CUDAGRAPHS=1`` and marks a step's start before each compiled call, as a training loop would."""
+    if cuda_graphs:
+        monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")  # the rewrites on CPU (their reference ops), not Inductor's
     monkeypatch.setenv("GNN_IO_FORCE", "1")  # CUDA: small graphs the cost model would leave to Inductor
@@ -180,6 +216,8 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype
                 continue
             leaves = [t.detach().to(device, module_dtype).requires_grad_() for t in (*nodes, *edge_inputs)]
             x = leaves[0] if len(nodes) == 1 else tuple(leaves[:2])
+            if cuda_graphs and module is compiled:
+                torch.compiler.cudagraph_mark_step_begin()
             outputs, params, _ = _step(module, [x, edge_index.to(device), *leaves[len(nodes):]], True, call, {})
             results.append((outputs[0], params, [leaf.grad for leaf in leaves]))
         (got, got_params, got_inputs), (want, want_params, want_inputs), (base, base_params, base_inputs) = results
