@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session32e # after the mask indexing moved to the plan: that sweep, the edge-input
+#                                             # cases on CUDA, host waits and step times with edge inputs needing grad
 #   bash benchmarks/pending_gpu.sh session31d # owed: test_graph_shapes's bipartite and edge-input cases on CUDA (new),
 #                                             # CUDA-graph tests after the listed zero rows
 #   bash benchmarks/pending_gpu.sh session29a # owed: session29's tests in two calls (cold, the whole list needs ~600 s)
@@ -1254,6 +1256,15 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session32e ]]; then
+  # plan.select_by_structure_masks: session32d failed GATConv(edge_dim) and GCNConv(edge weights) under CUDA graphs
+  CI=1 timeout -s INT 200 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \
+    -k "test_cuda_graphs_across" 2>&1 | tee "$out/gpu_tests_cudagraphs.txt" | tail -3
+  CI=1 timeout -s INT 240 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \
+    -k "cuda and test_bipartite_and_edge_input and (gat_edge_attr or gcn_weight or graphconv_weight or gatv2_edge_attr)" \
+    2>&1 | tee "$out/gpu_tests_edge_inputs.txt" | tail -3
+  timeout -s INT 150 python3 -m benchmarks.edge_input_steps --graph rmat-arxiv 2>&1 | tee "$out/edge_input_steps.txt" \
+    | tail -12
 elif [[ $what == session32d ]]; then
   # test_graph_shapes under CUDA graph trees: nine layers over the nine awkward graphs, one compiled model each
   CI=1 timeout -s INT 540 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \

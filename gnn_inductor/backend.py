@@ -21,7 +21,9 @@ from gnn_inductor import direct_ops, inductor_fixes
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
-from gnn_inductor.plan import PlanCache, hoist_structure, insert_index_checks, plan_stats_hook
+from gnn_inductor.plan import (
+    PlanCache, hoist_structure, insert_index_checks, plan_stats_hook, select_by_structure_masks,
+)
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
 from gnn_inductor.kernels._common import SettingError, int_setting
@@ -347,6 +349,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
     _fold_attention_bias(aten_gm, graph_report)
     _fold_score_projections(aten_gm, graph_report)
     _fuse_linears(aten_gm, graph_report)
+    select_by_structure_masks(aten_gm)
     hoisted = hoist_structure(aten_gm)
     if hoisted is None:
         _report.add(graph_report)

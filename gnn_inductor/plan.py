@@ -59,6 +59,47 @@ def insert_index_checks(gm: GraphModule, rewrite_ctx) -> None:
     gm.recompile()
 
 
+def select_by_structure_masks(gm: GraphModule) -> int:
+    """``x[mask]`` of a tensor that is not structure by a 1-D boolean mask that is (PyG's ``remove_self_loops`` and
+    ``add_remaining_self_loops`` on an edge weight or edge features that need a gradient) becomes
+    ``x[mask.nonzero()[:, 0]]``. The ``nonzero`` is then structure, made once per graph in the
+    plan, where the mask indexing made it, and waited for on the host, at every call. It also gives the plan the
+    selected count as a size, so that a graph compiled at its concrete sizes (CUDA graphs,
+    ``backend._size_specialized``) holds no operator of a data-dependent output shape, which Inductor's tracing
+    refuses there. Returns the number of indexings changed."""
+    graph, changed = gm.graph, 0
+    structure = structure_nodes(graph)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.index.Tensor or node in structure:
+            continue
+        source, indices = node.args
+        mask = indices[0] if len(indices) == 1 else None
+        picked_val, mask_val = val(node), val(mask) if isinstance(mask, Node) else None
+        if mask not in structure or not isinstance(mask_val, torch.Tensor) or mask_val.dtype != torch.bool \
+                or mask_val.dim() != 1 or not isinstance(picked_val, torch.Tensor):
+            continue
+        if isinstance(mask_val.shape[0], int) and mask_val.shape[0] <= 1:
+            # a graph Dynamo compiled for 0 or 1 edge: nothing to gain, and Inductor's CPU code generation failed an
+            # assertion (a vectorised atomic add) on the backward of GCNConv's edge weights there
+            continue
+        with graph.inserting_before(node):
+            where = graph.call_function(torch.ops.aten.nonzero.default, (mask,))
+            rows = graph.call_function(torch.ops.aten.select.int, (where, 1, 0))
+            # integer indexing: its backward is the accumulating index_put the mask's was
+            picked = graph.call_function(torch.ops.aten.index.Tensor, (source, [rows]))
+        # the selected count is the indexing's own (data-dependent) size symbol, so later nodes' shapes still hold
+        where.meta["val"] = mask_val.new_empty((picked_val.shape[0], 1), dtype=torch.long)
+        rows.meta["val"] = where.meta["val"].select(1, 0)
+        picked.meta.update({k: v for k, v in node.meta.items() if k in ("val", "stack_trace", "nn_module_stack")})
+        node.replace_all_uses_with(picked)
+        graph.erase_node(node)
+        changed += 1
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return changed
+
+
 def _later(gm: GraphModule, a: Node, b: Node) -> Node:
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     return a if order[a] > order[b] else b

@@ -272,3 +272,47 @@ def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
     monkeypatch.setenv("GNN_IO_EXPECTED_CALLS", " ")
     assert int_setting("GNN_IO_EXPECTED_CALLS", 7) == 7
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("layer", ["gat", "gcn"])
+@pytest.mark.parametrize("cuda_graphs", [False, True], ids=["plain", "size_specialized"])
+def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer, cuda_graphs, monkeypatch):
+    """PyG's self-loop handling indexes the edge inputs by a structure mask (``edge_attr[mask]``). With edge inputs
+    that need a gradient the indexing stays in the model's graph: its ``nonzero`` becomes structure (the plan makes
+    it once per graph), and no boolean indexing is left to the compiled graph. Under ``GNN_IO_CUDAGRAPHS=1`` (the
+    size-specialized compile, device independent) the boolean indexing made Inductor's tracing fail
+    (``DynamicOutputShapeException: aten.nonzero``; found on the H100 in session 32)."""
+    from torch_geometric.nn import GATConv
+
+    from gnn_inductor import backend
+    from gnn_inductor.testing import _assert_close
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
+    if cuda_graphs:
+        monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    graphs = []
+    hoist = backend.hoist_structure
+    monkeypatch.setattr(backend, "hoist_structure", lambda gm: graphs.append(gm) or hoist(gm))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GATConv(8, 3, heads=2, edge_dim=3) if layer == "gat" else GCNConv(8, 6)
+    compiled = torch.compile(model, backend="gnn_io")
+    for seed in (1, 2):  # a graph with self loops among its edges, twice (the plan's build, then its hit)
+        edge_index = random_graph(20, 60, seed=seed)
+        x = torch.randn(20, 8)
+        num_edges = edge_index.shape[1]
+        edge_input = torch.randn(num_edges, 3) if layer == "gat" else torch.rand(num_edges) + 0.1
+        results = []
+        for module in (compiled, model):
+            leaves = [x.clone().requires_grad_(), edge_input.clone().requires_grad_()]
+            out = module(leaves[0], edge_index, leaves[1])
+            grads = torch.autograd.grad(out.square().sum(), leaves)
+            results.append((out, *grads))
+        for name, got, want in zip(["output", "grad x", "grad edge input"], *results):
+            _assert_close(name, got, want)
+    main = graphs[0]
+    boolean_index = [n for n in main.graph.nodes if n.target is torch.ops.aten.index.Tensor
+                     and any(getattr(i.meta.get("val"), "dtype", None) == torch.bool for i in n.args[1] if i is not None)]
+    assert not boolean_index, main.graph
+    assert not [n for n in main.graph.nodes if n.target is torch.ops.aten.nonzero.default], main.graph
