@@ -502,7 +502,9 @@ def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report,
     integers): a graph with symbolic sizes stays off CUDA graph trees (Inductor skips it), a graph of fixed
     sizes replays. Past :data:`MAX_SPECIALIZED` signatures (a stream of different graphs, as in mini-batch
     training) the shape-generic graph, compiled once, runs everything else without CUDA graphs."""
-    compiled = {}
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    compiled, refused = {}, set()
     fallback = []
     shifted_static = [i if i < num_args else i - num_sizes for i in static_inputs]
 
@@ -511,9 +513,19 @@ def _size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report,
         sizes, tensors = tuple(int(s) for s in plan[:num_sizes]), plan[num_sizes:]
         key = (sizes,) + tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
         fn = compiled.get(key)
-        if fn is None and len(compiled) < MAX_SPECIALIZED:
+        if fn is None and key not in refused and len(compiled) < MAX_SPECIALIZED:
             gm = _with_constant_sizes(aten_gm, num_args, sizes)
-            fn = compiled[key] = _inner_compile(gm, list(args) + list(tensors), graph_report, shifted_static)
+            try:
+                fn = compiled[key] = _inner_compile(gm, list(args) + list(tensors), graph_report, shifted_static)
+            except DynamicOutputShapeException as exc:
+                # an operator whose output size depends on values is left even at fixed sizes: PyG's boolean
+                # indexing of edge inputs that need a gradient, on a graph Dynamo compiled for 0 or 1 edge, which
+                # plan.select_by_structure_masks leaves as it is; the shape-generic graph runs it
+                refused.add(key)
+                graph_report.near_misses.append(_report.NearMiss(
+                    "cuda_graphs", f"a graph of sizes {sizes} keeps an operator of a data-dependent output shape "
+                    f"({_first_line(exc)[:80]}); it runs the shape-generic graph, without CUDA graphs",
+                    {"source": "<graph>", "layer": None, "frames": []}))
         if fn is not None:
             return fn(*args, *tensors)
         if not fallback:

@@ -78,23 +78,18 @@ def select_by_structure_masks(gm: GraphModule) -> int:
         if mask not in structure or not isinstance(mask_val, torch.Tensor) or mask_val.dtype != torch.bool \
                 or mask_val.dim() != 1 or not isinstance(picked_val, torch.Tensor):
             continue
-        # a mask of at most one entry (a graph Dynamo compiled for 0 or 1 edge) can only select row 0: a slice of the
-        # selected count, whose backward is a plain copy (the integer indexing's accumulating backward failed an
-        # assertion in Inductor's CPU code generation, a vectorised atomic add, for GCNConv's one-edge graph)
-        short = isinstance(mask_val.shape[0], int) and mask_val.shape[0] <= 1
+        if isinstance(mask_val.shape[0], int) and mask_val.shape[0] <= 1:
+            # a graph Dynamo compiled for 0 or 1 edge: nothing to gain, and Inductor's CPU code generation failed an
+            # assertion (a vectorised atomic add) on the backward of GCNConv's edge weights there
+            continue
         with graph.inserting_before(node):
             where = graph.call_function(torch.ops.aten.nonzero.default, (mask,))
             rows = graph.call_function(torch.ops.aten.select.int, (where, 1, 0))
-            if short:
-                count = graph.call_function(torch.ops.aten.sym_size.int, (rows, 0))
-                picked = graph.call_function(torch.ops.aten.slice.Tensor, (source, 0, 0, count))
-            else:  # integer indexing: its backward is the accumulating index_put the mask's was
-                picked = graph.call_function(torch.ops.aten.index.Tensor, (source, [rows]))
+            # integer indexing: its backward is the accumulating index_put the mask's was
+            picked = graph.call_function(torch.ops.aten.index.Tensor, (source, [rows]))
         # the selected count is the indexing's own (data-dependent) size symbol, so later nodes' shapes still hold
         where.meta["val"] = mask_val.new_empty((picked_val.shape[0], 1), dtype=torch.long)
         rows.meta["val"] = where.meta["val"].select(1, 0)
-        if short:
-            count.meta["val"] = picked_val.shape[0]
         picked.meta.update({k: v for k, v in node.meta.items() if k in ("val", "stack_trace", "nn_module_stack")})
         node.replace_all_uses_with(picked)
         graph.erase_node(node)
