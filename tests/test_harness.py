@@ -147,3 +147,16 @@ def test_edge_feature_layers_get_seeded_features_for_their_graph():
     assert layer(torch.randn(50, 16), edge_index).shape == (50, 16)
     wide = harness.with_graph(harness.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
     assert wide.edge_attr.shape[1] == 64 and wide.edge_attr.dtype == torch.float64
+
+
+def test_edge_input_steps_runs_on_cpu(capsys, monkeypatch):
+    """benchmarks/edge_input_steps.py on a small graph on CPU: every mode gives a row (the CPU run counts the sync
+    probe's own self-check, one per step)."""
+    from benchmarks import edge_input_steps
+
+    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "0")  # the script sets it per mode; restored after the test
+    assert edge_input_steps.main(["--graph", "rmat-small", "--device", "cpu", "--layers", "gcn_weight",
+                                  "--modes", "eager,gnn_io", "--features", "8", "--reps", "2"]) == 0
+    table = capsys.readouterr().out.split("| layer | mode |")[-1]
+    assert "| gcn_weight | eager | 1 |" in table and "| gcn_weight | gnn_io | 1 |" in table, table
