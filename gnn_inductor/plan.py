@@ -62,11 +62,11 @@ def insert_index_checks(gm: GraphModule, rewrite_ctx) -> None:
 def select_by_structure_masks(gm: GraphModule) -> int:
     """``x[mask]`` of a tensor that is not structure by a 1-D boolean mask that is (PyG's ``remove_self_loops`` and
     ``add_remaining_self_loops`` on an edge weight or edge features that need a gradient) becomes
-    ``x[mask.nonzero()[:, 0]]``. The ``nonzero`` is then structure, made once per graph in the
-    plan, where the mask indexing made it, and waited for on the host, at every call. It also gives the plan the
-    selected count as a size, so that a graph compiled at its concrete sizes (CUDA graphs,
-    ``backend._size_specialized``) holds no operator of a data-dependent output shape, which Inductor's tracing
-    refuses there. Returns the number of indexings changed."""
+    ``x[mask.nonzero()[:, 0]]``. The boolean indexing made a ``nonzero``, and a wait on the host for its count, at
+    every call; now the ``nonzero`` is structure, made once per graph in the plan. The plan also gives the selected
+    count as a size, so that a graph compiled at its concrete sizes (CUDA graphs, ``backend._size_specialized``)
+    holds no operator of a data-dependent output shape, which Inductor's tracing refuses there. Returns the number
+    of indexings changed."""
     graph, changed = gm.graph, 0
     structure = structure_nodes(graph)
     for node in list(graph.nodes):
@@ -80,7 +80,9 @@ def select_by_structure_masks(gm: GraphModule) -> int:
             continue
         if isinstance(mask_val.shape[0], int) and mask_val.shape[0] <= 1:
             # a graph Dynamo compiled for 0 or 1 edge: nothing to gain, and Inductor's CPU code generation failed an
-            # assertion (a vectorised atomic add) on the backward of GCNConv's edge weights there
+            # assertion (a vectorised atomic add) on the backward of GCNConv's edge weights there; a slice of the
+            # selected count in its place made an illegal memory access on the H100 (session 32). Under CUDA graphs
+            # such a graph runs the shape-generic compile (backend._size_specialized)
             continue
         with graph.inserting_before(node):
             where = graph.call_function(torch.ops.aten.nonzero.default, (mask,))
