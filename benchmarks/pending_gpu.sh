@@ -131,6 +131,11 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session33d # RMAT 2^17 with and without CUDA graphs, ours and Inductor's; CG sweep
+#   bash benchmarks/pending_gpu.sh session33e # the same table for GATv2Conv, GCNConv, GINConv
+#   bash benchmarks/pending_gpu.sh session33c # after the fixes: partitions, step anatomy, the CUDA-graph tests
+#   bash benchmarks/pending_gpu.sh session33b # Inductor's reasons for skipping CUDA graphs at RMAT 2^17, by layer
+#   bash benchmarks/pending_gpu.sh session33  # CUDA-graph steps at RMAT 2^17: CPU per call, GPU busy time, gaps
 #   bash benchmarks/pending_gpu.sh session32e # after the mask indexing moved to the plan: that sweep, the edge-input
 #                                             # cases on CUDA, host waits and step times with edge inputs needing grad
 #                                             # (owed: STEPS=0 ... session32e, whose CUDA-graph sweep call 9's
@@ -1258,6 +1263,37 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session33d || $what == session33e ]]; then
+  # RMAT 2^17, each layer in its own process: eager, torch.compile default and mode="reduce-overhead" (its CUDA
+  # graphs), gnn_io and gnn_io under GNN_IO_CUDAGRAPHS=1, now that its backward replays too; then (33d) the
+  # awkward-graph sweep under CUDA graphs, whose backward graphs are now recorded
+  if [[ $what == session33d ]]; then layers=transformer,sage_max,gat; else layers=gatv2,gcn,gin; fi
+  harness_table 330 arxiv_cg --graphs rmat-arxiv --layers $layers --modes eager,inductor,inductor_cg,gnn_io,gnn_io_cg \
+    --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-9
+  [[ $what == session33d ]] && CI=1 timeout -s INT 230 python3 -m pytest -q -rf -p no:cacheprovider \
+    tests/models/test_graph_shapes.py -k "test_cuda_graphs_across and not cpu" 2>&1 | tee "$out/gpu_tests_sweep_cg.txt" | tail -3
+elif [[ $what == session33c ]]; then
+  # the backward compiled with the backend's options, and Inductor's dynamic-size check off for graphs of fixed sizes:
+  # partitions, step anatomy, the CUDA-graph tests
+  TORCH_LOGS=+cudagraphs timeout -s INT 200 python3 -m benchmarks.cg_skips --layers transformer,sage_max,gat,gcn \
+    --graph rmat-arxiv >"$out/cg_skips.txt" 2>&1; grep "Created\|reason=\|^|" "$out/cg_skips.txt" | cut -c1-250 | head -40
+  timeout -s INT 200 python3 -m benchmarks.step_anatomy --layers transformer,sage_max --graph rmat-arxiv \
+    --modes gnn_io,gnn_io_cg --steps 50 2>&1 | tee "$out/step_anatomy.txt" | grep "^|"
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 150 python3 -m pytest -q -rf -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    2>&1 | tee "$out/gpu_tests_cudagraphs.txt" | tail -4
+elif [[ $what == session33b ]]; then
+  # session33 showed no replay under GNN_IO_CUDAGRAPHS=1 at RMAT 2^17: Inductor's skip reasons, layer by layer
+  # (call 3 of session 33: no skips, but 3 partitions for TransformerConv; +cudagraphs logs each partition's reason)
+  TORCH_LOGS=perf_hints,+cudagraphs timeout -s INT 300 python3 -m benchmarks.cg_skips --symbols \
+    --layers ${LAYERS:-transformer,sage_max,gat,gcn} --graph rmat-arxiv >"$out/cg_skips.txt" 2>&1
+  grep -i "skipping\|^==\|^|\|partition\|reason=\|^--\|^   (" "$out/cg_skips.txt" | cut -c1-300 | head -80
+elif [[ $what == session33 ]]; then
+  # why CUDA-graph steps sit 0.8-1.2 ms above their GPU time at RMAT 2^17 (sessions 24-28): CPU per forward and
+  # backward call, GPU busy time, and the GPU's idle gaps in a replayed TransformerConv step
+  timeout -s INT 330 python3 -m benchmarks.step_anatomy --layers transformer,sage_max --graph rmat-arxiv \
+    --modes gnn_io,gnn_io_cg --steps 50 2>&1 | tee "$out/step_anatomy.txt" | tail -8
+  timeout -s INT 150 python3 -m benchmarks.gpu_gaps --layer transformer --graph rmat-arxiv --mode gnn_io_cg \
+    --steps 5 2>&1 | tee "$out/gaps_transformer_cg.txt" | tail -30
 elif [[ $what == session32e ]]; then
   # plan.select_by_structure_masks: session32d failed GATConv(edge_dim) and GCNConv(edge weights) under CUDA graphs
   CI=1 timeout -s INT 270 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \

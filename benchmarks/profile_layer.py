@@ -25,11 +25,17 @@ def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, devi
     x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
 
-    def step():
+    def forward():
         x.grad = None
         for p in model.parameters():
             p.grad = None
-        model(x, edge_index).backward(grad)
+        if "cg" in mode:  # CUDA-graph modes: a new training step, earlier outputs are dead (as the harness marks it)
+            torch.compiler.cudagraph_mark_step_begin()
+        return model(x, edge_index)
+
+    def step():
+        forward().backward(grad)
+    step.forward, step.grad = forward, grad
     return step
 
 

@@ -4,7 +4,9 @@ than its CPU work (session 9, section 5).
     python -m benchmarks.step_anatomy --layers sage_max,gcn,transformer --graph rmat-arxiv --modes inductor,gnn_io_force
 
 Per (layer, mode): the CPU time to issue a step (no synchronisation), the time per step issued back to back,
-the time of a step timed alone (synchronised before and after, as the harness times it), the GPU busy time per
+the time of a step timed alone (synchronised before and after, as the harness times it), the CPU time of that
+step's forward call and of its backward call (``fwd_cpu_ms``, ``bwd_cpu_ms``: the CPU work a CUDA graph replay
+leaves), the GPU busy time per
 step (sum of the kernels' durations), and per step the CUDA runtime/driver calls that launch kernels, copy or
 synchronise, and the ATen ops that read a device value on the host (``item``, ``nonzero``...), which stall the
 CPU until the GPU catches up. A short table last.
@@ -35,13 +37,19 @@ def anatomy(layer: str, graph: str, mode: str, steps: int) -> dict:
     issue_ms = (time.perf_counter() - start) * 1e3 / steps
     torch.cuda.synchronize()
     back_to_back_ms = (time.perf_counter() - start) * 1e3 / steps
-    alone = []
+    alone, forward_cpu, backward_cpu = [], [], []
     for _ in range(steps):
         torch.cuda.synchronize()
         t = time.perf_counter()
-        step()
+        out = step.forward()
+        t_forward = time.perf_counter()
+        out.backward(step.grad)
+        t_backward = time.perf_counter()
         torch.cuda.synchronize()
         alone.append((time.perf_counter() - t) * 1e3)
+        forward_cpu.append((t_forward - t) * 1e3)
+        backward_cpu.append((t_backward - t_forward) * 1e3)
+        del out
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
@@ -61,7 +69,8 @@ def anatomy(layer: str, graph: str, mode: str, steps: int) -> dict:
         elif name in HOST_READS:
             counts[name] += 1
     record = {"layer": layer, "mode": mode, "issue_ms": issue_ms, "back_to_back_ms": back_to_back_ms,
-              "alone_ms": statistics.median(alone), "gpu_ms": gpu_us / 1e3 / 10}
+              "alone_ms": statistics.median(alone), "gpu_ms": gpu_us / 1e3 / 10,
+              "fwd_cpu_ms": statistics.median(forward_cpu), "bwd_cpu_ms": statistics.median(backward_cpu)}
     record.update({k: v / 10 for k, v in counts.items()})
     print(f"== {layer} {graph} {mode}: {record}", flush=True)
     print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=15, max_name_column_width=70), flush=True)
@@ -86,7 +95,7 @@ def main():
             os.environ.clear()
             os.environ.update(environment)
             torch._dynamo.reset()
-    keys = ["issue_ms", "back_to_back_ms", "alone_ms", "gpu_ms", "launches"]
+    keys = ["issue_ms", "back_to_back_ms", "alone_ms", "fwd_cpu_ms", "bwd_cpu_ms", "gpu_ms", "launches"]
     extra = sorted({k for r in records for k in r} - set(keys) - {"layer", "mode"})
     print("\n| layer | mode | " + " | ".join(keys + extra) + " |")
     print("|---|---|" + "---|" * len(keys + extra))

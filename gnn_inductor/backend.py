@@ -35,7 +35,6 @@ _dgl_frontend.install()  # a traceable path through DGL when it is imported (doc
 
 
 def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None, inductor_tiles=False):
-    from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
     # The FX graph cache cannot pickle graphs holding Python custom ops' metadata; skip it quietly.
@@ -55,14 +54,28 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None, in
         # Graphs with symbolic-shape inputs stay off CUDA graphs: on the H100, GCNConv and GATConv (whose self
         # loops give the plan a data-dependent size) failed after a no_grad forward with "accessing tensor
         # output of CUDAGraphs that has been overwritten"; :func:`_rewrite_and_compile` reports it.
+        # A graph of fixed sizes turns that check off: in torch 2.11 Inductor's graph partition counts a kernel's
+        # own loop indices as dynamic sizes (pytorch/pytorch#197139), so with it on, TransformerConv's fused
+        # weight concatenation, its GEMM, the output add and the bias gradients ran outside the CUDA graphs
+        # (session 33, H100, RMAT 2^17).
         options["triton.cudagraphs"] = True
-        options["triton.cudagraph_skip_dynamic_graphs"] = True
+        options["triton.cudagraph_skip_dynamic_graphs"] = _has_symbolic_sizes(example_inputs)
     if static_inputs is None:
         static_inputs = _parameter_positions(example_inputs)
     inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),
                               num_inputs=len(example_inputs))
-    with inductor_config.patch(options):
-        return compile_fx(gm, example_inputs, inner_compile=inner)
+    # config_patches, not a ``with inductor_config.patch(...)`` around the call: AOTAutograd compiles the backward
+    # lazily, at the first backward, after such a block has exited; compile_fx also patches ``inner_compile`` so
+    # the backward gets these options. Until session 33 the backward compiled without them: no CUDA graphs for
+    # it under GNN_IO_CUDAGRAPHS=1 (its kernels launched one by one) and Inductor's default tiles.
+    return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
+
+
+def _has_symbolic_sizes(example_inputs) -> bool:
+    """Whether a graph's inputs carry a symbolic size: a SymInt input, or a tensor with a symbolic dimension."""
+    return any(isinstance(e, torch.SymInt)
+               or isinstance(e, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in e.shape)
+               for e in example_inputs)
 
 
 def _max_tiles() -> int:

@@ -464,14 +464,17 @@ def test_declined_attention_graph_goes_to_inductor_whole(monkeypatch):
     assert result.report["graphs"][0]["hoisted_structure_nodes"] == 0
 
 
+@pytest.mark.parametrize("layer", ["gat", "sage_max"])
 @pytest.mark.parametrize("setting, expected", [(None, 2), ("3", 3)])
-def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, expected):
+def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, expected, layer):
     """Inductor's 3-tile reductions faulted ("misaligned address") in GATConv's backward on the H100, so the
     backend compiles its graphs with ``triton.max_tiles = 2`` unless GNN_IO_INDUCTOR_MAX_TILES says otherwise,
-    forward and backward alike."""
+    forward and backward alike. GATConv's self-loop plan saves sizes for the backward, so AOTAutograd compiles its
+    backward with the forward; SAGEConv's backward is compiled lazily, at the first backward (session 33: it had
+    compiled without the backend's options)."""
     import torch._inductor.compile_fx as inductor
     from torch._inductor import config as inductor_config
-    from torch_geometric.nn import GATConv
+    from torch_geometric.nn import GATConv, SAGEConv
 
     real, seen = inductor.compile_fx_inner, []
 
@@ -485,9 +488,44 @@ def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, 
     else:
         monkeypatch.setenv("GNN_IO_INDUCTOR_MAX_TILES", setting)
     torch.manual_seed(0)
-    check_rewrites(GATConv(8, 4, heads=2), torch.randn(30, 8), random_graph(30, 120), expect={"attention": 1})
+    if layer == "gat":
+        check_rewrites(GATConv(8, 4, heads=2), torch.randn(30, 8), random_graph(30, 120), expect={"attention": 1})
+    else:
+        check_rewrites(SAGEConv(8, 4, aggr="max"), torch.randn(30, 8), random_graph(30, 120),
+                       expect={"gather_scatter": 1})
     assert {backward for backward, _ in seen} == {False, True}, seen
     assert all(tiles == expected for _, tiles in seen), seen
+
+
+def test_lazily_compiled_backward_is_compiled_for_cuda_graphs(monkeypatch):
+    """Under GNN_IO_CUDAGRAPHS=1 the backward, which AOTAutograd compiles at the first backward call, is compiled
+    with Inductor's CUDA graphs on as the forward is (session 33: it was not, so on the H100 its kernels launched
+    one by one and a step replayed the forward alone)."""
+    import torch._inductor.compile_fx as inductor
+    from torch._inductor import config as inductor_config
+    from torch_geometric.nn import SAGEConv
+
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        seen.append((kwargs.get("is_backward", False), inductor_config.triton.cudagraphs,
+                     inductor_config.triton.cudagraph_skip_dynamic_graphs))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    torch.manual_seed(0)
+    check_rewrites(SAGEConv(8, 4, aggr="max"), torch.randn(30, 8), random_graph(30, 120),
+                   expect={"gather_scatter": 1})
+    # fixed sizes: Inductor's check for dynamic sizes is off (it counts loop indices as sizes, pytorch#197139)
+    assert seen == [(False, True, False), (True, True, False)], seen
+    seen.clear()
+    torch._dynamo.reset()
+    model = torch.compile(SAGEConv(8, 4, aggr="max"), backend="gnn_io", dynamic=True)
+    model(torch.randn(30, 8, requires_grad=True), random_graph(30, 120)).sum().backward()
+    assert {backward for backward, _, _ in seen} == {False, True}, seen
+    assert all(cudagraphs and skip_dynamic for _, cudagraphs, skip_dynamic in seen), seen
+    torch._dynamo.reset()
 
 
 def test_bad_max_tiles_setting_is_a_clear_error(monkeypatch):
