@@ -246,7 +246,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_force": {"GNN_IO_FORCE": "1"},
             "gnn_io_jit_launch": {"GNN_IO_FAST_LAUNCH": "0"}, "gnn_io_churn_off": {"GNN_IO_CHURN": "off"},
             "gnn_io_tiles3": {"GNN_IO_INDUCTOR_MAX_TILES": "3"}, "gnn_io_split_s9": {"GNN_IO_SPLIT_LAUNCH": "session9"},
-            "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"}, "gnn_io_no_packed": {"GNN_IO_PACKED_GRADS": "0"},
+            "gnn_io_cg": {"GNN_IO_CUDAGRAPHS": "1"}, "gnn_io_cg_tall33": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FP32_TALL_LOG2": "33"}, "gnn_io_no_packed": {"GNN_IO_PACKED_GRADS": "0"},
             "gnn_io_no_projected": {"GNN_IO_PROJECTED_GRADS": "0"}, "gnn_io_cublas": {"GNN_IO_FP32_GEMM": "cublas"},
             "gnn_io_x3tile": {"GNN_IO_FP32_GEMM": "x3tile"},
             "gnn_io_chunk64": {"GNN_IO_GRAD_CHUNK_KB": "65536"}, "gnn_io_one_stream": {"GNN_IO_GRAD_CHUNK_STREAMS": "0"},

@@ -131,6 +131,9 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session33h # final: RMAT 2^17 table with the tall kernels' CUDA-graph threshold
+#   bash benchmarks/pending_gpu.sh session33g # the tall 3xTF32 GEMMs at RMAT 2^17 under CUDA graphs (A/B); 33e's table
+#   bash benchmarks/pending_gpu.sh session33f # gnn_io at RMAT 2^17: session 28's and 32's trees against this one
 #   bash benchmarks/pending_gpu.sh session33d # RMAT 2^17 with and without CUDA graphs, ours and Inductor's; CG sweep
 #   bash benchmarks/pending_gpu.sh session33e # the same table for GATv2Conv, GCNConv, GINConv
 #   bash benchmarks/pending_gpu.sh session33c # after the fixes: partitions, step anatomy, the CUDA-graph tests
@@ -1263,6 +1266,31 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session33h ]]; then
+  # final: the tall 3xTF32 kernels from 2^31 multiply-adds under CUDA graphs by default; RMAT 2^17, each layer in its
+  # own process, ours and Inductor's with and without CUDA graphs
+  harness_table 280 arxiv_final --graphs rmat-arxiv --layers ${LAYERS:-transformer,sage_max,gatv2} \
+    --modes eager,inductor,inductor_cg,gnn_io,gnn_io_cg --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-9
+elif [[ $what == session33g ]]; then
+  # under CUDA graphs that now replay forward and backward: the tall 3xTF32 kernels from 2^31 multiply-adds (the
+  # arxiv-size GEMMs) against cuBLAS's float32 GEMMs, interleaved A/B; then session33e's table
+  timeout -s INT 260 python3 -m benchmarks.ab --layers transformer,sage_max --graphs rmat-arxiv \
+    --modes gnn_io_cg,gnn_io_cg_tall31 --rounds 10 2>"$out/ab_stderr.txt" | tee "$out/ab_tall31.txt" | tail -5
+  harness_table 320 arxiv_cg2 --graphs rmat-arxiv --layers gatv2,gcn,gin --modes eager,inductor,inductor_cg,gnn_io,gnn_io_cg \
+    --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-9
+elif [[ $what == session33f ]]; then
+  # session 33d's gnn_io steps (without CUDA graphs) at RMAT 2^17 were slower than session 28's: the machine or the
+  # code? The trees of session 28 (ec55f98) and session 32 (ea4f123), extracted untracked into abv/, against this
+  # one, each layer in its own process, interleaved over two rounds
+  root=$(pwd)
+  for round in 1 2; do
+    for v in abv/s28 abv/s32 .; do
+      (cd "$v" && python3 -c "import gnn_inductor, os; print('tree', os.path.relpath(gnn_inductor.__file__, '$root'))" \
+        && timeout 200 python3 -m benchmarks.harness --graphs rmat-arxiv --layers ${LAYERS:-sage_max,gat} --modes gnn_io \
+          --reps 30 --isolate --data-root "$root/.bench_data" --out "$out/ab_${v//\//_}_$round" 2>/dev/null \
+        | grep "^| rmat" | cut -c1-110)
+    done
+  done
 elif [[ $what == session33d || $what == session33e ]]; then
   # RMAT 2^17, each layer in its own process: eager, torch.compile default and mode="reduce-overhead" (its CUDA
   # graphs), gnn_io and gnn_io under GNN_IO_CUDAGRAPHS=1, now that its backward replays too; then (33d) the

@@ -38,6 +38,12 @@ SETTING = "GNN_IO_FP32_GEMM"
 # WIDE_MIN_WORK (1.05x at 2^20 x 128 x 128, 1.12x at 2^20 x 128 x 512, a loss at 2^17 rows).
 TALL_MIN_WORK = 1 << 33
 WIDE_MIN_WORK = 1 << 34
+# Under CUDA graphs (GNN_IO_CUDAGRAPHS=1) a replay issues the step's kernels without their per-call CPU cost, which is
+# what kept the tall kernels out of arxiv-size steps. There they are taken from this many multiply-adds: session 33,
+# H100, RMAT 2^17, interleaved A/B against cuBLAS's float32 GEMMs in the same replays: TransformerConv 2.71 -> 2.40 ms,
+# SAGEConv max 1.62 -> 1.42 (1.15x each). Session 28 had measured a tie there, when (unknown then) the backward did
+# not replay and Inductor partitioned the forward's GEMMs out of the CUDA graph.
+REPLAYED_TALL_MIN_WORK = 1 << 31
 SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
 
@@ -350,12 +356,30 @@ def setting() -> str:
     return value
 
 
+def _tall_min_work() -> int:
+    """The tall kernels' threshold in multiply-adds: :data:`TALL_MIN_WORK`, or under CUDA graphs
+    (``GNN_IO_CUDAGRAPHS=1``) :data:`REPLAYED_TALL_MIN_WORK` where that is lower; ``GNN_IO_FP32_TALL_LOG2`` sets it to
+    ``2**value`` (a measurement knob)."""
+    value = os.environ.get("GNN_IO_FP32_TALL_LOG2", "").strip()
+    if value:
+        if not value.isdigit() or not 20 <= int(value) <= 40:
+            raise SettingError(f"GNN_IO_FP32_TALL_LOG2={value!r}: set it to an integer from 20 to 40 (the tall GEMM "
+                               "kernels from 2**value multiply-adds)")
+        return 1 << int(value)
+    if os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1":
+        return min(TALL_MIN_WORK, REPLAYED_TALL_MIN_WORK)
+    return TALL_MIN_WORK
+
+
 def shape_kind(m: int, k: int, n: int) -> str | None:
     """``"tall"`` (rows many, the rest thin), ``"wide"`` (the inner size many, the output small) or None, by the
     module's measured thresholds."""
-    if k <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= TALL_MIN_WORK:
+    work = m * k * n
+    # the environment is read only for products of at least 2^20, the knob's least value, or TALL_MIN_WORK where the
+    # tests lower it (small graphs stop first)
+    if k <= SMALL_SIDE and n <= SMALL_SIDE and work >= min(1 << 20, TALL_MIN_WORK) and work >= _tall_min_work():
         return "tall"
-    if m <= SMALL_SIDE and n <= SMALL_SIDE and m * k * n >= WIDE_MIN_WORK:
+    if m <= SMALL_SIDE and n <= SMALL_SIDE and work >= WIDE_MIN_WORK:
         return "wide"
     return None
 

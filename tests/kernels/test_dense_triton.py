@@ -231,6 +231,22 @@ def test_policy_thresholds_and_setting(monkeypatch):
     assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
     assert dense_triton.shape_kind(128, 1 << 17, 128) is None
     assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
+    assert dense_triton.shape_kind(1 << 17, 128, 384) is None  # TransformerConv's arxiv-size GEMM: cuBLAS
+    # under CUDA graphs a replay has no launch cost: the tall kernels from 2^31 multiply-adds (session 33)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    assert dense_triton.shape_kind(1 << 17, 128, 384) == "tall"
+    assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"
+    assert dense_triton.shape_kind(1 << 16, 128, 128) is None
+    assert dense_triton.shape_kind(128, 1 << 17, 128) is None  # the wide threshold stays
+    monkeypatch.setenv("GNN_IO_FP32_TALL_LOG2", "33")  # the measurement knob sets it
+    assert dense_triton.shape_kind(1 << 17, 128, 384) is None
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS")
+    monkeypatch.setenv("GNN_IO_FP32_TALL_LOG2", "31")
+    assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"
+    monkeypatch.setenv("GNN_IO_FP32_TALL_LOG2", "x")
+    with pytest.raises(SettingError, match="GNN_IO_FP32_TALL_LOG2"):
+        dense_triton.shape_kind(1 << 17, 128, 128)
+    monkeypatch.delenv("GNN_IO_FP32_TALL_LOG2")
     cpu = torch.zeros(4, 4)
     monkeypatch.delenv("GNN_IO_TRITON_ON_CPU", raising=False)
     assert not dense_triton.takes(cpu, cpu)  # CPU tensors outside the tests' interpreter mode: cuBLAS's place
