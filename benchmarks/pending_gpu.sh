@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session33i # owed: CUDA-graph tests with the report's "recorded whole" assertion
 #   bash benchmarks/pending_gpu.sh session33h # final: RMAT 2^17 table with the tall kernels' CUDA-graph threshold
 #   bash benchmarks/pending_gpu.sh session33g # the tall 3xTF32 GEMMs at RMAT 2^17 under CUDA graphs (A/B); 33e's table
 #   bash benchmarks/pending_gpu.sh session33f # gnn_io at RMAT 2^17: session 28's and 32's trees against this one
@@ -1266,6 +1267,13 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session33i ]]; then
+  # owed: the CUDA-graph tests with their new assertion (every graph recorded whole, from the report), and the
+  # awkward-graph sweep under CUDA graphs with the tall kernels' threshold
+  CI=1 GNN_IO_STRICT=1 timeout -s INT 150 python3 -m pytest -q -rf -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    2>&1 | tee "$out/gpu_tests_cudagraphs.txt" | tail -4
+  CI=1 timeout -s INT 240 python3 -m pytest -q -rf -p no:cacheprovider tests/models/test_graph_shapes.py \
+    -k "test_cuda_graphs_across and not cpu" 2>&1 | tee "$out/gpu_tests_sweep_cg.txt" | tail -3
 elif [[ $what == session33h ]]; then
   # final: the tall 3xTF32 kernels from 2^31 multiply-adds under CUDA graphs by default; RMAT 2^17, each layer in its
   # own process, ours and Inductor's with and without CUDA graphs

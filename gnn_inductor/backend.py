@@ -14,6 +14,7 @@ import os
 
 import torch
 import torch._dynamo
+from torch._dynamo.utils import counters
 
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
@@ -133,7 +134,12 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)
     try:
-        return inductor.compile_fx_inner(gm, example_inputs, **kwargs)
+        partitions_before = counters["inductor"]["cudagraph_partitions"]
+        compiled = inductor.compile_fx_inner(gm, example_inputs, **kwargs)
+        if graph_report is not None and _cuda_graphs():
+            graph_report.cuda_graphs["backward" if kwargs.get("is_backward") else "forward"] = \
+                _cuda_graph_state(compiled, counters["inductor"]["cudagraph_partitions"] - partitions_before)
+        return compiled
     except Exception as exc:  # noqa: BLE001  (a compiler crash must not become the user's crash)
         if "subprocess" in str(exc):
             _reset_compile_workers()
@@ -148,6 +154,27 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
 
 
 OP_BY_OP = "; it runs op by op instead"
+
+
+def _cuda_graph_state(compiled, partitions: int) -> str:
+    """What Inductor made of one compiled graph under ``GNN_IO_CUDAGRAPHS=1``, from its compiled artifact: recorded
+    whole, recorded in part (Inductor's graph partition leaves some kernels to launch from the CPU between the
+    recorded parts; ``partitions`` is how many parts its scheduler made, 0 when it made one), or not recorded and
+    why. Session 33 found the backward of fixed-size graphs not recorded and static kernels partitioned out, which
+    only a profile showed; the report now says it."""
+    if "cuda" not in (getattr(compiled, "device_types", None) or ()):
+        return "not recorded (no CUDA tensors)"
+    info = getattr(compiled, "cudagraph_info", None)
+    reason = getattr(compiled, "disabled_cudagraphs_reason", None) or (info and info.cudagraph_fail_reasons)
+    if reason:
+        return f"not recorded ({reason})"
+    recorded = len(getattr(compiled, "partition_maps", None) or ())
+    if recorded == 0:
+        return "not recorded (Inductor made no CUDA-graph partition of it)"
+    if partitions > recorded:
+        return (f"{recorded} of {partitions} parts recorded; the kernels of the other {partitions - recorded} launch "
+                f"from the CPU at every call (TORCH_LOGS=+cudagraphs gives Inductor's reasons)")
+    return "recorded as one CUDA graph" if recorded == 1 else f"recorded as {recorded} CUDA graphs"
 
 
 def _compile_in_workers(example_inputs) -> None:

@@ -80,6 +80,7 @@ class GraphReport:
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
     dense_gemms: dict = field(default_factory=dict)  # "forward"/"backward" -> GEMMs made gnn_io::mm (dense_gemm.py)
+    cuda_graphs: dict = field(default_factory=dict)  # "forward"/"backward" -> CUDA-graph state (GNN_IO_CUDAGRAPHS=1)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
 
     def track_parameters(self, inputs) -> None:
@@ -95,7 +96,8 @@ class GraphReport:
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits,
                 "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
-                "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms)}
+                "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms),
+                "cuda_graphs": dict(self.cuda_graphs)}
 
 
 _REPORTS: list = []
@@ -193,6 +195,9 @@ def format_text_for(chosen: list) -> list:
                          "gnn_inductor/dense_gemm.py; tall products of an inner size up to 128 on the "
                          "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off, =x3tile keeps the tile "
                          f"kernel): {made}")
+        if r.cuda_graphs:
+            lines.append("  CUDA graphs (GNN_IO_CUDAGRAPHS=1): "
+                         + "; ".join(f"{phase} {state}" for phase, state in r.cuda_graphs.items()))
         for w in r.rewrites:
             extra = ", ".join(f"{k}={v}" for k, v in w.details.items() if k not in ("edge_functions", "members"))
             lines.append(f"  [{w.pattern}] -> {w.op} ({w.kernel}) {extra}")

@@ -519,6 +519,14 @@ def test_lazily_compiled_backward_is_compiled_for_cuda_graphs(monkeypatch):
                    expect={"gather_scatter": 1})
     # fixed sizes: Inductor's check for dynamic sizes is off (it counts loop indices as sizes, pytorch#197139)
     assert seen == [(False, True, False), (True, True, False)], seen
+    # the report says what became of each (CPU tensors here: neither is recorded)
+    from gnn_inductor import rewrite_report
+
+    (graph,) = [g for g in rewrite_report.reports() if g.cuda_graphs][-1:]
+    assert graph.cuda_graphs == {"forward": "not recorded (no CUDA tensors)",
+                                 "backward": "not recorded (no CUDA tensors)"}, graph.cuda_graphs
+    assert "CUDA graphs (GNN_IO_CUDAGRAPHS=1): forward not recorded" in "\n".join(
+        rewrite_report.format_text_for([graph]))
     seen.clear()
     torch._dynamo.reset()
     model = torch.compile(SAGEConv(8, 4, aggr="max"), backend="gnn_io", dynamic=True)
@@ -726,3 +734,25 @@ def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(na
     assert all(sum(w.pattern == "attention" for w in r.rewrites) == 1 and not r.near_misses for r in reports), \
         "\n".join(rewrite_report.format_text_for(reports))
     assert len(reports) == (1 if attr is None else 2), len(reports)
+
+
+def test_cuda_graph_state_reads_inductors_compiled_graph():
+    """The report's CUDA-graph line for one compiled graph, from the fields of Inductor's compiled artifact."""
+    from types import SimpleNamespace
+
+    from gnn_inductor.backend import _cuda_graph_state
+
+    def compiled(devices=("cuda",), disabled=None, fails=None, maps=1):
+        return SimpleNamespace(device_types=set(devices), disabled_cudagraphs_reason=disabled,
+                               cudagraph_info=SimpleNamespace(cudagraph_fail_reasons=fails), partition_maps=[0] * maps)
+
+    assert _cuda_graph_state(compiled(), 0) == "recorded as one CUDA graph"
+    assert _cuda_graph_state(compiled(maps=2), 2) == "recorded as 2 CUDA graphs"
+    # session 33's TransformerConv forward: three parts, one recorded
+    assert _cuda_graph_state(compiled(), 3).startswith("1 of 3 parts recorded; the kernels of the other 2 launch")
+    assert _cuda_graph_state(compiled(disabled="skipping cudagraphs due to mutated inputs"), 0) == \
+        "not recorded (skipping cudagraphs due to mutated inputs)"
+    assert _cuda_graph_state(compiled(fails=["cpu device"]), 0) == "not recorded (['cpu device'])"
+    assert _cuda_graph_state(compiled(maps=0), 0).startswith("not recorded (Inductor made no CUDA-graph partition")
+    assert _cuda_graph_state(compiled(devices=("cpu",)), 0) == "not recorded (no CUDA tensors)"
+    assert _cuda_graph_state(object(), 0) == "not recorded (no CUDA tensors)"  # the op-by-op fallback
