@@ -1,7 +1,9 @@
 """Whether each layer's compiled graphs replay as CUDA graphs under ``GNN_IO_CUDAGRAPHS=1`` at a given graph size,
-and if not, Inductor's reason (run with ``TORCH_LOGS=perf_hints`` to see its "skipping cudagraphs due to ..." lines).
+and if not, Inductor's reason. ``TORCH_LOGS=perf_hints`` prints its "skipping cudagraphs due to ..." lines, and
+``TORCH_LOGS=+cudagraphs`` each graph's partitions with the reason for every kernel left out of them; ``--symbols``
+prints each compiled graph's symbolic nodes. The report's "CUDA graphs" line gives the outcome per graph.
 
-    TORCH_LOGS=perf_hints python -m benchmarks.cg_skips --layers transformer,sage_max --graph rmat-arxiv
+    TORCH_LOGS=perf_hints,+cudagraphs python -m benchmarks.cg_skips --layers transformer,sage_max --graph rmat-arxiv
 
 Session 33 found TransformerConv's steps at RMAT 2^17 launching their kernels one by one in that mode (the CPU time
 of its backward call unchanged), although ``tests/gpu/test_cudagraphs_cuda.py`` sees no skips on a small graph.
@@ -59,9 +61,9 @@ def main():
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-        inductor = dict(counters["inductor"])
-        rows.append((layer, inductor.get("cudagraph_skips", 0), inductor.get("cudagraph_recorded_non_static_inputs", 0)))
-        print(f"== {layer}: {inductor}", flush=True)
+        seen = dict(counters["inductor"])
+        rows.append((layer, seen.get("cudagraph_skips", 0), seen.get("cudagraph_recorded_non_static_inputs", 0)))
+        print(f"== {layer}: {seen}", flush=True)
     print("\n| layer | cudagraph_skips | recorded non-static inputs |\n| --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(str(c) for c in row) + " |")
