@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session33j # owed: backward tiles A/B (RMAT 2^20); GAT/GCN/GIN under CUDA graphs
 #   bash benchmarks/pending_gpu.sh session33i # owed: CUDA-graph tests with the report's "recorded whole" assertion
 #   bash benchmarks/pending_gpu.sh session33h # final: RMAT 2^17 table with the tall kernels' CUDA-graph threshold
 #   bash benchmarks/pending_gpu.sh session33g # the tall 3xTF32 GEMMs at RMAT 2^17 under CUDA graphs (A/B); 33e's table
@@ -1267,6 +1268,13 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session33j ]]; then
+  # owed: the backward now compiles with the backend's two Inductor tiles (session 33; before, Inductor's own
+  # setting): interleaved A/B at RMAT 2^20 without CUDA graphs, then the CUDA-graph rows call 10 did not re-measure
+  timeout -s INT 330 python3 -m benchmarks.ab --layers gat,sage_max,transformer --graphs rmat-large \
+    --modes gnn_io_tiles3,gnn_io --rounds 4 2>"$out/ab_stderr.txt" | tee "$out/ab_tiles.txt" | tail -5
+  harness_table 240 arxiv_cg3 --graphs rmat-arxiv --layers gat,gcn,gin --modes inductor,inductor_cg,gnn_io,gnn_io_cg \
+    --reps 20 | grep "^| [a-zR]" | cut -d'|' -f2-9
 elif [[ $what == session33i ]]; then
   # owed: the CUDA-graph tests with their new assertion (every graph recorded whole, from the report), and the
   # awkward-graph sweep under CUDA graphs with the tall kernels' threshold
