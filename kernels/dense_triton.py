@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels._common import SettingError, cuda_graphs_requested
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 
 SETTING = "GNN_IO_FP32_GEMM"
@@ -366,7 +366,7 @@ def _tall_min_work() -> int:
             raise SettingError(f"GNN_IO_FP32_TALL_LOG2={value!r}: set it to an integer from 20 to 40 (the tall GEMM "
                                "kernels from 2**value multiply-adds)")
         return 1 << int(value)
-    if os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1":
+    if cuda_graphs_requested():
         return min(TALL_MIN_WORK, REPLAYED_TALL_MIN_WORK)
     return TALL_MIN_WORK
 
