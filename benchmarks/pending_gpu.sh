@@ -131,6 +131,13 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session34g # the light launch's rule at RMAT 2^17, with and without CUDA graphs (A/B)
+#   bash benchmarks/pending_gpu.sh session34f # the reduction kernels' light items launched apart: CUDA tests, A/B
+#   bash benchmarks/pending_gpu.sh session34d # issue 4's bandwidth floors; the suite against torch.compile (SAGEConv max, GATConv)
+#   bash benchmarks/pending_gpu.sh session34e # the suite against torch.compile (GATv2Conv, TransformerConv)
+#   bash benchmarks/pending_gpu.sh session34c # the same by py-spy (34b's in-process sampler broke CUDA graph trees)
+#   bash benchmarks/pending_gpu.sh session34b # where a CUDA-graph step's CPU time goes (GCNConv, SAGEConv max)
+#   bash benchmarks/pending_gpu.sh session34  # GINConv against torch.compile at RMAT 2^17 (A/B); GCNConv with CUDA graphs
 #   bash benchmarks/pending_gpu.sh session33j # owed: backward tiles A/B (RMAT 2^20); GAT/GCN/GIN under CUDA graphs
 #   bash benchmarks/pending_gpu.sh session33i # owed: CUDA-graph tests with the report's "recorded whole" assertion
 #   bash benchmarks/pending_gpu.sh session33h # final: RMAT 2^17 table with the tall kernels' CUDA-graph threshold
@@ -1268,6 +1275,80 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session34g ]]; then
+  # the light launch's rule (auto: the forward from 2^19 items, or under CUDA graphs) at RMAT 2^17, 20 interleaved
+  # rounds each: without CUDA graphs (auto = one launch) against the split forced; with CUDA graphs (auto = split)
+  # against one launch
+  timeout -s INT 200 python3 -m benchmarks.ab --layers sage_max --graphs rmat-arxiv \
+    --modes gnn_io,gnn_io_light_forward --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_arxiv.txt" | tail -3
+  timeout -s INT 200 python3 -m benchmarks.ab --layers sage_max --graphs rmat-arxiv \
+    --modes gnn_io_cg_one_launch,gnn_io_cg --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_arxiv_cg.txt" | tail -3
+elif [[ $what == session34f ]]; then
+  # the reduction kernels' light items in a launch of their own (session 34, GNN_IO_GS_LIGHT_LAUNCH): the CUDA tests of
+  # the kernels with the default (forward) and with both walks split, then interleaved A/B of SAGEConv max
+  for setting in forward both; do
+    GNN_IO_GS_LIGHT_LAUNCH=$setting CI=1 timeout -s INT 100 python3 -m pytest -q -x -p no:cacheprovider \
+      tests/gpu/test_gather_scatter_cuda.py 2>&1 | tee "$out/gpu_tests_$setting.txt" | tail -2
+  done
+  timeout -s INT 200 python3 -m benchmarks.ab --layers sage_max --graphs rmat-large,rmat-arxiv \
+    --modes gnn_io_one_launch,gnn_io --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_light.txt" | tail -4
+  timeout -s INT 200 python3 -m benchmarks.ab --layers sage_max --graphs rmat-large,rmat-arxiv \
+    --modes gnn_io,gnn_io_light_both --rounds 6 2>>"$out/ab_stderr.txt" | tee "$out/ab_light_both.txt" | tail -4
+elif [[ $what == session34d || $what == session34e ]]; then
+  # issue 4's forward bandwidth target against the kernel's floors (benchmarks/gather_floor.py), then issues 4 and 5,
+  # "never slower than torch.compile on the suite": the small and mid-size graphs again (last in session 20), one
+  # harness run per layer so a timeout costs one layer; 34d: SAGEConv max and GATConv, 34e: GATv2Conv, TransformerConv
+  if [[ $what == session34d ]]; then
+    timeout -s INT 150 python3 -m benchmarks.gather_floor --graphs rmat-large,rmat-arxiv 2>"$out/floor_stderr.txt" \
+      | tee "$out/gather_floor.txt" | tail -9
+    layers="sage_max gat"
+  else
+    # the forward kernel's launch, hub items and light items apart (34d: it is not bound by memory)
+    timeout -s INT 120 python3 -m benchmarks.gather_launch_probe --graphs rmat-large,rmat-arxiv \
+      2>"$out/launch_stderr.txt" | tee "$out/gather_launch.txt" | tail -4
+    layers="gatv2 transformer"
+  fi
+  for layer in $layers; do
+    timeout 170 python3 -m benchmarks.harness --graphs Planetoid-Cora,ca-AstroPh,MUSAE-github,soc-Slashdot0902,road-luxembourg-osm,rmat-arxiv \
+      --layers $layer --modes eager,inductor,gnn_io --reps 10 --out "$out/suite_$layer" 2>"$out/suite_${layer}_stderr.txt" \
+      | tee "$out/suite_${layer}_stdout.txt" | grep "^| [a-zA-Z]" | grep -v "^| graph" | cut -d'|' -f2,5,6,7,8,10,19,21
+    rm -f "$out/suite_$layer/speedup.png"
+  done
+elif [[ $what == session34c ]]; then
+  # a CUDA-graph step's CPU from outside the process (session34b's in-process stack sampler kept the step's tensors
+  # alive in its frames, and CUDA graph trees stopped: "graph recording observed an input tensor deallocate during
+  # graph recording that did not occur during replay"); py-spy holds no references
+  spy="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/py-spy"
+  for layer in gcn sage_max; do
+    timeout 150 "$spy" record --nonblocking --threads --rate 500 --format raw -o "$out/pyspy_cg_$layer.txt" -- \
+      python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io_cg --steps 50 --loop 1000 \
+      >"$out/pyspy_cg_${layer}_run.txt" 2>&1
+    grep "^==" "$out/pyspy_cg_${layer}_run.txt" || tail -3 "$out/pyspy_cg_${layer}_run.txt"
+    python3 -m benchmarks.pyspy_summary "$out/pyspy_cg_$layer.txt" --rows 60 >"$out/pyspy_cg_${layer}_summary.md" 2>&1
+    head -6 "$out/pyspy_cg_${layer}_summary.md"
+    rm -f "$out/pyspy_cg_$layer.txt"
+  done
+elif [[ $what == session34b ]]; then
+  # a CUDA-graph step's CPU (session 34 call 3: 0.36 ms per forward replay, 0.35 per backward, for GCNConv at RMAT
+  # 2^17, about what the forward took without CUDA graphs): cProfile and the stack sampler (both threads)
+  for layer in gcn sage_max; do
+    timeout -s INT 120 python3 -m benchmarks.cpu_profile --layer $layer --graph rmat-arxiv --mode gnn_io_cg --rows 70 \
+      --steps 50 --sampler --all-threads >"$out/cpu_profile_cg_$layer.txt" 2>&1; grep "^==" "$out/cpu_profile_cg_$layer.txt"
+  done
+elif [[ $what == session34 ]]; then
+  # GINConv trailed torch.compile at RMAT 2^17 (0.98x, session 33 call 11) with no rewrite in its graph, only a plan of
+  # two structure nodes; GCNConv took longer with CUDA graphs (1.66 ms) than without (1.55). Interleaved A/B first,
+  # then each step's GPU busy time, then GCNConv's kernels with and without CUDA graphs
+  timeout -s INT 200 python3 -m benchmarks.ab --layers gin,gcn --graphs rmat-arxiv --modes inductor,gnn_io \
+    --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_gin_gcn.txt" | tail -4
+  timeout -s INT 100 python3 -m benchmarks.ab --layers gin --graphs rmat-arxiv --modes gnn_io_tiles3,gnn_io \
+    --rounds 30 2>>"$out/ab_stderr.txt" | tee "$out/ab_gin_tiles.txt" | tail -3
+  timeout -s INT 150 python3 -m benchmarks.step_anatomy --layers gcn,gin --graph rmat-arxiv \
+    --modes inductor,gnn_io,gnn_io_cg --steps 50 2>"$out/anatomy_stderr.txt" | tee "$out/step_anatomy.txt" | tail -8
+  for mode in gnn_io gnn_io_cg; do
+    timeout -s INT 60 python3 -m benchmarks.profile_layer --layer gcn --graph rmat-arxiv --mode $mode --rows 20 \
+      >"$out/profile_gcn_$mode.txt" 2>&1
+  done
 elif [[ $what == session33j ]]; then
   # owed: the backward now compiles with the backend's two Inductor tiles (session 33; before, Inductor's own
   # setting): interleaved A/B at RMAT 2^20 without CUDA graphs, then the CUDA-graph rows call 10 did not re-measure

@@ -73,7 +73,10 @@ elements of full-layout gradients and add into the others, in either order. Kern
 buffer (``gather_scatter_multi``'s members, ``backward(..., into=...)``).
 
 Launch: grid ``(num_items, cdiv(F, BLOCK_F))``; ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` from
-:data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). ``max_edges``
+:data:`LAUNCH` (:data:`AUTOTUNE_CONFIGS` lists the candidates to measure on the GPU). Where the plan's hub items
+are known and the graph is large enough for it to pay (or under CUDA graphs; :func:`_light_launch`), the forward
+launches twice: the hub items with :data:`LAUNCH`, the light items with :data:`LIGHT_LAUNCH` (smaller tiles on one
+warp: a light row has a few edges). ``max_edges``
 (the split threshold) is chosen per graph by :func:`split_threshold` when the plan is built
 (``gnn_io::gather_scatter_items``): measured per device and degree profile on CUDA (``kernels/split_tuning.py``),
 from the mean degree elsewhere.
@@ -90,7 +93,7 @@ from torch import Tensor
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, cuda_graphs_requested
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, listed_fill_rows, padded_item_count, remember_hubs, work_items,
@@ -102,6 +105,18 @@ from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: t
 # forward and backward (e.g. max forward 3.1 ms against 4.5 ms for 8 x 64 on one warp; 32 x 64 on 4 warps 7.1 ms).
 # ``block_f`` None: the features rounded up to a power of two, between 16 and MAX_BLOCK_F.
 LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
+# The forward's light items (rows at or below the split threshold, a few edges each) in a launch of their own: 4 edges
+# x 128 features on one warp. Measured on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max,
+# fp32, F=128): RMAT 2^20 light items 1.159 ms against 1.415 with LAUNCH, RMAT 2^17 0.162 against 0.209; the hub
+# items keep LAUNCH (0.731 and 0.079 ms, within 8% of the best candidate on both graphs). Per SAGEConv max step
+# (interleaved A/B, 6 rounds): RMAT 2^20 (1.44M light items) 10.32 -> 10.11 ms, every round won; RMAT 2^17 (161k),
+# a step bound by the CPU that issues it, 1.76 -> 1.83 ms, 2 rounds of 6 won: the second launch costs CPU there and
+# the 0.05 ms of GPU it saves does not show. So by default (``auto``) the forward splits from LIGHT_LAUNCH_MIN_ITEMS
+# light items, or under CUDA graphs (GNN_IO_CUDAGRAPHS=1: a replay has no per-launch CPU cost).
+LIGHT_LAUNCH = {"block_e": 4, "block_f": None, "num_warps": 1}
+LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
+LIGHT_LAUNCH_ENV = "GNN_IO_GS_LIGHT_LAUNCH"
+LIGHT_LAUNCH_SETTINGS = ("auto", "forward", "both", "off")
 MAX_BLOCK_F = 128
 AUTOTUNE_CONFIGS = [
     {"block_e": 8, "block_f": 64, "num_warps": 1},
@@ -669,6 +684,7 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     edges: every edge's arguments are loaded once, each distinct edge function is computed once per edge
     and each member folds it into its own accumulator. ``arg``: None, or one int32 tensor per member
     (filled with -1; read for the max/min members only, where the kernel writes their args)."""
+    explicit_launch = launch is not None
     launch = launch or LAUNCH
     fns, fn_index = lowered_members(list(fn_keys), _specs(args, roles))
     num_features = math.prod(fns[0].message_shape)
@@ -696,9 +712,38 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))
     kernel = _kernel(fns, spec)
     args_out = [a if with_arg and like else out for a, like, out in zip(arg or outs, max_like, outs)]
-    tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
-    _launch(kernel, num_items, tensors, num_features, launch)
+    tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm]
+    _launch_items(kernel, plan.items, tensors, num_features, launch,
+                  not explicit_launch and _light_launch("forward", num_items))
     return outs
+
+
+def _light_launch(kind: str, num_items: int) -> bool:
+    """Whether ``kind`` (``forward``, ``backward``) launches its light items with :data:`LIGHT_LAUNCH`, from
+    ``GNN_IO_GS_LIGHT_LAUNCH`` (read at each call): ``auto`` (the default) the forward where it measured faster, from
+    :data:`LIGHT_LAUNCH_MIN_ITEMS` work items or under CUDA graphs; ``forward`` the forward always; ``both`` the
+    forward and the gradient walks; ``off`` neither (one launch over every item, as before session 34)."""
+    value = os.environ.get(LIGHT_LAUNCH_ENV) or "auto"
+    if value not in LIGHT_LAUNCH_SETTINGS:
+        raise SettingError(f"{LIGHT_LAUNCH_ENV}={value!r}: set it to auto, forward, both or off (or leave it unset)")
+    if value == "auto":
+        return kind == "forward" and (num_items >= LIGHT_LAUNCH_MIN_ITEMS or cuda_graphs_requested())
+    return value == "both" or value == kind
+
+
+def _launch_items(kernel, items, tensors, num_features, launch, light: bool) -> None:
+    """``kernel`` over the work ``items`` (appended to ``tensors``). ``light``, with the items' hub count known:
+    the degree split, the hub items (they lead, so their indices within the launch are the plan's) with ``launch``
+    and the light items with :data:`LIGHT_LAUNCH`; else one launch over every item."""
+    num_items = items[0].shape[0]
+    hubs = hub_item_count(items) if light else None
+    if hubs is None:
+        _launch(kernel, num_items, [*tensors, *items], num_features, launch)
+        return
+    if hubs:
+        _launch(kernel, hubs, [*tensors, *(t[:hubs] for t in items)], num_features, launch)
+    if num_items > hubs:
+        _launch(kernel, num_items - hubs, [*tensors, *(t[hubs:] for t in items)], num_features, LIGHT_LAUNCH)
 
 
 def maxmin_backward() -> str:
@@ -744,6 +789,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     there take the arg kernel, the walks only the others; None walks every edge. ``into``: float32 buffers
     (argument index -> ``[rows, numel]``, from :func:`gradient_buffers`) the kernels add this call's gradients
     to, for those arguments; then the result holds None there."""
+    explicit_launch = launch is not None
     launch = launch or LAUNCH
     lowered = lowering(fn_key, _specs(args, roles))
     layouts = lowered.layouts
@@ -756,7 +802,7 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         degree = (plan.rowptr[1:] - plan.rowptr[:-1]).clamp(min=1).float()
         cot = cot / degree[:, None]
     elif reduce in ("max", "min"):
-        res = forward(args, roles, plan, fn_key, reduce, launch) if out is None else \
+        res = forward(args, roles, plan, fn_key, reduce, launch if explicit_launch else None) if out is None else \
             out.reshape(num_dst, num_features).float()
         # ties of hub rows (the gradient kernel counts light rows itself): one row per hub row where the hub items
         # are known (at the row's first item), else one per node
@@ -789,8 +835,11 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         else:
             index = [plan.t_rowptr, plan.t_col, plan.t_perm, plan.perm, *plan.t_items]
             items = plan.t_items
-        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, width, *index]
-        _launch(kernel, items[0].shape[0], tensors, num_features, launch)
+        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, width, *index[:-len(items)]]
+        # only a hub item's program needs its index within the plan's items (its tie-count row); a light item's
+        # index only spreads the dense slots, so the light items may run in a launch of their own
+        _launch_items(kernel, items, tensors, num_features, launch,
+                      not explicit_launch and _light_launch("backward", items[0].shape[0]))
     if with_arg and walks["dst"]:
         # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
         kernel = _kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"], accumulate=accumulate))

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, gather_scatter_triton
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, edge_values
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, edge_values
 from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
 from gnn_inductor.kernels.spmm_triton import PADDING
 from gnn_inductor.testing import TOLERANCES, random_graph
@@ -153,6 +153,80 @@ def test_hub_items_lead_and_their_count_is_known(plan):
     light = row[hubs:][shared[hubs:] == 0]
     assert bool((light[1:] > light[:-1]).all())
     assert gather_scatter_triton.hub_item_count([t.clone() for t in items]) is None
+
+
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_forward_launches_hub_and_light_items_apart(plan, reduce, monkeypatch):
+    """``GNN_IO_GS_LIGHT_LAUNCH=forward``: with the plan's own items the forward launches over the hub items with
+    ``LAUNCH`` and over the light items with ``LIGHT_LAUNCH``, each grid as long as its items; the result is the
+    reference's, and the same as one launch over every item (a launch asked for by the caller)."""
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")
+    calls, real = [], gather_scatter_triton._launch
+    monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
+        calls.append((n, tensors[-4].numel(), launch)), real(kernel, n, tensors, f, launch))[1])
+    key = _key(lambda x_j: x_j)
+    (x,) = _valued_inputs([(S, (6,))], "random", seed=4)
+    rowptr, col, row, perm, *t_plan = plan
+    items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
+    hubs = gather_scatter_triton.hub_item_count(items)
+    p = gather_scatter_triton.make_plan(rowptr, col, row, perm, NUM_NODES, *t_plan[:3], items=items)
+    split = gather_scatter_triton.forward([x.to(DEVICE)], [S], p, key, reduce)
+    forward_calls = [c for c in calls if c[2] in (gather_scatter_triton.LAUNCH, gather_scatter_triton.LIGHT_LAUNCH)]
+    assert forward_calls == [(hubs, hubs, gather_scatter_triton.LAUNCH),
+                             (items[0].numel() - hubs, items[0].numel() - hubs, gather_scatter_triton.LIGHT_LAUNCH)]
+    calls.clear()
+    one = gather_scatter_triton.forward([x.to(DEVICE)], [S], p, key, reduce, launch=dict(gather_scatter_triton.LAUNCH))
+    assert [c[0] for c in calls] == [items[0].numel()]
+    ref, _ = _reference([x], [S], plan, key, reduce, torch.zeros(NUM_NODES, 6))
+    _assert_within(split, ref)
+    if reduce == "max":  # exact: the same values whatever the launch
+        assert torch.equal(split, one)
+
+
+@runs_kernel
+@pytest.mark.parametrize("reduce", ["mean", "max"])
+def test_backward_light_launch_matches_the_reference(plan, reduce, monkeypatch):
+    """``GNN_IO_GS_LIGHT_LAUNCH=both``: the gradient walks launch their light items apart too (a hub item's tie-count
+    row is its index within the plan's items, kept since the hub items lead); the gradients are the reference's."""
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "both")
+    launches, real = [], gather_scatter_triton._launch
+    monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
+        launches.append(launch), real(kernel, n, tensors, f, launch))[1])
+    fn, specs = MESSAGES["leaky_dst"]
+    key, roles = _key(fn), [role for role, _ in specs]
+    args = _valued_inputs(specs, "integer", seed=5)
+    grad_out = _grad_out(key, args, roles, seed=5)
+    out, grads = _run([a.float().to(DEVICE) for a in args], roles, plan, key, reduce, grad_out.to(DEVICE))
+    ref, ref_grads = _reference(args, roles, plan, key, reduce, grad_out)
+    _assert_within(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _assert_within(g, r)
+    assert launches.count(gather_scatter_triton.LIGHT_LAUNCH) >= 2  # the forward's and a gradient walk's
+
+
+def test_light_launch_setting(monkeypatch):
+    """Which walks launch their light items apart. By default (``auto``) the forward from ``LIGHT_LAUNCH_MIN_ITEMS``
+    work items, or at any size under CUDA graphs, never the gradient walks; ``forward``, ``both`` and ``off`` at any
+    size; anything else is an error that names the values."""
+    large, small = gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS, gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS - 1
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
+    for value, forward, backward in [(None, True, False), ("auto", True, False), ("forward", True, False),
+                                     ("both", True, True), ("off", False, False)]:
+        if value is None:
+            monkeypatch.delenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, raising=False)
+        else:
+            monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, value)
+        assert gather_scatter_triton._light_launch("forward", large) is forward
+        assert gather_scatter_triton._light_launch("backward", large) is backward
+        automatic = value in (None, "auto")
+        assert gather_scatter_triton._light_launch("forward", small) is (forward and not automatic)
+    monkeypatch.delenv(gather_scatter_triton.LIGHT_LAUNCH_ENV)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    assert gather_scatter_triton._light_launch("forward", 1) and not gather_scatter_triton._light_launch("backward", 1)
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "yes")
+    with pytest.raises(SettingError, match="auto, forward, both or off"):
+        gather_scatter_triton._light_launch("forward", large)
 
 
 class _Messages(torch.nn.Module):
@@ -335,7 +409,8 @@ def test_opcheck_with_plan_items(plan):
 # ---- max/min: the arg saved by the forward, and the backward that uses it ----
 
 ARG_MESSAGES = ("identity", "relu_edge", "leaky_dst")  # SRC only; an EDGE argument; DST and partial EDGE ones
-# edges per tile row: the default, and 2, where the light rows (up to MAX_EDGES) hold several edges per lane
+# edges per tile row (of the hub and the light launches alike): the hub launch's default, and 2, where the light rows
+# (up to MAX_EDGES) hold several edges per lane
 BLOCK_E = [gather_scatter_triton.LAUNCH["block_e"], 2]
 
 
@@ -418,6 +493,7 @@ def test_forward_arg_is_the_one_edge_at_the_result(arg_backward, plan, message, 
     tile row, within one), zero results, the isolated nodes and the split hub all get -1, every other
     pair the CSR position of its edge."""
     monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
+    monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)
@@ -439,6 +515,7 @@ def test_arg_backward_matches_the_reference(arg_backward, plan, message, reduce,
     """Through the op with autograd: the forward saves the arg, the arg kernel and the narrowed walk
     together give the reference's gradients (ties shared, the zero base's share, hub rows)."""
     monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
+    monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)

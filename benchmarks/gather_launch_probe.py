@@ -1,0 +1,94 @@
+"""The max/min forward kernel's launch, hub items and light items apart (issue 4's degree split).
+
+    python -m benchmarks.gather_launch_probe --graphs rmat-large,rmat-arxiv
+
+``gather_scatter_triton.forward`` launches one grid over every work item with one ``LAUNCH``. The plan's hub
+items (rows above the split threshold, cut into items of ``max_edges`` entries) lead its items; the rest are light
+rows of a few edges each. This probe launches the forward kernel (identity message, SAGEConv max) over the hub
+items alone and over the light items alone, for each launch candidate, and prints each one's time (CUDA events,
+median), its registers and spills, and the best pair against the single launch of today. The outputs are compared
+with the single launch's (max is exact: they must be equal).
+"""
+import argparse
+import os
+
+import torch
+
+from benchmarks.harness import graph_suite, median_ms
+from gnn_inductor import edge_functions
+from gnn_inductor.kernels import gather_scatter_triton as g
+from gnn_inductor.kernels.spmm_triton import hub_item_count
+
+CANDIDATES = [  # (block_e, num_warps), block_f 128
+    (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8),
+]
+
+
+def _regs(kernel, known: int) -> str:
+    """Registers/spills of the kernel the last launch compiled (the fast launcher's newest entry, if it added one)."""
+    compiled = list(getattr(kernel, "_compiled", {}).values())
+    if len(compiled) <= known:
+        return "-"
+    c = compiled[-1][0]
+    return f"{getattr(c, 'n_regs', '?')}/{getattr(c, 'n_spills', '?')}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--graphs", default="rmat-large")
+    parser.add_argument("--reduce", default="max")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1")
+    args = parser.parse_args()
+    key = edge_functions.register(torch.fx.symbolic_trace(lambda x_j: x_j))
+    summary = []
+    for graph in graph_suite(args.graphs.split(","), os.environ.get("GNN_IO_DATA", "../shared/data"), args.device):
+        src, dst = graph.edge_index
+        n, f = graph.num_nodes, args.features
+        plan_t = torch.ops.gnn_io.csr_plan(dst, src, n, n)
+        plan = g.make_plan(*plan_t[:4], n, *plan_t[4:])
+        hubs = hub_item_count(plan.items)
+        num_items = plan.items[0].numel()
+        torch.manual_seed(0)
+        x = torch.randn(n, f, device=args.device)
+        reference = g.forward([x], [0], plan, key, args.reduce)
+        whole_ms = median_ms(lambda: g.forward([x], [0], plan, key, args.reduce), args.reps)
+        fns, index = g.lowered_members([key], g._specs([x], [0]))
+        spec = g.KernelSpec("forward", "dst", args.reduce, with_arg=False, members=((args.reduce, index[0]),))
+        kernel = g._kernel(fns, spec)
+        out = reference.clone()
+        print(f"== {graph.name}: {num_items} items, {hubs} hub items; forward as today {whole_ms:.3f} ms (with its output's allocation and prefill)", flush=True)
+
+        def launch(part, block_e, warps):
+            lo, hi = (0, hubs) if part == "hub" else (hubs, num_items)
+            items = [t[lo:hi] for t in plan.items]
+            tensors = [x, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *items]
+            g._launch(kernel, hi - lo, tensors, f, {"block_e": block_e, "block_f": 128, "num_warps": warps})
+
+        best = {}
+        for part in ("hub", "light"):
+            for block_e, warps in CANDIDATES:
+                # the hub rows' atomics start from the prefill value; the light rows are stored over NaN
+                out.fill_(float("-inf") if part == "hub" else float("nan"))
+                known = len(getattr(kernel, "_compiled", {}))
+                launch(part, block_e, warps)
+                regs = _regs(kernel, known)
+                rows = plan.items[0][:hubs] if part == "hub" else plan.items[0][hubs:][plan.items[3][hubs:] == 0]
+                ok = torch.equal(out[rows.long()], reference[rows.long()])
+                ms = median_ms(lambda: launch(part, block_e, warps), args.reps)
+                print(f"   {part:5s} block_e {block_e:3d} warps {warps}: {ms:.3f} ms, regs/spills {regs}, "
+                      f"{'equal' if ok else 'DIFFERENT'}", flush=True)
+                if ok and (part not in best or ms < best[part][0]):
+                    best[part] = (ms, block_e, warps)
+        summary.append((graph.name, whole_ms, best))
+    print("\n| graph | forward today (ms) | hub launch best | light launch best | the two (ms) |\n|---|---|---|---|---|")
+    for name, whole, best in summary:
+        h, li = best.get("hub"), best.get("light")
+        total = (h[0] if h else 0) + (li[0] if li else 0)
+        print(f"| {name} | {whole:.3f} | {h[1:] if h else '-'} {h[0] if h else 0:.3f} | "
+              f"{li[1:] if li else '-'} {li[0] if li else 0:.3f} | {total:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
