@@ -6,8 +6,9 @@
 items (rows above the split threshold, cut into items of ``max_edges`` entries) lead its items; the rest are light
 rows of a few edges each. This probe launches the forward kernel (identity message, SAGEConv max) over the hub
 items alone and over the light items alone, for each launch candidate, and prints each one's time (CUDA events,
-median), its registers and spills, and the best pair against the single launch of today. The outputs are compared
-with the single launch's (max is exact: they must be equal).
+median), its registers and spills, and the best pair against the single launch of today. It also runs the light items
+through the *rows* kernel (``GNN_IO_GS_LIGHT_ROWS=1``: several light rows per program, the s-th edge of each at step
+s) for each of its candidates. The outputs are compared with the single launch's (max is exact: they must be equal).
 """
 import argparse
 import os
@@ -20,7 +21,10 @@ from gnn_inductor.kernels import gather_scatter_triton as g
 from gnn_inductor.kernels.spmm_triton import hub_item_count
 
 CANDIDATES = [  # (block_e, num_warps), block_f 128
-    (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8),
+    (1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8),
+]
+ROWS_CANDIDATES = [  # the rows kernel (GNN_IO_GS_LIGHT_ROWS=1): (rows per program, num_warps), block_f 128
+    (2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8),
 ]
 
 
@@ -58,22 +62,30 @@ def main():
         spec = g.KernelSpec("forward", "dst", args.reduce, with_arg=False, members=((args.reduce, index[0]),))
         kernel = g._kernel(fns, spec)
         out = reference.clone()
-        print(f"== {graph.name}: {num_items} items, {hubs} hub items; forward as today {whole_ms:.3f} ms (with its output's allocation and prefill)", flush=True)
+        print(f"== {graph.name}: {num_items} items, {hubs} hub items; forward as today {whole_ms:.3f} ms (with its "
+              "output's allocation and prefill)", flush=True)
+
+        rows_kernel = g._kernel(fns, g.KernelSpec("rows", "dst", args.reduce, members=((args.reduce, index[0]),)))
 
         def launch(part, block_e, warps):
             lo, hi = (0, hubs) if part == "hub" else (hubs, num_items)
             items = [t[lo:hi] for t in plan.items]
             tensors = [x, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *items]
-            g._launch(kernel, hi - lo, tensors, f, {"block_e": block_e, "block_f": 128, "num_warps": warps})
+            setting = {"block_e": block_e, "block_f": 128, "num_warps": warps}
+            if part == "rows":  # the rows kernel over the light items: block_e rows per program
+                g._launch(rows_kernel, g.cdiv(hi - lo, block_e), [*tensors, hi - lo], f, setting)
+            else:
+                g._launch(kernel, hi - lo, tensors, f, setting)
 
         best = {}
-        for part in ("hub", "light"):
-            for block_e, warps in CANDIDATES:
+        for part in ("hub", "light", "rows"):
+            for block_e, warps in (ROWS_CANDIDATES if part == "rows" else CANDIDATES):
                 # the hub rows' atomics start from the prefill value; the light rows are stored over NaN
                 out.fill_(float("-inf") if part == "hub" else float("nan"))
-                known = len(getattr(kernel, "_compiled", {}))
+                which = rows_kernel if part == "rows" else kernel
+                known = len(getattr(which, "_compiled", {}))
                 launch(part, block_e, warps)
-                regs = _regs(kernel, known)
+                regs = _regs(which, known)
                 rows = plan.items[0][:hubs] if part == "hub" else plan.items[0][hubs:][plan.items[3][hubs:] == 0]
                 ok = torch.equal(out[rows.long()], reference[rows.long()])
                 ms = median_ms(lambda: launch(part, block_e, warps), args.reps)
@@ -82,12 +94,13 @@ def main():
                 if ok and (part not in best or ms < best[part][0]):
                     best[part] = (ms, block_e, warps)
         summary.append((graph.name, whole_ms, best))
-    print("\n| graph | forward today (ms) | hub launch best | light launch best | the two (ms) |\n|---|---|---|---|---|")
+    print("\n| graph | forward today (ms) | hub launch best | light launch best | rows kernel best | hub + best light "
+          "(ms) |\n|---|---|---|---|---|---|")
     for name, whole, best in summary:
-        h, li = best.get("hub"), best.get("light")
-        total = (h[0] if h else 0) + (li[0] if li else 0)
-        print(f"| {name} | {whole:.3f} | {h[1:] if h else '-'} {h[0] if h else 0:.3f} | "
-              f"{li[1:] if li else '-'} {li[0] if li else 0:.3f} | {total:.3f} |")
+        h, li, r = best.get("hub"), best.get("light"), best.get("rows")
+        cell = [f"{b[1:]} {b[0]:.3f}" if b else "-" for b in (h, li, r)]
+        total = (h[0] if h else 0) + min((b[0] for b in (li, r) if b), default=0)
+        print(f"| {name} | {whole:.3f} | {cell[0]} | {cell[1]} | {cell[2]} | {total:.3f} |")
 
 
 if __name__ == "__main__":

@@ -131,6 +131,9 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session34j # the rows kernel for the light items: tests, probe, A/B at RMAT 2^20
+#   bash benchmarks/pending_gpu.sh session34i # the forward's bandwidth share after the light launch; more launch candidates
+#   bash benchmarks/pending_gpu.sh session34h # the suite rows where gnn_io trailed, interleaved (TransformerConv, GATConv)
 #   bash benchmarks/pending_gpu.sh session34g # the light launch's rule at RMAT 2^17, with and without CUDA graphs (A/B)
 #   bash benchmarks/pending_gpu.sh session34f # the reduction kernels' light items launched apart: CUDA tests, A/B
 #   bash benchmarks/pending_gpu.sh session34d # issue 4's bandwidth floors; the suite against torch.compile (SAGEConv max, GATConv)
@@ -1275,6 +1278,30 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session34j ]]; then
+  # the rows kernel for the light items (GNN_IO_GS_LIGHT_ROWS=1: several light rows per program): its CUDA tests, the
+  # launch probe with its candidates, then a short A/B of SAGEConv max at RMAT 2^20 (last: the budget may cut it)
+  CI=1 timeout -s INT 90 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gather_scatter_triton.py \
+    -k "rows or light or apart" 2>&1 | tee "$out/gpu_tests_rows.txt" | tail -2
+  timeout -s INT 100 python3 -m benchmarks.gather_launch_probe --graphs rmat-large,rmat-arxiv \
+    2>"$out/launch_stderr.txt" | tee "$out/gather_launch.txt" | tail -4
+  timeout -s INT 120 python3 -m benchmarks.ab --layers sage_max --graphs rmat-large \
+    --modes gnn_io,gnn_io_light_rows --rounds 3 2>"$out/ab_stderr.txt" | tee "$out/ab_rows.txt" | tail -3
+elif [[ $what == session34i ]]; then
+  # after the light launch: the forward's share of copy bandwidth again (gather_floor, whose forward now splits at RMAT
+  # 2^20), and the launch candidates with 1 and 2 edges per tile row added
+  timeout -s INT 150 python3 -m benchmarks.gather_floor --graphs rmat-large,rmat-arxiv 2>"$out/floor_stderr.txt" \
+    | tee "$out/gather_floor.txt" | tail -9
+  timeout -s INT 150 python3 -m benchmarks.gather_launch_probe --graphs rmat-large,rmat-arxiv \
+    2>"$out/launch_stderr.txt" | tee "$out/gather_launch.txt" | tail -4
+elif [[ $what == session34h ]]; then
+  # the suite rows of 34d/34e where gnn_io trailed torch.compile (one process per layer, modes one after the other),
+  # interleaved: TransformerConv on soc-Slashdot0902 (rewritten) and ca-AstroPh (declined), GATConv on Cora,
+  # soc-Slashdot0902 and RMAT 2^17
+  timeout -s INT 260 python3 -m benchmarks.ab --layers transformer --graphs soc-Slashdot0902,ca-AstroPh \
+    --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_transformer.txt" | tail -4
+  timeout -s INT 280 python3 -m benchmarks.ab --layers gat --graphs Planetoid-Cora,soc-Slashdot0902,rmat-arxiv \
+    --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_gat.txt" | tail -5
 elif [[ $what == session34g ]]; then
   # the light launch's rule (auto: the forward from 2^19 items, or under CUDA graphs) at RMAT 2^17, 20 interleaved
   # rounds each: without CUDA graphs (auto = one launch) against the split forced; with CUDA graphs (auto = split)

@@ -117,6 +117,13 @@ LIGHT_LAUNCH = {"block_e": 4, "block_f": None, "num_warps": 1}
 LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
 LIGHT_LAUNCH_ENV = "GNN_IO_GS_LIGHT_LAUNCH"
 LIGHT_LAUNCH_SETTINGS = ("auto", "forward", "both", "off")
+# The rows kernel for the light items (``GNN_IO_GS_LIGHT_ROWS=1``, opt-in): BLOCK_E light rows per program, the s-th
+# edge of each loaded at step s. Measured on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max,
+# fp32, F=128): 2 rows on one warp was its best candidate, RMAT 2^20 light items 0.931 ms against 1.118 for the item
+# kernel with LIGHT_LAUNCH, but RMAT 2^17 0.157 against 0.139-0.146. The one step A/B ran 8 rows on 2 warps (1.114 ms
+# on the light items): a tie, 10.49 against 10.47 ms. Not the default until a step A/B with this launch says so.
+ROWS_LAUNCH = {"block_e": 2, "block_f": None, "num_warps": 1}
+LIGHT_ROWS_ENV = "GNN_IO_GS_LIGHT_ROWS"
 MAX_BLOCK_F = 128
 AUTOTUNE_CONFIGS = [
     {"block_e": 8, "block_f": 64, "num_warps": 1},
@@ -233,9 +240,10 @@ def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     if spec.kind == "arg":
         return params + ["COT", "ARG", "nbr", "perm", "num_rows", "num_features", "BLOCK_E: tl.constexpr",
                          "BLOCK_F: tl.constexpr"]
-    if spec.kind == "forward":  # one result (and arg) per member
+    if spec.kind in ("forward", "rows"):  # one result (and arg) per member
         members = range(len(spec.members))
-        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + _WALK_PARAMS
+        walk = _WALK_PARAMS if spec.kind == "forward" else [*_WALK_PARAMS[:8], "num_items", *_WALK_PARAMS[8:]]
+        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + walk
     return params + ["RES", "COT", "CNT", "ARG", "count_width"] + _WALK_PARAMS
 
 
@@ -359,6 +367,11 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
                 b(add_grad(i, "node", "rmask", store=kinds[i] == "full"))
             else:
                 b(add_grad(i, tiles[role], store=kinds[i] == "full" and role == ROLE_EDGE))
+        L.extend("    " + line for line in body)
+        return "\n".join(L) + "\n"
+
+    if spec.kind == "rows":
+        body.extend(_rows_body(fns, spec, layouts, load, needs_edge))
         L.extend("    " + line for line in body)
         return "\n".join(L) + "\n"
 
@@ -534,6 +547,60 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
         body[walked_from:] = ["if shared == 1:", *walked]
     L.extend("    " + line for line in body)
     return "\n".join(L) + "\n"
+
+
+def _rows_body(fns, spec: KernelSpec, layouts, load, needs_edge) -> list:
+    """The body of the *rows* forward kernel (``spec.kind == "rows"``): ``BLOCK_E`` light items per program, one
+    destination row each (its tile row), ``BLOCK_F`` features; step ``s`` loads the ``s``-th edge of every row at
+    once, so a program keeps ``BLOCK_E`` rows' gathers in flight where the item kernel keeps one row's. Each member
+    folds its messages per row (no reduction across tile rows) and its result is stored: light items are whole rows
+    (no atomics, no arg: a forward asked for the arg keeps the item kernel)."""
+    body = ["items = item * BLOCK_E + tl.arange(0, BLOCK_E)",
+            "imask = items < num_items",
+            "node = tl.load(item_row + items, mask=imask, other=0).to(tl.int64)",
+            "start = tl.load(item_start + items, mask=imask, other=0)",
+            "end = tl.load(item_end + items, mask=imask, other=0)",
+            # padding items (and a hub item, should one reach this launch) store nothing
+            "stored = imask & (tl.load(item_shared + items, mask=imask, other=1) == 0)",
+            "m2 = stored[:, None] & fmask[None, :]",
+            "zero = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)"]
+    b = body.append
+    for i, layout in enumerate(layouts):
+        if layout.role == ROLE_DENSE:
+            b(f"a{i} = {load(i, None, None)}")
+        elif layout.role == ROLE_DST:
+            b(f"a{i} = {load(i, 'node', 'stored')}")
+    for j, (reduce, _) in enumerate(spec.members):
+        b(f"acc{j} = tl.full([BLOCK_E, BLOCK_F], {_INIT[reduce]}, tl.float32)")
+    b("steps = tl.max(tl.where(stored, end - start, 0), axis=0)")
+    b("for step in range(0, steps):")
+    loop = ["k = start + step", "emask = stored & (k < end)", "m2 = emask[:, None] & fmask[None, :]",
+            "other = tl.load(nbr + k, mask=emask, other=0).to(tl.int64)"]
+    if needs_edge:
+        loop.append("edge = tl.load(perm + k, mask=emask, other=0).to(tl.int64)")
+    for i, layout in enumerate(layouts):
+        if layout.role == ROLE_EDGE:
+            loop.append(f"a{i} = {load(i, 'edge', 'emask')}")
+        elif layout.role == ROLE_SRC:
+            loop.append(f"a{i} = {load(i, 'other', 'emask')}")
+    for k, fn in enumerate(fns):
+        lines, result = codegen.renamed_forward(fn, f"m{k}_")
+        loop.extend(lines)
+        loop.append(f"msg{k} = {result} + zero")
+    for j, (reduce, k) in enumerate(spec.members):
+        if reduce in ("sum", "mean"):
+            loop.append(f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)")
+        else:
+            fold = "tl.maximum" if reduce == "max" else "tl.minimum"
+            loop.append(f"acc{j} = {fold}(acc{j}, tl.where(m2, msg{k}, {_INIT[reduce]}))")
+    body.extend("    " + line for line in loop)
+    if any(reduce == "mean" for reduce, _ in spec.members):
+        b("degree = tl.maximum(end - start, 1).to(tl.float32)[:, None]")
+    b("offsets = node[:, None] * num_features + f[None, :]")
+    b("m2 = stored[:, None] & fmask[None, :]")
+    for j, (reduce, _) in enumerate(spec.members):
+        b(f"tl.store(RES{j} + offsets, acc{j}{' / degree' if reduce == 'mean' else ''}, mask=m2)")
+    return body
 
 
 _PREFILL = '''
@@ -713,9 +780,22 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     kernel = _kernel(fns, spec)
     args_out = [a if with_arg and like else out for a, like, out in zip(arg or outs, max_like, outs)]
     tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm]
-    _launch_items(kernel, plan.items, tensors, num_features, launch,
-                  not explicit_launch and _light_launch("forward", num_items))
+    light = not explicit_launch and _light_launch("forward", num_items)
+    rows = None
+    if light and not with_arg and light_rows():
+        rows = _kernel(fns, KernelSpec("rows", "dst", spec.reduce, members=spec.members))
+    _launch_items(kernel, plan.items, tensors, num_features, launch, light, rows)
     return outs
+
+
+def light_rows() -> bool:
+    """``GNN_IO_GS_LIGHT_ROWS=1``: the forward's light items, where they get a launch of their own, run the *rows*
+    kernel (:data:`ROWS_LAUNCH`: several light rows per program, :func:`_rows_body`) instead of the item kernel with
+    :data:`LIGHT_LAUNCH`; read at each call."""
+    value = os.environ.get(LIGHT_ROWS_ENV) or "0"
+    if value not in ("0", "1"):
+        raise SettingError(f"{LIGHT_ROWS_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
+    return value == "1"
 
 
 def _light_launch(kind: str, num_items: int) -> bool:
@@ -731,10 +811,11 @@ def _light_launch(kind: str, num_items: int) -> bool:
     return value == "both" or value == kind
 
 
-def _launch_items(kernel, items, tensors, num_features, launch, light: bool) -> None:
+def _launch_items(kernel, items, tensors, num_features, launch, light: bool, rows=None) -> None:
     """``kernel`` over the work ``items`` (appended to ``tensors``). ``light``, with the items' hub count known:
     the degree split, the hub items (they lead, so their indices within the launch are the plan's) with ``launch``
-    and the light items with :data:`LIGHT_LAUNCH`; else one launch over every item."""
+    and the light items with :data:`LIGHT_LAUNCH`, or by the ``rows`` kernel (:func:`_rows_body`) with
+    :data:`ROWS_LAUNCH` where one is given; else one launch over every item."""
     num_items = items[0].shape[0]
     hubs = hub_item_count(items) if light else None
     if hubs is None:
@@ -742,8 +823,14 @@ def _launch_items(kernel, items, tensors, num_features, launch, light: bool) -> 
         return
     if hubs:
         _launch(kernel, hubs, [*tensors, *(t[:hubs] for t in items)], num_features, launch)
-    if num_items > hubs:
-        _launch(kernel, num_items - hubs, [*tensors, *(t[hubs:] for t in items)], num_features, LIGHT_LAUNCH)
+    if num_items == hubs:
+        return
+    light_items = [*tensors, *(t[hubs:] for t in items)]
+    if rows is None:
+        _launch(kernel, num_items - hubs, light_items, num_features, LIGHT_LAUNCH)
+    else:
+        _launch(rows, cdiv(num_items - hubs, ROWS_LAUNCH["block_e"]), [*light_items, num_items - hubs], num_features,
+                ROWS_LAUNCH)
 
 
 def maxmin_backward() -> str:

@@ -162,6 +162,7 @@ def test_forward_launches_hub_and_light_items_apart(plan, reduce, monkeypatch):
     ``LAUNCH`` and over the light items with ``LIGHT_LAUNCH``, each grid as long as its items; the result is the
     reference's, and the same as one launch over every item (a launch asked for by the caller)."""
     monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")
+    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
     calls, real = [], gather_scatter_triton._launch
     monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
         calls.append((n, tensors[-4].numel(), launch)), real(kernel, n, tensors, f, launch))[1])
@@ -185,11 +186,54 @@ def test_forward_launches_hub_and_light_items_apart(plan, reduce, monkeypatch):
 
 
 @runs_kernel
+@pytest.mark.parametrize("block_r", [2, 4])
+@pytest.mark.parametrize("message", ["identity", "relu_edge", "leaky_dst"])
+def test_rows_kernel_takes_the_light_items(plan, message, block_r, monkeypatch):
+    """``GNN_IO_GS_LIGHT_ROWS=1``: the light items run the rows kernel (several rows per program, ``block_r`` of
+    them), the hub items the item kernel; every member
+    (sum, mean, max, min of one walk) equals the reference, as does the arg forward, which keeps the item kernel.
+    The light items of this graph are not a multiple of 4 rows: the last program's rows are partly past them."""
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "1")
+    monkeypatch.setitem(gather_scatter_triton.ROWS_LAUNCH, "block_e", block_r)
+    kinds, real = [], gather_scatter_triton._kernel
+    monkeypatch.setattr(gather_scatter_triton, "_kernel", lambda lowered, spec: kinds.append(spec.kind) or
+                        real(lowered, spec))
+    fn, specs = MESSAGES[message]
+    key, roles = _key(fn), [role for role, _ in specs]
+    args = _valued_inputs(specs, "integer", seed=7)
+    reduces = ["sum", "mean", "max", "min"]
+    rowptr, col, row, perm, *t_plan = plan
+    outs = torch.ops.gnn_io.gather_scatter_multi([a.float().to(DEVICE) for a in args], roles, rowptr, col, row, perm,
+                                                 [key] * 4, reduces, t_plan)
+    assert "rows" in kinds
+    for out, reduce in zip(outs, reduces):
+        ref, _ = _reference(args, roles, plan, key, reduce, torch.zeros(NUM_NODES, *out.shape[1:]))
+        _assert_within(out, ref)
+    if message == "identity":
+        kinds.clear()
+        out, arg = _forward_with_arg(args, roles, plan, key, "max")
+        assert "rows" not in kinds and "forward" in kinds
+        _assert_within(out, _reference(args, roles, plan, key, "max", torch.zeros(out.shape))[0])
+
+
+def test_light_rows_setting(monkeypatch):
+    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
+    assert not gather_scatter_triton.light_rows()
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "1")
+    assert gather_scatter_triton.light_rows()
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "on")
+    with pytest.raises(SettingError, match="0 or 1"):
+        gather_scatter_triton.light_rows()
+
+
+@runs_kernel
 @pytest.mark.parametrize("reduce", ["mean", "max"])
 def test_backward_light_launch_matches_the_reference(plan, reduce, monkeypatch):
     """``GNN_IO_GS_LIGHT_LAUNCH=both``: the gradient walks launch their light items apart too (a hub item's tie-count
     row is its index within the plan's items, kept since the hub items lead); the gradients are the reference's."""
     monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "both")
+    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
     launches, real = [], gather_scatter_triton._launch
     monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
         launches.append(launch), real(kernel, n, tensors, f, launch))[1])
