@@ -68,9 +68,10 @@ def main():
             del plan
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print(f"\ncopy bandwidth {copy_bytes_per_s / 1e9:.0f} GB/s, {args.reduce}, {args.features} float32 features; 50% of copy "
-          f"bandwidth is the issue's target\n")
-    print("| graph | edges | sources | forward ms | share of copy bandwidth | gathered GB/s |\n|---|---|---|---|---|---|")
+    print(f"\ncopy bandwidth {copy_bytes_per_s / 1e9:.0f} GB/s, {args.reduce}, {args.features} float32 features; "
+          "50% of copy bandwidth is the issue's target\n")
+    print("| graph | edges | sources | forward ms | share of copy bandwidth | gathered GB/s |\n"
+          "|---|---|---|---|---|---|")
     for name, e, variant, ms, share, gathered in rows:
         print(f"| {name} | {e} | {variant} | {ms:.3f} | {100 * share:.1f}% | {gathered:.0f} |")
 

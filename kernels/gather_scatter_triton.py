@@ -112,7 +112,7 @@ LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
 # (interleaved A/B, 6 rounds): RMAT 2^20 (1.44M light items) 10.32 -> 10.11 ms, every round won; RMAT 2^17 (161k),
 # a step bound by the CPU that issues it, 1.76 -> 1.83 ms, 2 rounds of 6 won: the second launch costs CPU there and
 # the 0.05 ms of GPU it saves does not show. So by default (``auto``) the forward splits from LIGHT_LAUNCH_MIN_ITEMS
-# light items, or under CUDA graphs (GNN_IO_CUDAGRAPHS=1: a replay has no per-launch CPU cost).
+# work items, or under CUDA graphs (GNN_IO_CUDAGRAPHS=1: a replay has no per-launch CPU cost).
 LIGHT_LAUNCH = {"block_e": 4, "block_f": None, "num_warps": 1}
 LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
 LIGHT_LAUNCH_ENV = "GNN_IO_GS_LIGHT_LAUNCH"
