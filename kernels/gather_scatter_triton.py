@@ -93,7 +93,9 @@ from torch import Tensor
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, cuda_graphs_requested
+from gnn_inductor.kernels._common import (
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, cuda_graphs_requested, switch_setting,
+)
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, listed_fill_rows, padded_item_count, remember_hubs, work_items,
@@ -452,20 +454,13 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
     c = loop.append
     if spec.kind == "forward":
         # each distinct edge function once per edge block; each member's accumulator folds its messages
-        for k, fn in enumerate(fns):
-            lines, result = codegen.renamed_forward(fn, f"m{k}_")
-            loop.extend(lines)
-            c(f"msg{k} = {result} + zero")
+        loop.extend(_message_lines(fns))
         for j, (reduce, k) in enumerate(spec.members):
-            if reduce in ("sum", "mean"):
-                c(f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)")
-                continue
-            if tracks[j]:
+            if tracks[j]:  # max/min only
                 beyond = ">" if reduce == "max" else "<"
                 c(f"best_at{j} = tl.where(m2 & (msg{k} {beyond} acc{j}), k[:, None], "
                   f"tl.where(m2 & (msg{k} == acc{j}), -2, best_at{j}))")
-            fold = "tl.maximum" if reduce == "max" else "tl.minimum"
-            c(f"acc{j} = {fold}(acc{j}, tl.where(m2, msg{k}, {_INIT[reduce]}))")
+            c(_fold_line(j, reduce, k))
     elif spec.kind == "count" or max_like:
         loop.extend(lowered.forward)
         c(f"msg = {lowered.forward_result} + zero")
@@ -549,6 +544,25 @@ def kernel_source(lowered, spec: KernelSpec) -> str:
     return "\n".join(L) + "\n"
 
 
+def _message_lines(fns) -> list:
+    """Lines computing each distinct edge function's message tile ``msg{k}`` (``[BLOCK_E, BLOCK_F]``) from the
+    loaded arguments, once per edge block (or step)."""
+    lines = []
+    for k, fn in enumerate(fns):
+        body, result = codegen.renamed_forward(fn, f"m{k}_")
+        lines.extend(body)
+        lines.append(f"msg{k} = {result} + zero")
+    return lines
+
+
+def _fold_line(j: int, reduce: str, k: int) -> str:
+    """The line folding message ``msg{k}`` into member ``j``'s accumulator, masked by ``m2``."""
+    if reduce in ("sum", "mean"):
+        return f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)"
+    fold = "tl.maximum" if reduce == "max" else "tl.minimum"
+    return f"acc{j} = {fold}(acc{j}, tl.where(m2, msg{k}, {_INIT[reduce]}))"
+
+
 def _rows_body(fns, spec: KernelSpec, layouts, load, needs_edge) -> list:
     """The body of the *rows* forward kernel (``spec.kind == "rows"``): ``BLOCK_E`` light items per program, one
     destination row each (its tile row), ``BLOCK_F`` features; step ``s`` loads the ``s``-th edge of every row at
@@ -583,16 +597,8 @@ def _rows_body(fns, spec: KernelSpec, layouts, load, needs_edge) -> list:
             loop.append(f"a{i} = {load(i, 'edge', 'emask')}")
         elif layout.role == ROLE_SRC:
             loop.append(f"a{i} = {load(i, 'other', 'emask')}")
-    for k, fn in enumerate(fns):
-        lines, result = codegen.renamed_forward(fn, f"m{k}_")
-        loop.extend(lines)
-        loop.append(f"msg{k} = {result} + zero")
-    for j, (reduce, k) in enumerate(spec.members):
-        if reduce in ("sum", "mean"):
-            loop.append(f"acc{j} = acc{j} + tl.where(m2, msg{k}, 0.0)")
-        else:
-            fold = "tl.maximum" if reduce == "max" else "tl.minimum"
-            loop.append(f"acc{j} = {fold}(acc{j}, tl.where(m2, msg{k}, {_INIT[reduce]}))")
+    loop.extend(_message_lines(fns))
+    loop.extend(_fold_line(j, reduce, k) for j, (reduce, k) in enumerate(spec.members))
     body.extend("    " + line for line in loop)
     if any(reduce == "mean" for reduce, _ in spec.members):
         b("degree = tl.maximum(end - start, 1).to(tl.float32)[:, None]")
@@ -792,10 +798,7 @@ def light_rows() -> bool:
     """``GNN_IO_GS_LIGHT_ROWS=1``: the forward's light items, where they get a launch of their own, run the *rows*
     kernel (:data:`ROWS_LAUNCH`: several light rows per program, :func:`_rows_body`) instead of the item kernel with
     :data:`LIGHT_LAUNCH`; read at each call."""
-    value = os.environ.get(LIGHT_ROWS_ENV) or "0"
-    if value not in ("0", "1"):
-        raise SettingError(f"{LIGHT_ROWS_ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    return switch_setting(LIGHT_ROWS_ENV, default=False)
 
 
 def _light_launch(kind: str, num_items: int) -> bool:
