@@ -453,8 +453,9 @@ def test_opcheck_with_plan_items(plan):
 # ---- max/min: the arg saved by the forward, and the backward that uses it ----
 
 ARG_MESSAGES = ("identity", "relu_edge", "leaky_dst")  # SRC only; an EDGE argument; DST and partial EDGE ones
-# edges per tile row (of the hub and the light launches alike): the hub launch's default, and 2, where the light rows
-# (up to MAX_EDGES) hold several edges per lane
+# edges per tile row (of the hub and the light launches alike; the arg tests split the forward's launch, the other
+# tests that run the arg forward keep the default, one launch at these sizes): the hub launch's default, and 2, where
+# the light rows (up to MAX_EDGES) hold several edges per lane
 BLOCK_E = [gather_scatter_triton.LAUNCH["block_e"], 2]
 
 
@@ -538,6 +539,7 @@ def test_forward_arg_is_the_one_edge_at_the_result(arg_backward, plan, message, 
     pair the CSR position of its edge."""
     monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
     monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)
@@ -560,6 +562,7 @@ def test_arg_backward_matches_the_reference(arg_backward, plan, message, reduce,
     together give the reference's gradients (ties shared, the zero base's share, hub rows)."""
     monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
     monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)
