@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session35  # owed: session34k, then GATv2Conv on ca-AstroPh against torch.compile (A/B)
 #   bash benchmarks/pending_gpu.sh session34k # owed: the rows kernel's step A/B with its measured launch
 #   bash benchmarks/pending_gpu.sh session34j # the rows kernel for the light items: tests, probe, A/B at RMAT 2^20
 #   bash benchmarks/pending_gpu.sh session34i # the forward's bandwidth share after the light launch; more launch candidates
@@ -1279,6 +1280,15 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session35 ]]; then
+  # session 34's owed rows-kernel A/B (as session34k), then GATv2Conv on ca-AstroPh, which the suite read at 0.95x
+  # against torch.compile in one process, timed interleaved
+  timeout -s INT 200 python3 -m benchmarks.ab --layers sage_max --graphs rmat-large \
+    --modes gnn_io,gnn_io_light_rows --rounds 6 2>"$out/ab_stderr.txt" | tee "$out/ab_rows.txt" | tail -3
+  timeout -s INT 150 python3 -m benchmarks.ab --layers sage_max --graphs rmat-arxiv \
+    --modes gnn_io_cg,gnn_io_cg_light_rows --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_rows_cg.txt" | tail -3
+  timeout -s INT 150 python3 -m benchmarks.ab --layers gatv2 --graphs ca-AstroPh \
+    --modes inductor,gnn_io --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_gatv2_astro.txt" | tail -3
 elif [[ $what == session34k ]]; then
   # owed: the rows kernel's step A/B with its measured launch (2 rows on one warp; call 12's A/B ran 8 on 2 warps), at
   # RMAT 2^20 without and RMAT 2^17 with CUDA graphs
