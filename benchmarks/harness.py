@@ -248,6 +248,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_tiles3": {"GNN_IO_INDUCTOR_MAX_TILES": "3"}, "gnn_io_split_s9": {"GNN_IO_SPLIT_LAUNCH": "session9"},
             "gnn_io_one_launch": {"GNN_IO_GS_LIGHT_LAUNCH": "off"}, "gnn_io_light_both": {"GNN_IO_GS_LIGHT_LAUNCH": "both"},
             "gnn_io_light_forward": {"GNN_IO_GS_LIGHT_LAUNCH": "forward"}, "gnn_io_light_rows": {"GNN_IO_GS_LIGHT_ROWS": "1"},
+            "gnn_io_light_items": {"GNN_IO_GS_LIGHT_ROWS": "0"},
             "gnn_io_cg_light_rows": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_GS_LIGHT_ROWS": "1"},
             "gnn_io_cg_light_both": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_GS_LIGHT_LAUNCH": "both"},
             "gnn_io_cg_one_launch": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_GS_LIGHT_LAUNCH": "off"},

@@ -119,11 +119,13 @@ LIGHT_LAUNCH = {"block_e": 4, "block_f": None, "num_warps": 1}
 LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
 LIGHT_LAUNCH_ENV = "GNN_IO_GS_LIGHT_LAUNCH"
 LIGHT_LAUNCH_SETTINGS = ("auto", "forward", "both", "off")
-# The rows kernel for the light items (``GNN_IO_GS_LIGHT_ROWS=1``, opt-in): BLOCK_E light rows per program, the s-th
-# edge of each loaded at step s. Measured on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max,
-# fp32, F=128): 2 rows on one warp was its best candidate, RMAT 2^20 light items 0.931 ms against 1.118 for the item
-# kernel with LIGHT_LAUNCH, but RMAT 2^17 0.157 against 0.139-0.146. The one step A/B ran 8 rows on 2 warps (1.114 ms
-# on the light items): a tie, 10.49 against 10.47 ms. Not the default until a step A/B with this launch says so.
+# The rows kernel for the light items: BLOCK_E light rows per program, the s-th edge of each loaded at step s. Measured
+# on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max, fp32, F=128): 2 rows on one warp was its
+# best candidate, RMAT 2^20 light items 0.931 ms against 1.118 for the item kernel with LIGHT_LAUNCH, but RMAT 2^17
+# 0.157 against 0.139-0.146. Per SAGEConv max step with this launch (session 35, interleaved A/B): RMAT 2^20 10.41 ->
+# 10.31 ms, 6 rounds of 6 won; RMAT 2^17 under CUDA graphs 1.43 -> 1.41 ms, 14 of 20 won (within the kernel-level
+# loss above: noise). So by default (unset) the rows kernel takes the light items from LIGHT_LAUNCH_MIN_ITEMS work
+# items, where it measured faster kernel by kernel and step by step; ``GNN_IO_GS_LIGHT_ROWS=1`` / ``0`` forces it.
 ROWS_LAUNCH = {"block_e": 2, "block_f": None, "num_warps": 1}
 LIGHT_ROWS_ENV = "GNN_IO_GS_LIGHT_ROWS"
 MAX_BLOCK_F = 128
@@ -788,17 +790,20 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
     tensors = [*_prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm]
     light = not explicit_launch and _light_launch("forward", num_items)
     rows = None
-    if light and not with_arg and light_rows():
+    if light and not with_arg and light_rows(num_items):
         rows = _kernel(fns, KernelSpec("rows", "dst", spec.reduce, members=spec.members))
     _launch_items(kernel, plan.items, tensors, num_features, launch, light, rows)
     return outs
 
 
-def light_rows() -> bool:
-    """``GNN_IO_GS_LIGHT_ROWS=1``: the forward's light items, where they get a launch of their own, run the *rows*
-    kernel (:data:`ROWS_LAUNCH`: several light rows per program, :func:`_rows_body`) instead of the item kernel with
-    :data:`LIGHT_LAUNCH`; read at each call."""
-    return switch_setting(LIGHT_ROWS_ENV, default=False)
+def light_rows(num_items: int) -> bool:
+    """Whether the forward's light items, where they get a launch of their own, run the *rows* kernel
+    (:data:`ROWS_LAUNCH`: several light rows per program, :func:`_rows_body`) instead of the item kernel with
+    :data:`LIGHT_LAUNCH`. ``GNN_IO_GS_LIGHT_ROWS`` (read at each call): ``1`` always, ``0`` never, unset from
+    :data:`LIGHT_LAUNCH_MIN_ITEMS` work items (the plan's ``num_items``), where it measured faster."""
+    if os.environ.get(LIGHT_ROWS_ENV, "").strip():
+        return switch_setting(LIGHT_ROWS_ENV)
+    return num_items >= LIGHT_LAUNCH_MIN_ITEMS
 
 
 def _light_launch(kind: str, num_items: int) -> bool:

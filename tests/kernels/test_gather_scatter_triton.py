@@ -218,13 +218,18 @@ def test_rows_kernel_takes_the_light_items(plan, message, block_r, monkeypatch):
 
 
 def test_light_rows_setting(monkeypatch):
+    """Unset: the rows kernel from LIGHT_LAUNCH_MIN_ITEMS work items, the item kernel below; ``1`` / ``0`` force it at
+    any size; anything else is refused by name."""
+    least = gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS
     monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
-    assert not gather_scatter_triton.light_rows()
+    assert gather_scatter_triton.light_rows(least) and not gather_scatter_triton.light_rows(least - 1)
     monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "1")
-    assert gather_scatter_triton.light_rows()
+    assert gather_scatter_triton.light_rows(1)
+    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "0")
+    assert not gather_scatter_triton.light_rows(least)
     monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "on")
     with pytest.raises(SettingError, match="0 or 1"):
-        gather_scatter_triton.light_rows()
+        gather_scatter_triton.light_rows(least)
 
 
 @runs_kernel
