@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session35b # the rows kernel by default at scale: CUDA tests of the reduction kernels
 #   bash benchmarks/pending_gpu.sh session35  # owed: session34k, then GATv2Conv on ca-AstroPh against torch.compile (A/B)
 #   bash benchmarks/pending_gpu.sh session34k # owed: the rows kernel's step A/B with its measured launch
 #   bash benchmarks/pending_gpu.sh session34j # the rows kernel for the light items: tests, probe, A/B at RMAT 2^20
@@ -1280,6 +1281,10 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session35b ]]; then
+  # the rows kernel now takes the light items by default from 2^19 work items: the reduction kernels' CUDA tests, with
+  # the new test at that scale (tests/gpu/test_gather_scatter_cuda.py::test_default_split_at_scale_runs_the_rows_kernel)
+  kernel_tests 400 tests/gpu/test_gather_scatter_cuda.py tests/kernels/test_gather_scatter_triton.py
 elif [[ $what == session35 ]]; then
   # session 34's owed rows-kernel A/B (as session34k), then GATv2Conv on ca-AstroPh, which the suite read at 0.95x
   # against torch.compile in one process, timed interleaved

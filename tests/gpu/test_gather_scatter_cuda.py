@@ -188,6 +188,40 @@ def test_kernel_on_a_large_hub(dtype):
                                        atol=atol * 4 * max(1.0, float(want.abs().max())))
 
 
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_default_split_at_scale_runs_the_rows_kernel(reduce, monkeypatch):
+    """Above ``LIGHT_LAUNCH_MIN_ITEMS`` work items, with no setting, the forward launches its hub items and its light
+    items apart and the light items run the rows kernel; forward and gradient against the float64 reference, on a
+    graph of 600k rows (isolated ones too) with a hub of 100k neighbours."""
+    for name in (gather_scatter_triton.LIGHT_LAUNCH_ENV, gather_scatter_triton.LIGHT_ROWS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    kinds, real = [], gather_scatter_triton._kernel
+    monkeypatch.setattr(gather_scatter_triton, "_kernel", lambda lowered, spec: kinds.append(spec.kind) or
+                        real(lowered, spec))
+    num_nodes = 600_000
+    edge_index = random_graph(num_nodes, 2_400_000, seed=11, hub_degree=100_000).to(CUDA)
+    src, dst = edge_index
+    plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
+    rowptr, col, row, perm, *t_plan = plan
+    assert torch.ops.gnn_io.gather_scatter_items(rowptr, col)[0].numel() >= gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS
+    key = edge_functions.register(torch.fx.symbolic_trace(lambda x_j, e: torch.relu(x_j + e)))
+    x = torch.randn(num_nodes, 32, device=CUDA, requires_grad=True)
+    e = torch.randn(src.numel(), 32, device=CUDA, requires_grad=True)
+    out = torch.ops.gnn_io.gather_scatter([x, e], [0, 2], rowptr, col, row, perm, key, reduce, t_plan)
+    assert "rows" in kinds
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, e], grad_out)
+    # max in float32: its messages round as the kernel's, so both see the same ties (two messages equal in float32
+    # but not in float64 would split the gradient in the kernel and not in a float64 reference); mean in float64
+    ref_dtype = torch.float32 if reduce == "max" else torch.float64
+    leaves = [t.detach().cpu().to(ref_dtype).requires_grad_(True) for t in (x, e)]
+    ref = gather_scatter_reference(leaves, [0, 2], *(p.cpu() for p in plan[:4]), key, reduce)
+    ref_grads = torch.autograd.grad(ref, leaves, grad_out.cpu().to(ref_dtype))
+    for got, want in zip((out, *grads), (ref, *ref_grads)):
+        assert not got.isnan().any()
+        torch.testing.assert_close(got.cpu().double(), want.double(), rtol=1e-5, atol=1e-5)
+
+
 class FeatureSumMessage(MessagePassing):
     """``max_j <x_j, x_i>``: a reduction over features, which the generator refuses."""
 
