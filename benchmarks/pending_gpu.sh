@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session35t # final state: issues 4 and 5's layers on RMAT 2^20, eager / compile / gnn_io
+#   bash benchmarks/pending_gpu.sh session35u # the same at RMAT 2^17 (arxiv size), with CUDA graphs too
 #   bash benchmarks/pending_gpu.sh session35b # the rows kernel by default at scale: CUDA tests of the reduction kernels
 #   bash benchmarks/pending_gpu.sh session35  # owed: session34k, then GATv2Conv on ca-AstroPh against torch.compile (A/B)
 #   bash benchmarks/pending_gpu.sh session34k # owed: the rows kernel's step A/B with its measured launch
@@ -1281,6 +1283,17 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session35t || $what == session35u ]]; then
+  # issues 4 and 5's targets in the final state: SAGEConv max, GATConv, GATv2Conv, TransformerConv, each (graph, layer)
+  # in its own process, every mode in that process (the table is written after each case: a timeout keeps the rest)
+  if [[ $what == session35t ]]; then
+    harness_table 560 rmat_large --graphs rmat-large --layers sage_max,gat,gatv2,transformer \
+      --modes eager,inductor,gnn_io --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5,6,7,8,14,15,16
+  else
+    harness_table 500 rmat_arxiv --graphs rmat-arxiv --layers sage_max,gat,gatv2,transformer \
+      --modes eager,inductor,gnn_io,gnn_io_cg --reps 20 | grep "^| [a-z]" | cut -d'|' -f2,5,6,7,8,14,15,16
+  fi
+  rm -f "$out"/rmat_*/speedup.png
 elif [[ $what == session35b ]]; then
   # the rows kernel now takes the light items by default from 2^19 work items: the reduction kernels' CUDA tests, with
   # the new test at that scale (tests/gpu/test_gather_scatter_cuda.py::test_default_split_at_scale_runs_the_rows_kernel)
