@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session35c # under CUDA graphs, the cost model's declined graphs fused instead (A/B)
 #   bash benchmarks/pending_gpu.sh session35t # final state: issues 4 and 5's layers on RMAT 2^20, eager / compile / gnn_io
 #   bash benchmarks/pending_gpu.sh session35u # the same at RMAT 2^17 (arxiv size), with CUDA graphs too
 #   bash benchmarks/pending_gpu.sh session35b # the rows kernel by default at scale: CUDA tests of the reduction kernels
@@ -1283,6 +1284,14 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session35c ]]; then
+  # the cost model's thresholds exist because below them a step is bound by its per-call CPU work, which a CUDA
+  # graph replay does not have: under GNN_IO_CUDAGRAPHS=1, the graphs it declines (left to Inductor's kernels,
+  # replayed too) against the fused kernels forced (GNN_IO_FORCE=1), interleaved
+  timeout -s INT 170 python3 -m benchmarks.ab --layers transformer,gat,sage_max,gcn --graphs ca-AstroPh \
+    --modes gnn_io_cg,gnn_io_cg_force --rounds 20 2>"$out/ab_stderr.txt" | tee "$out/ab_cg_astro.txt" | grep "^| [a-zA-Z]"
+  timeout -s INT 80 python3 -m benchmarks.ab --layers transformer,sage_max --graphs Planetoid-Cora \
+    --modes gnn_io_cg,gnn_io_cg_force --rounds 20 2>>"$out/ab_stderr.txt" | tee "$out/ab_cg_cora.txt" | grep "^| [a-zA-Z]"
 elif [[ $what == session35t || $what == session35u ]]; then
   # issues 4 and 5's targets in the final state: SAGEConv max, GATConv, GATv2Conv, TransformerConv, each (graph, layer)
   # in its own process, every mode in that process (the table is written after each case: a timeout keeps the rest)
