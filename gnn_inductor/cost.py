@@ -21,15 +21,23 @@ edges, every family (docs/benchmarks/session11). So on CPU every aggregation is 
 structure work still hoisted into the plan, unless ``GNN_IO_CPU_REWRITE=1`` (what the project's tests set, to
 check the rewrites' semantics on CPU) or ``GNN_IO_FORCE=1``.
 
+Under ``GNN_IO_CUDAGRAPHS=1`` the edge thresholds are off (:func:`replayed`): they exist because below them a
+step is bound by the per-call CPU work of the ops, which a CUDA graph replay does not have, and with it the fused
+kernels' smaller GPU time decides. Measured (session 35, H100, float32, 128 features, forward+backward, interleaved
+A/B, both replayed, the declined graph's Inductor kernels against the fused ones): ca-AstroPh / 396k edges
+TransformerConv 1.36 -> 1.16 ms, GATConv 1.64 -> 1.18, SAGEConv max 1.14 -> 0.73, GCNConv 0.91 -> 0.87; Cora /
+10.6k edges TransformerConv 0.75 -> 0.74, SAGEConv max 1.05 -> 1.04 (docs/benchmarks/session35/).
+
 ``GNN_IO_FORCE=1`` rewrites whatever matches, whatever the size (for tests and comparisons);
-``GNN_IO_SPMM_MIN_EDGES``, ``GNN_IO_GS_MIN_EDGES`` and ``GNN_IO_ATTENTION_MIN_EDGES`` move the thresholds.
+``GNN_IO_SPMM_MIN_EDGES``, ``GNN_IO_GS_MIN_EDGES`` and ``GNN_IO_ATTENTION_MIN_EDGES`` move the thresholds (also
+under CUDA graphs, where they are set).
 """
 from __future__ import annotations
 
 import os
 from typing import Optional
 
-from gnn_inductor.kernels._common import int_setting
+from gnn_inductor.kernels._common import cuda_graphs_requested, int_setting
 
 # Measured on the H100 (docs/benchmarks/results.md): SAGE-mean and GIN lose to Inductor at 0.2M-1.1M
 # edges and win from 4M; GCN wins from 0.2M on (its normalisation is hoisted either way).
@@ -69,8 +77,18 @@ ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000
 ATTENTION_MIN_EDGES_AND_ROWS_CUDA = {"gat": (1_000_000, 100_000)}
 
 
+def replayed(variable: str) -> bool:
+    """Whether the edge threshold ``variable`` is off because steps replay as CUDA graphs: ``GNN_IO_CUDAGRAPHS=1``
+    and ``variable`` not set (module docstring)."""
+    return cuda_graphs_requested() and os.environ.get(variable) is None
+
+
+def _min_edges(variable: str, default: int) -> int:
+    return 0 if replayed(variable) else int_setting(variable, default)
+
+
 def spmm_min_edges() -> int:
-    return int_setting("GNN_IO_SPMM_MIN_EDGES", SPMM_MIN_EDGES_CUDA)
+    return _min_edges("GNN_IO_SPMM_MIN_EDGES", SPMM_MIN_EDGES_CUDA)
 
 
 def forced() -> bool:
@@ -83,7 +101,7 @@ def spmm_declined(device_type: str, num_edges: Optional[int]) -> Optional[str]:
 
 
 def gather_scatter_min_edges() -> int:
-    return int_setting("GNN_IO_GS_MIN_EDGES", GATHER_SCATTER_MIN_EDGES_CUDA)
+    return _min_edges("GNN_IO_GS_MIN_EDGES", GATHER_SCATTER_MIN_EDGES_CUDA)
 
 
 def gather_scatter_declined(device_type: str, num_edges: Optional[int]) -> Optional[str]:
@@ -136,7 +154,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
     the family's threshold, unless the graph has the edges and destination rows (``num_rows``) of
     :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
-    that has one, without that rule), and on CUDA, at any size and precision, a form no kernel covers (``family``
+    that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and precision, a form no kernel covers (``family``
     None: the op would run its reference, torch ops close to eager PyG with a recomputing backward, where Inductor
     fuses the same math)."""
     on_cpu = cpu_declined(device_type)
@@ -149,7 +167,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
         threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
-    if threshold is None or dtype != "float32" or tf32:
+    if threshold is None or dtype != "float32" or tf32 or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
         return None
     if mid_size is not None and num_edges is not None and num_rows is not None and num_edges >= mid_size[0] \
             and num_rows >= mid_size[1]:

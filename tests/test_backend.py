@@ -262,6 +262,7 @@ def test_cost_model_thresholds(monkeypatch):
     from gnn_inductor import cost
 
     monkeypatch.delenv("GNN_IO_FORCE", raising=False)
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
     for declined, threshold in ((cost.spmm_declined, cost.SPMM_MIN_EDGES_CUDA),
                                 (cost.gather_scatter_declined, cost.GATHER_SCATTER_MIN_EDGES_CUDA)):
         assert "cost model" in declined("cuda", threshold - 1)
@@ -272,6 +273,31 @@ def test_cost_model_thresholds(monkeypatch):
         monkeypatch.delenv("GNN_IO_FORCE")
     monkeypatch.setenv("GNN_IO_GS_MIN_EDGES", "5")
     assert cost.gather_scatter_declined("cuda", 10) is None
+
+
+def test_cost_model_thresholds_are_off_under_cuda_graphs(monkeypatch):
+    """GNN_IO_CUDAGRAPHS=1: a replay has no per-call CPU work, so no edge threshold declines SpMM, the fused
+    gather-scatter or float32 attention (the mid-size GAT rule included); a threshold the user sets still holds;
+    CPU devices and attention forms without a kernel are declined as before."""
+    from gnn_inductor import cost
+
+    for name in ("GNN_IO_FORCE", "GNN_IO_SPMM_MIN_EDGES", "GNN_IO_GS_MIN_EDGES", "GNN_IO_ATTENTION_MIN_EDGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    assert cost.spmm_declined("cuda", 10) is None and cost.gather_scatter_declined("cuda", 10) is None
+    for family in cost.ATTENTION_MIN_EDGES_CUDA:
+        assert cost.attention_declined("cuda", 10, family, "float32", False, 5) is None
+    assert "no fused kernel" in cost.attention_declined("cuda", 10, None, "float32", False)
+    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "0")
+    assert "cost model" in cost.spmm_declined("cpu", 10)
+    monkeypatch.setenv("GNN_IO_GS_MIN_EDGES", "100")
+    assert "GNN_IO_GS_MIN_EDGES" in cost.gather_scatter_declined("cuda", 10)
+    assert cost.spmm_declined("cuda", 10) is None
+    monkeypatch.setenv("GNN_IO_ATTENTION_MIN_EDGES", "100")
+    assert "cost model" in cost.attention_declined("cuda", 10, "dot", "float32", False)
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "0")
+    monkeypatch.delenv("GNN_IO_GS_MIN_EDGES")
+    assert "cost model" in cost.gather_scatter_declined("cuda", 10)
 
 
 def test_cuda_graph_mode_marks_parameters_and_plan_tensors_static(monkeypatch):
@@ -388,10 +414,12 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
     assert kept_outside_graph_pool(cache, "other", build, torch.device("cpu")) == 4 and cache["other"] == 4
 
 
-def test_attention_cost_model():
+def test_attention_cost_model(monkeypatch):
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA; half precision, TF32
     and other devices never are, and GAT never from the sizes where Inductor's float32 GAT failed to launch."""
     from gnn_inductor import cost
+
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
 
     for family, threshold in cost.ATTENTION_MIN_EDGES_CUDA.items():
         assert "cost model" in cost.attention_declined("cuda", threshold - 1, family, "float32", False)
@@ -410,6 +438,7 @@ def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
     families have no such rule, and GNN_IO_ATTENTION_MIN_EDGES sets one plain threshold instead."""
     from gnn_inductor import cost
 
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
     edges, rows = cost.ATTENTION_MIN_EDGES_AND_ROWS_CUDA["gat"]
     assert edges < cost.ATTENTION_MIN_EDGES_CUDA["gat"]
     assert cost.attention_declined("cuda", edges, "gat", "float32", False, rows) is None
