@@ -154,9 +154,9 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
     the family's threshold, unless the graph has the edges and destination rows (``num_rows``) of
     :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
-    that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and precision, a form no kernel covers (``family``
-    None: the op would run its reference, torch ops close to eager PyG with a recomputing backward, where Inductor
-    fuses the same math)."""
+    that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and
+    precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
+    PyG with a recomputing backward, where Inductor fuses the same math)."""
     on_cpu = cpu_declined(device_type)
     if on_cpu is not None:
         return on_cpu
