@@ -191,8 +191,9 @@ def test_kernel_on_a_large_hub(dtype):
 @pytest.mark.parametrize("reduce", ["max", "mean"])
 def test_default_split_at_scale_runs_the_rows_kernel(reduce, monkeypatch):
     """Above ``LIGHT_LAUNCH_MIN_ITEMS`` work items, with no setting, the forward launches its hub items and its light
-    items apart and the light items run the rows kernel; forward and gradient against the float64 reference, on a
-    graph of 600k rows (isolated ones too) with a hub of 100k neighbours."""
+    items apart and the light items run the rows kernel; forward and gradient against the reference (float32 for
+    max, float64 for mean: comment below), on a graph of 600k rows (isolated ones too) with a hub of 100k
+    neighbours."""
     for name in (gather_scatter_triton.LIGHT_LAUNCH_ENV, gather_scatter_triton.LIGHT_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
     kinds, real = [], gather_scatter_triton._kernel
