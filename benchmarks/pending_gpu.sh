@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session36  # CUDA graphs without GNN_IO_FORCE (tests); float32 TransformerConv's threshold (A/B)
 #   bash benchmarks/pending_gpu.sh session35c # under CUDA graphs, the cost model's declined graphs fused instead (A/B)
 #   bash benchmarks/pending_gpu.sh session35t # final state: issues 4 and 5's layers on RMAT 2^20, eager / compile / gnn_io
 #   bash benchmarks/pending_gpu.sh session35u # the same at RMAT 2^17 (arxiv size), with CUDA graphs too
@@ -1284,6 +1285,14 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session36 ]]; then
+  # the CUDA-graph tests' new cases without GNN_IO_FORCE (the cost model's thresholds off under replay), then float32
+  # TransformerConv against torch.compile around its 1M-edge threshold, interleaved, fused path forced
+  CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cudagraphs_cuda.py \
+    -k unforced 2>&1 | tee "$out/gpu_tests.txt" | tail -4
+  timeout -s INT 360 python3 -m benchmarks.ab --layers transformer \
+    --graphs rmat-arxiv,soc-Slashdot0902,rmat-17-1500000,rmat-18-2000000 \
+    --modes inductor,gnn_io_force --rounds 30 2>"$out/ab_stderr.txt" | tee "$out/ab_transformer.txt" | grep "^| [a-zA-Z]"
 elif [[ $what == session35c ]]; then
   # the cost model's thresholds exist because below them a step is bound by its per-call CPU work, which a CUDA
   # graph replay does not have: under GNN_IO_CUDAGRAPHS=1, the graphs it declines (left to Inductor's kernels,
