@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session36c # issues 4 and 5's layers on the grid and uniform graphs of 2^20 nodes
+#   bash benchmarks/pending_gpu.sh session36b # RMAT 2^17: kernel tables of TransformerConv and SAGEConv max steps (profiler)
 #   bash benchmarks/pending_gpu.sh session36  # CUDA graphs without GNN_IO_FORCE (tests); float32 TransformerConv's threshold (A/B)
 #   bash benchmarks/pending_gpu.sh session35c # under CUDA graphs, the cost model's declined graphs fused instead (A/B)
 #   bash benchmarks/pending_gpu.sh session35t # final state: issues 4 and 5's layers on RMAT 2^20, eager / compile / gnn_io
@@ -1285,6 +1287,22 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session36c ]]; then
+  # the suite's other two large graphs for issues 4 and 5's layers (the RMAT graphs: session35t/u; the small and
+  # mid-size real graphs: session34d/e), each (graph, layer) in its own process
+  harness_table 560 grid_uniform --graphs grid-large,uniform-large --layers sage_max,gat,gatv2,transformer \
+    --modes eager,inductor,gnn_io --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5,6,7,8,14,15,16
+  rm -f "$out"/grid_uniform/speedup.png
+elif [[ $what == session36b ]]; then
+  # where the GPU time of the arxiv-size steps goes now (kernel by kernel, 10 steps): issue 5's TransformerConv and
+  # issue 4's SAGEConv max, without CUDA graphs and with the GEMM thresholds CUDA graphs use
+  for layer in transformer sage_max; do
+    for tall in "" 31; do
+      GNN_IO_FP32_TALL_LOG2=$tall timeout 150 python3 -m benchmarks.profile_layer --layer $layer --graph rmat-arxiv \
+        --mode gnn_io --rows 30 >"$out/profile_${layer}${tall:+_tall$tall}.txt" 2>&1
+      grep -E "^==|Self CUDA time total|Self CPU time total" "$out/profile_${layer}${tall:+_tall$tall}.txt"
+    done
+  done
 elif [[ $what == session36 ]]; then
   # the CUDA-graph tests' new cases without GNN_IO_FORCE (the cost model's thresholds off under replay), then float32
   # TransformerConv against torch.compile around its 1M-edge threshold, interleaved, fused path forced
