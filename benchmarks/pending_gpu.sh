@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session36d # issue 8's kernel tests on CUDA: block-sparse kernels, path choice, reordering
 #   bash benchmarks/pending_gpu.sh session36c # issues 4 and 5's layers on the grid and uniform graphs of 2^20 nodes
 #   bash benchmarks/pending_gpu.sh session36b # RMAT 2^17: kernel tables of TransformerConv and SAGEConv max steps (profiler)
 #   bash benchmarks/pending_gpu.sh session36  # CUDA graphs without GNN_IO_FORCE (tests); float32 TransformerConv's threshold (A/B)
@@ -1287,6 +1288,12 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session36d ]]; then
+  # issue 8's GPU tests in the final state: the block-sparse attention and SpMM kernels against the references,
+  # forward and backward, and the per-graph path choice (CUDA runs them compiled; CI runs them interpreted)
+  kernel_tests 500 tests/kernels/test_block_sparse.py tests/kernels/test_block_sparse_gat.py \
+    tests/kernels/test_block_sparse_spmm.py tests/kernels/test_attention_paths.py tests/kernels/test_spmm_paths.py
+  grep -E "^(FAILED|ERROR)" "$out/gpu_tests.txt" | head -20
 elif [[ $what == session36c ]]; then
   # the suite's other two large graphs for issues 4 and 5's layers (the RMAT graphs: session35t/u; the small and
   # mid-size real graphs: session34d/e), each (graph, layer) in its own process
