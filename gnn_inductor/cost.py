@@ -59,6 +59,9 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 # - TransformerConv: Inductor wins from Cora (2.13 against 5.63 ms) to ca-AstroPh (2.27 against 4.70); ours
 #   8.6x ahead at 4.2M edges (session 7). Session 9's all-heads split backward moved the crossover: at RMAT 2^17
 #   / 1.1M edges ours takes 3.55 ms against Inductor's 4.32 (session 8: 5.59 against 4.38). Threshold 1M.
+#   Session 36, interleaved, Inductor's time over the fused path's: RMAT 2^17 / 1.09M edges 1.09x (0.91x in session
+#   35, 1.00x in 31), soc-Slashdot0902 / 1.09M 0.97x (1.04x in session 34), RMAT 2^17 / 1.41M 1.19x, RMAT 2^18 /
+#   1.93M 1.32x: ties at 1.1M edges, wins from 1.4M; the threshold stays (docs/benchmarks/session36).
 # - GATConv: Inductor wins on the small graphs (Cora 1.74 against 3.10) and failed to launch at 4.2M and 15.4M
 #   edges ("CUDA driver error: invalid argument", session 7). At 1.1M edges session 9 measured both sides of
 #   the line: RMAT 2^17 2.64-3.18 ms ours against 2.93-3.11, soc-Slashdot0902 3.83-3.91 against 2.63.
