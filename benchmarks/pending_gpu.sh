@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session36f # the same in bf16
 #   bash benchmarks/pending_gpu.sh session36e # issue 8's unmet row now: TF32 TransformerConv, CSR against block, dense graphs
 #   bash benchmarks/pending_gpu.sh session36d # issue 8's kernel tests on CUDA: block-sparse kernels, path choice, reordering
 #   bash benchmarks/pending_gpu.sh session36c # issues 4 and 5's layers on the grid and uniform graphs of 2^20 nodes
@@ -1289,6 +1290,11 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session36f ]]; then
+  # session36e's row in bf16 (issue 8: at most 28 / 8.5 ms, 4x over torch.compile, 2x over the CSR kernel)
+  harness_table 440 bf16_dense --graphs sbm-dense,batch-random --layers transformer --dtype bfloat16 \
+    --modes inductor,gnn_io,gnn_io_csr,gnn_io_block --reps 10 | grep "^| [a-z]" | cut -c1-260
+  rm -f "$out"/bf16_dense/speedup.png
 elif [[ $what == session36e ]]; then
   # issue 8's target left open since session 22: TF32 TransformerConv at least 2x over gnn_io's own CSR kernel on the
   # two locally dense graphs; the paths forced and the automatic pick, against torch.compile, with the final code
