@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session37  # issue 8: where the TF32 TransformerConv step goes, CSR against block (profiler)
 #   bash benchmarks/pending_gpu.sh session36f # the same in bf16
 #   bash benchmarks/pending_gpu.sh session36e # issue 8's unmet row now: TF32 TransformerConv, CSR against block, dense graphs
 #   bash benchmarks/pending_gpu.sh session36d # issue 8's kernel tests on CUDA: block-sparse kernels, path choice, reordering
@@ -1290,6 +1291,17 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session37 ]]; then
+  # issue 8's 2x over CSR: the op-level gain (session 22: 7.95 -> 5.78 ms on the batched graphs) shrinks to 1.06x in
+  # the layer; the GPU time of one TF32 TransformerConv step kernel by kernel, CSR and block forced, both dense graphs
+  for graph in batch-random sbm-dense; do
+    for mode in gnn_io_csr gnn_io_block; do
+      timeout 150 python3 -m benchmarks.profile_layer --layer transformer --graph $graph --mode $mode --tf32 --rows 30 \
+        >"$out/profile_${graph}_${mode}.txt" 2>&1
+      echo "== $graph $mode rc=$?"; grep -E "Self CUDA time total|^ *(aten::|void|triton|_|sm90|cutlass|ampere|Memcpy|Memset)" \
+        "$out/profile_${graph}_${mode}.txt" | awk '{$1=$1}1' | cut -c1-150 | head -24
+    done
+  done
 elif [[ $what == session36f ]]; then
   # session36e's row in bf16 (issue 8: at most 28 / 8.5 ms, 4x over torch.compile, 2x over the CSR kernel)
   harness_table 440 bf16_dense --graphs sbm-dense,batch-random --layers transformer --dtype bfloat16 \
