@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session37b # the block kernels store into the packed gradient: CUDA tests, profiles, TF32 layer
 #   bash benchmarks/pending_gpu.sh session37  # issue 8: where the TF32 TransformerConv step goes, CSR against block (profiler)
 #   bash benchmarks/pending_gpu.sh session36f # the same in bf16
 #   bash benchmarks/pending_gpu.sh session36e # issue 8's unmet row now: TF32 TransformerConv, CSR against block, dense graphs
@@ -1291,6 +1292,20 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session37b ]]; then
+  # session37's block-path profiles showed three copies of [N, 128] gradients into the packed gradient per step
+  # (1.14 of 9.96 ms on the batched graphs): the block kernels now store there. Their CUDA tests, the profiles
+  # again, and the TF32 layer on both dense graphs, CSR and block forced
+  kernel_tests 180 tests/kernels/test_block_sparse.py
+  for graph in batch-random sbm-dense; do
+    timeout 100 python3 -m benchmarks.profile_layer --layer transformer --graph $graph --mode gnn_io_block --tf32 \
+      --rows 30 >"$out/profile_${graph}_gnn_io_block.txt" 2>&1
+    echo "== $graph gnn_io_block rc=$?"; grep -E "Self CUDA time total|copy_|_dot_" "$out/profile_${graph}_gnn_io_block.txt" \
+      | awk '{$1=$1}1' | cut -c1-150
+  done
+  harness_table 300 tf32_dense --graphs sbm-dense,batch-random --layers transformer --tf32 \
+    --modes gnn_io_csr,gnn_io_block --reps 10 | grep "^| [a-z]" | cut -c1-200
+  rm -f "$out"/tf32_dense/speedup.png
 elif [[ $what == session37 ]]; then
   # issue 8's 2x over CSR: the op-level gain (session 22: 7.95 -> 5.78 ms on the batched graphs) shrinks to 1.06x in
   # the layer; the GPU time of one TF32 TransformerConv step kernel by kernel, CSR and block forced, both dense graphs

@@ -298,7 +298,8 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
 def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
                     dropout_seed, dropout_p, delta, lse, needs_grad, pack=None) -> list:
     """:func:`attention_backward`'s list; ``pack`` (argument -> its gradient's place in a packed tensor) is
-    given to the CSR kernels, which write those gradients there where they can (the entry is then that place)."""
+    given to the CSR kernels and the block-sparse dot-product kernels, which write those gradients there where
+    they can (the entry is then that place)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
     grads = None
     kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout,
@@ -307,7 +308,7 @@ def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, me
         layout, decision, items, max_edges = kernel
         if decision is not None and decision.path != "csr":
             grads = attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr,
-                                                 col, perm, score_key, message_key, needs_grad, max_edges)
+                                                 col, perm, score_key, message_key, needs_grad, max_edges, pack=pack)
         else:
             grads = _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
                                   pack=pack)

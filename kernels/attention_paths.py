@@ -507,15 +507,23 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
 
 def run_backward(decision: PathDecision, layout, grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles,
                  rowptr: Tensor, col: Tensor, perm: Tensor, score_key: str, message_key: str, needs_grad,
-                 max_edges: int):
+                 max_edges: int, pack: dict | None = None):
     """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed; both regenerate
-    the forward's dropout mask from ``layout.dropout``); ``delta`` is ``D = <dout, out>`` per (row, head)."""
+    the forward's dropout mask from ``layout.dropout``); ``delta`` is ``D = <dout, out>`` per (row, head).
+    ``pack`` (kernels/attention.py's ``attention_backward_packed``): where only the dot-product block kernels
+    run, they store the gradients into it (``block_sparse.dot_backward``); a hybrid's are summed, then copied."""
     from gnn_inductor.kernels import attention_triton
 
-    backward = block_sparse.dot_backward if decision.family == "dot" else block_sparse_gat.gat_backward
-    grads = backward(grad_out, delta, lse, args, roles, perm, score_key, message_key, decision.blocks,
-                     decision.transposed, needs_grad, decision.precision == "tf32", layout.dropout)
-    if decision.csr_items is not None and decision.csr_items[0].numel():
+    hybrid = decision.csr_items is not None and decision.csr_items[0].numel()
+    if decision.family == "dot":
+        grads = block_sparse.dot_backward(grad_out, delta, lse, args, roles, perm, score_key, message_key,
+                                          decision.blocks, decision.transposed, needs_grad,
+                                          decision.precision == "tf32", layout.dropout, None if hybrid else pack)
+    else:
+        grads = block_sparse_gat.gat_backward(grad_out, delta, lse, args, roles, perm, score_key, message_key,
+                                              decision.blocks, decision.transposed, needs_grad,
+                                              decision.precision == "tf32", layout.dropout)
+    if hybrid:
         csr = attention_triton.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad,
                                         decision.csr_items, max_edges)
         grads = [a if b is None else (b if a is None else a + b) for a, b in zip(grads, csr)]

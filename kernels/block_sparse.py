@@ -208,6 +208,14 @@ def _node_offsets(rows, heads, num_heads, head_dim, chans):
 
 
 @triton.jit
+def _row_offsets(rows, row_stride, heads, head_dim, chans):
+    """Offsets of ``[BLOCK_H, len(rows), BLOCK_C]`` in an ``[N, H, C]`` tensor whose rows are ``row_stride``
+    elements apart, heads and channels contiguous within a row (a contiguous tensor, or a column slice of a packed
+    gradient)."""
+    return rows[None, :, None] * row_stride + heads[:, None, None] * head_dim + chans[None, None, :]
+
+
+@triton.jit
 def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, heads, hmask,
                  slots, lanes, chans, cmask, score_scale, PRECISION: tl.constexpr, WINDOW: tl.constexpr,
                  TILE: tl.constexpr):
@@ -347,10 +355,11 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
 def _dot_backward_query_kernel(
         dense_windows_ptr, window_rows_ptr, tile_ptr_ptr, tile_col_ptr, tile_edge_ptr,
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
-        grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, num_heads, head_dim, score_scale, message_scale,
+        grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, grad_q_row, num_heads, head_dim, score_scale, message_scale,
         DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
-    """dQ of one (row window, block of heads): ``scale * sum_tiles dS K``."""
+    """dQ of one (row window, block of heads): ``scale * sum_tiles dS K``, stored ``grad_q_row`` elements apart
+    from row to row (its heads and channels contiguous in a row)."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
     heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
@@ -381,7 +390,8 @@ def _dot_backward_query_kernel(
                                     dropout_scale)
         grad_score = p * (grad_p - delta[:, :, None])
         grad_query += tl.dot(grad_score.to(key.dtype), key, input_precision=PRECISION)
-    tl.store(grad_q_ptr + node_offsets, (grad_query * score_scale).to(grad_q_ptr.dtype.element_ty), mask=row_mask)
+    tl.store(grad_q_ptr + _row_offsets(rows, grad_q_row, heads, head_dim, chans),
+             (grad_query * score_scale).to(grad_q_ptr.dtype.element_ty), mask=row_mask)
 
 
 @fast_launch
@@ -389,11 +399,12 @@ def _dot_backward_query_kernel(
 def _dot_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
-        grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr, num_heads, head_dim, score_scale, message_scale,
-        DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
+        grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_k_row, grad_v_ptr, grad_v_row, num_heads, head_dim,
+        score_scale, message_scale, DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
     """dK and dV of one (source window of the transposed format, block of heads), its tiles' columns destination
-    rows: ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles."""
+    rows: ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles;
+    each stored its ``grad_*_row`` elements apart from row to row."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
     heads, hmask = _head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
@@ -433,11 +444,12 @@ def _dot_backward_source_kernel(
             grad_p = tl.dot(value, tl.permute(grad_out, (0, 2, 1)), input_precision=PRECISION)
             grad_score = p_weighted * grad_p - p * delta[:, None, :]
             grad_key += tl.dot(grad_score.to(query.dtype), query, input_precision=PRECISION)
-    offsets = _node_offsets(srcs, heads, num_heads, head_dim, chans)
     if GRAD_KEY:
-        tl.store(grad_k_ptr + offsets, (grad_key * score_scale).to(grad_k_ptr.dtype.element_ty), mask=src_mask)
+        tl.store(grad_k_ptr + _row_offsets(srcs, grad_k_row, heads, head_dim, chans),
+                 (grad_key * score_scale).to(grad_k_ptr.dtype.element_ty), mask=src_mask)
     if GRAD_VALUE:
-        tl.store(grad_v_ptr + offsets, grad_value.to(grad_v_ptr.dtype.element_ty), mask=src_mask)
+        tl.store(grad_v_ptr + _row_offsets(srcs, grad_v_row, heads, head_dim, chans),
+                 grad_value.to(grad_v_ptr.dtype.element_ty), mask=src_mask)
 
 
 def covers_every_row(blocks: BlockFormat, num_rows: int) -> bool:
@@ -453,6 +465,20 @@ def gradient_buffer(layout, indices, shape, full: bool) -> Tensor:
     the store), float32 when several terms share it; uninitialised when the kernel writes every row (``full``)."""
     dtype = layout.args[indices[0]].dtype if len(indices) == 1 else torch.float32
     return (torch.empty if full else torch.zeros)(shape, dtype=dtype, device=layout.args[indices[0]].device)
+
+
+def _packed_place(layout, indices, shape, full: bool, pack: dict | None) -> Tensor:
+    """The kernel's gradient buffer for the terms ``indices``: ``pack``'s tensor for their argument where there
+    is one term and that tensor fits the kernels' store (the argument's shape and dtype, ``[rows, H, C]`` with
+    heads and channels contiguous in a row; zeroed first unless the kernel writes every row), else
+    :func:`gradient_buffer`'s."""
+    place = pack.get(indices[0]) if pack and len(indices) == 1 else None
+    arg = layout.args[indices[0]]
+    if place is None or place.dtype != arg.dtype or tuple(place.shape) != tuple(shape) or \
+            tuple(arg.shape) != tuple(shape) or len(shape) != 3 or place.stride(2) != 1 or \
+            place.stride(1) != shape[2] or place.stride(0) < shape[1] * shape[2]:
+        return gradient_buffer(layout, indices, shape, full)
+    return place if full else place.zero_()
 
 
 def launch_entry(name: str, dtype: torch.dtype | None = None) -> dict:
@@ -487,10 +513,15 @@ def head_launch(name: str, heads: int, dtype: torch.dtype | None, block_c: int) 
 
 def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm: Tensor, score_key: str,
                  message_key: str, blocks: BlockFormat, transposed: BlockFormat, needs_grad,
-                 allow_tf32: bool = False, dropout: Dropout | None = None) -> list:
+                 allow_tf32: bool = False, dropout: Dropout | None = None, pack: dict | None = None) -> list:
     r"""Gradients of :func:`dot_forward`'s arguments flagged in ``needs_grad`` (None elsewhere), in each
     argument's dtype, through the edges of ``blocks``' ``dense_ok`` windows only (the rest is the CSR
     backward's, as in the forward). ``transposed`` is ``transpose_block_format(blocks, num_src)``.
+
+    ``pack`` (argument -> a tensor of the argument's shape and dtype, a column slice of one packed ``[N, F]``
+    gradient: kernels/attention.py's ``attention_backward_packed``): the kernels store the gradient of such an
+    argument, when it is the only term of its query, key or value, straight into that tensor (:func:`_packed_place`),
+    which is then its entry of the result; the caller copies the others.
 
     Per head, with ``P = exp(S - lse)`` recomputed per tile (0 off the edges), ``w`` the dropout factor
     (``keep / (1 - p)`` regenerated from the seed, 1 without dropout), ``s`` the score scale, ``m`` the
@@ -515,22 +546,23 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 
     full = covers_every_row(blocks, query.shape[0])
-    grad_query = gradient_buffer(layout, (form.query,), query.shape, full) if need_query else None
+    grad_query = _packed_place(layout, (form.query,), query.shape, full, pack) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:
         programs, block_h, launch = head_launch("dot_query", heads, query.dtype, common["BLOCK_C"])
         _dot_backward_query_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
-            *operands, grad_out, lse, delta, grad_query, heads, channels, form.score_scale, form.message_scale,
-            **common, BLOCK_H=block_h, **launch)
+            *operands, grad_out, lse, delta, grad_query, grad_query.stride(0), heads, channels, form.score_scale,
+            form.message_scale, **common, BLOCK_H=block_h, **launch)
     full = covers_every_row(transposed, key.shape[0])
-    grad_key = gradient_buffer(layout, form.score_terms, key.shape, full) if need_key else None
-    grad_value = gradient_buffer(layout, form.value_terms, value.shape, full) if need_value else None
+    grad_key = _packed_place(layout, form.score_terms, key.shape, full, pack) if need_key else None
+    grad_value = _packed_place(layout, form.value_terms, value.shape, full, pack) if need_value else None
     if (need_key or need_value) and transposed.dense_windows.shape[0] and heads:
         programs, block_h, launch = head_launch("dot_source", heads, query.dtype, common["BLOCK_C"])
         _dot_backward_source_kernel[(transposed.dense_windows.shape[0], programs)](
             transposed.dense_windows, transposed.window_rows, transposed.tile_ptr, transposed.tile_col,
             transposed.tile_edge, *operands, grad_out, lse, delta,
-            lse if grad_key is None else grad_key, lse if grad_value is None else grad_value,
+            lse if grad_key is None else grad_key, 0 if grad_key is None else grad_key.stride(0),
+            lse if grad_value is None else grad_value, 0 if grad_value is None else grad_value.stride(0),
             heads, channels, form.score_scale, form.message_scale, GRAD_KEY=need_key, GRAD_VALUE=need_value,
             **common, BLOCK_H=block_h, **launch)
 

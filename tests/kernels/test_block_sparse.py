@@ -338,6 +338,44 @@ def test_dot_backward_only_what_is_needed():
 
 
 @runs_kernel
+@pytest.mark.parametrize("case", ["every_row", "duplicates"])
+def test_dot_backward_stores_into_packed_columns(case):
+    """With ``pack`` (column slices of one packed ``[N, F]`` gradient, as attention_backward_packed gives them,
+    rows ``F`` elements apart) the kernels store the gradients there: each entry is its place itself and equals
+    the unpacked run's gradient; the columns between the places are not touched (NaN stays NaN), and where the
+    format does not cover every row (duplicate edges: a window left to the CSR path) the place is zeroed first."""
+    num_nodes = 40
+    src, dst = graph(num_nodes, 100, seed=4, duplicates=1 if case == "duplicates" else 0)
+    plan, blocks = plan_and_blocks(src, dst, num_nodes)
+    transposed = transpose_block_format(blocks, num_nodes)
+    assert block_sparse.covers_every_row(blocks, num_nodes) == (case == "every_row")
+    args, roles, score, message, _ = dot_inputs(num_nodes, False, torch.float32, seed=3)
+    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                          for b in (blocks, transposed)]
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
+    delta = attention_triton.delta(grad_out, out)
+    expected = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, [True] * 3)
+    width = HEADS * CHANNELS
+    packed = torch.full((num_nodes, 3 * width + 2), float("nan"), device=DEVICE)
+    places = {i: packed[:, 1 + i * width:1 + (i + 1) * width].view(args[i].shape) for i in range(3)}
+    grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, [True] * 3,
+                         pack=places)
+    for i in range(3):
+        assert grads[i] is places[i], f"gradient {i} was not stored in its place"
+        torch.testing.assert_close(grads[i], expected[i], rtol=0, atol=0)
+        assert expected[i].abs().max() > 0.1
+    assert packed[:, 0].isnan().all() and packed[:, -1].isnan().all()
+    # a place of another dtype cannot take the kernels' store: the gradient comes back on its own for the caller
+    wrong = {0: torch.zeros(num_nodes, HEADS, CHANNELS, dtype=torch.float64, device=DEVICE)}
+    grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, [True] * 3,
+                         pack=wrong)
+    assert grads[0] is not wrong[0] and not wrong[0].any()
+    torch.testing.assert_close(grads[0], expected[0], rtol=0, atol=0)
+
+
+@runs_kernel
 def test_launch_options_change_no_result(monkeypatch):
     """The dot kernels at launches other than ``block_sparse.BLOCK_LAUNCH``'s give the same output, log-sum-exp and
     gradients (a hub: windows of several tiles)."""
