@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session37c # issue 8's dense-graph rows, all three attention layers (PREC=bf16 or tf32)
 #   bash benchmarks/pending_gpu.sh session37b # the block kernels store into the packed gradient: CUDA tests, profiles, TF32 layer
 #   bash benchmarks/pending_gpu.sh session37  # issue 8: where the TF32 TransformerConv step goes, CSR against block (profiler)
 #   bash benchmarks/pending_gpu.sh session36f # the same in bf16
@@ -1292,6 +1293,17 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session37c ]]; then
+  # issue 8's target rows with the final code: TransformerConv, GATConv and GATv2Conv on the two locally dense
+  # graphs, PyG eager, torch.compile default, gnn_io's automatic pick and both paths forced; PREC=bf16 (default)
+  # or tf32; the picks' decisions after the table
+  prec=${PREC:-bf16}
+  flag=$([[ $prec == bf16 ]] && echo "--dtype bfloat16" || echo "--tf32")
+  # shellcheck disable=SC2086
+  harness_table 560 ${prec}_dense3 --graphs sbm-dense,batch-random --layers transformer,gat,gatv2 $flag \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  last_decisions layer "$out/${prec}_dense3/results.json" | cut -c1-200
+  rm -f "$out/${prec}_dense3/speedup.png"
 elif [[ $what == session37b ]]; then
   # session37's block-path profiles showed three copies of [N, 128] gradients into the packed gradient per step
   # (1.14 of 9.96 ms on the batched graphs): the block kernels now store there. Their CUDA tests, the profiles
