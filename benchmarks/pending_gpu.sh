@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session37d # issue 8's GCN row: block-sparse SpMM against cuSPARSE on the dense graphs, bf16 and TF32
 #   bash benchmarks/pending_gpu.sh session37c # issue 8's dense-graph rows, all three attention layers (PREC=bf16 or tf32)
 #   bash benchmarks/pending_gpu.sh session37b # the block kernels store into the packed gradient: CUDA tests, profiles, TF32 layer
 #   bash benchmarks/pending_gpu.sh session37  # issue 8: where the TF32 TransformerConv step goes, CSR against block (profiler)
@@ -1293,6 +1294,14 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session37d ]]; then
+  # issue 8: GCN's block-sparse SpMM at least 1.5x over cached cuSPARSE where the chooser picks it; the automatic
+  # pick and both paths forced, against torch.compile, on the two locally dense graphs in bf16 and in TF32
+  harness_table 200 gcn_bf16 --graphs sbm-dense,batch-random --layers gcn --dtype bfloat16 \
+    --modes inductor,gnn_io,gnn_io_spmm_cusparse,gnn_io_spmm_block --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  harness_table 200 gcn_tf32 --graphs sbm-dense,batch-random --layers gcn --tf32 \
+    --modes inductor,gnn_io,gnn_io_spmm_cusparse,gnn_io_spmm_block --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  rm -f "$out"/gcn_*/speedup.png
 elif [[ $what == session37c ]]; then
   # issue 8's target rows with the final code: TransformerConv, GATConv and GATv2Conv on the two locally dense
   # graphs, PyG eager, torch.compile default, gnn_io's automatic pick and both paths forced; PREC=bf16 (default)
