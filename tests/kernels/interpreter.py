@@ -99,7 +99,9 @@ def _skipped(item) -> bool:
 def prefetch(items: list) -> list:
     """Start the interpreter reruns of the rerun tests among ``items`` (test functions without arguments that call
     :func:`rerun_under_interpreter`, not skipped) in a background thread, one at a time, in their order; return
-    those tests. Nothing under the interpreter itself or with ``GNN_IO_TEST_PREFETCH=0``."""
+    those tests. Nothing under the interpreter itself or with ``GNN_IO_TEST_PREFETCH=0``. A module's autouse
+    fixtures do not run for the recording (tests/kernels/test_attention_paths.py's clears path settings from the
+    environment, which CI does not set): each rerun gets the session's environment as it is at collection."""
     global _registering
     if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get(PREFETCH_ENV, "1") == "0":
         return []
@@ -109,8 +111,7 @@ def prefetch(items: list) -> list:
         for item in items:
             function = getattr(item, "obj", None)
             code = getattr(function, "__code__", None)
-            if code is None or "rerun_under_interpreter" not in code.co_names or code.co_argcount or \
-                    getattr(item, "fixturenames", None) or _skipped(item):
+            if code is None or "rerun_under_interpreter" not in code.co_names or code.co_argcount or _skipped(item):
                 continue
             before = len(_runs)
             try:
