@@ -400,8 +400,9 @@ def _dot_backward_source_kernel(
         dense_windows_ptr, window_srcs_ptr, tile_ptr_ptr, tile_dst_ptr, tile_edge_ptr,
         q_ptr, qr, qh, qc, k_ptr, kr, kh, kc, v_ptr, vr, vh, vc, seed_ptr, dropout_p, dropout_scale,
         grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_k_row, grad_v_ptr, grad_v_row, num_heads, head_dim,
-        score_scale, message_scale, DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr, PRECISION: tl.constexpr,
-        WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
+        score_scale, message_scale, DROPOUT: tl.constexpr, GRAD_KEY: tl.constexpr, GRAD_VALUE: tl.constexpr,
+        PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr,
+        BLOCK_H: tl.constexpr):
     """dK and dV of one (source window of the transposed format, block of heads), its tiles' columns destination
     rows: ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles;
     each stored its ``grad_*_row`` elements apart from row to row."""
@@ -520,8 +521,8 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
 
     ``pack`` (argument -> a tensor of the argument's shape and dtype, a column slice of one packed ``[N, F]``
     gradient: kernels/attention.py's ``attention_backward_packed``): the kernels store the gradient of such an
-    argument, when it is the only term of its query, key or value, straight into that tensor (:func:`_packed_place`),
-    which is then its entry of the result; the caller copies the others.
+    argument, when it is the only term of its query, key or value and not both the key and the value, straight
+    into that tensor (:func:`_packed_place`), which is then its entry of the result; the caller copies the others.
 
     Per head, with ``P = exp(S - lse)`` recomputed per tile (0 off the edges), ``w`` the dropout factor
     (``keep / (1 - p)`` regenerated from the seed, 1 without dropout), ``s`` the score scale, ``m`` the
@@ -545,6 +546,9 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
     operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 
+    # an input that is both the key and the value gets two gradients, summed below: no place for it
+    shared = set(form.score_terms) & set(form.value_terms)
+    pack = {i: place for i, place in (pack or {}).items() if i not in shared}
     full = covers_every_row(blocks, query.shape[0])
     grad_query = _packed_place(layout, (form.query,), query.shape, full, pack) if need_query else None
     if need_query and blocks.dense_windows.shape[0] and heads:

@@ -150,7 +150,7 @@ def _compiled_matches_eager(model, edge_index, tf32: bool = False) -> None:
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
-def test_compiled_layer_writes_packed_gradients_with_the_block_kernels(monkeypatch, output_shape_ops):
+def test_compiled_layer_writes_packed_gradients_with_the_kernels_on_the_block_path(monkeypatch, output_shape_ops):
     """The same on the block-sparse path (TF32 allowed, the path forced, a graph of dense communities whose every
     row window goes to Tensor Cores): the block kernels store the query, key and value gradients into the packed
     gradient (no copy after them; session 37 measured three such copies at 1.1 ms of a 10 ms step), and outputs

@@ -375,6 +375,35 @@ def test_dot_backward_stores_into_packed_columns(case):
     torch.testing.assert_close(grads[0], expected[0], rtol=0, atol=0)
 
 
+def _shared_key_score(a0, a1, a2):  # the value input a0 is the key too
+    return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a0), [-1]), 2.0)
+
+
+@runs_kernel
+def test_dot_backward_of_an_input_that_is_key_and_value():
+    """An input that is both the key and the value gets the sum of its two gradients: with ``pack`` given, the
+    kernels must not store both into its one place (the second store would overwrite the first)."""
+    num_nodes = 40
+    src, dst = graph(num_nodes, 100, seed=4)
+    plan, blocks = plan_and_blocks(src, dst, num_nodes)
+    transposed = transpose_block_format(blocks, num_nodes)
+    args, roles, _, message, _ = dot_inputs(num_nodes, False, torch.float32, seed=3)
+    score = _fn(_shared_key_score)
+    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+                          for b in (blocks, transposed)]
+    args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
+    needs = [True, True, False]
+    grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
+    delta = attention_triton.delta(grad_out, out)
+    expected = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, needs)
+    places = {0: torch.zeros(num_nodes, HEADS, CHANNELS, device=DEVICE)}
+    grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, needs,
+                         pack=places)
+    torch.testing.assert_close(grads[0], expected[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grads[1], expected[1], rtol=0, atol=0)
+
+
 @runs_kernel
 def test_launch_options_change_no_result(monkeypatch):
     """The dot kernels at launches other than ``block_sparse.BLOCK_LAUNCH``'s give the same output, log-sum-exp and
