@@ -18,6 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFETCH_ENV = "GNN_IO_TEST_PREFETCH"
 TIMEOUT_S = 1800  # one file's rerun; the longest took 558 s alone (session 36), more beside the main process
@@ -46,6 +48,10 @@ def _command(test_file: str, select: str) -> list:
     return command
 
 
+def _environment(env: dict | None) -> dict:
+    return {**os.environ, "TRITON_INTERPRET": "1", **(env or {})}
+
+
 def _run(command: list, env: dict, track: bool = False) -> subprocess.CompletedProcess:
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if track:
@@ -68,11 +74,11 @@ def rerun_under_interpreter(test_file: str, *, select: str = "", env: dict | Non
     command = _command(test_file, select)
     key = (tuple(command), tuple(sorted((env or {}).items())))
     if _registering:
-        _runs.setdefault(key, _Run(command, {**os.environ, "TRITON_INTERPRET": "1", **(env or {})}))
+        _runs.setdefault(key, _Run(command, _environment(env)))
         return
     run = _runs.get(key)
     if run is None:
-        result = _run(command, {**os.environ, "TRITON_INTERPRET": "1", **(env or {})})
+        result = _run(command, _environment(env))
     else:
         run.done.wait()
         if run.error is not None:
@@ -116,7 +122,7 @@ def prefetch(items: list) -> list:
             before = len(_runs)
             try:
                 function()
-            except BaseException:  # noqa: BLE001 - pytest.skip inside the test, or anything else: it runs its own
+            except (Exception, pytest.skip.Exception):  # a skip inside the test, or anything else: it runs its own
                 continue
             if len(_runs) > before:
                 picked.append(item)
