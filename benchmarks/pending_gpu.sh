@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session38a # issue 8 on the H200: the dot attention op probed for the cost model's refit; bf16 sparse rows
+#   bash benchmarks/pending_gpu.sh session38b # issue 8's suite rows on the sparse graphs, after the H200 refit (PREC=bf16|tf32, LAYERS=...)
 #   bash benchmarks/pending_gpu.sh session37d # issue 8's GCN row: block-sparse SpMM against cuSPARSE on the dense graphs, bf16 and TF32
 #   bash benchmarks/pending_gpu.sh session37c # issue 8's dense-graph rows, all three attention layers (PREC=bf16 or tf32)
 #   bash benchmarks/pending_gpu.sh session37b # the block kernels store into the packed gradient: CUDA tests, profiles, TF32 layer
@@ -1294,6 +1296,31 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session38a ]]; then
+  # the dot family's attention op (fwd+bwd) per path, order and precision on four graphs: the points of the H200
+  # refit (benchmarks/fit_attention.py); then TransformerConv's bf16 rows on the suite's four sparse graphs
+  timeout 330 python3 -m benchmarks.probe --parts attention --families dot --orders none,rcm \
+    --graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel \
+    --attention-graphs sbm-dense,batch-random,rmat-arxiv,MUSAE-wikipedia-squirrel --out "$out/probe" \
+    >"$out/probe.txt" 2>&1; grep "^| attention" "$out/probe.txt" | cut -d'|' -f3,5-9
+  harness_table ${SPARSE_SECONDS:-200} bf16_sparse_transformer --graphs rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm \
+    --layers transformer --dtype bfloat16 --reps 10 \
+    --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block,gnn_io_hybrid,gnn_io_reorder_off | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  rm -f "$out"/bf16_sparse_*/speedup.png
+elif [[ $what == session38b ]]; then
+  # issue 8's suite on the four sparse graphs with the H200 calibration: PREC=bf16 (default) or tf32, LAYERS (default
+  # transformer,gat,gatv2), GRAPHS, MODES, SECONDS; the picks' decisions after the table
+  prec=${PREC:-bf16}
+  flag=$([[ $prec == bf16 ]] && echo "--dtype bfloat16" || echo "--tf32")
+  name=${prec}_sparse_${LAYERS:-all}
+  name=${name//,/_}
+  # shellcheck disable=SC2086
+  harness_table ${SECONDS_LIMIT:-560} "$name" --graphs ${GRAPHS:-rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm} \
+    --layers ${LAYERS:-transformer,gat,gatv2} $flag --reps 10 \
+    --modes ${MODES:-eager,inductor,gnn_io,gnn_io_csr,gnn_io_block,gnn_io_hybrid,gnn_io_reorder_off} \
+    | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  last_decisions graph "$out/$name/results.json" | cut -c1-220
+  rm -f "$out/$name/speedup.png"
 elif [[ $what == session37d ]]; then
   # issue 8: GCN's block-sparse SpMM at least 1.5x over cached cuSPARSE where the chooser picks it; the automatic
   # pick and both paths forced, against torch.compile, on the two locally dense graphs in bf16 and in TF32
