@@ -165,6 +165,7 @@ def format_text(model=None) -> str:
             lines.append(f"      {stats.get('block_windows', 0)} of {stats.get('windows')} row windows on Tensor Cores, "
                          f"{stats.get('tiles')} tiles, fill {stats.get('mean_tile_fill')}, "
                          f"format {stats.get('format_bytes', 0) / 2**20:.1f} MiB; predicted ms {d['predicted_ms']}"
+                         + (f" ({stats['calibration']} calibration)" if stats.get("calibration") else "")
                          + (f"; order build ms {d['order_build_ms']}" if d["order_build_ms"] else "")
                          + (f"; measured ms {d['measured_forward_ms']}" if d["measured_forward_ms"] else ""))
     return "\n".join(lines)

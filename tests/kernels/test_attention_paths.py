@@ -59,7 +59,7 @@ def test_window_costs_follow_the_calibration():
     plan, *_ = setup(src, dst, 40)
     blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
     csr, block, edges, tiles = attention_paths.window_costs(blocks, plan[0], "half", 1.0)
-    k = attention_paths.CALIBRATION["dot"]["half"]
+    k = attention_paths.calibration("dot", "half", plan[0].device)
     rows = (blocks.window_rows >= 0).sum(1)
     assert int(edges.sum()) == src.numel() and int(tiles.sum()) == blocks.stats["tiles"]
     torch.testing.assert_close(csr, (k["csr_per_edge"] * edges + k["csr_per_row"] * rows) * 1e-6)
@@ -78,12 +78,33 @@ def test_csr_cost_grows_with_the_identity_orders_tiles_per_edge():
     assert locality == pytest.approx(blocks.stats["tiles"] / src.numel()) and locality > 0
     entry.formats.clear()
     assert attention_paths.identity_tiles_per_edge(entry) == locality and not entry.formats  # kept, not rebuilt
-    k = attention_paths.CALIBRATION["dot"]["tf32"]
+    k = attention_paths.calibration("dot", "tf32", plan[0].device)
     assert k["csr_per_identity_tile"] > 0
     csr0, block0, edges, _ = attention_paths.window_costs(blocks, plan[0], "tf32", 1.0)
     csr1, block1, _, _ = attention_paths.window_costs(blocks, plan[0], "tf32", 1.0, identity_tiles_per_edge=locality)
     torch.testing.assert_close(csr1 - csr0, k["csr_per_identity_tile"] * locality * edges * 1e-6)
     torch.testing.assert_close(block1, block0)
+
+
+def test_calibration_by_device_name(monkeypatch):
+    """A GPU with its own refit (``DEVICE_CALIBRATION``, matched on the device's name) is priced by it, another by
+    the H100 table, a CPU tensor by the H100 table; ``GNN_IO_CALIBRATION`` overrides, and refuses a table the
+    repo does not keep; a (family, precision) the refit lacks keeps the H100 constants."""
+    monkeypatch.setattr(attention_paths, "_cuda_name", lambda index: "NVIDIA H200")
+    h200 = attention_paths.DEVICE_CALIBRATION["H200"]["dot"]["tf32"]
+    cuda = torch.device("cuda", 0)
+    assert attention_paths.calibration_name(cuda) == "H200"
+    assert attention_paths.calibration("dot", "tf32", cuda) is h200
+    assert attention_paths.calibration("dot", "half", cuda) is attention_paths.CALIBRATION["dot"]["half"]
+    assert attention_paths.calibration("gatv2", "tf32", cuda) is attention_paths.CALIBRATION["gat"]["tf32"]
+    assert attention_paths.calibration("dot", "tf32", "cpu") is attention_paths.CALIBRATION["dot"]["tf32"]
+    monkeypatch.setattr(attention_paths, "_cuda_name", lambda index: "NVIDIA H100 80GB HBM3")
+    assert attention_paths.calibration("dot", "tf32", cuda) is attention_paths.CALIBRATION["dot"]["tf32"]
+    monkeypatch.setenv(attention_paths.CALIBRATION_ENV, "H200")
+    assert attention_paths.calibration("dot", "tf32", "cpu") is h200
+    monkeypatch.setenv(attention_paths.CALIBRATION_ENV, "A100")
+    with pytest.raises(attention_paths.SettingError, match="GNN_IO_CALIBRATION"):
+        attention_paths.calibration("dot", "tf32", cuda)
 
 
 def test_precision_classes():
