@@ -577,31 +577,42 @@ def float32_reference(layer_name: str, graph, features: int, dtype, device):
 
 def _isolated_records(args, names: list, keep=lambda records: None) -> list:
     """Records of every (graph, layer) case, each run by a child harness process. The child prints one
-    JSON line per finished mode, so a child that dies mid-case still gives the modes it finished;
-    the others get an ``error`` record with the exit status and the last line of its stderr. ``keep``
-    gets the records so far after each case."""
+    JSON line per finished mode, so a child that dies mid-case still gives the modes it finished. The modes
+    it did not finish run again in a fresh child: a CUDA error in one mode (``torch.compile`` default's
+    "misaligned address" on GATConv in bf16) leaves the process's CUDA context unusable, and every later mode
+    of that child would die with it (session 38: gnn_io's three modes on two graphs). A mode that kills a
+    fresh child as its first mode gets an ``error`` record with the exit status and the last line of the
+    child's stderr. ``keep`` gets the records so far after each case."""
     records = []
     modes = args.modes.split(",")
     for name in names:
         for layer in args.layers.split(","):
-            with tempfile.TemporaryDirectory() as out:
-                command = [sys.executable, "-m", "benchmarks.harness", "--graphs", name, "--layers", layer,
-                           "--modes", args.modes, "--features", str(args.features), "--dtype", args.dtype,
-                           "--reps", str(args.reps), "--device", args.device, "--data-root", args.data_root,
-                           "--out", out] + (["--tf32"] if args.tf32 else [])
-                child = subprocess.run(command, capture_output=True, text=True, check=False)
-            done = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-            records.extend(done)
-            stderr = [line for line in child.stderr.splitlines() if line.strip()]
-            reason = f"process died (exit {child.returncode}): {stderr[-1][:160] if stderr else 'no stderr'}"
-            finished = {r["mode"] for r in done}
-            template = dict(done[0]) if done else {"layer": layer, "graph": name}
-            for mode in modes:
-                if mode not in finished:
-                    records.append({"layer": template["layer"], "graph": template["graph"], "mode": mode,
-                                    "nodes": template.get("nodes"), "edges": template.get("edges"),
-                                    "error": reason})
-            print(f"{name} {layer}: {len(done)}/{len(modes)} modes finished", flush=True)
+            pending, finished_all, template = list(modes), 0, {"layer": layer, "graph": name}
+            while pending:
+                with tempfile.TemporaryDirectory() as out:
+                    command = [sys.executable, "-m", "benchmarks.harness", "--graphs", name, "--layers", layer,
+                               "--modes", ",".join(pending), "--features", str(args.features), "--dtype",
+                               args.dtype, "--reps", str(args.reps), "--device", args.device, "--data-root",
+                               args.data_root, "--out", out] + (["--tf32"] if args.tf32 else [])
+                    child = subprocess.run(command, capture_output=True, text=True, check=False)
+                done = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+                records.extend(done)
+                finished_all += len(done)
+                template = dict(done[0]) if done else template
+                first = pending[0]
+                pending = [m for m in pending if m not in {r["mode"] for r in done}]
+                if not pending:
+                    break
+                stderr = [line for line in child.stderr.splitlines() if line.strip()]
+                reason = f"process died (exit {child.returncode}): {stderr[-1][:160] if stderr else 'no stderr'}"
+                # the mode it died in is the first unfinished one: its own crash when it was the child's first
+                # mode (or the child exited cleanly without it), else it runs again in a fresh child
+                blamed = pending if child.returncode == 0 else pending[:1] if pending[0] == first else []
+                records.extend({"layer": template["layer"], "graph": template["graph"], "mode": mode,
+                                "nodes": template.get("nodes"), "edges": template.get("edges"), "error": reason}
+                               for mode in blamed)
+                pending = pending[len(blamed):]
+            print(f"{name} {layer}: {finished_all}/{len(modes)} modes finished", flush=True)
             keep(records)
     return records
 

@@ -32,27 +32,45 @@ def test_graph_generators_are_seeded_and_coalesced():
 
 
 def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
-    """--isolate: each (graph, layer) runs in a child harness; the modes a child finished before it
-    died keep their numbers, the rest get an error record naming the exit status."""
+    """--isolate: each (graph, layer) runs in a child harness. The modes a child finished before it died keep
+    their numbers; the modes after the one it died in run again in a fresh child (a CUDA error leaves the
+    process unusable for every later mode); a mode that kills a fresh child as its first mode gets an error
+    record naming the exit status, and the modes after it still run."""
     import subprocess
     import types
 
-    finished = {"layer": "gcn", "graph": "rmat-10-8000", "mode": "eager", "nodes": 1024, "edges": 8000,
-                "fwdbwd_ms": 1.0}
+    commands = []
 
     def child(command, **kwargs):
+        # a fake child: "inductor" records its own CUDA error and poisons the process (the next mode dies),
+        # "bad" always kills it
         assert command[command.index("--layers") + 1] == "gcn"
-        return types.SimpleNamespace(returncode=-6, stdout="noise\n" + json.dumps(finished) + "\n",
-                                     stderr="Fatal Python error: Aborted\n")
+        commands.append(command[command.index("--modes") + 1])
+        lines, poisoned = ["noise"], False
+        for mode in commands[-1].split(","):
+            if poisoned or mode == "bad":
+                return types.SimpleNamespace(returncode=-6, stdout="\n".join(lines) + "\n",
+                                             stderr="Fatal Python error: Aborted\n")
+            record = {"layer": "gcn", "graph": "rmat-10-8000", "mode": mode, "nodes": 1024, "edges": 8000}
+            record.update({"error": "AcceleratorError: misaligned address"} if mode == "inductor"
+                          else {"fwdbwd_ms": 1.0})
+            lines.append(json.dumps(record))
+            poisoned = mode == "inductor"
+        return types.SimpleNamespace(returncode=0, stdout="\n".join(lines) + "\n", stderr="")
 
     monkeypatch.setattr(subprocess, "run", child)
-    args = types.SimpleNamespace(modes="eager,gnn_io", layers="gcn", features=8, dtype="float32", reps=1,
-                                 device="cpu", data_root=".", isolate=True, tf32=False)
+    args = types.SimpleNamespace(modes="eager,inductor,gnn_io,bad,gnn_io_csr", layers="gcn", features=8,
+                                 dtype="float32", reps=1, device="cpu", data_root=".", isolate=True, tf32=False)
     records = harness._isolated_records(args, ["rmat-small"])
+    assert commands == ["eager,inductor,gnn_io,bad,gnn_io_csr", "gnn_io,bad,gnn_io_csr", "bad,gnn_io_csr",
+                        "gnn_io_csr"]
     by_mode = {r["mode"]: r for r in records}
-    assert by_mode["eager"]["fwdbwd_ms"] == 1.0 and "error" not in by_mode["eager"]
-    assert by_mode["gnn_io"]["graph"] == "rmat-10-8000"
-    assert by_mode["gnn_io"]["error"] == "process died (exit -6): Fatal Python error: Aborted"
+    assert len(records) == len(by_mode) == 5
+    for mode in ("eager", "gnn_io", "gnn_io_csr"):
+        assert by_mode[mode]["fwdbwd_ms"] == 1.0 and "error" not in by_mode[mode]
+    assert by_mode["inductor"]["error"].startswith("AcceleratorError")
+    assert by_mode["bad"]["graph"] == "rmat-10-8000"
+    assert by_mode["bad"]["error"] == "process died (exit -6): Fatal Python error: Aborted"
 
 
 def test_isolated_run_end_to_end(tmp_path):
