@@ -11,7 +11,8 @@ shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-
 1.1M edges (sessions 9 and 10) and from 4.2M edges on (13.7 against 53 ms at 15.4M); below
 ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to Inductor.
 
-Fused attention in float32 (no TF32) has a threshold per family (TransformerConv, GATConv, GATv2Conv); the
+Fused attention in float32 has a threshold per family (TransformerConv, GATConv, GATv2Conv; with TF32 allowed,
+TransformerConv only); the
 backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
 since its edge softmax was rewritten before the family was known.
 
@@ -68,9 +69,15 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 #   Threshold 1.5M, above both.
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
-# Half precision and TF32 are never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen
-# there).
+# Half precision is never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen there).
+# TF32 is declined as float32 is for TransformerConv only (:data:`TF32_DECLINED_FAMILIES`): TF32 changes the dense
+# GEMMs, which both sides run alike, and the block path does not pay back the per-call CPU work of small graphs.
+# Session 38 (H200, TF32, forward+backward, the harness's isolated runs, Inductor against gnn_io's pick and its
+# fastest mode): road-luxembourg-osm / 239k edges 1.85 against 2.55 (block) and 2.14 (block forced), ca-AstroPh /
+# 396k 2.14 against 3.23 and 2.52, MUSAE-github / 578k 2.17 against 3.65 and 2.36; RMAT 2^17 / 1.09M 3.76 against
+# 3.24 and 2.86 (docs/benchmarks/session38). GATConv and GATv2Conv in TF32 were not measured on these graphs.
 ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000}
+TF32_DECLINED_FAMILIES = ("dot",)
 # Below that threshold, a graph of at least these many edges and destination rows still takes the fused kernels.
 # GATConv, session 21 (H100, interleaved A/B, 40 rounds, Inductor's time over the fused path forced, with the
 # segment backward of session 20; docs/benchmarks/session21): RMAT 2^18 / 1.17M edges 1.40x, RMAT 2^17 / 1.09M
@@ -154,8 +161,8 @@ _ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
 
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
-    """Why the fused attention would not pay for this graph (None when it does): float32 without TF32 under
-    the family's threshold, unless the graph has the edges and destination rows (``num_rows``) of
+    """Why the fused attention would not pay for this graph (None when it does): float32 under the family's
+    threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has the edges and destination rows (``num_rows``) of
     :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
     that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and
     precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
@@ -170,7 +177,8 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
         threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
-    if threshold is None or dtype != "float32" or tf32 or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
+    if threshold is None or dtype != "float32" or (tf32 and family not in TF32_DECLINED_FAMILIES) \
+            or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
         return None
     if mid_size is not None and num_edges is not None and num_rows is not None and num_edges >= mid_size[0] \
             and num_rows >= mid_size[1]:
