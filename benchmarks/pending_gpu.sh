@@ -1318,9 +1318,11 @@ elif [[ $what == session38b ]]; then
   harness_table ${SECONDS_LIMIT:-560} "$name" --graphs ${GRAPHS:-rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm} \
     --layers ${LAYERS:-transformer,gat,gatv2} $flag --reps 10 \
     --modes ${MODES:-eager,inductor,gnn_io,gnn_io_csr,gnn_io_block,gnn_io_hybrid,gnn_io_reorder_off} \
-    | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+    | grep "^| [a-zA-Z]" | cut -d'|' -f2,5-9,19-
   last_decisions graph "$out/$name/results.json" | cut -c1-220
+  # the device tool brings back 8 files a call: one archive per run (session 38 lost three results.json to that)
   rm -f "$out/$name/speedup.png"
+  tar czf "$out/$name.tgz" -C "$out" "$name" "${name}_stderr.txt" && rm -rf "${out:?}/$name" "$out/${name}_stderr.txt"
 elif [[ $what == session37d ]]; then
   # issue 8: GCN's block-sparse SpMM at least 1.5x over cached cuSPARSE where the chooser picks it; the automatic
   # pick and both paths forced, against torch.compile, on the two locally dense graphs in bf16 and in TF32

@@ -1,0 +1,62 @@
+"""The benchmark helpers that turn device outputs into the repo's tables and constants."""
+import json
+
+import pytest
+
+from benchmarks import fit_attention, suite_table
+
+
+def _probe_rows(csr, block):
+    """Probe rows (``benchmarks.probe``'s JSON) timed exactly by the given constants, on three graphs."""
+    rows = []
+    for graph, edges, identity_tiles in (("a", 6_000_000, 400_000), ("b", 16_000_000, 280_000),
+                                         ("c", 1_000_000, 70_000)):
+        ms = (csr["csr_per_edge"] * edges + csr["csr_per_identity_tile"] * identity_tiles) * 1e-6 + csr["csr_fixed_ms"]
+        rows.append({"part": "attention", "graph": graph, "edges": edges, "family": "dot", "kernel": "csr",
+                     "dtype": "fp32", "order": "none", "ms": ms})
+        for order, tiles in (("none", identity_tiles), ("rcm", identity_tiles // 2)):
+            windows = edges // 400
+            ms = (block["block_per_tile"] * tiles + block["block_per_row"] * windows * 16) * 1e-6 \
+                + block["block_fixed_ms"]
+            rows.append({"part": "attention", "graph": graph, "edges": edges, "family": "dot", "kernel": "block",
+                         "dtype": "tf32", "order": order, "ms": ms, "chosen": "block",
+                         "stats": {"tiles": tiles, "windows": windows}})
+    # a hybrid (both kernels in one time) and a failed variant are not points of either fit
+    rows.append({"part": "attention", "graph": "c", "edges": 1, "family": "dot", "kernel": "block", "dtype": "tf32",
+                 "order": "rcm", "ms": 99.0, "chosen": "hybrid", "stats": {"tiles": 1, "windows": 1}})
+    rows.append({"part": "attention", "graph": "c", "family": "dot", "kernel": "csr", "dtype": "fp32",
+                 "order": "none", "error": "RuntimeError: x"})
+    return rows
+
+
+def test_fit_attention_recovers_the_constants_it_was_given(tmp_path, capsys):
+    csr = {"csr_per_edge": 0.25, "csr_per_identity_tile": 3.0, "csr_fixed_ms": 2.5}
+    block = {"block_per_tile": 13.0, "block_per_row": 0.35, "block_fixed_ms": 1.5}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(_probe_rows(csr, block)))
+    assert fit_attention.main([str(path), "--precision", "tf32", "--block-per-row"]) == 0
+    out = capsys.readouterr().out
+    fitted = eval(out.splitlines()[0].split(": ", 1)[1])  # the printed dict
+    for key, value in {**csr, **block}.items():
+        assert fitted[key] == pytest.approx(value, rel=1e-3, abs=1e-3), key
+    assert out.count("| c | block |") == 2  # the hybrid row is not a point
+
+
+def test_suite_table_joins_pieces_and_prices_the_pick(tmp_path, capsys):
+    header = "| graph | nodes | edges | layer | eager | inductor | gnn_io | gnn_io path | gnn_io_csr |\n|---|---|---|---|---|---|---|---|---|\n"
+    first = tmp_path / "first.md"
+    first.write_text("# Benchmarks\n\n" + header + "| g1 | 10 | 20 | gat | 4.00 | RuntimeError: x | process died (exit 1): y | - | 3.00 |\n"
+                     "| g2 | 10 | 20 | gat | 6.00 | 3.00 | 2.00 | gat:csr | 2.00 |\n")
+    second = tmp_path / "second.txt"
+    second.write_text("g1 gat: 2/2 modes finished\n" + header.replace(" gnn_io_csr |", " gnn_io_block |")
+                      + "| g1 | 10 | 20 | gat | - | AcceleratorError: z | 2.00 | gat:block | 1.60 |\n")
+    assert suite_table.main([str(first), str(second)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    g1 = [c.strip() for c in lines[2].strip("|").split("|")]
+    g2 = [c.strip() for c in lines[3].strip("|").split("|")]
+    # g1: eager from the first piece, gnn_io and its path from the second (a number replaces an error), the
+    # Inductor error kept as text; the pick 2.00 against the fastest gnn_io mode 1.60 (block forced): +25%
+    assert g1[:8] == ["g1", "gat", "4.00", "AcceleratorError: z", "2.00", "gat:block", "3.00", "1.60"]
+    assert g1[10:13] == ["2.00", "-", "+25%"]
+    assert "first.md" in g1[-1] and "second.txt" in g1[-1]
+    assert g2[10:13] == ["3.00", "1.50", "+0%"]
