@@ -132,6 +132,7 @@
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
 #   bash benchmarks/pending_gpu.sh session38a # issue 8 on the H200: the dot attention op probed for the cost model's refit; bf16 sparse rows
+#   bash benchmarks/pending_gpu.sh session38c # owed by session 38: the suite rows it lost (TF32 GAT and GATv2, bf16 GAT on road), in 2 calls (PART=1|2)
 #   bash benchmarks/pending_gpu.sh session38b # issue 8's suite rows on the sparse graphs, after the H200 refit (PREC=bf16|tf32, LAYERS=...)
 #   bash benchmarks/pending_gpu.sh session37d # issue 8's GCN row: block-sparse SpMM against cuSPARSE on the dense graphs, bf16 and TF32
 #   bash benchmarks/pending_gpu.sh session37c # issue 8's dense-graph rows, all three attention layers (PREC=bf16 or tf32)
@@ -1307,6 +1308,18 @@ elif [[ $what == session38a ]]; then
     --layers transformer --dtype bfloat16 --reps 10 \
     --modes eager,inductor,gnn_io,gnn_io_csr,gnn_io_block,gnn_io_hybrid,gnn_io_reorder_off | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
   rm -f "$out"/bf16_sparse_*/speedup.png
+elif [[ $what == session38c ]]; then
+  # the rows session 38 lost (docs/benchmarks/block_sparse/suite_h200.md, "Missing"): PART=1 TF32 GATConv on the
+  # four sparse graphs; PART=2 bf16 GATConv on road-luxembourg-osm, TF32 GATv2Conv, and the dense graphs' hybrid and
+  # reorder-off columns in bf16; each run archived as it ends (session38b)
+  if [[ ${PART:-1} == 1 ]]; then
+    OUT="$out" PREC=tf32 LAYERS=gat SECONDS_LIMIT=500 bash "$0" session38b
+  else
+    OUT="$out" PREC=bf16 LAYERS=gat GRAPHS=road-luxembourg-osm SECONDS_LIMIT=110 bash "$0" session38b
+    OUT="$out" PREC=tf32 LAYERS=gatv2 MODES=eager,inductor,gnn_io,gnn_io_block SECONDS_LIMIT=190 bash "$0" session38b
+    OUT="$out" PREC=bf16 LAYERS=transformer,gat GRAPHS=sbm-dense,batch-random MODES=gnn_io_hybrid,gnn_io_reorder_off \
+      SECONDS_LIMIT=200 bash "$0" session38b
+  fi
 elif [[ $what == session38b ]]; then
   # issue 8's suite on the four sparse graphs with the H200 calibration: PREC=bf16 (default) or tf32, LAYERS (default
   # transformer,gat,gatv2), GRAPHS, MODES, SECONDS; the picks' decisions after the table
