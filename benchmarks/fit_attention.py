@@ -13,7 +13,10 @@
 It prints the constants in the unit of ``CALIBRATION`` (nanoseconds per edge, tile or row; milliseconds per call)
 and each point's prediction against its measurement::
 
-    python -m benchmarks.fit_attention DIR/probe.json --family dot --precision tf32
+    python -m benchmarks.fit_attention DIR/probe.json --family dot --precision tf32 --block-per-row
+
+(session 38's H200 refit, ``kernels/attention_paths.DEVICE_CALIBRATION``). A block format's rows are taken as its
+windows x 16 (the window size of ``kernels/block_sparse``).
 """
 from __future__ import annotations
 

@@ -506,6 +506,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
     parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
     parser.add_argument("--merge", nargs="+", help="results.json files of earlier runs to merge into --out")
+    parser.add_argument("--reference-eager", action="store_true",
+                        help="run PyG eager first, unrecorded, as the reference of rel_err when 'eager' is not among "
+                             "--modes (the rerun of an --isolate case after a crash)")
     parser.add_argument("--isolate", action="store_true",
                         help="run each (graph, layer) in its own process: a CUDA error that poisons the context "
                              "(a kernel fault) then costs that case only, and is recorded as its result")
@@ -540,6 +543,8 @@ def main(argv=None) -> int:
             reference = None
             exact = None if is_random(layer) else float32_reference(layer, graph, args.features, dtype, device)
             exact = None if exact is None else exact.cpu()  # off the device: not in any mode's peak
+            if args.reference_eager and "eager" not in args.modes.split(",") and not is_random(layer):
+                reference = run_case(layer, graph, "eager", args.features, dtype, device, 1).get("out")
             for mode in args.modes.split(","):
                 r = run_case(layer, graph, mode, args.features, dtype, device, args.reps, reference)
                 if mode == "eager" and "out" in r and not is_random(layer):
@@ -578,26 +583,27 @@ def float32_reference(layer_name: str, graph, features: int, dtype, device):
 def _isolated_records(args, names: list, keep=lambda records: None) -> list:
     """Records of every (graph, layer) case, each run by a child harness process. The child prints one
     JSON line per finished mode, so a child that dies mid-case still gives the modes it finished. The modes
-    it did not finish run again in a fresh child: a CUDA error in one mode (``torch.compile`` default's
-    "misaligned address" on GATConv in bf16) leaves the process's CUDA context unusable, and every later mode
-    of that child would die with it (session 38: gnn_io's three modes on two graphs). A mode that kills a
-    fresh child as its first mode gets an ``error`` record with the exit status and the last line of the
-    child's stderr. ``keep`` gets the records so far after each case."""
+    it did not finish run again in a fresh child (with PyG eager run first, unrecorded, as their ``rel_err``
+    reference): a CUDA error in one mode (``torch.compile`` default's "misaligned address" on GATConv in bf16)
+    leaves the process's CUDA context unusable, and every later mode of that child would die with it (session
+    38: every gnn_io mode on two graphs). A mode that kills a fresh child as its first mode gets an ``error``
+    record with the exit status and the last line of the child's stderr. ``keep`` gets the records so far
+    after each case."""
     records = []
     modes = args.modes.split(",")
     for name in names:
         for layer in args.layers.split(","):
-            pending, finished_all, template = list(modes), 0, {"layer": layer, "graph": name}
+            pending, finished, blamed, template = list(modes), [], {}, {"layer": layer, "graph": name}
             while pending:
                 with tempfile.TemporaryDirectory() as out:
                     command = [sys.executable, "-m", "benchmarks.harness", "--graphs", name, "--layers", layer,
                                "--modes", ",".join(pending), "--features", str(args.features), "--dtype",
                                args.dtype, "--reps", str(args.reps), "--device", args.device, "--data-root",
-                               args.data_root, "--out", out] + (["--tf32"] if args.tf32 else [])
+                               args.data_root, "--out", out] + (["--tf32"] if args.tf32 else []) \
+                        + (["--reference-eager"] if "eager" in modes and "eager" not in pending else [])
                     child = subprocess.run(command, capture_output=True, text=True, check=False)
                 done = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-                records.extend(done)
-                finished_all += len(done)
+                finished.extend(done)
                 template = dict(done[0]) if done else template
                 first = pending[0]
                 pending = [m for m in pending if m not in {r["mode"] for r in done}]
@@ -607,12 +613,15 @@ def _isolated_records(args, names: list, keep=lambda records: None) -> list:
                 reason = f"process died (exit {child.returncode}): {stderr[-1][:160] if stderr else 'no stderr'}"
                 # the mode it died in is the first unfinished one: its own crash when it was the child's first
                 # mode (or the child exited cleanly without it), else it runs again in a fresh child
-                blamed = pending if child.returncode == 0 else pending[:1] if pending[0] == first else []
-                records.extend({"layer": template["layer"], "graph": template["graph"], "mode": mode,
-                                "nodes": template.get("nodes"), "edges": template.get("edges"), "error": reason}
-                               for mode in blamed)
-                pending = pending[len(blamed):]
-            print(f"{name} {layer}: {finished_all}/{len(modes)} modes finished", flush=True)
+                for mode in pending if child.returncode == 0 else pending[:1] if pending[0] == first else []:
+                    blamed[mode] = reason
+                pending = [m for m in pending if m not in blamed]
+            # error records named after the graph as the finished modes resolved it (one table row per case)
+            records.extend(finished)
+            records.extend({"layer": template["layer"], "graph": template["graph"], "mode": mode,
+                            "nodes": template.get("nodes"), "edges": template.get("edges"), "error": reason}
+                           for mode, reason in blamed.items())
+            print(f"{name} {layer}: {len(finished)}/{len(modes)} modes finished", flush=True)
             keep(records)
     return records
 

@@ -50,7 +50,7 @@ def merge(paths: list) -> dict:
             took = False
             for column in COLUMNS:
                 value = row.get(column)
-                if value in (None, "", "-"):
+                if value is None or not value.strip("-/ "):  # "-", "- / -": nothing measured
                     continue
                 if column not in merged or number(value) is not None or number(merged[column]) is None:
                     merged[column] = value

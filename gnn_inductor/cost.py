@@ -166,13 +166,17 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
     that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and
     precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
-    PyG with a recomputing backward, where Inductor fuses the same math)."""
+    PyG with a recomputing backward, where Inductor fuses the same math). A path forced with
+    ``GNN_IO_ATTENTION_PATH=csr|block|hybrid`` is never declined for size (the harness's forced modes measure
+    those kernels, not Inductor)."""
     on_cpu = cpu_declined(device_type)
     if on_cpu is not None:
         return on_cpu
     if family is None and device_type == "cuda" and not forced():
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
+    if os.environ.get("GNN_IO_ATTENTION_PATH", "auto").strip().lower() not in ("", "auto"):
+        return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
     mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -120,9 +121,10 @@ CALIBRATION = {
 }
 # Refits for other GPUs, matched on the CUDA device's name (:func:`calibration`); an entry replaces its (family,
 # precision) constants whole, anything it lacks keeps the H100 table above. Session 38 refit the dot family's TF32
-# terms on the H200 (``python -m benchmarks.fit_attention`` over docs/benchmarks/session38/call1/probe/probe.json:
-# the op forward+backward on the block model, the 20,000 batched graphs, RMAT 2^17 and squirrel, CSR in fp32 and
-# the block kernel in TF32, identity and RCM orders), every point within 1.8%. With the H100 terms the H200's CSR
+# terms on the H200 (``python -m benchmarks.fit_attention docs/benchmarks/session38/call1/probe/probe.json
+# --precision tf32 --block-per-row``: the op forward+backward; the CSR terms from the block model, the 20,000 batched
+# graphs, RMAT 2^17 and squirrel in fp32, the block terms from the two dense graphs in identity and RCM order, the
+# only all-block rows; 4 points for 3 terms each), every point within 1.8%. With the H100 terms the H200's CSR
 # kernel ran 28% under its prediction on the block model (5.58 against 7.71 ms) and the predicted RCM gain was 2.4x
 # the measured one (2.40 against 0.97 ms, session 37). Its half-precision terms still pick right and predict the
 # order gain within 6% (session 37: 1.21 against 1.13 ms); a refit of those (block 4.36 ns per tile, fixed 2.50 ms
@@ -262,16 +264,18 @@ def calibration_name(device) -> str:
     """Which table prices this device: ``GNN_IO_CALIBRATION`` when set (``H100`` for :data:`CALIBRATION`, or a key
     of :data:`DEVICE_CALIBRATION`), else the first key of :data:`DEVICE_CALIBRATION` in the CUDA device's name, else
     ``H100``. A CPU device (the interpreter's tests) is priced by the H100 table."""
-    setting = os.environ.get(CALIBRATION_ENV, "auto").strip() or "auto"
-    if setting != "auto":
+    setting = os.environ.get(CALIBRATION_ENV, "auto").strip().upper() or "AUTO"
+    if setting != "AUTO":
         if setting != "H100" and setting not in DEVICE_CALIBRATION:
             raise SettingError(f"{CALIBRATION_ENV}={setting!r}: set it to auto, H100 or one of "
                                f"{', '.join(DEVICE_CALIBRATION)}")
         return setting
     if device is None or torch.device(device).type != "cuda":
         return "H100"
-    name = _cuda_name(torch.device(device).index)
-    return next((key for key in DEVICE_CALIBRATION if key in name), "H100")
+    index = torch.device(device).index
+    name = _cuda_name(torch.cuda.current_device() if index is None else index)
+    # a whole word of the name: "H200" is not "GH200" (a Grace Hopper module, another memory system)
+    return next((key for key in DEVICE_CALIBRATION if re.search(rf"\b{key}\b", name)), "H100")
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,7 +363,8 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
     precision = precision_of(dtype)
     setting = path_setting()
     entry = _entry(rowptr, col, perm)
-    key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""))
+    key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""),
+           calibration_name(rowptr.device))
     if key in entry.decisions:
         return entry.decisions[key]
     if capturing(rowptr.device) and setting != "csr":  # no format build, no timing: the CSR kernel, decided later

@@ -421,6 +421,7 @@ def test_attention_cost_model(monkeypatch):
     from gnn_inductor import cost
 
     monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
+    monkeypatch.delenv("GNN_IO_ATTENTION_PATH", raising=False)
 
     for family, threshold in cost.ATTENTION_MIN_EDGES_CUDA.items():
         assert "cost model" in cost.attention_declined("cuda", threshold - 1, family, "float32", False)
@@ -431,6 +432,13 @@ def test_attention_cost_model(monkeypatch):
         assert cost.attention_declined("cuda", threshold, family, "float32", True) is None
         assert cost.attention_declined("cpu", 10, family, "float32", False) is None
     assert set(cost.ATTENTION_MIN_EDGES_CUDA) == {"dot", "gat", "gatv2"} and cost.TF32_DECLINED_FAMILIES == ("dot",)
+    # a forced kernel path runs at any size; a form without a kernel is still left to Inductor
+    for path in ("csr", "block", "hybrid"):
+        monkeypatch.setenv("GNN_IO_ATTENTION_PATH", path)
+        assert cost.attention_declined("cuda", 10, "dot", "float32", True) is None
+        assert "no fused kernel" in cost.attention_declined("cuda", 10, None, "float32", False)
+    monkeypatch.setenv("GNN_IO_ATTENTION_PATH", "auto")
+    assert "cost model" in cost.attention_declined("cuda", 10, "dot", "float32", True)
     assert cost.ATTENTION_MIN_EDGES_CUDA["gat"] < 4_200_000  # Inductor's float32 GAT failed to launch at 4.2M edges
     assert cost.attention_declined("cuda", 4_200_000, "gat", "float32", False) is None
 

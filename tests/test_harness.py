@@ -39,13 +39,14 @@ def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
     import subprocess
     import types
 
-    commands = []
+    commands, references = [], []
 
     def child(command, **kwargs):
         # a fake child: "inductor" records its own CUDA error and poisons the process (the next mode dies),
         # "bad" always kills it
         assert command[command.index("--layers") + 1] == "gcn"
         commands.append(command[command.index("--modes") + 1])
+        references.append("--reference-eager" in command)
         lines, poisoned = ["noise"], False
         for mode in commands[-1].split(","):
             if poisoned or mode == "bad":
@@ -71,6 +72,18 @@ def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
     assert by_mode["inductor"]["error"].startswith("AcceleratorError")
     assert by_mode["bad"]["graph"] == "rmat-10-8000"
     assert by_mode["bad"]["error"] == "process died (exit -6): Fatal Python error: Aborted"
+    # the reruns run eager first, unrecorded, as the reference of rel_err
+    assert references == [False, True, True, True]
+
+    # a child that dies before its first mode prints: the error record still names the graph as the modes that
+    # finished resolved it (one row per case in the table)
+    commands.clear()
+    references.clear()
+    args.modes = "bad,gnn_io"
+    records = harness._isolated_records(args, ["rmat-small"])
+    assert commands == ["bad,gnn_io", "gnn_io"] and references == [False, False]
+    assert {(r["graph"], r["mode"]) for r in records} == {("rmat-10-8000", "bad"), ("rmat-10-8000", "gnn_io")}
+    assert next(r for r in records if r["mode"] == "bad")["nodes"] == 1024
 
 
 def test_isolated_run_end_to_end(tmp_path):
@@ -79,6 +92,11 @@ def test_isolated_run_end_to_end(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert {r["mode"] for r in data["results"]} == {"eager", "gnn_io"}
     assert not any("error" in r for r in data["results"])
+    # a rerun without eager among its modes (after a crash) still checks against eager: --reference-eager
+    harness.main(["--device", "cpu", "--graphs", "rmat-small", "--layers", "gcn", "--modes", "gnn_io",
+                  "--reps", "1", "--reference-eager", "--out", str(tmp_path / "rerun")])
+    rerun = json.loads((tmp_path / "rerun" / "results.json").read_text())["results"]
+    assert [r["mode"] for r in rerun] == ["gnn_io"] and rerun[0]["rel_err"] < 1e-4
 
 
 def test_dense_floor_runs_the_layers_linear_maps():

@@ -90,6 +90,7 @@ def test_calibration_by_device_name(monkeypatch):
     """A GPU with its own refit (``DEVICE_CALIBRATION``, matched on the device's name) is priced by it, another by
     the H100 table, a CPU tensor by the H100 table; ``GNN_IO_CALIBRATION`` overrides, and refuses a table the
     repo does not keep; a (family, precision) the refit lacks keeps the H100 constants."""
+    monkeypatch.delenv(attention_paths.CALIBRATION_ENV, raising=False)
     monkeypatch.setattr(attention_paths, "_cuda_name", lambda index: "NVIDIA H200")
     h200 = attention_paths.DEVICE_CALIBRATION["H200"]["dot"]["tf32"]
     cuda = torch.device("cuda", 0)
@@ -98,9 +99,10 @@ def test_calibration_by_device_name(monkeypatch):
     assert attention_paths.calibration("dot", "half", cuda) is attention_paths.CALIBRATION["dot"]["half"]
     assert attention_paths.calibration("gatv2", "tf32", cuda) is attention_paths.CALIBRATION["gat"]["tf32"]
     assert attention_paths.calibration("dot", "tf32", "cpu") is attention_paths.CALIBRATION["dot"]["tf32"]
-    monkeypatch.setattr(attention_paths, "_cuda_name", lambda index: "NVIDIA H100 80GB HBM3")
-    assert attention_paths.calibration("dot", "tf32", cuda) is attention_paths.CALIBRATION["dot"]["tf32"]
-    monkeypatch.setenv(attention_paths.CALIBRATION_ENV, "H200")
+    for other in ("NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"):
+        monkeypatch.setattr(attention_paths, "_cuda_name", lambda index, other=other: other)
+        assert attention_paths.calibration("dot", "tf32", cuda) is attention_paths.CALIBRATION["dot"]["tf32"]
+    monkeypatch.setenv(attention_paths.CALIBRATION_ENV, "h200")
     assert attention_paths.calibration("dot", "tf32", "cpu") is h200
     monkeypatch.setenv(attention_paths.CALIBRATION_ENV, "A100")
     with pytest.raises(attention_paths.SettingError, match="GNN_IO_CALIBRATION"):
