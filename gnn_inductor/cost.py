@@ -162,8 +162,8 @@ _ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
     """Why the fused attention would not pay for this graph (None when it does): float32 under the family's
-    threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has the edges and destination rows (``num_rows``) of
-    :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
+    threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has
+    the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
     that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and
     precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
     PyG with a recomputing backward, where Inductor fuses the same math). A path forced with
@@ -175,7 +175,9 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     if family is None and device_type == "cuda" and not forced():
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
-    if os.environ.get("GNN_IO_ATTENTION_PATH", "auto").strip().lower() not in ("", "auto"):
+    from gnn_inductor.kernels import attention_paths
+
+    if attention_paths.path_setting() != "auto":
         return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size
     threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
     mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)

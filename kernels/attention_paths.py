@@ -273,14 +273,19 @@ def calibration_name(device) -> str:
     if device is None or torch.device(device).type != "cuda":
         return "H100"
     index = torch.device(device).index
-    name = _cuda_name(torch.cuda.current_device() if index is None else index)
-    # a whole word of the name: "H200" is not "GH200" (a Grace Hopper module, another memory system)
-    return next((key for key in DEVICE_CALIBRATION if re.search(rf"\b{key}\b", name)), "H100")
+    return _table_for(_cuda_name(torch.cuda.current_device() if index is None else index))
 
 
 @functools.lru_cache(maxsize=None)
 def _cuda_name(index) -> str:
     return torch.cuda.get_device_name(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _table_for(name: str) -> str:
+    """The first key of :data:`DEVICE_CALIBRATION` that is a whole word of the device name ("H200" is not "GH200", a
+    Grace Hopper module with another memory system), else ``H100``; once per name (:func:`decide` asks every call)."""
+    return next((key for key in DEVICE_CALIBRATION if re.search(rf"\b{key}\b", name)), "H100")
 
 
 def calibration(family: str, precision: str, device=None) -> dict:

@@ -43,10 +43,12 @@ def test_fit_attention_recovers_the_constants_it_was_given(tmp_path, capsys):
 
 
 def test_suite_table_joins_pieces_and_prices_the_pick(tmp_path, capsys):
-    header = "| graph | nodes | edges | layer | eager | inductor | gnn_io | gnn_io path | gnn_io_csr |\n|---|---|---|---|---|---|---|---|---|\n"
+    header = ("| graph | nodes | edges | layer | eager | inductor | gnn_io | gnn_io path | gnn_io_csr |\n"
+              "|---|---|---|---|---|---|---|---|---|\n")
     first = tmp_path / "first.md"
-    first.write_text("# Benchmarks\n\n" + header + "| g1 | 10 | 20 | gat | 4.00 | RuntimeError: x | process died (exit 1): y | - | 3.00 |\n"
-                     "| g2 | 10 | 20 | gat | 6.00 | 3.00 | 2.00 | gat:csr | 2.00 |\n")
+    first.write_text("# Benchmarks\n\n" + header
+                     + "| g1 | 10 | 20 | gat | 4.00 | RuntimeError: x | process died (exit 1): y | - | 3.00 |\n"
+                     + "| g2 | 10 | 20 | gat | 6.00 | 3.00 | 2.00 | gat:csr | 2.00 |\n")
     second = tmp_path / "second.txt"
     second.write_text("g1 gat: 2/2 modes finished\n" + header.replace(" gnn_io_csr |", " gnn_io_block |")
                       + "| g1 | 10 | 20 | gat | - | AcceleratorError: z | 2.00 | gat:block | 1.60 |\n")
