@@ -83,7 +83,11 @@ def main():
                         "it (harness modes, e.g. gnn_io_no_gemm_acc,gnn_io)")
     parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", "../shared/data"))
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 for float32 matmuls (both modes)")
     args = parser.parse_args()
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     rows = []
@@ -91,7 +95,8 @@ def main():
         for layer in args.layers.split(","):
             rows.append(ab_case(layer, graph, args.features, args.rounds, device, tuple(args.modes.split(",")), dtype))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"\ntorch {torch.__version__}, {name}, {args.dtype}, {args.features} features, "
+    precision = args.dtype + (" (TF32 allowed)" if args.tf32 else "")
+    print(f"\ntorch {torch.__version__}, {name}, {precision}, {args.features} features, "
           f"forward+backward, {args.rounds} interleaved rounds, ms (median)\n")
     a, b = args.modes.split(",")
     print(f"| graph | edges | layer | {a} | {b} | median ratio ({a} / {b}) | rounds {b} won |")

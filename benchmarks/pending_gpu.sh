@@ -131,6 +131,9 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session39  # issue 8 after the TF32 GATConv decline: CUDA tests of the paths and block kernels; A/B of the pick's position
+#   bash benchmarks/pending_gpu.sh session39b # issue 8's GCN gap: block SpMM against cuSPARSE kernel by kernel (profiler), bf16 block model, TF32 batched graphs
+#   bash benchmarks/pending_gpu.sh session39c # the block SpMM's outputs no longer zero-filled: its CUDA tests, GCN on the dense graphs (bf16 block model, TF32 batched)
 #   bash benchmarks/pending_gpu.sh session38a # issue 8 on the H200: the dot attention op probed for the cost model's refit; bf16 sparse rows
 #   bash benchmarks/pending_gpu.sh session38c # owed by session 38: the suite rows it lost (TF32 GAT and GATv2, bf16 GAT on road, dense hybrid), PART=1|2|3
 #   bash benchmarks/pending_gpu.sh session38b # issue 8's suite rows on the sparse graphs, after the H200 refit (PREC=bf16|tf32, LAYERS=...)
@@ -1300,6 +1303,42 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session39 ]]; then
+  # issue 8 after session 39's change (TF32 GATConv under its threshold goes to Inductor): the CUDA tests of the
+  # attention paths, the block kernels (attention, GAT, SpMM), the SpMM paths and the reordering; then interleaved
+  # A/B on two small graphs: the automatic pick against its own path forced (bf16; session 38's harness put the
+  # pick's column up to 55% above same-path modes), and Inductor against the forced CSR path for TF32 GATConv
+  kernel_tests 260 tests/kernels/test_attention_paths.py tests/kernels/test_block_sparse.py \
+    tests/kernels/test_block_sparse_gat.py tests/kernels/test_block_sparse_spmm.py tests/kernels/test_spmm_paths.py \
+    tests/test_reorder.py
+  timeout 170 python3 -m benchmarks.ab --layers gat,transformer --graphs ca-AstroPh,MUSAE-github \
+    --modes gnn_io_csr,gnn_io --dtype bfloat16 --rounds 100 2>"$out/ab_stderr.txt" | tee "$out/ab_pick_bf16.txt" | tail -6
+  timeout 110 python3 -m benchmarks.ab --layers gat --graphs ca-AstroPh,MUSAE-github --modes inductor,gnn_io_csr \
+    --tf32 --rounds 100 2>>"$out/ab_stderr.txt" | tee "$out/ab_gat_tf32.txt" | tail -4
+elif [[ $what == session39c ]]; then
+  # session 39: the block SpMM stores every row of its outputs, which are no longer zero-filled first (0.11 of the
+  # 0.76 ms forward on the batched graphs in TF32, session39b): the SpMM paths' CUDA tests, then GCNConv's rows
+  # of issue 8 (block model bf16, batched graphs TF32), cuSPARSE and block forced and the automatic pick
+  kernel_tests 90 tests/kernels/test_spmm_paths.py tests/kernels/test_block_sparse_spmm.py
+  harness_table 110 gcn_bf16 --graphs sbm-dense --layers gcn --dtype bfloat16 \
+    --modes gnn_io,gnn_io_spmm_cusparse,gnn_io_spmm_block --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  harness_table 110 gcn_tf32 --graphs batch-random --layers gcn --tf32 \
+    --modes gnn_io,gnn_io_spmm_cusparse,gnn_io_spmm_block --reps 10 | grep "^| [a-z]" | cut -d'|' -f2,5-9,19-
+  rm -f "$out"/gcn_*/speedup.png
+  (cd "$out" && tar czf gcn.tgz gcn_bf16* gcn_tf32* && rm -rf gcn_bf16* gcn_tf32*)  # the tool returns 8 files
+elif [[ $what == session39b ]]; then
+  # issue 8's GCN target (block SpMM 1.5x over cuSPARSE where picked) was missed in bf16 on the block model (1.12x)
+  # and in TF32 on the batched graphs (1.29x, session 37): one step's GPU time kernel by kernel, both paths forced
+  for run in "sbm-dense --dtype bfloat16" "batch-random --tf32"; do
+    read -r graph flags <<<"$run"
+    for mode in gnn_io_spmm_cusparse gnn_io_spmm_block; do
+      # shellcheck disable=SC2086
+      timeout 75 python3 -m benchmarks.profile_layer --layer gcn --graph "$graph" --mode $mode $flags --rows 25 \
+        >"$out/profile_gcn_${graph}_${mode}.txt" 2>&1
+      echo "== $graph $flags $mode rc=$?"; grep -E "Self CUDA time total|^ *(aten::|void|triton|_|sm90|cutlass|ampere|Memcpy|Memset|cusparse)" \
+        "$out/profile_gcn_${graph}_${mode}.txt" | awk '{$1=$1}1' | cut -c1-150 | head -16
+    done
+  done
 elif [[ $what == session38a ]]; then
   # the dot family's attention op (fwd+bwd) per path, order and precision on four graphs: the points of the H200
   # refit (benchmarks/fit_attention.py); then TransformerConv's bf16 rows on the suite's four sparse graphs

@@ -70,14 +70,20 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
 # Half precision is never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen there).
-# TF32 is declined as float32 is for TransformerConv only (:data:`TF32_DECLINED_FAMILIES`): TF32 changes the dense
-# GEMMs, which both sides run alike, and the block path does not pay back the per-call CPU work of small graphs.
-# Session 38 (H200, TF32, forward+backward, the harness's isolated runs, Inductor against gnn_io's pick and its
-# fastest mode): road-luxembourg-osm / 239k edges 1.85 against 2.55 (block) and 2.14 (block forced), ca-AstroPh /
-# 396k 2.14 against 3.23 and 2.52, MUSAE-github / 578k 2.17 against 3.65 and 2.36; RMAT 2^17 / 1.09M 3.76 against
-# 3.24 and 2.86 (docs/benchmarks/session38). GATConv and GATv2Conv in TF32 were not measured on these graphs.
+# TF32 is declined as float32 is for TransformerConv and GATConv (:data:`TF32_DECLINED_FAMILIES`): TF32 changes the
+# dense GEMMs, which both sides run alike, and the fused kernels do not pay back the per-call CPU work of small
+# graphs. H200, TF32, forward+backward, the harness's isolated runs, Inductor against gnn_io's pick and its fastest
+# mode (docs/benchmarks/session38, session39):
+# - TransformerConv (session 38): road-luxembourg-osm / 239k edges 1.85 against 2.55 (block) and 2.14 (block
+#   forced), ca-AstroPh / 396k 2.14 against 3.23 and 2.52, MUSAE-github / 578k 2.17 against 3.65 and 2.36; RMAT
+#   2^17 / 1.09M 3.76 against 3.24 and 2.86.
+# - GATConv (session 39): road-luxembourg-osm 2.39 against 2.79 and 2.63, ca-AstroPh 1.75 against 2.42 and 2.00,
+#   MUSAE-github 1.73 against 3.09 and 2.04; RMAT 2^17 / 1.09M (131k rows, taken by the mid-size rule below) 2.43
+#   against 2.60 and 2.56.
+# - GATv2Conv stays on the fused kernels in TF32 at every size measured (session 39): 2.74-3.41 ms against
+#   Inductor's 3.60-9.18 on the same four graphs, ca-AstroPh (under the float32 threshold) included.
 ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000}
-TF32_DECLINED_FAMILIES = ("dot",)
+TF32_DECLINED_FAMILIES = ("dot", "gat")
 # Below that threshold, a graph of at least these many edges and destination rows still takes the fused kernels.
 # GATConv, session 21 (H100, interleaved A/B, 40 rounds, Inductor's time over the fused path forced, with the
 # segment backward of session 20; docs/benchmarks/session21): RMAT 2^18 / 1.17M edges 1.40x, RMAT 2^17 / 1.09M

@@ -171,6 +171,7 @@ def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_
 
     cells = num_tiles * WINDOW * TILE
     stats = {
+        "rows": num_rows,
         "windows": num_windows,
         "tiles": num_tiles,
         "mean_tile_fill": round(num_edges / cells, 4) if cells else 0.0,

@@ -183,6 +183,16 @@ def _launch_product(blocks: BlockFormat, values: Tensor, x: Tensor, scale: Tenso
         num_warps=LAUNCH["num_warps"], num_stages=LAUNCH["num_stages"])
 
 
+def _fresh_rows(blocks: BlockFormat, num_rows: int, num_features: int, like: Tensor) -> Tensor:
+    """The output the kernel stores into: uninitialised when ``blocks`` is a format of exactly ``num_rows`` rows
+    whose windows are all ``dense_ok`` (the kernel then stores every row, 0 for a row without edges; the
+    SpMM path takes the block kernel only so), zeros otherwise (the rows of the other windows stay 0). Session
+    39 (H200, GCNConv in TF32 on the 20,000 batched graphs): the zero fill took 0.11 of the forward's 0.76 ms."""
+    every_row = blocks.stats.get("rows") == num_rows and \
+        blocks.dense_windows.shape[0] == blocks.window_rows.shape[0]
+    return (torch.empty if every_row else torch.zeros)((num_rows, num_features), dtype=like.dtype, device=like.device)
+
+
 def block_spmm_forward(x: Tensor, edge_values: Tensor, blocks: BlockFormat, num_dst: int, allow_tf32: bool,
                        row_scale: Tensor | None = None) -> Tensor:
     """``Y [num_dst, *F] = s * (A @ x)`` (module docstring) for the rows of ``blocks``' ``dense_ok`` windows,
@@ -190,7 +200,7 @@ def block_spmm_forward(x: Tensor, edge_values: Tensor, blocks: BlockFormat, num_
     ``row_scale [num_dst]`` or None; ``Y`` in ``x``'s dtype."""
     _check(x, edge_values, row_scale, num_dst)
     flat = _rows(x)
-    out = torch.zeros((num_dst, flat.shape[1]), dtype=x.dtype, device=x.device)
+    out = _fresh_rows(blocks, num_dst, flat.shape[1], x)
     _launch_product(blocks, edge_values, flat, row_scale, False, out, allow_tf32)
     return out.view(num_dst, *x.shape[1:])
 
@@ -210,7 +220,7 @@ def block_spmm_backward(grad_y: Tensor, x: Tensor, edge_values: Tensor, blocks: 
     flat_grad = _rows(grad_y).to(x.dtype).contiguous()
     grad_x = grad_values = None
     if need_x_grad:
-        grad_x = torch.zeros((num_src, num_features), dtype=x.dtype, device=x.device)
+        grad_x = _fresh_rows(transposed, num_src, num_features, x)
         _launch_product(transposed, edge_values, flat_grad, row_scale, True, grad_x, allow_tf32)
         grad_x = grad_x.view(num_src, *x.shape[1:])
     if need_values_grad:

@@ -416,7 +416,7 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
 
 def test_attention_cost_model(monkeypatch):
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA, with TF32 allowed too for
-    TransformerConv (session 38) only; half precision and other devices never are, and GAT never from the sizes
+    TransformerConv (session 38) and GATConv (session 39) only; half precision and other devices never are, and GAT never from the sizes
     where Inductor's float32 GAT failed to launch."""
     from gnn_inductor import cost
 
@@ -431,7 +431,7 @@ def test_attention_cost_model(monkeypatch):
         assert ("cost model" in tf32) if family in cost.TF32_DECLINED_FAMILIES else tf32 is None, (family, tf32)
         assert cost.attention_declined("cuda", threshold, family, "float32", True) is None
         assert cost.attention_declined("cpu", 10, family, "float32", False) is None
-    assert set(cost.ATTENTION_MIN_EDGES_CUDA) == {"dot", "gat", "gatv2"} and cost.TF32_DECLINED_FAMILIES == ("dot",)
+    assert set(cost.ATTENTION_MIN_EDGES_CUDA) == {"dot", "gat", "gatv2"} and cost.TF32_DECLINED_FAMILIES == ("dot", "gat")
     # a forced kernel path runs at any size; a form without a kernel is still left to Inductor
     for path in ("csr", "block", "hybrid"):
         monkeypatch.setenv("GNN_IO_ATTENTION_PATH", path)
@@ -455,6 +455,10 @@ def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
     assert cost.attention_declined("cuda", edges, "gat", "float32", False, rows) is None
     assert cost.attention_declined("cuda", 1_092_745, "gat", "float32", False, 131_072) is None     # RMAT 2^17
     assert "cost model" in cost.attention_declined("cuda", 1_086_763, "gat", "float32", False, 82_168)  # Slashdot
+    # TF32 (session 39): the same rule; under it GATConv goes to Inductor, GATv2Conv does not
+    assert cost.attention_declined("cuda", 1_092_745, "gat", "float32", True, 131_072) is None      # RMAT 2^17
+    assert "cost model" in cost.attention_declined("cuda", 396_160, "gat", "float32", True, 18_772)  # ca-AstroPh
+    assert cost.attention_declined("cuda", 396_160, "gatv2", "float32", True, 18_772) is None
     assert "cost model" in cost.attention_declined("cuda", edges - 1, "gat", "float32", False, 10 * rows)
     assert "cost model" in cost.attention_declined("cuda", edges, "gat", "float32", False, None)
     assert "cost model" in cost.attention_declined("cuda", 900_000, "dot", "float32", False, 10 * rows)

@@ -95,6 +95,55 @@ def test_forced_block_path_matches_exact_op(path, reduce):
 
 
 @runs_kernel
+def test_forced_block_path_stores_every_row(path, monkeypatch):
+    """The block path's outputs are not zero-filled (session 39): the kernel must store every row, the isolated
+    node's and the rows of windows without tiles included. Uninitialised outputs are poisoned with NaN here."""
+    from gnn_inductor.kernels import block_sparse_spmm
+
+    device = torch.device("cpu" if INTERPRETED else "cuda")
+    fresh, poisoned = block_sparse_spmm._fresh_rows, []
+
+    def nan_filled(blocks, num_rows, num_features, like):
+        out = fresh(blocks, num_rows, num_features, like)
+        if blocks.stats["rows"] == num_rows and blocks.dense_windows.shape[0] == blocks.window_rows.shape[0]:
+            poisoned.append(num_rows)
+            out.fill_(float("nan"))  # what an uninitialised tensor may hold
+        return out
+    monkeypatch.setattr(block_sparse_spmm, "_fresh_rows", nan_filled)
+    src, dst = batched_graph()
+    keep = (src < 32) & (dst < 32)  # nodes 32-47 without edges: the last window has no tile, either way
+    src, dst = src[keep], dst[keep]
+    x = torch.randn(NUM_NODES, 24, dtype=torch.float64).float()
+    w = torch.rand(src.numel()) + 0.1
+    path("cusparse")
+    expected = spmm_with_grads(x.double(), w.double(), plan_of(src, dst, "cpu"), "mean")
+    path("block")
+    actual = spmm_with_grads(x.to(device), w.to(device), plan_of(src, dst, device), "mean")
+    assert poisoned == [NUM_NODES, NUM_NODES]  # the forward's Y and the backward's dX
+    rtol, atol = TOLERANCES[torch.float32]
+    for name, a, e in zip(("out", "dX", "dvalues"), actual, expected):
+        assert torch.isfinite(a).all(), name
+        torch.testing.assert_close(a.cpu().double(), e, rtol=rtol, atol=atol * e.abs().max().item(), msg=name)
+
+
+def test_fresh_rows_are_zeros_unless_every_window_is_stored():
+    """Zeros where the kernel leaves rows alone (windows that are not dense_ok, or a format of other rows), an
+    uninitialised tensor only where it stores every row."""
+    from gnn_inductor.kernels import block_sparse, block_sparse_spmm
+
+    src, dst = batched_graph(duplicates=True)
+    rowptr, col, row, perm = plan_of(src, dst, "cpu")[:4]
+    blocks = block_sparse.build_block_format(rowptr, col, perm, NUM_NODES)
+    assert 0 < blocks.dense_windows.shape[0] < blocks.window_rows.shape[0]  # the duplicate's window
+    x = torch.randn(NUM_NODES, 4)
+    assert bool((block_sparse_spmm._fresh_rows(blocks, NUM_NODES, 4, x) == 0).all())
+    every = blocks._replace(dense_windows=torch.arange(blocks.window_rows.shape[0], dtype=torch.int32))
+    assert bool((block_sparse_spmm._fresh_rows(every, NUM_NODES + 1, 4, x) == 0).all())  # other rows
+    stored = block_sparse_spmm._fresh_rows(every, NUM_NODES, 4, x)
+    assert stored.shape == (NUM_NODES, 4) and stored.dtype == x.dtype
+
+
+@runs_kernel
 def test_duplicate_edges_stay_on_cusparse(path):
     device = torch.device("cpu" if INTERPRETED else "cuda")
     src, dst = batched_graph(duplicates=True)
