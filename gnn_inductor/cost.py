@@ -12,7 +12,7 @@ shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-
 ``GATHER_SCATTER_MIN_EDGES_CUDA`` they are left to Inductor.
 
 Fused attention in float32 has a threshold per family (TransformerConv, GATConv, GATv2Conv; with TF32 allowed,
-TransformerConv only); the
+TransformerConv and GATConv only); the
 backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
 since its edge softmax was rewritten before the family was known.
 

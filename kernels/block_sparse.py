@@ -95,7 +95,7 @@ class BlockFormat(NamedTuple):
     tile_edge: Tensor     # [T, WINDOW, TILE] int32: original edge id per cell, -1 where no edge
     dense_ok: Tensor      # [W] bool: no duplicate (dst, src) pair among the window's rows
     dense_windows: Tensor  # [W'] int32: the windows with dense_ok, the forward kernel's grid
-    stats: dict           # tiles, mean tile fill, fraction of windows with duplicate edges
+    stats: dict           # rows, windows, tiles, mean tile fill, fraction of windows with duplicate edges
 
 
 def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,

@@ -416,8 +416,8 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
 
 def test_attention_cost_model(monkeypatch):
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA, with TF32 allowed too for
-    TransformerConv (session 38) and GATConv (session 39) only; half precision and other devices never are, and GAT never from the sizes
-    where Inductor's float32 GAT failed to launch."""
+    TransformerConv (session 38) and GATConv (session 39) only; half precision and other devices never are, and
+    GAT never from the sizes where Inductor's float32 GAT failed to launch."""
     from gnn_inductor import cost
 
     monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
@@ -431,7 +431,8 @@ def test_attention_cost_model(monkeypatch):
         assert ("cost model" in tf32) if family in cost.TF32_DECLINED_FAMILIES else tf32 is None, (family, tf32)
         assert cost.attention_declined("cuda", threshold, family, "float32", True) is None
         assert cost.attention_declined("cpu", 10, family, "float32", False) is None
-    assert set(cost.ATTENTION_MIN_EDGES_CUDA) == {"dot", "gat", "gatv2"} and cost.TF32_DECLINED_FAMILIES == ("dot", "gat")
+    assert set(cost.ATTENTION_MIN_EDGES_CUDA) == {"dot", "gat", "gatv2"}
+    assert cost.TF32_DECLINED_FAMILIES == ("dot", "gat")
     # a forced kernel path runs at any size; a form without a kernel is still left to Inductor
     for path in ("csr", "block", "hybrid"):
         monkeypatch.setenv("GNN_IO_ATTENTION_PATH", path)

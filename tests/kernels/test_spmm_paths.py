@@ -126,21 +126,26 @@ def test_forced_block_path_stores_every_row(path, monkeypatch):
         torch.testing.assert_close(a.cpu().double(), e, rtol=rtol, atol=atol * e.abs().max().item(), msg=name)
 
 
-def test_fresh_rows_are_zeros_unless_every_window_is_stored():
+def test_fresh_rows_are_zeros_unless_every_window_is_stored(monkeypatch):
     """Zeros where the kernel leaves rows alone (windows that are not dense_ok, or a format of other rows), an
-    uninitialised tensor only where it stores every row."""
+    uninitialised tensor only where it stores every row: the allocation each case takes, recorded."""
     from gnn_inductor.kernels import block_sparse, block_sparse_spmm
 
     src, dst = batched_graph(duplicates=True)
     rowptr, col, row, perm = plan_of(src, dst, "cpu")[:4]
     blocks = block_sparse.build_block_format(rowptr, col, perm, NUM_NODES)
     assert 0 < blocks.dense_windows.shape[0] < blocks.window_rows.shape[0]  # the duplicate's window
-    x = torch.randn(NUM_NODES, 4)
-    assert bool((block_sparse_spmm._fresh_rows(blocks, NUM_NODES, 4, x) == 0).all())
     every = blocks._replace(dense_windows=torch.arange(blocks.window_rows.shape[0], dtype=torch.int32))
-    assert bool((block_sparse_spmm._fresh_rows(every, NUM_NODES + 1, 4, x) == 0).all())  # other rows
-    stored = block_sparse_spmm._fresh_rows(every, NUM_NODES, 4, x)
-    assert stored.shape == (NUM_NODES, 4) and stored.dtype == x.dtype
+    x = torch.randn(NUM_NODES, 4)
+    calls = []
+    for name in ("empty", "zeros"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    cases = [(blocks, NUM_NODES), (every, NUM_NODES + 1), (every, NUM_NODES - 1), (every, NUM_NODES)]
+    outs = [block_sparse_spmm._fresh_rows(b, n, 4, x) for b, n in cases]
+    assert calls == ["zeros", "zeros", "zeros", "empty"]
+    assert [tuple(o.shape) for o in outs] == [(n, 4) for _, n in cases] and {o.dtype for o in outs} == {x.dtype}
+    assert all(bool((o == 0).all()) for o in outs[:3])
 
 
 @runs_kernel
