@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session39d # owed by session 39: issue 8's rows never run at the layer level (TU batch, SNAP facebook, squirrel; uniform), PART=1|2|3|4
 #   bash benchmarks/pending_gpu.sh session39  # issue 8 after the TF32 GATConv decline: CUDA tests of the paths and block kernels; A/B of the pick's position
 #   bash benchmarks/pending_gpu.sh session39b # issue 8's GCN gap: block SpMM against cuSPARSE kernel by kernel (profiler), bf16 block model, TF32 batched graphs
 #   bash benchmarks/pending_gpu.sh session39c # the block SpMM's outputs no longer zero-filled: its CUDA tests, GCN on the dense graphs (bf16 block model, TF32 batched)
@@ -1303,6 +1304,23 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session39d ]]; then
+  # owed by session 39: issue 8's suite rows never measured at the layer level. PART 1 (bf16) and 2 (TF32): the TU
+  # data sets batched (tu-batch, 10k+ graphs in batch order), SNAP facebook and MUSAE squirrel, the densest real
+  # graphs (the reorder-off column is "before reordering"); PART 3 (bf16) and 4 (TF32): the uniform graph of 2^20
+  # nodes. GATv2Conv with fewer modes (its block path lost on every graph so far). .bench_data must hold TUDataset
+  # and SNAP-facebook_combined (copied from ../shared/data) besides MUSAE-wikipedia-squirrel
+  part=${PART:-1}
+  prec=$([[ $part == 1 || $part == 3 ]] && echo bf16 || echo tf32)
+  case $part in
+    1|2) graphs=tu-batch,SNAP-facebook_combined,MUSAE-wikipedia-squirrel; set_name=dense_real; limit=420 ;;
+    3|4) graphs=uniform-large; set_name=uniform; limit=330 ;;
+    *) echo "session39d: PART=1, 2, 3 or 4" >&2; exit 2 ;;
+  esac
+  OUT="$out" PREC=$prec LAYERS=transformer,gat GRAPHS=$graphs NAME=${prec}_${set_name} SECONDS_LIMIT=$limit \
+    bash "$0" session38b
+  OUT="$out" PREC=$prec LAYERS=gatv2 GRAPHS=$graphs MODES=eager,inductor,gnn_io,gnn_io_block \
+    NAME=${prec}_${set_name}_gatv2 SECONDS_LIMIT=130 bash "$0" session38b
 elif [[ $what == session39 ]]; then
   # issue 8 after session 39's change (TF32 GATConv under its threshold goes to Inductor): the CUDA tests of the
   # attention paths, the block kernels (attention, GAT, SpMM), the SpMM paths and the reordering; then interleaved
@@ -1366,11 +1384,11 @@ elif [[ $what == session38c ]]; then
   esac
 elif [[ $what == session38b ]]; then
   # issue 8's suite on the four sparse graphs with the H200 calibration: PREC=bf16 (default) or tf32, LAYERS (default
-  # transformer,gat,gatv2), GRAPHS, MODES, SECONDS_LIMIT; the picks' decisions after the table
+  # transformer,gat,gatv2), GRAPHS, MODES, SECONDS_LIMIT, NAME (the run's folder); the picks' decisions after the table
   prec=${PREC:-bf16}
   [[ $prec == bf16 || $prec == tf32 ]] || { echo "session38b: PREC=bf16 or tf32" >&2; exit 2; }
   flag=$([[ $prec == bf16 ]] && echo "--dtype bfloat16" || echo "--tf32")
-  name=${prec}_sparse_${LAYERS:-all}
+  name=${NAME:-${prec}_sparse_${LAYERS:-all}}
   name=${name//,/_}
   # shellcheck disable=SC2086
   harness_table ${SECONDS_LIMIT:-560} "$name" --graphs ${GRAPHS:-rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm} \
