@@ -244,6 +244,7 @@ def _order(entry: _PlanEntry, name: str):
         if name == "none":
             entry.orders[name] = (None, 0.0)
         else:
+            reorder.load_libraries(name)  # once per process: not this graph's build cost
             _sync(rowptr.device)
             start = time.perf_counter()
             order = reorder.CANDIDATES[name](rowptr, col).to(rowptr.device)
