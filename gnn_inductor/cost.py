@@ -169,9 +169,9 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
                        tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
     """Why the fused attention would not pay for this graph (None when it does): float32 under the family's
     threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has
-    the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA` (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family
-    that has one, without that rule; under CUDA graphs no threshold unless it is set), and on CUDA, at any size and
-    precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
+    the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA`
+    (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family that has one, without that rule; under CUDA
+    graphs no threshold unless it is set), and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
     PyG with a recomputing backward, where Inductor fuses the same math). A path forced with
     ``GNN_IO_ATTENTION_PATH=csr|block|hybrid`` is never declined for size (the harness's forced modes measure
     those kernels, not Inductor)."""

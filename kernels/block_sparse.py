@@ -455,10 +455,10 @@ def _dot_backward_source_kernel(
 
 
 def covers_every_row(blocks: BlockFormat, num_rows: int) -> bool:
-    """Whether the kernels over ``blocks`` write every one of ``num_rows`` rows: every window ``dense_ok`` and
-    every row in a window (a transposed format always is). Their outputs then need no zero fill."""
-    return blocks.dense_windows.shape[0] == blocks.window_rows.shape[0] and \
-        blocks.window_rows.numel() >= num_rows
+    """Whether the kernels over ``blocks`` write every one of ``num_rows`` rows: a format of exactly those rows
+    (each row of its order sits in a window; a format of fewer rows whose padded windows reach ``num_rows``
+    would leave the rest unwritten) with every window ``dense_ok``. Their outputs then need no zero fill."""
+    return blocks.stats.get("rows") == num_rows and blocks.dense_windows.shape[0] == blocks.window_rows.shape[0]
 
 
 def gradient_buffer(layout, indices, shape, full: bool) -> Tensor:

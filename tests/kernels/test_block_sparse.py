@@ -159,6 +159,8 @@ def test_which_formats_cover_every_row():
     restricted = blocks._replace(dense_ok=chosen, dense_windows=torch.nonzero(chosen).flatten().to(torch.int32))
     assert not block_sparse.covers_every_row(restricted, num_nodes)
     assert block_sparse.covers_every_row(transpose_block_format(restricted, num_nodes), num_nodes)
+    # a format of fewer rows whose padded windows would reach num_nodes: those rows are not written
+    assert num_nodes % block_sparse.WINDOW and not block_sparse.covers_every_row(blocks, num_nodes + 1)
     src, dst = graph(num_nodes, 100, seed=2, duplicates=2)  # duplicate pairs: their windows go to CSR
     _, blocks = plan_and_blocks(src, dst, num_nodes)
     assert not block_sparse.covers_every_row(blocks, num_nodes)

@@ -98,14 +98,14 @@ def test_forced_block_path_matches_exact_op(path, reduce):
 def test_forced_block_path_stores_every_row(path, monkeypatch):
     """The block path's outputs are not zero-filled (session 39): the kernel must store every row, the isolated
     node's and the rows of windows without tiles included. Uninitialised outputs are poisoned with NaN here."""
-    from gnn_inductor.kernels import block_sparse_spmm
+    from gnn_inductor.kernels import block_sparse, block_sparse_spmm
 
     device = torch.device("cpu" if INTERPRETED else "cuda")
     fresh, poisoned = block_sparse_spmm._fresh_rows, []
 
     def nan_filled(blocks, num_rows, num_features, like):
         out = fresh(blocks, num_rows, num_features, like)
-        if blocks.stats["rows"] == num_rows and blocks.dense_windows.shape[0] == blocks.window_rows.shape[0]:
+        if block_sparse.covers_every_row(blocks, num_rows):
             poisoned.append(num_rows)
             out.fill_(float("nan"))  # what an uninitialised tensor may hold
         return out
