@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session40  # session39d's rows on 4 GPUs at once (kind nvidia-h200-x4): TF32 dense real graphs, squirrel, uniform; block CUDA tests
 #   bash benchmarks/pending_gpu.sh session39d # owed by session 39: issue 8's rows never run at the layer level (TU batch, SNAP facebook, squirrel; uniform), PART=1|2|3|4
 #   bash benchmarks/pending_gpu.sh session39  # issue 8 after the TF32 GATConv decline: CUDA tests of the paths and block kernels; A/B of the pick's position
 #   bash benchmarks/pending_gpu.sh session39b # issue 8's GCN gap: block SpMM against cuSPARSE kernel by kernel (profiler), bf16 block model, TF32 batched graphs
@@ -1304,6 +1305,40 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session40 ]]; then
+  # session 39d's owed rows in one call of four lanes, one GPU and 16 CPU cores each (taskset), Inductor's compile
+  # threads capped so one lane's compiles do not slow another's host-bound steps. Lane 0: TF32 TransformerConv and
+  # GATConv on tu-batch and SNAP facebook, then TF32 GATv2Conv on all three dense real graphs; lane 1: TF32 squirrel,
+  # the bf16 squirrel rows PART=1 ran out of time for, the block kernels' CUDA tests; lanes 2 and 3: the uniform graph
+  # in bf16 and in TF32 (GATv2Conv without the block path, 2.6-18x slower than CSR on every graph so far). Everything
+  # is archived into one file at the end (the device tool brings back 8 files a call)
+  gpus=$(nvidia-smi -L | wc -l)
+  (( gpus >= 4 )) || { echo "session40: needs 4 GPUs (kind nvidia-h200-x4), found $gpus" >&2; exit 2; }
+  lane() {  # lane N COMMANDS...: on GPU N and cores 16N..16N+15
+    local n=$1; shift
+    CUDA_VISIBLE_DEVICES=$n TORCHINDUCTOR_COMPILE_THREADS=8 taskset -c $((16 * n))-$((16 * n + 15)) bash -c "$*" \
+      >"$out/lane$n.log" 2>&1
+  }
+  dense=tu-batch,SNAP-facebook_combined
+  lane 0 "OUT=$out PREC=tf32 LAYERS=transformer,gat GRAPHS=$dense NAME=tf32_dense_real SECONDS_LIMIT=340 bash $0 session38b
+    OUT=$out PREC=tf32 LAYERS=gatv2 GRAPHS=$dense,MUSAE-wikipedia-squirrel MODES=eager,inductor,gnn_io,gnn_io_block \
+      NAME=tf32_dense_real_gatv2 SECONDS_LIMIT=170 bash $0 session38b" &
+  lane 1 "OUT=$out PREC=tf32 LAYERS=transformer,gat GRAPHS=MUSAE-wikipedia-squirrel NAME=tf32_squirrel SECONDS_LIMIT=190 bash $0 session38b
+    OUT=$out PREC=bf16 LAYERS=gat GRAPHS=MUSAE-wikipedia-squirrel NAME=bf16_squirrel_gat SECONDS_LIMIT=100 bash $0 session38b
+    OUT=$out PREC=bf16 LAYERS=gatv2 GRAPHS=MUSAE-wikipedia-squirrel MODES=eager,inductor,gnn_io,gnn_io_block \
+      NAME=bf16_squirrel_gatv2 SECONDS_LIMIT=70 bash $0 session38b
+    CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_spmm_paths.py \
+      tests/kernels/test_block_sparse_spmm.py tests/kernels/test_block_sparse.py -k 'not interpreter' 2>&1 \
+      | tee $out/gpu_tests.txt | tail -2" &
+  for n in 2 3; do
+    prec=$([[ $n == 2 ]] && echo bf16 || echo tf32)
+    lane $n "OUT=$out PREC=$prec LAYERS=transformer,gat GRAPHS=uniform-large NAME=${prec}_uniform SECONDS_LIMIT=360 bash $0 session38b
+      OUT=$out PREC=$prec LAYERS=gatv2 GRAPHS=uniform-large MODES=eager,inductor,gnn_io,gnn_io_csr \
+        NAME=${prec}_uniform_gatv2 SECONDS_LIMIT=150 bash $0 session38b" &
+  done
+  wait
+  for n in 0 1 2 3; do echo "== lane $n"; grep -v "^NVIDIA\|^torch " "$out/lane$n.log" | cut -c1-260; done
+  (cd "$out" && tar czf session40.tgz ./*.tgz lane*.log gpu_tests.txt && rm -f ./*_*.tgz gpu_tests.txt)
 elif [[ $what == session39d ]]; then
   # owed by session 39: issue 8's suite rows never measured at the layer level. PART 1 (bf16) and 2 (TF32): the TU
   # data sets batched (tu-batch, 10k+ graphs in batch order), SNAP facebook and MUSAE squirrel, the densest real
