@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session40b # session40's open questions interleaved (x4): TF32 tu-batch pick vs block; bf16 SNAP/squirrel vs Inductor and eager
 #   bash benchmarks/pending_gpu.sh session40  # session39d's rows on 4 GPUs at once (kind nvidia-h200-x4): TF32 dense real graphs, squirrel, uniform; block CUDA tests
 #   bash benchmarks/pending_gpu.sh session39d # owed by session 39: issue 8's rows never run at the layer level (TU batch, SNAP facebook, squirrel; uniform), PART=1|2|3|4
 #   bash benchmarks/pending_gpu.sh session39  # issue 8 after the TF32 GATConv decline: CUDA tests of the paths and block kernels; A/B of the pick's position
@@ -241,6 +242,19 @@ for path in sys.argv[2:]:
             for d in (r.get("path_decisions", []) or [])[-1:]:
                 print(r[key], {k: d.get(k) for k in ("path", "order", "predicted_ms", "measured_forward_ms")})
 PY
+}
+
+four_gpus() {  # four_gpus ENTRY: exit unless the machine has 4 GPUs (kind nvidia-h200-x4)
+  local gpus; gpus=$(nvidia-smi -L | wc -l)
+  (( gpus >= 4 )) || { echo "$1: needs 4 GPUs (kind nvidia-h200-x4), found $gpus" >&2; exit 2; }
+}
+lane() {  # lane N COMMANDS...: on GPU N and cores 16N..16N+15, Inductor's compile threads capped, log in lane$N.log
+  local n=$1; shift
+  CUDA_VISIBLE_DEVICES=$n TORCHINDUCTOR_COMPILE_THREADS=8 taskset -c $((16 * n))-$((16 * n + 15)) bash -c "$*" \
+    >"$out/lane$n.log" 2>&1
+}
+show_lanes() {  # show_lanes: each lane's log, the device lines left out
+  for n in 0 1 2 3; do echo "== lane $n"; grep -v "^NVIDIA\|^torch " "$out/lane$n.log" | cut -c1-260; done
 }
 
 if [[ $what == checks ]]; then
@@ -1305,6 +1319,25 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session40b ]]; then
+  # session 40's suite rows left three questions, asked interleaved (benchmarks.ab, 100 rounds) in four GPU lanes:
+  # lane 0, TF32 TransformerConv on tu-batch: the pick (CSR, from its measured forward+backward) against the block
+  # path forced (the harness put block 14% ahead); lane 1, bf16 TransformerConv on SNAP facebook and squirrel:
+  # torch.compile against the pick (the harness put Inductor 23-40% ahead); lane 2, bf16 GATConv on both: PyG eager
+  # against the pick (Inductor crashes there); lane 3, the rest of the block and attention paths' CUDA tests
+  four_gpus session40b
+  real=SNAP-facebook_combined,MUSAE-wikipedia-squirrel
+  lane 0 "timeout 240 python3 -m benchmarks.ab --layers transformer --graphs tu-batch --modes gnn_io_block,gnn_io \
+    --tf32 --rounds 100 2>$out/ab0_stderr.txt | tee $out/ab_tu_tf32.txt | tail -4" &
+  lane 1 "timeout 240 python3 -m benchmarks.ab --layers transformer --graphs $real --modes inductor,gnn_io \
+    --dtype bfloat16 --rounds 100 2>$out/ab1_stderr.txt | tee $out/ab_real_transformer_bf16.txt | tail -5" &
+  lane 2 "timeout 240 python3 -m benchmarks.ab --layers gat --graphs $real --modes eager,gnn_io \
+    --dtype bfloat16 --rounds 100 2>$out/ab2_stderr.txt | tee $out/ab_real_gat_bf16.txt | tail -5" &
+  lane 3 "CI=1 GNN_IO_STRICT=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+    tests/kernels/test_block_sparse_gat.py tests/test_reorder.py -k 'not interpreter' 2>&1 | tee $out/gpu_tests.txt | tail -2" &
+  wait
+  show_lanes
+  (cd "$out" && tar czf session40b.tgz ab*_stderr.txt && rm -f ab*_stderr.txt)
 elif [[ $what == session40 ]]; then
   # session 39d's owed rows in one call of four lanes, one GPU and 16 CPU cores each (taskset), Inductor's compile
   # threads capped so one lane's compiles do not slow another's host-bound steps. Lane 0: TF32 TransformerConv and
@@ -1312,13 +1345,7 @@ elif [[ $what == session40 ]]; then
   # the bf16 squirrel rows PART=1 ran out of time for, the block kernels' CUDA tests; lanes 2 and 3: the uniform graph
   # in bf16 and in TF32 (GATv2Conv without the block path, 2.6-18x slower than CSR on every graph so far). Everything
   # is archived into one file at the end (the device tool brings back 8 files a call)
-  gpus=$(nvidia-smi -L | wc -l)
-  (( gpus >= 4 )) || { echo "session40: needs 4 GPUs (kind nvidia-h200-x4), found $gpus" >&2; exit 2; }
-  lane() {  # lane N COMMANDS...: on GPU N and cores 16N..16N+15
-    local n=$1; shift
-    CUDA_VISIBLE_DEVICES=$n TORCHINDUCTOR_COMPILE_THREADS=8 taskset -c $((16 * n))-$((16 * n + 15)) bash -c "$*" \
-      >"$out/lane$n.log" 2>&1
-  }
+  four_gpus session40
   dense=tu-batch,SNAP-facebook_combined
   lane 0 "OUT=$out PREC=tf32 LAYERS=transformer,gat GRAPHS=$dense NAME=tf32_dense_real SECONDS_LIMIT=340 bash $0 session38b
     OUT=$out PREC=tf32 LAYERS=gatv2 GRAPHS=$dense,MUSAE-wikipedia-squirrel MODES=eager,inductor,gnn_io,gnn_io_block \
