@@ -1337,7 +1337,7 @@ elif [[ $what == session40b ]]; then
     tests/kernels/test_block_sparse_gat.py tests/test_reorder.py -k 'not interpreter' 2>&1 | tee $out/gpu_tests.txt | tail -2" &
   wait
   show_lanes
-  (cd "$out" && tar czf session40b.tgz ab*_stderr.txt && rm -f ab*_stderr.txt)
+  (cd "$out" && tar czf session40b.tgz ab*.txt gpu_tests.txt && rm -f ab*.txt gpu_tests.txt)
 elif [[ $what == session40 ]]; then
   # session 39d's owed rows in one call of four lanes, one GPU and 16 CPU cores each (taskset), Inductor's compile
   # threads capped so one lane's compiles do not slow another's host-bound steps. Lane 0: TF32 TransformerConv and
