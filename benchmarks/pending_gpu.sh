@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session40c # session40b's answers further (x4): tu-batch TF32 profile CSR vs block; bf16 TransformerConv vs Inductor, sparse graphs
 #   bash benchmarks/pending_gpu.sh session40b # session40's open questions interleaved (x4): TF32 tu-batch pick vs block; bf16 SNAP/squirrel vs Inductor and eager
 #   bash benchmarks/pending_gpu.sh session40  # session39d's rows on 4 GPUs at once (kind nvidia-h200-x4): TF32 dense real graphs, squirrel, uniform; block CUDA tests
 #   bash benchmarks/pending_gpu.sh session39d # owed by session 39: issue 8's rows never run at the layer level (TU batch, SNAP facebook, squirrel; uniform), PART=1|2|3|4
@@ -1319,6 +1320,26 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session40c ]]; then
+  # session 40b's answers asked further (four GPU lanes): lane 0, why the block path's layer step beats the CSR path's
+  # by 0.9 ms on tu-batch in TF32 while the chooser's op timing put CSR 0.17 ms ahead (profiler, both forced);
+  # lanes 1 and 2, bf16 TransformerConv against torch.compile on the suite's sparse graphs (a bf16 size threshold
+  # for the dot family, as TF32 has); lane 3, TF32 GATConv on tu-batch, the pick against the block path forced
+  four_gpus session40c
+  lane 0 "for mode in gnn_io_csr gnn_io_block; do timeout 90 python3 -m benchmarks.profile_layer --layer transformer \
+    --graph tu-batch --mode \$mode --tf32 --rows 30 >$out/profile_tu_\$mode.txt 2>&1; echo \"== \$mode rc=\$?\"
+    grep -E 'Self CUDA time total|^ *(aten::|void|triton|_|sm90|cutlass|ampere|Memcpy|Memset)' $out/profile_tu_\$mode.txt \
+      | awk '{\$1=\$1}1' | cut -c1-150 | head -24; done" &
+  lane 1 "timeout 200 python3 -m benchmarks.ab --layers transformer --graphs ca-AstroPh,MUSAE-github --modes inductor,gnn_io \
+    --dtype bfloat16 --rounds 100 2>$out/ab1_stderr.txt | tee $out/ab_small_transformer_bf16.txt | tail -5" &
+  lane 2 "timeout 200 python3 -m benchmarks.ab --layers transformer --graphs rmat-arxiv,road-luxembourg-osm \
+    --modes inductor,gnn_io --dtype bfloat16 --rounds 100 2>$out/ab2_stderr.txt \
+    | tee $out/ab_mid_transformer_bf16.txt | tail -5" &
+  lane 3 "timeout 200 python3 -m benchmarks.ab --layers gat --graphs tu-batch --modes gnn_io_block,gnn_io --tf32 \
+    --rounds 100 2>$out/ab3_stderr.txt | tee $out/ab_tu_gat_tf32.txt | tail -4" &
+  wait
+  show_lanes
+  (cd "$out" && tar czf session40c.tgz ab*.txt profile_*.txt && rm -f ab*.txt profile_*.txt)
 elif [[ $what == session40b ]]; then
   # session 40's suite rows left three questions, asked interleaved (benchmarks.ab, 100 rounds) in four GPU lanes:
   # lane 0, TF32 TransformerConv on tu-batch: the pick (CSR, from its measured forward+backward) against the block
