@@ -237,6 +237,8 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_no_bias_fold": {"GNN_IO_ATTENTION_BIAS": "0"}, "gnn_io_fuse_all": {"GNN_IO_FUSE_LINEARS": "all"},
             "gnn_io_csr": {"GNN_IO_ATTENTION_PATH": "csr"}, "gnn_io_block": {"GNN_IO_ATTENTION_PATH": "block"},
             "gnn_io_hybrid": {"GNN_IO_ATTENTION_PATH": "hybrid"},
+            "gnn_io_csr_one_chunk": {"GNN_IO_ATTENTION_PATH": "csr", "GNN_IO_GRAD_CHUNK_KB": "0"},
+            "gnn_io_csr_no_projected": {"GNN_IO_ATTENTION_PATH": "csr", "GNN_IO_PROJECTED_GRADS": "0"},
             "gnn_io_reorder_off": {"GNN_IO_REORDER": "off"},
             "gnn_io_spmm_cusparse": {"GNN_IO_SPMM_PATH": "cusparse"}, "gnn_io_spmm_block": {"GNN_IO_SPMM_PATH": "block"},
             "gnn_io_maxmin_walk": {"GNN_IO_MAXMIN_BACKWARD": "walk"},

@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session40d # tu-batch TF32: the CSR backward's blocks and projection (A/B, x4); bf16 TransformerConv's threshold checked
 #   bash benchmarks/pending_gpu.sh session40c # session40b's answers further (x4): tu-batch TF32 profile CSR vs block; bf16 TransformerConv vs Inductor, sparse graphs
 #   bash benchmarks/pending_gpu.sh session40b # session40's open questions interleaved (x4): TF32 tu-batch pick vs block; bf16 SNAP/squirrel vs Inductor and eager
 #   bash benchmarks/pending_gpu.sh session40  # session39d's rows on 4 GPUs at once (kind nvidia-h200-x4): TF32 dense real graphs, squirrel, uniform; block CUDA tests
@@ -1320,6 +1321,26 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session40d ]]; then
+  # session 40c's profile: on tu-batch in TF32 the CSR path's step is bound by the host, and its projected
+  # backward (packed gradient made in blocks of 256 MiB: 3 here) takes 2.6 ms of host time a step against the
+  # block path's 0.7. Interleaved (100 rounds, four GPU lanes): lane 0, the CSR path with its packed gradient in
+  # one block against the default blocks (TF32); lane 1, against the unprojected backward (TF32); lane 2, bf16
+  # TransformerConv under the new 500k-edge threshold, torch.compile against gnn_io (now Inductor's code: ~1.00x);
+  # lane 3, lane 0's question in bf16 (2 blocks)
+  four_gpus session40d
+  tu="--layers transformer --graphs tu-batch --rounds 100"
+  lane 0 "timeout 200 python3 -m benchmarks.ab $tu --modes gnn_io_csr,gnn_io_csr_one_chunk --tf32 \
+    2>$out/ab0_stderr.txt | tee $out/ab_tu_chunks_tf32.txt | tail -4" &
+  lane 1 "timeout 200 python3 -m benchmarks.ab $tu --modes gnn_io_csr,gnn_io_csr_no_projected --tf32 \
+    2>$out/ab1_stderr.txt | tee $out/ab_tu_projected_tf32.txt | tail -4" &
+  lane 2 "timeout 200 python3 -m benchmarks.ab --layers transformer --graphs SNAP-facebook_combined,MUSAE-wikipedia-squirrel \
+    --modes inductor,gnn_io --dtype bfloat16 --rounds 100 2>$out/ab2_stderr.txt | tee $out/ab_real_declined_bf16.txt | tail -5" &
+  lane 3 "timeout 200 python3 -m benchmarks.ab $tu --modes gnn_io_csr,gnn_io_csr_one_chunk --dtype bfloat16 \
+    2>$out/ab3_stderr.txt | tee $out/ab_tu_chunks_bf16.txt | tail -4" &
+  wait
+  show_lanes
+  (cd "$out" && tar czf session40d.tgz ab*.txt && rm -f ab*.txt)
 elif [[ $what == session40c ]]; then
   # session 40b's answers asked further (four GPU lanes): lane 0, why the block path's layer step beats the CSR path's
   # by 0.9 ms on tu-batch in TF32 while the chooser's op timing put CSR 0.17 ms ahead (profiler, both forced);

@@ -69,7 +69,8 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 #   Threshold 1.5M, above both.
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
-# Half precision is never declined (Inductor's bf16 GATConv crashes; the block-sparse path is chosen there).
+# Half precision is declined only for bfloat16 TransformerConv on small graphs (:data:`HALF_ATTENTION_MIN_EDGES_CUDA`);
+# Inductor's bf16 GATConv and GATv2Conv crash.
 # TF32 is declined as float32 is for TransformerConv and GATConv (:data:`TF32_DECLINED_FAMILIES`): TF32 changes the
 # dense GEMMs, which both sides run alike, and the fused kernels do not pay back the per-call CPU work of small
 # graphs. H200, TF32, forward+backward, the harness's isolated runs, Inductor against gnn_io's pick and its fastest
@@ -84,6 +85,13 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 #   Inductor's 3.60-9.18 on the same four graphs, ca-AstroPh (under the float32 threshold) included.
 ATTENTION_MIN_EDGES_CUDA = {"dot": 1_000_000, "gat": 1_500_000, "gatv2": 500_000}
 TF32_DECLINED_FAMILIES = ("dot", "gat")
+# bfloat16 TransformerConv under this many edges goes to Inductor too. H200, bf16, forward+backward, interleaved
+# A/B of 100 rounds, Inductor's time over gnn_io's pick (docs/benchmarks/session40, calls 3 and 4): SNAP facebook /
+# 176k edges 0.68x, road-luxembourg-osm / 239k 0.89x, ca-AstroPh / 396k 0.97x, MUSAE squirrel / 397k 0.85x; from
+# MUSAE-github / 578k on the fused kernels win (1.12x; RMAT 2^17 / 1.09M 1.63x). Only the dot family: Inductor's
+# bf16 GATConv and GATv2Conv crash on every graph of the suite ("misaligned address", "CUDA driver error"), and
+# float16 was not measured.
+HALF_ATTENTION_MIN_EDGES_CUDA = {("dot", "bfloat16"): 500_000}
 # Below that threshold, a graph of at least these many edges and destination rows still takes the fused kernels.
 # GATConv, session 21 (H100, interleaved A/B, 40 rounds, Inductor's time over the fused path forced, with the
 # segment backward of session 20; docs/benchmarks/session21): RMAT 2^18 / 1.17M edges 1.40x, RMAT 2^17 / 1.09M
@@ -189,6 +197,14 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
     if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
         threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
+    if dtype != "float32" and not replayed("GNN_IO_ATTENTION_MIN_EDGES"):
+        half = HALF_ATTENTION_MIN_EDGES_CUDA.get((family, dtype))
+        if half is None:
+            return None
+        half = int_setting("GNN_IO_ATTENTION_MIN_EDGES", half)
+        return _declined(device_type, num_edges, half, "GNN_IO_ATTENTION_MIN_EDGES",
+                         f"Inductor's own code for {dtype} {family} attention is faster at this size, "
+                         f"{_ATTENTION_LEFT}")
     if threshold is None or dtype != "float32" or (tf32 and family not in TF32_DECLINED_FAMILIES) \
             or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
         return None

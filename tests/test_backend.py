@@ -426,7 +426,9 @@ def test_attention_cost_model(monkeypatch):
     for family, threshold in cost.ATTENTION_MIN_EDGES_CUDA.items():
         assert "cost model" in cost.attention_declined("cuda", threshold - 1, family, "float32", False)
         assert cost.attention_declined("cuda", threshold, family, "float32", False) is None
-        assert cost.attention_declined("cuda", 10, family, "bfloat16", False) is None
+        half = cost.attention_declined("cuda", 10, family, "bfloat16", False)
+        assert ("cost model" in half) if family == "dot" else half is None, (family, half)
+        assert cost.attention_declined("cuda", 10, family, "float16", False) is None
         tf32 = cost.attention_declined("cuda", threshold - 1, family, "float32", True)
         assert ("cost model" in tf32) if family in cost.TF32_DECLINED_FAMILIES else tf32 is None, (family, tf32)
         assert cost.attention_declined("cuda", threshold, family, "float32", True) is None
@@ -442,6 +444,32 @@ def test_attention_cost_model(monkeypatch):
     assert "cost model" in cost.attention_declined("cuda", 10, "dot", "float32", True)
     assert cost.ATTENTION_MIN_EDGES_CUDA["gat"] < 4_200_000  # Inductor's float32 GAT failed to launch at 4.2M edges
     assert cost.attention_declined("cuda", 4_200_000, "gat", "float32", False) is None
+
+
+def test_bf16_transformer_threshold(monkeypatch):
+    """bfloat16 TransformerConv under 500k edges goes to Inductor (session 40: Inductor ahead on SNAP facebook,
+    road-luxembourg-osm, ca-AstroPh and squirrel, behind from MUSAE-github's 578k edges on); bf16 GAT and GATv2
+    never (Inductor's crash); GNN_IO_ATTENTION_MIN_EDGES moves it; CUDA graphs and a forced path lift it."""
+    from gnn_inductor import cost
+
+    for name in ("GNN_IO_CUDAGRAPHS", "GNN_IO_ATTENTION_PATH", "GNN_IO_ATTENTION_MIN_EDGES", "GNN_IO_FORCE"):
+        monkeypatch.delenv(name, raising=False)
+    threshold = cost.HALF_ATTENTION_MIN_EDGES_CUDA[("dot", "bfloat16")]
+    assert 396_846 < threshold <= 578_006  # squirrel declined, MUSAE-github kept
+    assert "bfloat16 dot attention" in cost.attention_declined("cuda", threshold - 1, "dot", "bfloat16", False)
+    assert cost.attention_declined("cuda", threshold, "dot", "bfloat16", False) is None
+    for family in ("gat", "gatv2"):
+        assert cost.attention_declined("cuda", 10, family, "bfloat16", False) is None
+    assert cost.attention_declined("cpu", 10, "dot", "bfloat16", False) is None
+    monkeypatch.setenv("GNN_IO_ATTENTION_MIN_EDGES", "100")
+    assert cost.attention_declined("cuda", 1000, "dot", "bfloat16", False) is None
+    assert "GNN_IO_ATTENTION_MIN_EDGES" in cost.attention_declined("cuda", 99, "dot", "bfloat16", False)
+    monkeypatch.delenv("GNN_IO_ATTENTION_MIN_EDGES")
+    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
+    assert cost.attention_declined("cuda", 10, "dot", "bfloat16", False) is None
+    monkeypatch.delenv("GNN_IO_CUDAGRAPHS")
+    monkeypatch.setenv("GNN_IO_ATTENTION_PATH", "csr")
+    assert cost.attention_declined("cuda", 10, "dot", "bfloat16", False) is None
 
 
 def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
