@@ -244,6 +244,30 @@ def _packed_like(readers: str, family: str = "dot", symbolic: bool = False):
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
+def test_blocks_default_whole_up_to_a_gibibyte(monkeypatch):
+    """With the block size left at its default, a packed gradient up to GRAD_WHOLE_KB is one block (session 40:
+    tu-batch's 704 MiB in 3 blocks cost a host-bound step 0.8 ms); above it, blocks of GRAD_CHUNK_KB; a block size
+    set explicitly cuts at that size at any total; GNN_IO_GRAD_WHOLE_KB moves the line."""
+    monkeypatch.delenv(attention.GRAD_CHUNK_ENV, raising=False)
+    monkeypatch.delenv(attention.GRAD_WHOLE_ENV, raising=False)
+    f32 = torch.float32
+    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]           # tu-batch: 704 MiB
+    rows = (attention.GRAD_WHOLE_KB << 10) // (384 * 4)
+    assert attention.projection_blocks(rows, 384, f32) == [0, rows]                 # exactly 1 GiB
+    big = attention.projection_blocks(1 << 20, 384, f32)                            # RMAT 2^20: 1.5 GiB
+    assert len(big) == 7 and big[0] == 0 and big[-1] == 1 << 20                     # 6 blocks of 256 MiB
+    assert len(attention.projection_blocks(rows + 1, 384, f32)) == 6
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, str(attention.GRAD_CHUNK_KB))     # set: cut at that size
+    assert len(attention.projection_blocks(458_590, 384, f32)) == 4
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "0")
+    assert attention.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
+    monkeypatch.delenv(attention.GRAD_CHUNK_ENV)
+    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, "0")
+    assert len(attention.projection_blocks(458_590, 384, f32)) == 4
+    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, str(2 << 20))
+    assert attention.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
+
+
 def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
     """The pass applies where the packed gradient's readers are the input product, the weight product and the
     row sum (any of them, one product at least), and not where anything else reads it, nor where the packed
