@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session40e # session 40's changes checked (x4): tu-batch picks, whole gradients, projected-gradient CUDA tests
 #   bash benchmarks/pending_gpu.sh session40d # tu-batch TF32: the CSR backward's blocks and projection (A/B, x4); bf16 TransformerConv's threshold checked
 #   bash benchmarks/pending_gpu.sh session40c # session40b's answers further (x4): tu-batch TF32 profile CSR vs block; bf16 TransformerConv vs Inductor, sparse graphs
 #   bash benchmarks/pending_gpu.sh session40b # session40's open questions interleaved (x4): TF32 tu-batch pick vs block; bf16 SNAP/squirrel vs Inductor and eager
@@ -1321,6 +1322,24 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session40e ]]; then
+  # session 40's two changes checked (four GPU lanes): a packed gradient up to 1 GiB is made whole; lane 0, tu-batch
+  # TF32 TransformerConv, the block path forced against the pick (the harness had it 14% ahead of the CSR pick);
+  # lane 1, the CSR path against its one-block mode (now the same code: ~1.00x); lane 2, the CUDA tests of the
+  # projected and packed gradients and CUDA graphs; lane 3, bf16 tu-batch, the pick against the CSR path forced
+  four_gpus session40e
+  tu="--layers transformer --graphs tu-batch --rounds 100"
+  lane 0 "timeout 150 python3 -m benchmarks.ab $tu --modes gnn_io_block,gnn_io --tf32 2>$out/ab0_stderr.txt \
+    | tee $out/ab_tu_pick_tf32.txt | tail -4" &
+  lane 1 "timeout 150 python3 -m benchmarks.ab $tu --modes gnn_io_csr,gnn_io_csr_one_chunk --tf32 2>$out/ab1_stderr.txt \
+    | tee $out/ab_tu_whole_tf32.txt | tail -4" &
+  lane 2 "CI=1 GNN_IO_STRICT=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_projected_grads.py \
+    tests/test_packed_grads.py tests/gpu/test_cudagraphs_cuda.py -k 'not interpreter' 2>&1 | tee $out/gpu_tests.txt | tail -2" &
+  lane 3 "timeout 150 python3 -m benchmarks.ab $tu --modes gnn_io_csr,gnn_io --dtype bfloat16 2>$out/ab3_stderr.txt \
+    | tee $out/ab_tu_pick_bf16.txt | tail -4" &
+  wait
+  show_lanes
+  (cd "$out" && tar czf session40e.tgz ab*.txt gpu_tests.txt && rm -f ab*.txt gpu_tests.txt)
 elif [[ $what == session40d ]]; then
   # session 40c's profile: on tu-batch in TF32 the CSR path's step is bound by the host, and its projected
   # backward (packed gradient made in blocks of 256 MiB: 3 here) takes 2.6 ms of host time a step against the
