@@ -8,7 +8,7 @@
 #   bash benchmarks/block_sparse_suite.sh [graphs] [layers]   (MODES=... to pick the modes, REPS=10)
 # Session 18 ran it in pieces (benchmarks/pending_gpu.sh session18c..j; docs/benchmarks/session18/README.md).
 set -uo pipefail
-graphs=${1:-sbm-dense,batch-random,rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm}
+graphs=${1:-sbm-dense,batch-random,tu-batch,SNAP-facebook_combined,MUSAE-wikipedia-squirrel,rmat-arxiv,ca-AstroPh,MUSAE-github,road-luxembourg-osm,uniform-large}
 layers=${2:-transformer,gat,gatv2}
 modes=${MODES:-eager,inductor,gnn_io,gnn_io_csr,gnn_io_block,gnn_io_hybrid,gnn_io_reorder_off}
 out=${OUT:-/tmp/gnn_io_out}; mkdir -p "$out"
