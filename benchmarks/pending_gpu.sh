@@ -1429,7 +1429,7 @@ elif [[ $what == session40 ]]; then
   # threads capped so one lane's compiles do not slow another's host-bound steps. Lane 0: TF32 TransformerConv and
   # GATConv on tu-batch and SNAP facebook, then TF32 GATv2Conv on all three dense real graphs; lane 1: TF32 squirrel,
   # the bf16 squirrel rows PART=1 ran out of time for, the block kernels' CUDA tests; lanes 2 and 3: the uniform graph
-  # in bf16 and in TF32 (GATv2Conv without the block path, 2.6-18x slower than CSR on every graph so far). Everything
+  # in bf16 and in TF32 (GATv2Conv without the block path, 1.7-18x slower than CSR on every graph so far). Everything
   # is archived into one file at the end (the device tool brings back 8 files a call)
   four_gpus session40
   dense=tu-batch,SNAP-facebook_combined

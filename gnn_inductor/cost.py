@@ -69,8 +69,7 @@ GATHER_SCATTER_MIN_EDGES_CUDA = 1_000_000
 #   Threshold 1.5M, above both.
 # - GATv2Conv: Inductor wins on Cora (1.85 against 4.37) and ca-AstroPh / 396k edges (3.85 against 4.77); ours
 #   from MUSAE-github / 578k edges on (3.19 against 6.40; 4.41 against 10.19 at 1.1M).
-# Half precision is declined only for bfloat16 TransformerConv on small graphs (:data:`HALF_ATTENTION_MIN_EDGES_CUDA`);
-# Inductor's bf16 GATConv and GATv2Conv crash.
+# Half precision is declined only for bfloat16 TransformerConv on small graphs (:data:`HALF_ATTENTION_MIN_EDGES_CUDA`).
 # TF32 is declined as float32 is for TransformerConv and GATConv (:data:`TF32_DECLINED_FAMILIES`): TF32 changes the
 # dense GEMMs, which both sides run alike, and the fused kernels do not pay back the per-call CPU work of small
 # graphs. H200, TF32, forward+backward, the harness's isolated runs, Inductor against gnn_io's pick and its fastest
@@ -89,8 +88,11 @@ TF32_DECLINED_FAMILIES = ("dot", "gat")
 # A/B of 100 rounds, Inductor's time over gnn_io's pick (docs/benchmarks/session40, calls 3 and 4): SNAP facebook /
 # 176k edges 0.68x, road-luxembourg-osm / 239k 0.89x, ca-AstroPh / 396k 0.97x, MUSAE squirrel / 397k 0.85x; from
 # MUSAE-github / 578k on the fused kernels win (1.12x; RMAT 2^17 / 1.09M 1.63x). Only the dot family: Inductor's
-# bf16 GATConv and GATv2Conv crash on every graph of the suite ("misaligned address", "CUDA driver error"), and
-# float16 was not measured.
+# bf16 GATConv crashed on every graph of the suite ("misaligned address", "CUDA driver error", a dead compile
+# worker); its bf16 GATv2Conv crashed on the dense graphs and the uniform one, and where it ran the fused kernels
+# were ahead in the harness (sessions 38 and 40: 2.13-4.28 ms against 2.79-14.82; SNAP facebook 2.74 against
+# 2.79, one run, not interleaved). float16 was not measured. ``GNN_IO_ATTENTION_MIN_EDGES`` moves this threshold
+# too.
 HALF_ATTENTION_MIN_EDGES_CUDA = {("dot", "bfloat16"): 500_000}
 # Below that threshold, a graph of at least these many edges and destination rows still takes the fused kernels.
 # GATConv, session 21 (H100, interleaved A/B, 40 rounds, Inductor's time over the fused path forced, with the
@@ -175,10 +177,12 @@ _ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
 
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
-    """Why the fused attention would not pay for this graph (None when it does): float32 under the family's
+    """Why the fused attention would not pay for this graph (None when it does): bfloat16 TransformerConv under
+    :data:`HALF_ATTENTION_MIN_EDGES_CUDA`; float32 under the family's
     threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has
     the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA`
-    (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family that has one, without that rule; under CUDA
+    (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family that has one, bfloat16 TransformerConv's
+    included, without that rule; under CUDA
     graphs no threshold unless it is set), and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
     PyG with a recomputing backward, where Inductor fuses the same math). A path forced with
     ``GNN_IO_ATTENTION_PATH=csr|block|hybrid`` is never declined for size (the harness's forced modes measure

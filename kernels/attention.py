@@ -434,15 +434,18 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
 
 GRAD_CHUNK_ENV = "GNN_IO_GRAD_CHUNK_KB"
 GRAD_CHUNK_KB = 256 << 10  # rows of the packed gradient per block of attention_backward_projected, in KiB
-# With the block size left at its default, a packed gradient up to this size is made whole (one block): each block
-# costs the host its two passes' launches, three products and a stream join, about 0.4 ms, which a host-bound step
-# pays in full. Session 40 (H200, TransformerConv on tu-batch, 458k nodes, CSR path, interleaved A/B, 100 rounds):
-# TF32, a 704 MiB gradient in 3 blocks, 5.19 ms a step against 4.38 whole (1.19x); bf16, 352 MiB in 2 blocks,
-# 4.19 against 4.01 (1.05x). Larger gradients (1.5 GiB at 2^20 nodes in float32), where the blocks keep the peak
-# down and the GPU-bound step hides their host cost, keep the 256 MiB blocks. The price: up to 768 MiB more at the
-# step's peak for gradients between 256 MiB and 1 GiB.
+# With the block size left at its default, a packed gradient under GRAD_WHOLE_KB, of a graph under
+# GRAD_WHOLE_MAX_ROWS nodes, is made whole (one block): each block costs the host its two passes' launches, three
+# products and a stream join, which a host-bound step pays in full. Session 40 (H200, TransformerConv on tu-batch,
+# 458,590 nodes, CSR path, interleaved A/B, 100 rounds): TF32, a 672 MiB gradient in 3 blocks, 5.19 ms a step
+# against 4.38 whole (1.19x, about 0.4 ms a block); bf16, 336 MiB in 2 blocks, 4.19 against 4.01 (1.05x, 0.18 ms).
+# The graphs of 2^20 nodes, where the blocks keep the step's peak down (session 23: TransformerConv's 1.5 GiB
+# gradient, GATv2Conv's 1 GiB in float32) and the GPU-bound step hides their host cost, keep the 256 MiB blocks at
+# every width and precision. The price, estimated, not measured: up to 512 MiB more at the step's peak for a
+# gradient between 256 and 768 MiB of a graph under 2^19 nodes.
 GRAD_WHOLE_ENV = "GNN_IO_GRAD_WHOLE_KB"
-GRAD_WHOLE_KB = 1 << 20
+GRAD_WHOLE_KB = 768 << 10
+GRAD_WHOLE_MAX_ROWS = 1 << 19
 
 
 @torch.library.custom_op("gnn_io::attention_backward_projected", mutates_args=())
@@ -525,12 +528,15 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
 
 def projection_blocks(rows: int, width: int, dtype: torch.dtype) -> list:
     """The row boundaries of :func:`attention_backward_projected`'s blocks for a packed gradient of ``rows`` x
-    ``width`` in ``dtype`` (``[0, rows]``, one block, when it fits ``GNN_IO_GRAD_CHUNK_KB`` or that is 0, or, with
-    that left unset, when it fits ``GNN_IO_GRAD_WHOLE_KB``, :data:`GRAD_WHOLE_KB`)."""
+    ``width`` in ``dtype``: ``[0, rows]``, one block, when it fits ``GNN_IO_GRAD_CHUNK_KB`` or that is 0, or when
+    it is under ``GNN_IO_GRAD_WHOLE_KB`` and ``rows`` under :data:`GRAD_WHOLE_MAX_ROWS` (``GNN_IO_GRAD_WHOLE_KB``
+    defaults to :data:`GRAD_WHOLE_KB` while ``GNN_IO_GRAD_CHUNK_KB`` is unset, else to 0: a block size set alone
+    cuts at that size at any total)."""
     chunk_kb = int_setting(GRAD_CHUNK_ENV, GRAD_CHUNK_KB)
     row_bytes = width * torch.finfo(dtype).bits // 8
-    whole_kb = int_setting(GRAD_WHOLE_ENV, GRAD_WHOLE_KB if os.environ.get(GRAD_CHUNK_ENV) is None else 0)
-    if chunk_kb == 0 or rows * row_bytes <= whole_kb << 10:
+    chunk_set = bool(os.environ.get(GRAD_CHUNK_ENV, "").strip())  # unset or empty: int_setting's default
+    whole_kb = int_setting(GRAD_WHOLE_ENV, 0 if chunk_set else GRAD_WHOLE_KB)
+    if chunk_kb == 0 or (rows < GRAD_WHOLE_MAX_ROWS and rows * row_bytes < whole_kb << 10):
         return [0, rows]
     return attention_triton.chunk_bounds(rows, row_bytes, chunk_kb << 10)
 

@@ -416,7 +416,8 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
 
 def test_attention_cost_model(monkeypatch):
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA, with TF32 allowed too for
-    TransformerConv (session 38) and GATConv (session 39) only; half precision and other devices never are, and
+    TransformerConv (session 38) and GATConv (session 39) only; half precision only for bfloat16 TransformerConv
+    (session 40; test_bf16_transformer_threshold), other devices never, and
     GAT never from the sizes where Inductor's float32 GAT failed to launch."""
     from gnn_inductor import cost
 
@@ -449,7 +450,8 @@ def test_attention_cost_model(monkeypatch):
 def test_bf16_transformer_threshold(monkeypatch):
     """bfloat16 TransformerConv under 500k edges goes to Inductor (session 40: Inductor ahead on SNAP facebook,
     road-luxembourg-osm, ca-AstroPh and squirrel, behind from MUSAE-github's 578k edges on); bf16 GAT and GATv2
-    never (Inductor's crash); GNN_IO_ATTENTION_MIN_EDGES moves it; CUDA graphs and a forced path lift it."""
+    never (Inductor's bf16 GAT crashes, its GATv2 crashed or trailed); GNN_IO_ATTENTION_MIN_EDGES moves it;
+    CUDA graphs, GNN_IO_FORCE and a forced path lift it."""
     from gnn_inductor import cost
 
     for name in ("GNN_IO_CUDAGRAPHS", "GNN_IO_ATTENTION_PATH", "GNN_IO_ATTENTION_MIN_EDGES", "GNN_IO_FORCE"):
@@ -468,6 +470,9 @@ def test_bf16_transformer_threshold(monkeypatch):
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     assert cost.attention_declined("cuda", 10, "dot", "bfloat16", False) is None
     monkeypatch.delenv("GNN_IO_CUDAGRAPHS")
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    assert cost.attention_declined("cuda", 10, "dot", "bfloat16", False) is None
+    monkeypatch.delenv("GNN_IO_FORCE")
     monkeypatch.setenv("GNN_IO_ATTENTION_PATH", "csr")
     assert cost.attention_declined("cuda", 10, "dot", "bfloat16", False) is None
 

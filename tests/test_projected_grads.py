@@ -244,28 +244,38 @@ def _packed_like(readers: str, family: str = "dot", symbolic: bool = False):
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-def test_blocks_default_whole_up_to_a_gibibyte(monkeypatch):
-    """With the block size left at its default, a packed gradient up to GRAD_WHOLE_KB is one block (session 40:
-    tu-batch's 704 MiB in 3 blocks cost a host-bound step 0.8 ms); above it, blocks of GRAD_CHUNK_KB; a block size
-    set explicitly cuts at that size at any total; GNN_IO_GRAD_WHOLE_KB moves the line."""
+def test_blocks_default_whole_for_mid_size_graphs(monkeypatch):
+    """With the block size left at its default, a packed gradient under GRAD_WHOLE_KB of a graph under
+    GRAD_WHOLE_MAX_ROWS nodes is one block (session 40: tu-batch's 672 MiB in 3 blocks cost a host-bound step
+    0.8 ms); the graphs of 2^20 nodes keep blocks of GRAD_CHUNK_KB at every width and precision (session 23's
+    peaks); a block size set alone cuts at that size at any total; GNN_IO_GRAD_WHOLE_KB moves the size line."""
     monkeypatch.delenv(attention.GRAD_CHUNK_ENV, raising=False)
     monkeypatch.delenv(attention.GRAD_WHOLE_ENV, raising=False)
-    f32 = torch.float32
-    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]           # tu-batch: 704 MiB
-    rows = (attention.GRAD_WHOLE_KB << 10) // (384 * 4)
-    assert attention.projection_blocks(rows, 384, f32) == [0, rows]                 # exactly 1 GiB
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]           # tu-batch: 672 MiB
+    assert attention.projection_blocks(458_590, 384, bf16) == [0, 458_590]          # 336 MiB
     big = attention.projection_blocks(1 << 20, 384, f32)                            # RMAT 2^20: 1.5 GiB
     assert len(big) == 7 and big[0] == 0 and big[-1] == 1 << 20                     # 6 blocks of 256 MiB
-    assert len(attention.projection_blocks(rows + 1, 384, f32)) == 6
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, str(attention.GRAD_CHUNK_KB))     # set: cut at that size
+    assert len(attention.projection_blocks(1 << 20, 256, f32)) == 5                 # GATv2Conv: 1 GiB, 4 blocks
+    assert len(attention.projection_blocks(1 << 20, 384, bf16)) == 4                # 768 MiB
+    assert len(attention.projection_blocks(1 << 20, 256, bf16)) == 3                # 512 MiB, 2^20 rows: blocks
+    rows = attention.GRAD_WHOLE_MAX_ROWS - 1
+    width = (attention.GRAD_WHOLE_KB << 10) // (rows * 4)                          # just under the size line
+    assert attention.projection_blocks(rows, width, f32) == [0, rows]
+    assert len(attention.projection_blocks(rows, width + 1, f32)) > 2               # over it
+    exact = (attention.GRAD_WHOLE_KB << 10) // (1536 * 4)                           # exactly GRAD_WHOLE_KB
+    assert len(attention.projection_blocks(exact, 1536, f32)) > 2
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, str(attention.GRAD_CHUNK_KB))     # set alone: cut at that size
     assert len(attention.projection_blocks(458_590, 384, f32)) == 4
+    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "")                                # empty: unset
+    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]
     monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "0")
     assert attention.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
     monkeypatch.delenv(attention.GRAD_CHUNK_ENV)
     monkeypatch.setenv(attention.GRAD_WHOLE_ENV, "0")
     assert len(attention.projection_blocks(458_590, 384, f32)) == 4
-    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, str(2 << 20))
-    assert attention.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
+    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, str(4 << 20))
+    assert len(attention.projection_blocks(1 << 20, 384, f32)) == 7                 # 2^20 rows: blocks still
 
 
 def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
