@@ -266,8 +266,9 @@ def _edge_count(example_inputs: list):
 
 def _attention_declined(ctx, device: str) -> list:
     """Near misses for a graph whose rewrites are all fused attention the cost model declines (float32, or
-    bfloat16 TransformerConv, on a small graph, ``cost.attention_declined``); empty when any rewrite stays. Decided per graph: the edge
-    softmax was rewritten before the family was known, so the graph goes to Inductor as Dynamo captured it."""
+    bfloat16 TransformerConv, on a small graph, ``cost.attention_declined``); empty when any rewrite stays.
+    Decided per graph: the edge softmax was rewritten before the family was known, so the graph goes to Inductor
+    as Dynamo captured it."""
     from gnn_inductor import cost
 
     if not ctx.rewrites or any(r.pattern != "attention" for r in ctx.rewrites):

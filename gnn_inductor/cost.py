@@ -177,16 +177,15 @@ _ATTENTION_LEFT = "so the whole graph goes to Inductor as Dynamo captured it"
 
 def attention_declined(device_type: str, num_edges: Optional[int], family: Optional[str], dtype: str,
                        tf32: bool, num_rows: Optional[int] = None) -> Optional[str]:
-    """Why the fused attention would not pay for this graph (None when it does): bfloat16 TransformerConv under
-    :data:`HALF_ATTENTION_MIN_EDGES_CUDA`; float32 under the family's
+    """Why the fused attention would not pay for this graph (None when it does): float32 under the family's
     threshold (with TF32 allowed, for the families in :data:`TF32_DECLINED_FAMILIES` only), unless the graph has
-    the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA`
-    (``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold for every family that has one, bfloat16 TransformerConv's
-    included, without that rule; under CUDA
-    graphs no threshold unless it is set), and on CUDA, at any size and precision, a form no kernel covers (``family`` None: the op would run its reference, torch ops close to eager
-    PyG with a recomputing backward, where Inductor fuses the same math). A path forced with
-    ``GNN_IO_ATTENTION_PATH=csr|block|hybrid`` is never declined for size (the harness's forced modes measure
-    those kernels, not Inductor)."""
+    the edges and destination rows (``num_rows``) of :data:`ATTENTION_MIN_EDGES_AND_ROWS_CUDA`; bfloat16
+    TransformerConv under :data:`HALF_ATTENTION_MIN_EDGES_CUDA`. ``GNN_IO_ATTENTION_MIN_EDGES`` sets one threshold
+    for every case that has one, without the rows rule; under CUDA graphs no threshold applies unless it is set.
+    On CUDA, at any size and precision, a form no kernel covers is declined too (``family`` None: the op would run
+    its reference, torch ops close to eager PyG with a recomputing backward, where Inductor fuses the same math).
+    A path forced with ``GNN_IO_ATTENTION_PATH=csr|block|hybrid`` is never declined for size (the harness's forced
+    modes measure those kernels, not Inductor)."""
     on_cpu = cpu_declined(device_type)
     if on_cpu is not None:
         return on_cpu
@@ -195,25 +194,20 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
     from gnn_inductor.kernels import attention_paths
 
-    if attention_paths.path_setting() != "auto":
+    if attention_paths.path_setting() != "auto" or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
         return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size
-    threshold = ATTENTION_MIN_EDGES_CUDA.get(family)
-    mid_size = ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
-    if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None and family in ATTENTION_MIN_EDGES_CUDA:
-        threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
-    if dtype != "float32" and not replayed("GNN_IO_ATTENTION_MIN_EDGES"):
-        half = HALF_ATTENTION_MIN_EDGES_CUDA.get((family, dtype))
-        if half is None:
-            return None
-        half = int_setting("GNN_IO_ATTENTION_MIN_EDGES", half)
-        return _declined(device_type, num_edges, half, "GNN_IO_ATTENTION_MIN_EDGES",
-                         f"Inductor's own code for {dtype} {family} attention is faster at this size, "
-                         f"{_ATTENTION_LEFT}")
-    if threshold is None or dtype != "float32" or (tf32 and family not in TF32_DECLINED_FAMILIES) \
-            or replayed("GNN_IO_ATTENTION_MIN_EDGES"):
+    if dtype != "float32":
+        threshold, mid_size = HALF_ATTENTION_MIN_EDGES_CUDA.get((family, dtype)), None
+    elif tf32 and family not in TF32_DECLINED_FAMILIES:
+        threshold, mid_size = None, None
+    else:
+        threshold, mid_size = ATTENTION_MIN_EDGES_CUDA.get(family), ATTENTION_MIN_EDGES_AND_ROWS_CUDA.get(family)
+    if threshold is None:
         return None
+    if os.environ.get("GNN_IO_ATTENTION_MIN_EDGES") is not None:
+        threshold, mid_size = int_setting("GNN_IO_ATTENTION_MIN_EDGES", threshold), None
     if mid_size is not None and num_edges is not None and num_rows is not None and num_edges >= mid_size[0] \
             and num_rows >= mid_size[1]:
         return None
     return _declined(device_type, num_edges, threshold, "GNN_IO_ATTENTION_MIN_EDGES",
-                     f"Inductor's own code for float32 {family} attention is faster at this size, {_ATTENTION_LEFT}")
+                     f"Inductor's own code for {dtype} {family} attention is faster at this size, {_ATTENTION_LEFT}")

@@ -46,7 +46,6 @@ Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attent
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from gnn_inductor.kernels import attention_paths, attention_triton, dense_triton, rng
@@ -532,10 +531,10 @@ def projection_blocks(rows: int, width: int, dtype: torch.dtype) -> list:
     it is under ``GNN_IO_GRAD_WHOLE_KB`` and ``rows`` under :data:`GRAD_WHOLE_MAX_ROWS` (``GNN_IO_GRAD_WHOLE_KB``
     defaults to :data:`GRAD_WHOLE_KB` while ``GNN_IO_GRAD_CHUNK_KB`` is unset, else to 0: a block size set alone
     cuts at that size at any total)."""
-    chunk_kb = int_setting(GRAD_CHUNK_ENV, GRAD_CHUNK_KB)
+    chunk_kb = int_setting(GRAD_CHUNK_ENV, -1)  # -1: unset
+    whole_kb = int_setting(GRAD_WHOLE_ENV, GRAD_WHOLE_KB if chunk_kb < 0 else 0)
+    chunk_kb = GRAD_CHUNK_KB if chunk_kb < 0 else chunk_kb
     row_bytes = width * torch.finfo(dtype).bits // 8
-    chunk_set = bool(os.environ.get(GRAD_CHUNK_ENV, "").strip())  # unset or empty: int_setting's default
-    whole_kb = int_setting(GRAD_WHOLE_ENV, 0 if chunk_set else GRAD_WHOLE_KB)
     if chunk_kb == 0 or (rows < GRAD_WHOLE_MAX_ROWS and rows * row_bytes < whole_kb << 10):
         return [0, rows]
     return attention_triton.chunk_bounds(rows, row_bytes, chunk_kb << 10)
