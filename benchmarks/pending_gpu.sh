@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session41a # session41 on one GPU (kind nvidia-h200), part 1: attention/block/reorder/SpMM CUDA tests; tu-batch GAT hybrid A/B
+#   bash benchmarks/pending_gpu.sh session41b # part 2: projected/packed/CUDA-graph tests; tu-batch GAT block A/B; uniform reordering A/B
 #   bash benchmarks/pending_gpu.sh session41  # owed by session 40 (x4): bf16 tu-batch GATConv pick vs hybrid/block; final CUDA tests; uniform reordering A/B
 #   bash benchmarks/pending_gpu.sh session40e # session 40's changes checked (x4): tu-batch picks, whole gradients, projected-gradient CUDA tests
 #   bash benchmarks/pending_gpu.sh session40d # tu-batch TF32: the CSR backward's blocks and projection (A/B, x4); bf16 TransformerConv's threshold checked
@@ -1323,6 +1325,33 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session41a ]]; then
+  # session41 on one GPU (session 41 was offered kind nvidia-h200 only), first of two calls, one step after another:
+  # the CUDA tests of the attention paths, block GAT kernels, reordering, SpMM paths and block kernels on the final
+  # code; then bf16 GATConv on tu-batch, the pick against the hybrid forced, interleaved
+  export TORCHINDUCTOR_COMPILE_THREADS=8
+  CI=1 GNN_IO_STRICT=1 timeout 260 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_paths.py \
+    tests/kernels/test_block_sparse_gat.py tests/test_reorder.py -k 'not interpreter' 2>&1 | tee $out/gpu_tests_1.txt | tail -2
+  CI=1 GNN_IO_STRICT=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_spmm_paths.py \
+    tests/kernels/test_block_sparse_spmm.py tests/kernels/test_block_sparse.py -k 'not interpreter' 2>&1 \
+    | tee $out/gpu_tests_2.txt | tail -2
+  timeout 200 python3 -m benchmarks.ab --layers gat --graphs tu-batch --modes gnn_io_hybrid,gnn_io \
+    --dtype bfloat16 --rounds 100 2>$out/ab0_stderr.txt | tee $out/ab_tu_gat_hybrid_bf16.txt | tail -4
+  (cd "$out" && tar czf session41a.tgz ab*.txt gpu_tests_*.txt && rm -f ab*.txt gpu_tests_*.txt)
+elif [[ $what == session41b ]]; then
+  # second of the two: the CUDA tests of the projected and packed gradients and CUDA graphs (session 40's call 6
+  # cut them at 150 s); bf16 tu-batch GATConv, the pick against the block path forced; bf16 TransformerConv on the
+  # uniform graph, reordering (degree order) off against on, interleaved (predicted gain 0.19 ms, first call 0.04)
+  export TORCHINDUCTOR_COMPILE_THREADS=8
+  CI=1 GNN_IO_STRICT=1 timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_projected_grads.py \
+    tests/test_packed_grads.py tests/gpu/test_cudagraphs_cuda.py -k 'not interpreter' 2>&1 \
+    | tee $out/gpu_tests_3.txt | tail -2
+  timeout 120 python3 -m benchmarks.ab --layers gat --graphs tu-batch --modes gnn_io_block,gnn_io \
+    --dtype bfloat16 --rounds 100 2>$out/ab1_stderr.txt | tee $out/ab_tu_gat_block_bf16.txt | tail -4
+  timeout 130 python3 -m benchmarks.ab --layers transformer --graphs uniform-large \
+    --modes gnn_io_reorder_off,gnn_io --dtype bfloat16 --rounds 50 2>$out/ab2_stderr.txt \
+    | tee $out/ab_uniform_reorder_bf16.txt | tail -4
+  (cd "$out" && tar czf session41b.tgz ab*.txt gpu_tests_*.txt && rm -f ab*.txt gpu_tests_*.txt)
 elif [[ $what == session41 ]]; then
   # owed by session 40 (kind nvidia-h200-x4, four lanes): lane 0, bf16 GATConv on tu-batch, the pick (CSR) against
   # the hybrid forced (the harness had the hybrid 10% ahead of CSR forced, inside the spread of the CSR columns) and
