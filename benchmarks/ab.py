@@ -8,7 +8,8 @@ Both models are built as the profiler builds them (``profile_layer.layer_step``:
 inputs) and compiled once (Dynamo guards on the backend, so the two compiled callables live side by side), warmed up, then timed step by step in alternation
 (A B B A A B ...), each step synchronised before and after as the harness times it, with Python's garbage
 collector off while timing. Per case it prints both medians, the median of the per-round ratios and the share
-of rounds gnn_io won, and a table last.
+of rounds gnn_io won, and a table last. The attention path each mode's first call chose is printed (``--``
+lines) as it is taken.
 """
 import argparse
 import gc
@@ -36,14 +37,20 @@ def _time(step, device) -> float:
 def _built(layer_name, graph, modes, features, device, dtype=torch.float32) -> dict:
     """Each mode's step, built first (each build resets Dynamo), then compiled and warmed up under its own
     environment (read when the backend compiles, at the first calls)."""
+    from gnn_inductor.kernels import attention_paths
+
     steps = {}
     for mode in modes:
         with mode_env(mode):
             steps[mode] = layer_step(layer_name, graph.name, mode, features, device, graph, dtype)
     for mode, step in steps.items():
         with mode_env(mode):
+            taken = len(attention_paths.decisions())
             for _ in range(10):
                 step()
+            for d in attention_paths.decisions()[taken:]:  # the attention path this mode's first call chose
+                print(f"-- {mode}: {d['family']} path {d['path']}, order {d['order']}: {d['reason']}; predicted "
+                      f"{d['predicted_ms']}; measured {d['measured_forward_ms']}", flush=True)
     return steps
 
 

@@ -163,10 +163,20 @@ def test_unsupported_forms_stay_on_csr(monkeypatch):
     assert decision.path == "csr" and "value" in decision.reason, decision.reason
 
 
+def without_fixed_costs(monkeypatch):
+    """The dot family's costs by edges, rows and tiles alone: at the tests' sizes the fitted fixed costs (about 2 ms)
+    would hide any order's gain under ORDER_MIN_GAIN."""
+    for precision in ("ieee", "half"):
+        monkeypatch.setitem(attention_paths.CALIBRATION["dot"], precision, {
+            "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
+            "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
+
+
 def test_dense_communities_go_to_tensor_cores_after_reordering(monkeypatch):
     # hidden communities: the identity order fills tiles poorly; an order that brings communities together
     # cuts the tiles, and with many expected calls the policy applies it (the cost model then picks block)
     monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
+    without_fixed_costs(monkeypatch)
     src, dst = community_graph()
     plan, args, roles, score, message, layout, items = setup(src, dst, 256)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
@@ -418,8 +428,8 @@ def test_dropout_paths_match_reference(monkeypatch):
 def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     """Left to the chooser (a cost model that predicts a hybrid), the first call times the forward and backward of
     the pick and of CSR through the op's own step function, records both, and the result matches the reference
-    whichever path it kept. With an order applied, both orders' steps are timed first (the identity order's
-    backward with its own transposed format)."""
+    whichever path it kept. With an order predicted to pay, both orders' steps are timed first (the identity
+    order's backward with its own transposed format)."""
     from gnn_inductor.kernels import attention
 
     monkeypatch.setattr(attention, "CHOOSE_ON_CPU", True)
@@ -434,15 +444,13 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
             out[name] = (time.perf_counter() - start) * 1e3
         return out
     monkeypatch.setattr(attention_paths, "_paired_ms", once)
+    without_fixed_costs(monkeypatch)
     if reorder == "off":
         monkeypatch.setenv("GNN_IO_REORDER", "off")
-        for precision in ("ieee", "half"):
-            monkeypatch.setitem(attention_paths.CALIBRATION["dot"], precision, {
-                "csr_per_edge": 2.0, "csr_per_row": 1.0, "csr_fixed_ms": 0.0,
-                "block_per_tile": 20.0, "block_per_row": 1.0, "block_fixed_ms": 0.0})
         num_nodes = 48
         src, dst = graph(num_nodes, 260, seed=6, hub_degree=40, duplicates=2)
-    else:  # hidden communities and many expected calls: an order is applied (as in the test above)
+    else:  # hidden communities and many expected calls: an order is predicted to pay (rcm halves the tiles), then
+        # kept or dropped by its measured gain; either way the identity order's pick is timed against CSR
         monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
         num_nodes = 256
         src, dst = community_graph()
@@ -558,6 +566,87 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     if not kept:
         assert decision.reason.startswith("measured at the first call"), decision.reason
         assert decision.blocks is None and decision.predicted_ms  # the prediction stays in the record
+
+
+def _scripted(monkeypatch, predicted: dict, measured: dict):
+    """The cost model's predictions per order (``{order: (block or hybrid ms, csr ms)}``, every dense-capable window
+    chosen) and the first call's timings per candidate (``{(path, order): ms}``, on a fake clock); returns the list
+    of candidates ``forward_fn`` ran and ``forward_fn``."""
+    real_format, real_choose = attention_paths._format, attention_paths._choose_windows
+    last, ran, clock = {}, [], {"t": 0.0}
+
+    def fmt(entry, name):
+        last["name"] = name
+        return real_format(entry, name)
+
+    def choose(blocks, rowptr, precision, scale, mode, family, locality):
+        mode_ms, csr_ms = predicted[last["name"]]
+        return blocks.dense_ok.clone(), {mode: mode_ms, "csr": csr_ms}
+
+    def forward_fn(candidate, backward=False):
+        ran.append((candidate.path, candidate.order))
+        clock["t"] += measured[("csr", "none") if candidate.path == "csr" else ("block", candidate.order)]
+
+    monkeypatch.setattr(attention_paths, "_format", fmt)
+    monkeypatch.setattr(attention_paths, "_choose_windows", choose)
+    monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
+    return ran, forward_fn
+
+
+@pytest.mark.parametrize("predicted_block, block_ms, expected", [
+    (1.10, 0.8, "block"),   # predicted 10% behind CSR (in doubt): timed, measured 20% ahead, kept
+    (1.10, 0.98, "csr"),    # in doubt, measured under MEASURED_MARGIN ahead: CSR
+    (1.20, 0.5, "csr"),     # predicted 20% behind: CSR, nothing timed
+])
+def test_close_csr_prediction_is_timed(monkeypatch, predicted_block, block_ms, expected):
+    """Where the cost model predicts the CSR kernel faster by less than PREDICTED_DOUBT, the block or hybrid
+    candidate is built and timed against CSR at the first call, as a predicted block pick is (session 41: bf16
+    GATConv on the TU batch, predicted 7% behind CSR, measured 8% ahead per step)."""
+    monkeypatch.setenv("GNN_IO_REORDER", "off")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    ran, forward_fn = _scripted(monkeypatch, {"none": (predicted_block, 1.0)},
+                                {("csr", "none"): 1.0, ("block", "none"): block_ms})
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
+    assert decision.path == expected, decision.as_dict()
+    in_doubt = predicted_block < 1 + attention_paths.PREDICTED_DOUBT
+    assert bool(ran) == in_doubt and len(ran) == (8 if in_doubt else 0), ran
+    if expected == "block":
+        assert "timed against it" in decision.reason and "10%" in decision.reason, decision.reason
+    elif in_doubt:
+        assert decision.reason.startswith("measured at the first call"), decision.reason
+    else:
+        assert decision.reason == "cost model: the CSR kernel is predicted faster", decision.reason
+        assert not attention_paths._entry(plan[0], plan[1], plan[3]).formats
+
+
+@pytest.mark.parametrize("rcm_predicted, rcm_ms, order", [
+    (1.97, 0.5, "none"),    # the best order (degree) predicted 2% ahead of none: under ORDER_MIN_GAIN, not timed
+    (1.50, 0.98, "none"),   # rcm predicted 25% ahead, measured 2% ahead: dropped, with the measured times
+    (1.50, 0.60, "rcm"),    # predicted 25% ahead, measured 40% ahead: applied
+])
+def test_order_needs_its_gain_predicted_and_measured(monkeypatch, rcm_predicted, rcm_ms, order):
+    """An order is applied only where its predicted gain and its gain measured at the first call (forward and
+    backward, against the identity order's own pick) are each at least ORDER_MIN_GAIN of the op's time; otherwise
+    the identity order runs, and the report keeps both orders' predictions (and timings, where taken)."""
+    monkeypatch.setenv(attention_paths.CALLS_ENV, "100000000")
+    src, dst = community_graph()
+    plan, args, roles, score, message, layout, items = setup(src, dst, 256)
+    ran, forward_fn = _scripted(monkeypatch, {"none": (2.0, 3.0), "degree": (1.96, 3.0), "rcm": (rcm_predicted, 3.0)},
+                                {("csr", "none"): 3.0, ("block", "none"): 1.0, ("block", "rcm"): rcm_ms,
+                                 ("block", "degree"): 0.5})
+    decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16, forward_fn)
+    assert decision.path == "block" and decision.order == order, decision.as_dict()
+    timed_order = rcm_predicted < 1.9
+    assert (("block", "rcm") in ran) == timed_order, ran
+    assert ("block", "degree") not in ran
+    assert {"hybrid[none]", "hybrid[degree]", "hybrid[rcm]", "csr"} <= set(decision.predicted_ms), decision.predicted_ms
+    assert ("rcm fwd+bwd" in decision.measured_forward_ms) == timed_order, decision.measured_forward_ms
+    assert "block fwd+bwd (vs csr)" in decision.measured_forward_ms  # the kept pick still checked against CSR
+    assert ("rcm order dropped" in decision.reason) == (timed_order and order == "none"), decision.reason
+    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    assert set(entry.formats) == {order}, set(entry.formats)
+    assert (decision.blocks is not None and decision.transposed is not None)
 
 
 def test_first_call_inside_a_cuda_graph_capture_takes_csr_uncached(monkeypatch):
