@@ -131,6 +131,8 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session41e # session 41's final code: projected/packed-gradient and CUDA-graph CUDA tests
+#   bash benchmarks/pending_gpu.sh session41d # the uniform graph's order under session 41's rule (bf16, TF32), A/B
 #   bash benchmarks/pending_gpu.sh session41c # session 41's chooser changes: path/reorder CUDA tests; tu-batch GAT pick A/B; block model's order
 #   bash benchmarks/pending_gpu.sh session41a # session41 on one GPU (kind nvidia-h200), part 1: attention/block/reorder/SpMM CUDA tests; tu-batch GAT hybrid A/B
 #   bash benchmarks/pending_gpu.sh session41b # part 2: projected/packed/CUDA-graph tests; tu-batch GAT block A/B; uniform reordering A/B
@@ -1326,6 +1328,21 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session41e ]]; then
+  # session 41's final code: the CUDA tests of the projected and packed gradients and CUDA graphs (whose unforced
+  # cases run the chooser), as session41b ran them before the chooser's changes
+  CI=1 GNN_IO_STRICT=1 TORCHINDUCTOR_COMPILE_THREADS=8 timeout 330 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_projected_grads.py tests/test_packed_grads.py tests/gpu/test_cudagraphs_cuda.py -k 'not interpreter' \
+    2>&1 | tee $out/gpu_tests_5.txt | tail -2
+elif [[ $what == session41d ]]; then
+  # the uniform graph's order under session 41's rule (predicted 2% in session 40: now off), bf16 and TF32
+  # TransformerConv, reordering forced off against the pick, interleaved, each mode's pick printed
+  export TORCHINDUCTOR_COMPILE_THREADS=8
+  for prec in "--dtype bfloat16" "--tf32"; do
+    timeout 260 python3 -m benchmarks.ab --layers transformer --graphs uniform-large --modes gnn_io_reorder_off,gnn_io \
+      $prec --rounds 20 2>>$out/ab_stderr.txt | tee -a $out/ab_uniform_order.txt | grep -- "^-- gnn_io:\|^| uni"
+  done
+  (cd "$out" && tar czf session41d.tgz ab*.txt && rm -f ab*.txt)
 elif [[ $what == session41c ]]; then
   # session 41's two chooser changes (one GPU): a block or hybrid candidate predicted within 15% behind CSR is timed
   # against it (bf16 tu-batch GATConv: predicted 7-10% behind, measured 8% ahead per step in session41a/b), and an

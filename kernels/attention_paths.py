@@ -77,13 +77,14 @@ MAX_WINDOW_TILES = 64
 MAX_PLANS = 8
 MEASURED_MARGIN = 0.05   # a block or hybrid pick must measure this much faster than CSR to be kept
 # Within this much of the CSR kernel's predicted time, a block or hybrid candidate is timed against CSR
-# (MEASURED_MARGIN) instead of dropped: on the TU batch in bf16 GATConv the model put the hybrid 7% behind CSR
-# (2.634 against 2.461 ms), and it measured 8% ahead per step, interleaved (session 41).
+# (MEASURED_MARGIN) instead of dropped: on the TU batch in bf16 GATConv the model put the block path 10% behind CSR
+# (2.699 against 2.461 ms); the first call measured CSR 1.22x slower, and the layer ran 1.11x faster on blocks than
+# on CSR forced, interleaved (session 41).
 PREDICTED_DOUBT = 0.15
 # An order is applied only where its predicted gain and then its gain measured at the first call are each at least
 # this share of the op's forward+backward without it. Session 40's uniform graph took the degree order for a
 # predicted 2% (0.19 ms) and measured 1.00x with it, interleaved (session 41); forced block paths took orders for
-# predicted 1.5-5.4% and measured 1.35-1.55x slower (MUSAE-github, RMAT 2^17; sessions 38-39).
+# predicted 1.1-5.4% and measured 1.35-1.55x slower (MUSAE-github, RMAT 2^17; sessions 38-39).
 ORDER_MIN_GAIN = 0.05
 
 # Forward+backward cost at 4 heads x 32 channels on the H100 (torch 2.11, Triton 3.6), least-squares fits of
