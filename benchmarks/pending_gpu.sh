@@ -136,7 +136,7 @@
 #   bash benchmarks/pending_gpu.sh session41c # session 41's chooser changes: path/reorder CUDA tests; tu-batch GAT pick A/B; block model's order
 #   bash benchmarks/pending_gpu.sh session41a # session41 on one GPU (kind nvidia-h200), part 1: attention/block/reorder/SpMM CUDA tests; tu-batch GAT hybrid A/B
 #   bash benchmarks/pending_gpu.sh session41b # part 2: projected/packed/CUDA-graph tests; tu-batch GAT block A/B; uniform reordering A/B
-#   bash benchmarks/pending_gpu.sh session41  # owed by session 40 (x4): bf16 tu-batch GATConv pick vs hybrid/block; final CUDA tests; uniform reordering A/B
+#   bash benchmarks/pending_gpu.sh session41  # session 40's four-lane form (x4; run as session41a and session41b on one GPU in session 41): bf16 tu-batch GATConv pick vs hybrid/block; final CUDA tests; uniform reordering A/B
 #   bash benchmarks/pending_gpu.sh session40e # session 40's changes checked (x4): tu-batch picks, whole gradients, projected-gradient CUDA tests
 #   bash benchmarks/pending_gpu.sh session40d # tu-batch TF32: the CSR backward's blocks and projection (A/B, x4); bf16 TransformerConv's threshold checked
 #   bash benchmarks/pending_gpu.sh session40c # session40b's answers further (x4): tu-batch TF32 profile CSR vs block; bf16 TransformerConv vs Inductor, sparse graphs
@@ -1386,7 +1386,7 @@ elif [[ $what == session41b ]]; then
     | tee $out/ab_uniform_reorder_bf16.txt | tail -4
   (cd "$out" && tar czf session41b.tgz ab*.txt gpu_tests_*.txt && rm -f ab*.txt gpu_tests_*.txt)
 elif [[ $what == session41 ]]; then
-  # owed by session 40 (kind nvidia-h200-x4, four lanes): lane 0, bf16 GATConv on tu-batch, the pick (CSR) against
+  # session 40's form (kind nvidia-h200-x4, four lanes; session 41 ran it as session41a and session41b): lane 0, bf16 GATConv on tu-batch, the pick (CSR) against
   # the hybrid forced (the harness had the hybrid 10% ahead of CSR forced, inside the spread of the CSR columns) and
   # against the block path forced; lanes 1 and 2, the CUDA tests of the attention paths, block kernels, reordering,
   # SpMM paths, projected and packed gradients and CUDA graphs on the final code; lane 3, bf16 TransformerConv on
