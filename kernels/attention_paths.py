@@ -537,11 +537,11 @@ def _paired_ms(device, runs: dict) -> dict:
 
 def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn) -> PathDecision:
     """The cost model's block or hybrid pick (or a candidate within :data:`PREDICTED_DOUBT` behind CSR), kept only
-    when its training step (forward and backward of the op)
-    measures at least :data:`MEASURED_MARGIN` faster than the CSR kernels' on this graph (timed once, at the first
-    call); else the CSR decision, with both times recorded. The model's constants drift whenever a kernel changes
-    (session 9's CSR kernels became 2-4x faster and the block path it still predicted faster measured 1.2-2.3x
-    slower), so the choice is checked where it is made. The backward is timed too: the choice is made for training
+    when its training step (forward and backward of the op) measures at least :data:`MEASURED_MARGIN` faster than
+    the CSR kernels' on this graph (timed once, at the first call); else the CSR decision, with both times
+    recorded. The model's constants drift whenever a kernel changes (session 9's CSR kernels became 2-4x faster
+    and the block path it still predicted faster measured 1.2-2.3x slower), so the choice is checked where it is
+    made. The backward is timed too: the choice is made for training
     steps, and the two paths' backwards differ more than their forwards (op forward+backward on the block model,
     session 18: block 2.20 ms against CSR's 3.67)."""
     device = entry.tensors[0].device
