@@ -131,6 +131,7 @@
 #   bash benchmarks/pending_gpu.sh session32b # the awkward graphs in bfloat16 and float16 on CUDA (new sweep)
 #   bash benchmarks/pending_gpu.sh session32c # the same after the gradient-scale term and seeded inputs
 #   bash benchmarks/pending_gpu.sh session32d # the awkward graphs under GNN_IO_CUDAGRAPHS=1 (new sweep)
+#   bash benchmarks/pending_gpu.sh session41f # the last review's change: attention-path and reordering CUDA tests
 #   bash benchmarks/pending_gpu.sh session41e # session 41's final code: projected/packed-gradient and CUDA-graph CUDA tests
 #   bash benchmarks/pending_gpu.sh session41d # the uniform graph's order under session 41's rule (bf16, TF32), A/B
 #   bash benchmarks/pending_gpu.sh session41c # session 41's chooser changes: path/reorder CUDA tests; tu-batch GAT pick A/B; block model's order
@@ -1328,6 +1329,11 @@ for name, ei in [("random", torch.randint(0, 6, (2, 20))), ("self_loops_only", t
     except Exception as exc:  # noqa: BLE001
         print(f"torch.compile default, GATConv(edge_dim=4), {name}: {type(exc).__name__}: {str(exc)[:120]}")
 PY
+elif [[ $what == session41f ]]; then
+  # the last review's change (the identity order's format kept for a dropped order, not rebuilt): the CUDA tests of
+  # the attention paths and reordering
+  CI=1 GNN_IO_STRICT=1 TORCHINDUCTOR_COMPILE_THREADS=8 timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    tests/kernels/test_attention_paths.py tests/test_reorder.py -k 'not interpreter' 2>&1 | tee $out/gpu_tests_6.txt | tail -2
 elif [[ $what == session41e ]]; then
   # session 41's final code: the CUDA tests of the projected and packed gradients and CUDA graphs (whose unforced
   # cases run the chooser), as session41b ran them before the chooser's changes

@@ -457,7 +457,9 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
     if best != "none" and decision.path != "csr" and forward_fn is not None and forced is None:
         timed = _measure_order_gain(entry, decision, forward_fn, layout, items, precision, scale, mode)
         without = next(v for k, v in timed.items() if k.startswith("none"))
-        if timed[f"{best} fwd+bwd"] > without * (1 - ORDER_MIN_GAIN):
+        if timed[f"{best} fwd+bwd"] <= without * (1 - ORDER_MIN_GAIN):
+            entry.formats.pop("none", None)  # rebuilt for the timing: memory, not kept with the order
+        else:  # the identity order's format, built for the timing, serves the decision
             decision = _assembled(entry, "none", candidates, mode, setting, items, family, precision, order_build,
                                   timed_later)
             dropped = (f"; the {best} order dropped: measured {timed[f'{best} fwd+bwd']:.3f} ms with it against "
@@ -569,7 +571,8 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     order (``hybrid[none]``): its windows on the block kernel and the other rows on the CSR kernel, or, where it
     picks no window, the CSR path alone (key ``"none fwd+bwd (csr)"``). Session 18 and 22 timed a hybrid of zero
     windows there, whose CSR rows take the hybrid's atomic backward (14.8 ms against the CSR path's 7.5 on the block
-    model, TransformerConv in TF32): a gain 16x the predicted one that no path would give."""
+    model, TransformerConv in TF32): a gain 16x the predicted one that no path would give. The identity order's
+    format stays in ``entry.formats`` for the caller: dropped with a kept order, reused where the order is dropped."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family,
@@ -584,7 +587,6 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
         name = "none fwd+bwd"
     else:
         plain, name = PathDecision("csr", "timing", decision.family, precision), "none fwd+bwd (csr)"
-    entry.formats.pop("none", None)  # rebuilt for this timing only
     return _paired_ms(rowptr.device, {n: lambda c=candidate: forward_fn(c, backward=True)
                                       for n, candidate in ((name, plain), (f"{decision.order} fwd+bwd", decision))})
 

@@ -507,7 +507,6 @@ def test_order_gain_is_timed_against_what_the_identity_order_would_run(identity_
     timed = attention_paths._measure_order_gain(entry, decision, forward_fn, None, items, "half", 1.0, "block")
     assert ran == [("hybrid" if identity_windows else "csr", True), ("block", True)]
     assert set(timed) == {"none fwd+bwd" if identity_windows else "none fwd+bwd (csr)", "rcm fwd+bwd"}
-    assert "none" not in entry.formats
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
