@@ -116,20 +116,18 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
     from torch._inductor import compile_fx as inductor
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
-    direct_ops.retarget(gm)  # the gnn_io ops without custom_op's per-call Python (gnn_inductor/direct_ops.py)
-    if graph_report is not None and graph_report.rewrites and packed_grads.enabled():
-        # attention gradients into the fused linear map's packed gradient (gnn_inductor/packed_grads.py)
-        graph_report.packed_grads += packed_grads.pack(gm)
-        if packed_grads.projection_enabled():
-            # ... and its GEMMs run on it one block of rows at a time (gnn_inductor/packed_grads.py)
-            graph_report.projected_grads += packed_grads.project_all(gm)
-    if graph_report is not None and graph_report.rewrites and gemm_accumulate.enabled():
-        # GEMM + fresh tensor summed in the fresh tensor's memory (gnn_inductor/gemm_accumulate.py)
-        graph_report.gemm_accumulates["backward" if kwargs.get("is_backward") else "forward"] = \
-            gemm_accumulate.fold(gm)
-    if graph_report is not None and graph_report.rewrites:
-        # large float32 GEMMs by the 3xTF32 split on Tensor Cores (gnn_inductor/dense_gemm.py)
-        graph_report.dense_gemms["backward" if kwargs.get("is_backward") else "forward"] = dense_gemm.rewrite(gm)
+    progress = _PassProgress()
+    try:
+        _split_graph_passes(gm, graph_report, "backward" if kwargs.get("is_backward") else "forward", progress)
+    except Exception as exc:  # noqa: BLE001  (a pass's failure must not become the user's crash)
+        if _strict():
+            raise
+        gm = copy.deepcopy(pristine)
+        if graph_report is not None:
+            graph_report.near_misses.append(_report.NearMiss(
+                "backend", f"the pass {progress.current} raised {type(exc).__name__}: {_first_line(exc)[:160]}; "
+                f"this graph compiles without the passes after the forward/backward split",
+                {"source": "<graph>", "layer": None, "frames": []}))
     if _cuda_graphs():
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)
@@ -151,6 +149,29 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
             graph_report.near_misses.append(_report.NearMiss("inductor", reason,
                                                              {"source": "<graph>", "layer": None, "frames": []}))
         return _OpByOp(pristine)
+
+
+def _split_graph_passes(gm, graph_report, side: str, progress) -> None:
+    """The passes on a forward or backward graph after AOTAutograd split them, in ``gm``, in order."""
+    progress("direct_ops")
+    direct_ops.retarget(gm)  # the gnn_io ops without custom_op's per-call Python (gnn_inductor/direct_ops.py)
+    if graph_report is None or not graph_report.rewrites:
+        return
+    if packed_grads.enabled():
+        # attention gradients into the fused linear map's packed gradient (gnn_inductor/packed_grads.py)
+        progress("packed_grads")
+        graph_report.packed_grads += packed_grads.pack(gm)
+        if packed_grads.projection_enabled():
+            # ... and its GEMMs run on it one block of rows at a time (gnn_inductor/packed_grads.py)
+            progress("projected_grads")
+            graph_report.projected_grads += packed_grads.project_all(gm)
+    if gemm_accumulate.enabled():
+        # GEMM + fresh tensor summed in the fresh tensor's memory (gnn_inductor/gemm_accumulate.py)
+        progress("gemm_accumulate")
+        graph_report.gemm_accumulates[side] = gemm_accumulate.fold(gm)
+    # large float32 GEMMs by the 3xTF32 split on Tensor Cores (gnn_inductor/dense_gemm.py)
+    progress("dense_gemm")
+    graph_report.dense_gemms[side] = dense_gemm.rewrite(gm)
 
 
 OP_BY_OP = "; it runs op by op instead"
@@ -241,17 +262,19 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
     matcher bug), it goes to Inductor unchanged and the report says why: the backend never fails
     where plain ``torch.compile`` would work.
     """
+    progress = _PassProgress()
     try:
-        return _rewrite_and_compile(gm, example_inputs)
+        return _rewrite_and_compile(gm, example_inputs, progress)
     except Exception as exc:  # noqa: BLE001  (fallback is the point)
         # RestartAnalysis is Dynamo's signal, not a failure: with dynamic=True, AOT autograd's pass that turns float
         # scalars into tensors raises TensorifyScalarRestartAnalysis where it cannot, and Dynamo traces again with
-        # that float specialised
-        if isinstance(exc, (IndexError, SettingError, torch._dynamo.exc.RestartAnalysis)) or _strict():
+        # that float specialised. A SettingError is the user's own misspelt setting. Anything else raised by the
+        # backend's passes is the backend's failure, never the user's: the graph goes to Inductor as captured.
+        if isinstance(exc, (SettingError, torch._dynamo.exc.RestartAnalysis)) or _strict():
             raise
         graph_report = _report.GraphReport(0, [], [_report.NearMiss(
-            "backend", f"graph left to Inductor unchanged: {type(exc).__name__}: {_first_line(exc)}",
-            {"source": "<graph>", "layer": None, "frames": []})])
+            "backend", f"graph left to Inductor unchanged: the pass {progress.current} raised "
+            f"{type(exc).__name__}: {_first_line(exc)}", {"source": "<graph>", "layer": None, "frames": []})])
         graph_report.track_parameters(example_inputs)
         _report.add(graph_report)
         return _inner_compile(gm, list(example_inputs), graph_report)
@@ -353,13 +376,27 @@ def _moved_linears(aten_gm: torch.fx.GraphModule) -> tuple:
     return moved, misses
 
 
-def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
+class _PassProgress:
+    """The backend pass running now, named in the report when one fails (:func:`gnn_io`)."""
+
+    def __init__(self):
+        self.current = "canonicalize"
+
+    def __call__(self, name: str) -> None:
+        self.current = name
+
+
+def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list, progress=None):
+    progress = progress or _PassProgress()
     aten_gm = canonicalize(gm)
+    progress("gather_linear")
     moved, kept = _moved_linears(aten_gm)
+    progress("patterns")
     ctx = run_patterns(aten_gm, RewriteContext(aten_gm, fake_mode_of(aten_gm),
                                                num_edges_hint=_edge_count(example_inputs)))
     ctx.near_misses[:0] = kept
     device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
+    progress("cost_model")
     declined = _attention_declined(ctx, device)
     if declined:  # the whole graph is what torch.compile's default runs, faster at this size
         plain, failure = _plain_compile(gm, example_inputs)
@@ -386,12 +423,19 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list):
         rewrite.kernel = kernels.kernel_for(rewrite.op, device, rewrite.details)
     graph_report = _report.GraphReport(0, ctx.rewrites + moved, ctx.near_misses)
     graph_report.track_parameters(example_inputs)
+    progress("index_checks")
     insert_index_checks(aten_gm, ctx)
+    progress("attention_bias")
     _fold_attention_bias(aten_gm, graph_report)
+    progress("score_projection")
     _fold_score_projections(aten_gm, graph_report)
+    progress("shared_input_linears")
     _fuse_linears(aten_gm, graph_report)
+    progress("structure_masks")
     select_by_structure_masks(aten_gm)
+    progress("hoist_structure")
     hoisted = hoist_structure(aten_gm)
+    progress("inductor")
     if hoisted is None:
         _report.add(graph_report)
         if not ctx.rewrites and not moved:  # nothing of ours in it: exactly what torch.compile's default would run

@@ -161,17 +161,21 @@ def hoist_structure(gm: GraphModule) -> Optional[Hoisted]:
     dedupe_structure(sgraph)
     structure_gm = GraphModule(owner, sgraph)
 
-    last = placeholders[-1]
+    # the plan's inputs go after the graph's own; a graph may have none (PyG's RGCNConv breaks its graph at an
+    # ``.item()``, leaving a graph that starts from constants)
+    last = placeholders[-1] if placeholders else None
+
+    def add_placeholder(name: str, value) -> Node:
+        nonlocal last
+        with graph.inserting_after(last) if last is not None else graph.inserting_before(next(iter(graph.nodes))):
+            last = graph.placeholder(name)
+        last.meta["val"] = value
+        return last
+
     for i, (_, n, d) in enumerate(symbol_sources):
-        with graph.inserting_after(last):
-            last = graph.placeholder(f"plan_size_{i}")
-        last.meta["val"] = val(n).shape[d]
+        add_placeholder(f"plan_size_{i}", val(n).shape[d])
     for i, out in enumerate(outputs):
-        with graph.inserting_after(last):
-            ph = graph.placeholder(f"plan_{i}")
-        ph.meta["val"] = val(out)
-        out.replace_all_uses_with(ph)
-        last = ph
+        out.replace_all_uses_with(add_placeholder(f"plan_{i}", val(out)))
     for n in reversed(list(graph.nodes)):
         if n in work and not n.users:
             graph.erase_node(n)

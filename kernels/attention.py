@@ -52,6 +52,7 @@ from gnn_inductor.kernels import attention_paths, attention_triton, dense_triton
 from gnn_inductor.kernels._common import (
     ROLE_DST,
     ROLE_NAMES,
+    accumulation_dtype,
     column_sum,
     edge_values,
     fake_edge_values,
@@ -63,6 +64,7 @@ from gnn_inductor.kernels._common import (
 from gnn_inductor.kernels.edge_softmax import softmax_csr
 from gnn_inductor.kernels.spmm_triton import work_items_op
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
 from gnn_inductor import edge_functions
 
@@ -136,6 +138,7 @@ _lib.impl("attention", _attention, "CompositeImplicitAutograd")
 
 
 @torch.library.custom_op("gnn_io::attention_forward", mutates_args=())
+@contiguous_results
 def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                       score_key: str, message_key: str, eps: float, items: list[Tensor], max_edges: int,
                       dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
@@ -245,6 +248,7 @@ def _delta_shape(out: Tensor, lse: Tensor) -> tuple | None:
 
 
 @torch.library.custom_op("gnn_io::attention_delta", mutates_args=())
+@contiguous_results
 def attention_delta(grad_out: Tensor, out: Tensor, lse: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``(D, bias gradient)`` of an attention op's output: ``D = <dout, out - bias>`` per (row, head) over the
     channels, float32, shaped as ``lse`` (an empty tensor where ``out`` does not split into ``lse``'s heads), and
@@ -262,12 +266,18 @@ def attention_delta(grad_out: Tensor, out: Tensor, lse: Tensor, bias: Tensor | N
     elif _fused([out], lse) and shape[0]:
         delta, _, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
                                                         None if bias is None else bias.reshape(shape[1:]),
-                                                        bias_grad=bias is not None)
+                                                        bias_grad=_kernel_bias_grad(grad_out, bias))
         delta = delta.view(lse.shape)
     else:
         centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
         delta = (grad_out.float() * centred).reshape(shape).sum(-1).view(lse.shape)
     return delta, _bias_grad(grad_out, bias, summed)
+
+
+def _kernel_bias_grad(grad_out: Tensor, bias: Tensor | None) -> bool:
+    """Whether the D kernel sums the bias gradient: it accumulates in float32, so a float64 one is summed by
+    :func:`column_sum` in float64 instead."""
+    return bias is not None and grad_out.dtype != torch.float64
 
 
 def _bias_grad(grad_out: Tensor, bias: Tensor | None, summed: Tensor | None) -> Tensor:
@@ -281,10 +291,11 @@ def _bias_grad(grad_out: Tensor, bias: Tensor | None, summed: Tensor | None) -> 
 @attention_delta.register_fake
 def _(grad_out, out, lse, bias=None):
     delta = lse.new_empty(lse.shape if _delta_shape(out, lse) is not None else (0,), dtype=torch.float32)
-    return delta, grad_out.new_empty((0,)) if bias is None else torch.empty_like(bias)
+    return delta, grad_out.new_empty((0,)) if bias is None else fresh_like(bias)
 
 
 @torch.library.custom_op("gnn_io::attention_backward", mutates_args=())
+@contiguous_results
 def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                        row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
                        max_edges: int, dropout_seed: Tensor | None, dropout_p: float, delta: Tensor, lse: Tensor,
@@ -340,10 +351,11 @@ def _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps
 @attention_backward.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
       dropout_p, delta, lse, needs_grad):
-    return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
+    return [fresh_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 @torch.library.custom_op("gnn_io::attention_backward_packed", mutates_args=())
+@contiguous_results
 def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                               row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
                               items: list[Tensor], max_edges: int, dropout_seed: Tensor | None, dropout_p: float,
@@ -426,7 +438,7 @@ def span_gaps(spans: list, width: int) -> list | None:
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
       dropout_p, delta, lse, needs_grad, pack_offsets, pack_width):
     first = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)]
-    grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
+    grads = [fresh_like(a) if need and offset < 0 else grad_out.new_empty((0,))
              for a, need, offset in zip(args, needs_grad, pack_offsets)]
     return [first.new_empty((first.shape[0], pack_width))] + grads
 
@@ -448,6 +460,7 @@ GRAD_WHOLE_MAX_ROWS = 1 << 19
 
 
 @torch.library.custom_op("gnn_io::attention_backward_projected", mutates_args=())
+@contiguous_results
 def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                                  row: Tensor, perm: Tensor, score_key: str, message_key: str, eps: float,
                                  items: list[Tensor], max_edges: int, dropout_seed: Tensor | None, dropout_p: float,
@@ -474,7 +487,8 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     _check_projection(rows, pack_width, dtype, x, weight, bias_dims)
     grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
     grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
-    sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=torch.float32, device=first.device)]
+    full = dtype in (torch.float32, torch.float64)  # else half precision, whose sums run in float32
+    sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=accumulation_dtype(dtype), device=first.device)]
     # the bias gradient as a GEMV against ones: ATen's column reduction of a block (column_sum's too) kept a
     # staging buffer of 160 MiB at GATv2Conv's step peak on RMAT 2^20 (session 23, call 12)
     ones = torch.ones(rows, dtype=dtype, device=first.device) if sums else None
@@ -489,7 +503,7 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
         if grad_w is not None:
             if r0 == 0 and r1 == rows:
                 dense_triton.matmul(chunk.t(), x, out=grad_w)
-            elif dtype == torch.float32:
+            elif full:
                 if r0 == 0:
                     dense_triton.matmul(chunk.t(), x[r0:r1], out=grad_w)
                 else:
@@ -501,7 +515,7 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
                 else:
                     whole.append(part)
         if sums:
-            if dtype == torch.float32:
+            if full:
                 sums[0].addmv_(chunk.t(), ones[:r1 - r0])
             else:
                 sums[0].add_(torch.mv(chunk.t(), ones[:r1 - r0]).float())
@@ -579,7 +593,7 @@ def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
       dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, x, weight, bias_dims):
     first = args[next(i for i, offset in enumerate(pack_offsets) if offset >= 0)]
-    grads = [torch.empty_like(a) if need and offset < 0 else grad_out.new_empty((0,))
+    grads = [fresh_like(a) if need and offset < 0 else grad_out.new_empty((0,))
              for a, need, offset in zip(args, needs_grad, pack_offsets)]
     grad_x = grad_out.new_empty((0,)) if weight is None else first.new_empty((first.shape[0], weight.shape[1]))
     grad_w = grad_out.new_empty((0,)) if x is None else first.new_empty((pack_width, x.shape[1]))
@@ -658,6 +672,7 @@ def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, messag
 
 
 @torch.library.custom_op("gnn_io::attention_forward_mass", mutates_args=())
+@contiguous_results
 def attention_forward_mass(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
                            perm: Tensor, score_key: str, message_key: str, eps: float, items: list[Tensor],
                            max_edges: int, dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
@@ -687,6 +702,7 @@ def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, m
 
 
 @torch.library.custom_op("gnn_io::attention_delta_mass", mutates_args=())
+@contiguous_results
 def attention_delta_mass(grad_out: Tensor, out: Tensor, mass: Tensor, lse: Tensor, bias: Tensor | None,
                          score_scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """``(D, dst-term gradient, bias gradient)``: :func:`attention_delta`'s two, and ``score_scale * <dout, M>`` per
@@ -699,7 +715,8 @@ def attention_delta_mass(grad_out: Tensor, out: Tensor, mass: Tensor, lse: Tenso
     if _fused([out], lse) and shape[0]:
         delta, mass_grad, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
                                                                 None if bias is None else bias.reshape(shape[1:]),
-                                                                mass.reshape(shape), score_scale, bias is not None)
+                                                                mass.reshape(shape), score_scale,
+                                                                _kernel_bias_grad(grad_out, bias))
         delta, mass_grad = delta.view(lse.shape), mass_grad.view(lse.shape)
     else:
         centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
@@ -711,7 +728,7 @@ def attention_delta_mass(grad_out: Tensor, out: Tensor, mass: Tensor, lse: Tenso
 @attention_delta_mass.register_fake
 def _(grad_out, out, mass, lse, bias, score_scale):
     return (lse.new_empty(lse.shape, dtype=torch.float32), lse.new_empty(lse.shape, dtype=torch.float32),
-            grad_out.new_empty((0,)) if bias is None else torch.empty_like(bias))
+            grad_out.new_empty((0,)) if bias is None else fresh_like(bias))
 
 
 def _setup_mass(ctx, inputs, output):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results
 
 
 def _check_index(name: str, index: Tensor, bound: int, bound_name: str, where: str = "") -> None:
@@ -49,6 +50,7 @@ def _check_indices(checks: list, where: str = "") -> None:
 
 
 @torch.library.custom_op("gnn_io::csr_plan", mutates_args=())
+@contiguous_results
 def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
              num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     _check_indices([("edge_index (destination row)", dst, num_dst, "num_nodes"),
@@ -90,6 +92,7 @@ def _(dst, src, num_dst, num_src):
 
 
 @torch.library.custom_op("gnn_io::self_loop_csr", mutates_args=())
+@contiguous_results
 def self_loop_csr(rowptr: Tensor, col: Tensor, values: Tensor, t_rowptr: Tensor, t_col: Tensor,
                   t_values: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     r"""The CSR of ``A + s I`` (and of its transpose) for a square plan, with ``s`` left open.

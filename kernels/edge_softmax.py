@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
 from gnn_inductor.kernels._common import in_float32, recompute_grads, segment_reduce
 
@@ -39,6 +40,7 @@ KERNEL = {"cuda": "reference (torch segment ops)", "cpu": "segment reference"}
 
 
 @torch.library.custom_op("gnn_io::edge_softmax", mutates_args=())
+@contiguous_results
 def edge_softmax(scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor, eps: float) -> Tensor:
     _check(scores, perm)
     return edge_softmax_reference(scores, rowptr, row, perm, eps)
@@ -46,10 +48,11 @@ def edge_softmax(scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor, eps:
 
 @edge_softmax.register_fake
 def _(scores, rowptr, row, perm, eps):
-    return torch.empty_like(scores)
+    return fresh_like(scores)
 
 
 @torch.library.custom_op("gnn_io::edge_softmax_backward", mutates_args=())
+@contiguous_results
 def edge_softmax_backward(grad_out: Tensor, scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor,
                           eps: float) -> Tensor:
     (grad,) = recompute_grads(lambda s: edge_softmax_reference(s, rowptr, row, perm, eps), [scores], grad_out, [True])
@@ -58,7 +61,7 @@ def edge_softmax_backward(grad_out: Tensor, scores: Tensor, rowptr: Tensor, row:
 
 @edge_softmax_backward.register_fake
 def _(grad_out, scores, rowptr, row, perm, eps):
-    return torch.empty_like(scores)
+    return fresh_like(scores)
 
 
 def _setup(ctx, inputs, output):

@@ -40,6 +40,7 @@ import os
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import dense_triton
@@ -123,6 +124,7 @@ _lib.impl("gather_scatter", _gather_scatter, "CompositeImplicitAutograd")
 @torch.library.custom_op("gnn_io::gather_scatter_forward", mutates_args=(), schema=(
     "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, str reduce, "
     "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> (Tensor, Tensor)"))
+@contiguous_results
 def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
                            perm: Tensor, fn_key: str, reduce: str, with_arg: bool,
                            t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
@@ -153,6 +155,7 @@ def _(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan=None
     "(Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, "
     "str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, Tensor[]? t_plan=None, "
     "Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+@contiguous_results
 def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                             row: Tensor, perm: Tensor, fn_key: str, reduce: str, needs_grad: list[bool],
                             out: Tensor | None = None, arg: Tensor | None = None,
@@ -182,13 +185,14 @@ def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce,
 @gather_scatter_backward.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None, t_plan=None,
       items=None, t_items=None):
-    return [torch.empty_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
+    return [fresh_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_backward_mm", mutates_args=(), schema=(
     "(Tensor a, Tensor b, int index, Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, "
     "Tensor row, Tensor perm, str fn_key, str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, "
     "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+@contiguous_results
 def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tensor, args: list[Tensor],
                                roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_key: str,
                                reduce: str, needs_grad: list[bool], out: Tensor | None = None,
@@ -214,7 +218,7 @@ def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tenso
 @gather_scatter_backward_mm.register_fake
 def _(a, b, index, grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None,
       t_plan=None, items=None, t_items=None):
-    return [torch.empty_like(x) if need else grad_out.new_empty((0,)) for x, need in zip(args, needs_grad)]
+    return [fresh_like(x) if need else grad_out.new_empty((0,)) for x, need in zip(args, needs_grad)]
 
 
 def _save(ctx, args, plan_and_results: list, t_plan, items, t_items) -> None:
@@ -286,6 +290,7 @@ _lib.impl("gather_scatter_multi", _gather_scatter_multi, "CompositeImplicitAutog
 @torch.library.custom_op("gnn_io::gather_scatter_multi_forward", mutates_args=(), schema=(
     "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str[] fn_keys, str[] reduces, "
     "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+@contiguous_results
 def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
                                  perm: Tensor, fn_keys: list[str], reduces: list[str], with_arg: bool,
                                  t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
@@ -338,6 +343,7 @@ def _setup_multi(ctx, inputs, output):
     "(Tensor?[] grad_outs, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
     "str[] fn_keys, str[] reduces, bool[] needs_grad, Tensor[] outs, Tensor[] member_args, bool with_arg, "
     "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+@contiguous_results
 def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Tensor], roles: list[int],
                                   rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_keys: list[str],
                                   reduces: list[str], needs_grad: list[bool], outs: list[Tensor],
@@ -404,7 +410,7 @@ def _shares_memory(tensor: Tensor, others: list) -> bool:
 @gather_scatter_multi_backward.register_fake
 def _(grad_outs, args, roles, rowptr, col, row, perm, fn_keys, reduces, needs_grad, outs, member_args, with_arg,
       t_plan=None, items=None, t_items=None):
-    return [torch.empty_like(a) if need else a.new_empty((0,)) for a, need in zip(args, needs_grad)]
+    return [fresh_like(a) if need else a.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _backward_multi(ctx, grads):

@@ -89,6 +89,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results
 
 from gnn_inductor import edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
@@ -180,6 +181,7 @@ def split_summary(rowptr: Tensor, col: Tensor | None = None) -> dict:
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_items", mutates_args=())
+@contiguous_results
 def gather_scatter_items(rowptr: Tensor, col: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Work items of ``rowptr`` split at :func:`split_threshold`, padded to a bound that depends on
     sizes only (skipped items, ``shared == PADDING``), so compiled graphs see no data-dependent size.

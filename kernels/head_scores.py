@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
 from gnn_inductor.kernels import dense_triton
 
@@ -76,6 +77,7 @@ def reference_scores(h: Tensor, att: Tensor) -> Tensor:
 
 
 @torch.library.custom_op("gnn_io::linear_scores", mutates_args=())
+@contiguous_results
 def linear_scores(x: Tensor, weight: Tensor, bias: Tensor | None, att: Tensor) -> tuple[Tensor, Tensor]:
     """``(h, score)``: ``h = x @ weight^T (+ bias)`` (``[N, H C]``) and ``score[:, r] = (h.view(N, H, C) *
     att[r]).sum(-1)`` (``[N, R, H]``)."""
@@ -92,6 +94,7 @@ def _(x, weight, bias, att):
 
 
 @torch.library.custom_op("gnn_io::linear_scores_backward", mutates_args=())
+@contiguous_results
 def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None,
                            att: Tensor) -> list[Tensor]:
     """``[dx, dW, db, datt]`` (``db`` empty without a bias). In float32 and float64, by the products of the module
@@ -126,8 +129,8 @@ def linear_scores_backward(grad_h: Tensor, grad_score: Tensor, x: Tensor, weight
 
 @linear_scores_backward.register_fake
 def _(grad_h, grad_score, x, weight, bias, att):
-    return [torch.empty_like(x), torch.empty_like(weight),
-            torch.empty_like(bias) if bias is not None else x.new_empty((0,)), torch.empty_like(att)]
+    return [fresh_like(x), fresh_like(weight),
+            fresh_like(bias) if bias is not None else x.new_empty((0,)), fresh_like(att)]
 
 
 def _setup(ctx, inputs, output):

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from gnn_inductor.kernels.launch import cdiv, fast_launch
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results
 
 SEED_HIGH = 2**31 - 1    # seeds are drawn from [0, SEED_HIGH)
 # zero words after a keep bitset: a kernel's padded heads (up to the next power of two) may read past the last
@@ -223,6 +224,7 @@ def uniform_by_triton(seed: Tensor, counter: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 @torch.library.custom_op("gnn_io::dropout_keep", mutates_args=())
+@contiguous_results
 def dropout_keep(seed: Tensor, size: list[int], p: float) -> Tensor:
     """Bool ``[*size]``: ``keep(flat index)`` of a contiguous tensor of ``size``, i.e. entry ``(e, h)`` of an
     ``[E, H]`` tensor keeps with counter ``e * H + h``: the mask the fused attention draws for edge ``e``."""

@@ -27,6 +27,7 @@ import os
 import torch
 from gnn_inductor.kernels._common import SettingError, segment_reduce
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
 SPMM_REDUCTIONS = ("sum", "mean")
 
@@ -132,6 +133,7 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
 
 
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())
+@contiguous_results
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
          t_col: Tensor, items: list[Tensor], t_items: list[Tensor], reduce: str) -> Tensor:
     _check(x, values, col, reduce)
@@ -166,6 +168,7 @@ def _(x, values, t_values, rowptr, col, row, t_rowptr, t_col, items, t_items, re
 
 
 @torch.library.custom_op("gnn_io::spmm_backward", mutates_args=())
+@contiguous_results
 def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor,
                   row: Tensor, t_rowptr: Tensor, t_col: Tensor, t_items: list[Tensor], reduce: str,
                   needs_grad: list[bool]) -> list[Tensor]:
@@ -184,8 +187,8 @@ def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor,
 
 @spmm_backward.register_fake
 def _(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, t_items, reduce, needs_grad):
-    return [torch.empty_like(x) if needs_grad[0] else x.new_empty((0,)),
-            torch.empty_like(values) if needs_grad[1] else values.new_empty((0,))]
+    return [fresh_like(x) if needs_grad[0] else x.new_empty((0,)),
+            fresh_like(values) if needs_grad[1] else values.new_empty((0,))]
 
 
 def _setup(ctx, inputs, output):

@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from gnn_inductor.kernels.op_layout import contiguous_results
 from torch.library import triton_op, wrap_triton
 
 from gnn_inductor.kernels._common import kept_outside_graph_pool
@@ -347,6 +348,7 @@ def hub_item_count(items) -> int | None:
 
 
 @torch.library.custom_op("gnn_io::work_items", mutates_args=())
+@contiguous_results
 def work_items_op(rowptr: Tensor, col: Tensor, max_edges: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`work_items` as an op for the graph plan, padded to :func:`padded_item_count` items
     with skipped items (``shared == PADDING``); their hub count is remembered (:func:`remember_hubs`)."""
