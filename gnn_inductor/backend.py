@@ -308,6 +308,16 @@ def _cuda_graphs() -> bool:
     return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
 
 
+def _plan_check() -> bool:
+    """``GNN_IO_PLAN_CHECK``: ``fingerprint`` (the default) checks at each reuse of a graph plan that the structure
+    tensors still hold what the plan was built from (gnn_inductor/plan.py); ``version`` trusts their version counters
+    alone, which miss writes through ``.data`` or ``.numpy()``."""
+    value = os.environ.get("GNN_IO_PLAN_CHECK", "fingerprint").strip() or "fingerprint"
+    if value not in ("fingerprint", "version"):
+        raise SettingError(f"GNN_IO_PLAN_CHECK={value!r}: set it to fingerprint or version")
+    return value == "fingerprint"
+
+
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
     return os.environ.get("GNN_IO_STRICT", "0") == "1"
@@ -445,7 +455,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list, progres
     graph_report.hoisted_nodes = hoisted.num_nodes
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
-    cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index))
+    cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index), _plan_check())
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     static_inputs = _parameter_positions(example_inputs) + plan_inputs
     positions = hoisted.input_positions
@@ -454,6 +464,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list, progres
         """The plan of the graph in ``args``, cached per graph: data-dependent sizes first, then tensors."""
         plan = cache([args[i] for i in positions])
         graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
+        graph_report.plan_stale = cache.stale
         if cache.hits == 0:
             _report.write_env_report()
         return plan[len(plan) - num_sizes:] + plan[:len(plan) - num_sizes]

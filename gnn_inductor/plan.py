@@ -8,8 +8,11 @@ compiled remainder as extra inputs, so Inductor never recomputes (or reuses the 
 The cache is keyed by the identity and version counter of the structure input tensors and the
 values of symbolic sizes. It holds only weak references to those inputs (an entry dies with its
 graph) and never outputs that alias them (views of inputs are recomputed in the main graph), and
-an in-place change to ``edge_index`` bumps its version, which misses the cache. A new graph each
-call (mini-batches) simply builds a new plan each call.
+an in-place change to ``edge_index`` bumps its version, which misses the cache. Writes that bypass
+the version counter (through ``.data``, ``.numpy()``, DLPack) are caught by a fingerprint of the
+structure tensors (``kernels/fingerprint.py``), taken at the build and compared at each reuse
+(``GNN_IO_PLAN_CHECK=version`` trusts the version counter alone). A new graph each call
+(mini-batches) simply builds a new plan each call.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from gnn_inductor.graph_match import structure_nodes, val
 from gnn_inductor.kernels.csr import degree_stats
+from gnn_inductor.kernels.fingerprint import fingerprints
 
 MAX_PLANS_PER_GRAPH = 8
 
@@ -321,16 +325,23 @@ class _Entry:
     versions: list
     scalars: list
     outputs: tuple
+    fingerprints: Optional[torch.Tensor] = None
 
 
 @dataclass
 class PlanCache:
-    """Runs a structure function once per graph and returns the cached outputs after that."""
+    """Runs a structure function once per graph and returns the cached outputs after that.
+
+    ``check_fingerprints``: a reuse also compares the structure tensors' fingerprints with the build's (one pass
+    over them and one device sync per call); off, only their identity and version counters are compared.
+    ``stale`` counts the reuses a changed fingerprint turned into rebuilds."""
     structure_fn: Callable
     on_build: Callable = lambda outputs: None
+    check_fingerprints: bool = True
     entries: list = field(default_factory=list)
     builds: int = 0
     hits: int = 0
+    stale: int = 0
 
     def __call__(self, inputs: list) -> tuple:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
@@ -339,6 +350,10 @@ class PlanCache:
         for entry in self.entries:
             if entry.scalars == scalars and entry.versions == versions and \
                     all(r() is t for r, t in zip(entry.refs, tensors)):
+                if entry.fingerprints is not None and not torch.equal(entry.fingerprints, fingerprints(tensors)):
+                    self.entries.remove(entry)  # written behind the version counter's back: build anew
+                    self.stale += 1
+                    break
                 self.hits += 1
                 return entry.outputs
         outputs = tuple(self.structure_fn(*inputs))
@@ -349,7 +364,8 @@ class PlanCache:
         return outputs
 
     def _remember(self, tensors, versions, scalars, outputs) -> None:
-        entry = _Entry([], versions, scalars, outputs)
+        entry = _Entry([], versions, scalars, outputs,
+                       fingerprints(tensors) if self.check_fingerprints else None)
         this = weakref.ref(self)
 
         def forget(_ref, entry=entry):

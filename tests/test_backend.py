@@ -761,14 +761,59 @@ def test_a_rewrite_error_without_a_message_still_falls_back(monkeypatch):
     near miss with the graph left to Inductor, not crash the fallback (its first line is an empty list's)."""
     import gnn_inductor.backend as backend
 
-    def fail(gm, example_inputs):
+    def fail(gm, example_inputs, progress):
         raise AssertionError()
 
     monkeypatch.setattr(backend, "_rewrite_and_compile", fail)
     monkeypatch.delenv("GNN_IO_STRICT", raising=False)
     torch.manual_seed(0)
     result = check_rewrites(GCNConv(4, 3), torch.randn(12, 4), random_graph(12, 30), expect={"spmm": 0})
-    assert [m.reason for m in result.near_misses] == ["graph left to Inductor unchanged: AssertionError: "]
+    assert [m.reason for m in result.near_misses] == [
+        "graph left to Inductor unchanged: the pass canonicalize raised AssertionError: "]
+
+
+@pytest.mark.parametrize("error", [IndexError, RuntimeError, KeyError])
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_an_exception_in_a_backend_pass_goes_to_inductor_naming_the_pass(monkeypatch, error, strict):
+    """Any exception a pass of the backend raises while compiling (an ``IndexError`` included: the user's index
+    errors come from the plan at run time, never from a pass) leaves the graph to Inductor, correct against eager,
+    with a report entry naming the pass and the error; ``GNN_IO_STRICT=1`` raises it."""
+    import gnn_inductor.backend as backend
+
+    def fail(gm):
+        raise error("list index out of range")
+
+    monkeypatch.setattr(backend, "hoist_structure", fail)
+    if strict:
+        monkeypatch.setenv("GNN_IO_STRICT", "1")
+    else:
+        monkeypatch.delenv("GNN_IO_STRICT", raising=False)
+    torch.manual_seed(0)
+    conv, x, edge_index = GCNConv(4, 3), torch.randn(12, 4), random_graph(12, 30)
+    if strict:
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="list index out of range"):
+            torch.compile(conv, backend="gnn_io")(x, edge_index)
+        return
+    result = check_rewrites(conv, x, edge_index, expect={"spmm": 0})
+    assert [m.reason.split(":")[1] for m in result.near_misses] == [" the pass hoist_structure raised " + error.__name__]
+
+
+def test_an_exception_in_a_pass_after_the_split_compiles_the_graph_without_those_passes(monkeypatch):
+    """The passes on the forward and backward graphs after AOTAutograd's split run inside Inductor's compile (the
+    backward's at the first backward): one that raises leaves that graph compiled without them, correct, with a
+    report entry naming the pass."""
+    from gnn_inductor import direct_ops
+
+    def fail(gm):
+        raise RuntimeError("retarget failed")
+
+    monkeypatch.setattr(direct_ops, "retarget", fail)
+    monkeypatch.delenv("GNN_IO_STRICT", raising=False)
+    torch.manual_seed(0)
+    result = check_rewrites(GCNConv(4, 3), torch.randn(12, 4), random_graph(12, 30), expect={"spmm": 1})
+    reasons = [m.reason for m in result.near_misses]
+    assert reasons and all(r.startswith("the pass direct_ops raised RuntimeError: retarget failed") for r in reasons)
 
 
 @pytest.mark.parametrize("name, attr, value", [("gat", "negative_slope", 0.7), ("gatv2", "negative_slope", 0.05),

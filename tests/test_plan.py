@@ -66,6 +66,46 @@ def test_in_place_change_of_edge_index_invalidates_the_plan():
     assert cache_of(model).plan_builds == 2
 
 
+@pytest.mark.parametrize("edit", ["data", "numpy", "edge_weight_data"])
+def test_an_edit_behind_the_version_counter_rebuilds_the_plan(edit):
+    """Writes through ``.data`` or ``.numpy()`` leave the version counter as it was; the structure fingerprint
+    still finds them: the plan is rebuilt, the result is eager's on the edited graph, the report counts it."""
+    conv, model = compiled_gcn()
+    edge_index, x = random_graph(50, 200), torch.randn(50, 8)
+    edge_weight = torch.rand(edge_index.shape[1]) + 0.1
+    model(x, edge_index, edge_weight)
+    model(x, edge_index, edge_weight)
+    if edit == "data":
+        edge_index.data[0, :10] = (edge_index[0, :10] + 1) % 50
+    elif edit == "numpy":
+        edge_index.numpy()[1, :10] = (edge_index.numpy()[1, :10] + 3) % 50
+    else:
+        edge_weight.data[:20] *= 3
+    torch.testing.assert_close(model(x, edge_index, edge_weight), conv(x, edge_index, edge_weight))
+    report = cache_of(model)
+    assert (report.plan_builds, report.plan_hits, report.plan_stale) == (2, 1, 1)
+    assert "plan rebuilt 1x" in rewrite_report.format_text_for([report])[1]
+
+
+def test_plan_check_version_trusts_the_version_counter(monkeypatch):
+    """``GNN_IO_PLAN_CHECK=version``: the documented contract, a write through ``.data`` is not followed."""
+    monkeypatch.setenv("GNN_IO_PLAN_CHECK", "version")
+    conv, model = compiled_gcn()
+    edge_index, x = random_graph(50, 200), torch.randn(50, 8)
+    before = model(x, edge_index)
+    edge_index.data[0, :10] = (edge_index[0, :10] + 1) % 50
+    torch.testing.assert_close(model(x, edge_index), before)
+    assert cache_of(model).plan_stale == 0
+    assert not torch.allclose(before, conv(x, edge_index))
+
+
+def test_an_unknown_plan_check_setting_is_an_error(monkeypatch):
+    monkeypatch.setenv("GNN_IO_PLAN_CHECK", "sometimes")
+    _, model = compiled_gcn()
+    with pytest.raises(Exception, match="GNN_IO_PLAN_CHECK"):
+        model(torch.randn(50, 8), random_graph(50, 200))
+
+
 def test_plan_cache_does_not_keep_a_dead_graph_alive():
     _, model = compiled_gcn()
     x = torch.randn(50, 8)
