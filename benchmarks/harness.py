@@ -262,7 +262,9 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_cg_force": {"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_FORCE": "1"},
             "gnn_io_score_fold": {"GNN_IO_SCORE_FOLD": "1"}, "gnn_io_score_fold_tight": {"GNN_IO_SCORE_FOLD": "tight"},
             "gnn_io_score_epilogue": {"GNN_IO_SCORE_FOLD": "epilogue"}, "gnn_io_no_score_epilogue": {"GNN_IO_SCORE_FOLD": "0"},
-            "gnn_io_fuse_pairs": {"GNN_IO_FUSE_MIN_GROUP": "2"}, "gnn_io_no_pairs": {"GNN_IO_FUSE_MIN_GROUP": "3"}}
+            "gnn_io_fuse_pairs": {"GNN_IO_FUSE_MIN_GROUP": "2"}, "gnn_io_no_pairs": {"GNN_IO_FUSE_MIN_GROUP": "3"},
+            "gnn_io_plan_version": {"GNN_IO_PLAN_CHECK": "version"},
+            "gnn_io_plan_fingerprint": {"GNN_IO_PLAN_CHECK": "fingerprint"}}
 
 
 @contextlib.contextmanager

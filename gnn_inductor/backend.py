@@ -308,14 +308,14 @@ def _cuda_graphs() -> bool:
     return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
 
 
-def _plan_check() -> bool:
-    """``GNN_IO_PLAN_CHECK``: ``fingerprint`` (the default) checks at each reuse of a graph plan that the structure
-    tensors still hold what the plan was built from (gnn_inductor/plan.py); ``version`` trusts their version counters
-    alone, which miss writes through ``.data`` or ``.numpy()``."""
-    value = os.environ.get("GNN_IO_PLAN_CHECK", "fingerprint").strip() or "fingerprint"
-    if value not in ("fingerprint", "version"):
-        raise SettingError(f"GNN_IO_PLAN_CHECK={value!r}: set it to fingerprint or version")
-    return value == "fingerprint"
+def _plan_check() -> str:
+    """``GNN_IO_PLAN_CHECK``: which reuses of a graph plan first check that the structure tensors still hold what the
+    plan was built from (gnn_inductor/plan.py): ``auto`` (the default) those of CPU graphs, ``fingerprint`` all,
+    ``version`` none (version counters alone, which miss writes through ``.data`` or ``.numpy()``)."""
+    value = os.environ.get("GNN_IO_PLAN_CHECK", "auto").strip() or "auto"
+    if value not in ("auto", "fingerprint", "version"):
+        raise SettingError(f"GNN_IO_PLAN_CHECK={value!r}: set it to auto, fingerprint or version")
+    return value
 
 
 def _strict() -> bool:

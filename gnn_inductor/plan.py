@@ -10,9 +10,10 @@ values of symbolic sizes. It holds only weak references to those inputs (an entr
 graph) and never outputs that alias them (views of inputs are recomputed in the main graph), and
 an in-place change to ``edge_index`` bumps its version, which misses the cache. Writes that bypass
 the version counter (through ``.data``, ``.numpy()``, DLPack) are caught by a fingerprint of the
-structure tensors (``kernels/fingerprint.py``), taken at the build and compared at each reuse
-(``GNN_IO_PLAN_CHECK=version`` trusts the version counter alone). A new graph each call
-(mini-batches) simply builds a new plan each call.
+structure tensors (``kernels/fingerprint.py``), taken at the build and compared at each reuse: by
+default for CPU graphs only (``GNN_IO_PLAN_CHECK``, docs/usage.md "Editing a graph in place": on
+CUDA the comparison's device sync cost 83 us of host time per call and 3-5% of a 16M-edge step on
+the H200). A new graph each call (mini-batches) simply builds a new plan each call.
 """
 from __future__ import annotations
 
@@ -332,12 +333,13 @@ class _Entry:
 class PlanCache:
     """Runs a structure function once per graph and returns the cached outputs after that.
 
-    ``check_fingerprints``: a reuse also compares the structure tensors' fingerprints with the build's (one pass
-    over them and one device sync per call); off, only their identity and version counters are compared.
-    ``stale`` counts the reuses a changed fingerprint turned into rebuilds."""
+    ``check``: which reuses also compare the structure tensors' fingerprints with the build's (one pass over them
+    and, on CUDA, one device sync per call): ``"fingerprint"`` every one, ``"auto"`` those of CPU graphs,
+    ``"version"`` none (identity and version counters only). ``stale`` counts the reuses a changed fingerprint
+    turned into rebuilds."""
     structure_fn: Callable
     on_build: Callable = lambda outputs: None
-    check_fingerprints: bool = True
+    check: str = "auto"
     entries: list = field(default_factory=list)
     builds: int = 0
     hits: int = 0
@@ -364,8 +366,8 @@ class PlanCache:
         return outputs
 
     def _remember(self, tensors, versions, scalars, outputs) -> None:
-        entry = _Entry([], versions, scalars, outputs,
-                       fingerprints(tensors) if self.check_fingerprints else None)
+        checked = self.check == "fingerprint" or (self.check == "auto" and not any(t.is_cuda for t in tensors))
+        entry = _Entry([], versions, scalars, outputs, fingerprints(tensors) if checked else None)
         this = weakref.ref(self)
 
         def forget(_ref, entry=entry):

@@ -66,10 +66,14 @@ def test_in_place_change_of_edge_index_invalidates_the_plan():
     assert cache_of(model).plan_builds == 2
 
 
+@pytest.mark.parametrize("setting", [None, "fingerprint"], ids=["default", "fingerprint"])
 @pytest.mark.parametrize("edit", ["data", "numpy", "edge_weight_data"])
-def test_an_edit_behind_the_version_counter_rebuilds_the_plan(edit):
+def test_an_edit_behind_the_version_counter_rebuilds_the_plan(edit, setting, monkeypatch):
     """Writes through ``.data`` or ``.numpy()`` leave the version counter as it was; the structure fingerprint
-    still finds them: the plan is rebuilt, the result is eager's on the edited graph, the report counts it."""
+    still finds them (CPU graphs are checked by default): the plan is rebuilt, the result is eager's on the edited
+    graph, the report counts it."""
+    if setting:
+        monkeypatch.setenv("GNN_IO_PLAN_CHECK", setting)
     conv, model = compiled_gcn()
     edge_index, x = random_graph(50, 200), torch.randn(50, 8)
     edge_weight = torch.rand(edge_index.shape[1]) + 0.1
@@ -97,6 +101,27 @@ def test_plan_check_version_trusts_the_version_counter(monkeypatch):
     torch.testing.assert_close(model(x, edge_index), before)
     assert cache_of(model).plan_stale == 0
     assert not torch.allclose(before, conv(x, edge_index))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+@pytest.mark.parametrize("setting", [None, "fingerprint"], ids=["default", "fingerprint"])
+def test_plan_check_on_cuda(setting, monkeypatch):
+    """On CUDA the default trusts version counters (the documented contract: the check's sync costs more than its
+    budget there); ``GNN_IO_PLAN_CHECK=fingerprint`` follows a write through ``.data``."""
+    if setting:
+        monkeypatch.setenv("GNN_IO_PLAN_CHECK", setting)
+    conv, model = compiled_gcn()
+    conv = conv.cuda()
+    edge_index, x = random_graph(50, 200).cuda(), torch.randn(50, 8, device="cuda")
+    before = model(x, edge_index)
+    edge_index.data[0, :10] = (edge_index[0, :10] + 1) % 50
+    after = model(x, edge_index)
+    if setting:
+        torch.testing.assert_close(after, conv(x, edge_index))
+        assert cache_of(model).plan_stale == 1
+    else:
+        torch.testing.assert_close(after, before)
+        assert cache_of(model).plan_stale == 0
 
 
 def test_an_unknown_plan_check_setting_is_an_error(monkeypatch):
