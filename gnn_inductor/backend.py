@@ -8,14 +8,16 @@ being split at ``nonzero``; the data-dependent sizes then live in the graph plan
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import functools
-import os
 
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
+from gnn_inductor import config
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
 from gnn_inductor import direct_ops, inductor_fixes
@@ -27,7 +29,7 @@ from gnn_inductor.plan import (
 )
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
-from gnn_inductor.kernels._common import SettingError, int_setting
+from gnn_inductor.config import SettingError
 
 inductor_fixes.apply()
 
@@ -47,10 +49,12 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None, in
     # on the H100 in GATConv's backward (the attention-vector gradient, a y/x/r0-tiled reduction over 2708
     # Cora nodes, float32). The rewritten graphs keep 2 tiles; GNN_IO_INDUCTOR_MAX_TILES overrides.
     # ``inductor_tiles``: a graph left to Inductor whole (:func:`_plain_compile`) keeps Inductor's own setting, so
-    # it is exactly what torch.compile's default runs (MUSAE-github GATConv, session 20: 2% slower with 2 tiles).
+    # it is exactly what torch.compile's default runs (MUSAE-github GATConv on the H100: 2% slower with 2 tiles).
     options = {"fx_graph_cache": False}
-    if not inductor_tiles or "GNN_IO_INDUCTOR_MAX_TILES" in os.environ:
+    if not inductor_tiles or config.is_set("inductor_max_tiles"):
         options["triton.max_tiles"] = _max_tiles()
+    if config.get("inductor_max_autotune"):  # mode="max-autotune" (config.MODES)
+        options.update({"max_autotune": True, "coordinate_descent_tuning": True})
     if _cuda_graphs():
         # Graphs with symbolic-shape inputs stay off CUDA graphs: on the H100, GCNConv and GATConv (whose self
         # loops give the plan a data-dependent size) failed after a no_grad forward with "accessing tensor
@@ -58,17 +62,17 @@ def _inner_compile(gm, example_inputs, graph_report=None, static_inputs=None, in
         # A graph of fixed sizes turns that check off: in torch 2.11 Inductor's graph partition counts a kernel's
         # own loop indices as dynamic sizes (pytorch/pytorch#197139), so with it on, TransformerConv's fused
         # weight concatenation, its GEMM, the output add and the bias gradients ran outside the CUDA graphs
-        # (session 33, H100, RMAT 2^17).
+        # (seen on the H100, RMAT 2^17).
         options["triton.cudagraphs"] = True
         options["triton.cudagraph_skip_dynamic_graphs"] = _has_symbolic_sizes(example_inputs)
     if static_inputs is None:
         static_inputs = _parameter_positions(example_inputs)
     inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),
-                              num_inputs=len(example_inputs))
+                              num_inputs=len(example_inputs), settings=_SETTINGS.get())
     # config_patches, not a ``with inductor_config.patch(...)`` around the call: AOTAutograd compiles the backward
     # lazily, at the first backward, after such a block has exited; compile_fx also patches ``inner_compile`` so
-    # the backward gets these options. Until session 33 the backward compiled without them: no CUDA graphs for
-    # it under GNN_IO_CUDAGRAPHS=1 (its kernels launched one by one) and Inductor's default tiles.
+    # the backward gets these options. Without them the backward would get no CUDA graphs under
+    # GNN_IO_CUDAGRAPHS=1 (its kernels would launch one by one) and Inductor's default tiles.
     return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
 
 
@@ -80,11 +84,7 @@ def _has_symbolic_sizes(example_inputs) -> bool:
 
 
 def _max_tiles() -> int:
-    value = os.environ.get("GNN_IO_INDUCTOR_MAX_TILES", "2").strip()
-    if value not in ("1", "2", "3"):
-        raise SettingError(f"GNN_IO_INDUCTOR_MAX_TILES={value!r}: set it to 1, 2 or 3 "
-                           "(Inductor's triton.max_tiles)")
-    return int(value)
+    return config.get("inductor_max_tiles")
 
 
 def _parameter_positions(example_inputs) -> list:
@@ -107,13 +107,21 @@ def _with_static_inputs(kwargs: dict, example_inputs, static_inputs, num_inputs)
     return {**kwargs, "static_input_idxs": sorted(marked)}
 
 
-def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=(), num_inputs=-1, **kwargs):
+def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=(), num_inputs=-1, settings=None,
+                           **kwargs):
     """Inductor's own per-graph compile (forward, and the backward when it is first needed), except
     that a crash of Inductor or Triton while compiling (bf16 GATConv's backward crashes a compile
     worker in Triton's LLVM lowering, on torch.compile's default backend too) leaves that graph to
     run op by op (aten ops and the gnn_io kernels), with a near miss in the report, instead of failing
-    the user's step. ``GNN_IO_STRICT=1`` re-raises."""
+    the user's step. ``GNN_IO_STRICT=1`` re-raises. ``settings``: the ``torch.compile`` options of the graph
+    (:func:`gnn_io`), in force while it compiles and at each call of what it returns: AOTAutograd compiles and
+    calls the backward outside the forward's call."""
     from torch._inductor import compile_fx as inductor
+
+    if settings:
+        with _settings_in_force(settings):
+            compiled = _guarded_inner_compile(gm, example_inputs, graph_report, static_inputs, num_inputs, **kwargs)
+        return _UnderSettings(compiled, settings)
 
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
     progress = _PassProgress()
@@ -181,8 +189,8 @@ def _cuda_graph_state(compiled, partitions: int) -> str:
     """What Inductor made of one compiled graph under ``GNN_IO_CUDAGRAPHS=1``, from its compiled artifact: recorded
     whole, recorded in part (Inductor's graph partition leaves some kernels to launch from the CPU between the
     recorded parts; ``partitions`` is how many parts its scheduler made, 0 when it made one), or not recorded and
-    why. Session 33 found the backward of fixed-size graphs not recorded and static kernels partitioned out, which
-    only a profile showed; the report now says it."""
+    why. A backward left unrecorded, or kernels of fixed size partitioned out of the recording, otherwise shows only
+    in a profile; the report says it."""
     if "cuda" not in (getattr(compiled, "device_types", None) or ()):
         return "not recorded (no CUDA tensors)"
     info = getattr(compiled, "cudagraph_info", None)
@@ -249,19 +257,67 @@ class _OpByOp:
         return None
 
 
+# The torch.compile options of the graph compiling or running now in this thread (:func:`gnn_io`), which
+# :func:`_inner_compile` hands to the forward and backward it compiles.
+_SETTINGS: contextvars.ContextVar = contextvars.ContextVar("gnn_io_settings", default=None)
+
+
+@contextlib.contextmanager
+def _settings_in_force(settings: dict):
+    token = _SETTINGS.set(settings)
+    try:
+        with config.patch(**settings):
+            yield
+    finally:
+        _SETTINGS.reset(token)
+
+
+class _UnderSettings:
+    """A compiled callable (the backend's, or an Inductor ``OutputCode``) that runs under ``settings``, the graph's
+    ``torch.compile`` options, at each call: the kernels read some settings as they run. Every other attribute is
+    the callable's own, and its calling convention too (``_boxed_call``: one list of inputs, which the callee
+    owns)."""
+
+    def __init__(self, compiled, settings: dict):
+        self.compiled, self.settings = compiled, settings
+        self._boxed_call = getattr(compiled, "_boxed_call", False)
+
+    def __call__(self, *args):
+        with _settings_in_force(self.settings):
+            return self.compiled(*args)
+
+    def __getattr__(self, name):
+        if "compiled" not in self.__dict__:  # a copy under construction
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+
+
 def _first_line(exc: BaseException) -> str:
     """The first line of an exception's message; empty for one raised without a message (``AssertionError()``),
     where ``str(exc).splitlines()`` is an empty list."""
     return next(iter(str(exc).splitlines()), "")
 
 
-def gnn_io(gm: torch.fx.GraphModule, example_inputs: list):
+def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None, options: dict | None = None):
     """Dynamo backend: rewrite message passing into ``torch.ops.gnn_io`` ops, hand the rest to Inductor.
 
     If the graph cannot be lowered or rewritten (an op the canonical tracer cannot handle, a
     matcher bug), it goes to Inductor unchanged and the report says why: the backend never fails
     where plain ``torch.compile`` would work.
+
+    ``mode`` and ``options`` are ``torch.compile``'s: ``options`` sets public settings by name
+    (``{"plan_check": "version"}``, gnn_inductor/config.py), ``mode`` those of :data:`config.MODES`. They are in
+    force while the graph compiles and at each call of its forward and backward; without them nothing is wrapped.
     """
+    settings = config.compile_settings(mode, options)
+    if not settings:
+        return _compile(gm, example_inputs)
+    with _settings_in_force(settings):
+        return _UnderSettings(_compile(gm, example_inputs), settings)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list):
+    """:func:`gnn_io` under the settings in force."""
     progress = _PassProgress()
     try:
         return _rewrite_and_compile(gm, example_inputs, progress)
@@ -305,22 +361,19 @@ def _attention_declined(ctx, device: str) -> list:
 
 
 def _cuda_graphs() -> bool:
-    return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
+    return config.get("cuda_graphs")
 
 
 def _plan_check() -> str:
     """``GNN_IO_PLAN_CHECK``: which reuses of a graph plan first check that the structure tensors still hold what the
     plan was built from (gnn_inductor/plan.py): ``auto`` (the default) those of CPU graphs, ``fingerprint`` all,
     ``version`` none (version counters alone, which miss writes through ``.data`` or ``.numpy()``)."""
-    value = os.environ.get("GNN_IO_PLAN_CHECK", "auto").strip() or "auto"
-    if value not in ("auto", "fingerprint", "version"):
-        raise SettingError(f"GNN_IO_PLAN_CHECK={value!r}: set it to auto, fingerprint or version")
-    return value
+    return config.get("plan_check")
 
 
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
-    return os.environ.get("GNN_IO_STRICT", "0") == "1"
+    return config.get("strict")
 
 
 def _fuse_linears(aten_gm: torch.fx.GraphModule, graph_report) -> None:
@@ -538,11 +591,8 @@ class _Churn:
     def __init__(self, gm, example_inputs, cache, positions, graph_report):
         self.cache, self.positions, self.graph_report = cache, positions, graph_report
         self.calls, self.plain, self.plain_now = 0, None, False
-        self.limit = int_setting("GNN_IO_CHURN_EDGES", CHURN_EDGES)
-        mode = os.environ.get("GNN_IO_CHURN", "auto").strip().lower()
-        if mode not in ("auto", "on", "off"):
-            raise SettingError(f"GNN_IO_CHURN={mode!r}: set it to auto, on or off")
-        if mode == "off" or not any(isinstance(e, torch.SymInt) for e in example_inputs):
+        self.limit = config.get("churn_edges")
+        if config.get("churn") == "off" or not any(isinstance(e, torch.SymInt) for e in example_inputs):
             return
         plain, failure = _plain_compile(gm, example_inputs)
         if plain is None:
@@ -575,7 +625,7 @@ class _Churn:
 # run at 1.0-1.4x of torch.compile's step on the H100, less than a plan rebuilt per step costs there.
 CHURN_CALLS = 8
 CHURN_SHARE = 0.75
-CHURN_EDGES = 1_000_000
+CHURN_EDGES = config.default("churn_edges")
 
 
 def _structure_edges(tensors) -> int | None:

@@ -6,7 +6,7 @@ and TransformerConv's fused ``128 -> 512`` map 2.7-3.3 ms each. ``kernels/dense_
 3xTF32 split (three TF32 Tensor Core products, float32 accumulation), measured no less accurate than cuBLAS's
 float32 against float64 and 1.05-1.66x faster at those sizes (``docs/dense.md``); the tall products of an inner
 size up to 128 run on its weight-stationary kernel, which splits each program's columns of the weight once
-(another 1.1-1.2x on the product, session 27).
+(another 1.1-1.2x on the product, H100).
 
 This pass, on the graphs AOTAutograd hands Inductor (forward and backward) in graphs the backend rewrote, turns
 ``aten.mm(a, b)`` and ``aten.addmm(bias, a, b)`` (a bias over rows, default scales) into ``gnn_io::mm(a, b,

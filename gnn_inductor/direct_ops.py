@@ -17,11 +17,11 @@ fallthrough (the twin never records autograd: it exists only inside compiled for
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from torch._library.custom_ops import OPDEFS
 from torch.fx import GraphModule
+
+from gnn_inductor import config
 
 NAMESPACE = "gnn_io"
 SUFFIX = "_direct"
@@ -63,7 +63,7 @@ def is_direct(node) -> bool:
 
 
 def enabled() -> bool:
-    return os.environ.get("GNN_IO_DIRECT_OPS", "1") != "0"
+    return config.get("direct_ops")
 
 
 def retarget(gm: GraphModule) -> int:

@@ -25,25 +25,21 @@ partial product to the half dtype before summing). ``GNN_IO_GATHER_LINEAR=0`` tu
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 from torch.fx import GraphModule, Node
 
+from gnn_inductor import config
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.linear_fusion import _call, linear_map
-from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
-ENV = "GNN_IO_GATHER_LINEAR"
+ENV = config.SETTINGS["gather_linear"].env
 
 
 def enabled() -> bool:
-    value = os.environ.get(ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    return config.get("gather_linear")
 
 
 @dataclass

@@ -31,18 +31,17 @@ rewrote; ``GNN_IO_GEMM_ACCUMULATE=0`` turns it off, to compare.
 from __future__ import annotations
 
 import operator
-import os
 
 import torch
 from torch.fx import GraphModule, Node
 
+from gnn_inductor import config
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels import dense_triton
-from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
-ENV = "GNN_IO_GEMM_ACCUMULATE"
+ENV = config.SETTINGS["gemm_accumulate"].env
 _GEMMS = (aten.mm.default, aten.addmm.default)
 
 _LIB = torch.library.Library("gnn_io", "FRAGMENT")
@@ -59,10 +58,7 @@ ADDMM_INTO = torch.ops.gnn_io.addmm_into.default
 
 
 def enabled() -> bool:
-    value = os.environ.get(ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise SettingError(f"{ENV}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+    return config.get("gemm_accumulate")
 
 
 

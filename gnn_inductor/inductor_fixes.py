@@ -8,8 +8,8 @@ bug; the test of each fix fails on an unpatched torch.
   ``y = ceil(y_blocks / z)``. With ``ynumel == 0``, ``z`` is 0 and the launch raises ``ZeroDivisionError``.
   PyG's GATConv and GATv2Conv with ``edge_dim`` meet it on CUDA: their self-loop fill (``fill_value="mean"``)
   scatters the edge features of the graph's non-loop edges, a count known only at run time, and a graph whose
-  edges are all self loops (or that has none) makes it 0, in the graph this backend leaves to Inductor (session 32,
-  H100; ``torch.compile`` default ran the same layer and graphs, its scatter presumably tiled otherwise). The fix
+  edges are all self loops (or that has none) makes it 0, in the graph this backend leaves to Inductor (seen on
+  the H100; ``torch.compile`` default ran the same layer and graphs, its scatter presumably tiled otherwise). The fix
   keeps ``z`` at least 1, so such a launch has an empty y grid and does no work.
 """
 from __future__ import annotations

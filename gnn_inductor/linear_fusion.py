@@ -14,48 +14,45 @@ have a bias, and by dtype. Each member's output becomes a column slice of the fu
 view, which the fused kernels and Inductor read through its strides. ``GNN_IO_FUSE_LINEARS=0`` turns the
 pass off.
 
-**Saved and short-lived maps apart (session 14).** A slice of the fused output keeps the whole ``[N, sum F_out]``
+**Saved and short-lived maps apart.** A slice of the fused output keeps the whole ``[N, sum F_out]``
 buffer alive while any slice is. When some members feed a gnn_io op (which saves them for its backward:
 TransformerConv's query, key and value) and others do not (its skip map, read once by an addition), only the
 saved ones are fused, so the short-lived map's output is freed after the forward instead of living on in the
-fused buffer until the backward: 512 MiB less at the peak of TransformerConv on RMAT 2^20 (128 features, fp32;
-docs/benchmarks/session14/). ``GNN_IO_FUSE_LINEARS=all`` fuses every member, as before.
+fused buffer until the backward: 512 MiB less at the peak of TransformerConv on RMAT 2^20 (128 features, fp32,
+measured on the H100). ``GNN_IO_FUSE_LINEARS=all`` fuses every member, saved or not.
 
 Only groups of at least :data:`MIN_GROUP` maps are fused. The backward pays for the fusion with one copy:
 the members' output gradients are concatenated into the fused GEMM's ``[N, sum F_out]`` gradient. Measured
-on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer, session 9):
+on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer):
 TransformerConv's four maps fused 25.00 ms against 25.80 unfused; GATv2Conv's two 20.41 against 20.06.
 Where every member feeds an attention op, that copy is gone (``gnn_inductor/packed_grads.py``: the attention
 backward writes the packed gradient itself), and :data:`ATTENTION_MIN_GROUP` maps suffice: GATv2Conv's two maps
-fused took 17.80 ms against 18.13 apart (H100, same graph, 12 interleaved rounds, all won; session 21).
+fused took 17.80 ms against 18.13 apart (H100, same graph, 12 interleaved rounds, all won).
 ``GNN_IO_FUSE_MIN_GROUP`` sets one minimum for every group instead (to measure).
 """
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
+from gnn_inductor import config
 from gnn_inductor import packed_grads
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels._common import SettingError
 
 aten = torch.ops.aten
-ENV = "GNN_IO_FUSE_LINEARS"
+ENV = config.SETTINGS["fuse_linears"].env
 MIN_GROUP = 3   # maps per fused GEMM (module docstring: two measured slower, four faster)
 ATTENTION_MIN_GROUP = 2  # ... when every member feeds an attention op, whose backward packs the gradients
-MIN_GROUP_ENV = "GNN_IO_FUSE_MIN_GROUP"
+MIN_GROUP_ENV = config.SETTINGS["fuse_min_group"].env
 
 
 def min_group(members: list) -> int:
     """The least number of maps fused into one GEMM (module docstring), for a group of ``members``."""
-    value = os.environ.get(MIN_GROUP_ENV, "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 2:
-            raise SettingError(f"{MIN_GROUP_ENV}={value!r}: set it to an integer of at least 2 (or leave it unset)")
-        return int(value)
+    value = config.get("fuse_min_group")
+    if value is not None:
+        return value
     if packed_grads.enabled() and members and all(feeds_gnn_io_op(m[0], _is_attention) for m in members):
         return ATTENTION_MIN_GROUP
     return MIN_GROUP
@@ -68,10 +65,7 @@ def _is_attention(target) -> bool:
 
 
 def _setting() -> str:
-    value = os.environ.get(ENV, "1").strip()
-    if value not in ("0", "1", "all"):
-        raise SettingError(f"{ENV}={value!r}: set it to 0, 1 or all (or leave it unset)")
-    return value
+    return config.get("fuse_linears")
 
 
 def enabled() -> bool:

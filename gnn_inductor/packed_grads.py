@@ -22,12 +22,12 @@ only the zero base fills, the op zeroes: gnn_inductor/score_fold.py pads its GEM
 graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
 ``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
 
-**The products by blocks of rows (session 23).** The packed gradient ``d`` is then read by the fused map's three
+**The products by blocks of rows.** The packed gradient ``d`` is then read by the fused map's three
 products: ``mm(d, W)`` (its input's gradient), ``mm(t(d), x)`` (its weight's) and ``sum(d, [0])`` (its bias's).
 Where those are its only readers, :func:`project_all` replaces them by ``gnn_io::attention_backward_projected``,
 which makes ``d`` one block of rows at a time and multiplies each block before the next (kernels/attention.py), so
-the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.79 GiB, 2% slower (H100,
-docs/benchmarks/session23/). Only where the sizes are fixed and ``d`` takes more than one block
+the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.79 GiB, 2% slower (measured on
+the H100). Only where the sizes are fixed and ``d`` takes more than one block
 (``GNN_IO_GRAD_CHUNK_KB``), and for the GATv2 and dot-product families; ``GNN_IO_PROJECTED_GRADS=0`` turns it off.
 """
 from __future__ import annotations
@@ -37,26 +37,26 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
+from gnn_inductor import config
 from gnn_inductor import direct_ops
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels._common import switch_setting
 from gnn_inductor.kernels.attention import projection_blocks, span_gaps
 
 aten = torch.ops.aten
-ENV = "GNN_IO_PACKED_GRADS"
+ENV = config.SETTINGS["packed_grads"].env
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _OPS = ("attention_backward", "attention_backward_direct")
 _PACKED_OPS = ("attention_backward_packed", "attention_backward_packed_direct")
-PROJECT_ENV = "GNN_IO_PROJECTED_GRADS"
+PROJECT_ENV = config.SETTINGS["projected_grads"].env
 _NUM_ARGS = 17  # attention_backward's arguments
 
 
 def enabled() -> bool:
-    return switch_setting(ENV)
+    return config.get("packed_grads")
 
 
 def projection_enabled() -> bool:
-    return switch_setting(PROJECT_ENV)
+    return config.get("projected_grads")
 
 
 def _only_user(node: Node) -> Node | None:

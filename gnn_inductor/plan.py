@@ -86,7 +86,7 @@ def select_by_structure_masks(gm: GraphModule) -> int:
         if isinstance(mask_val.shape[0], int) and mask_val.shape[0] <= 1:
             # a graph Dynamo compiled for 0 or 1 edge: nothing to gain, and Inductor's CPU code generation failed an
             # assertion (a vectorised atomic add) on the backward of GCNConv's edge weights there; a slice of the
-            # selected count in its place made an illegal memory access on the H100 (session 32). Under CUDA graphs
+            # selected count in its place made an illegal memory access on the H100. Under CUDA graphs
             # such a graph runs the shape-generic compile (backend._size_specialized)
             continue
         with graph.inserting_before(node):
@@ -257,8 +257,8 @@ _aten = torch.ops.aten
 # Tensors of one constant (a scatter's zero base): made in the main graph they cost Inductor one write, fused
 # into their consumer; crossing as a plan tensor they cost a graph input and a copy (a functional scatter into
 # an input clones it). The point is structural (no extra input, no copy): on the H100 the interleaved A/B of
-# declined SAGEConv max and GINConv graphs (10k-578k edges) read the same before and after, 0.97-1.01x of
-# torch.compile (docs/benchmarks/session11).
+# declined SAGEConv max and GINConv graphs (10k-578k edges) read the same either way, 0.97-1.01x of
+# torch.compile.
 _FILLS = {_aten.zeros.default, _aten.new_zeros.default, _aten.full.default, _aten.new_full.default,
           _aten.ones.default, _aten.new_ones.default, _aten.zeros_like.default, _aten.full_like.default,
           _aten.ones_like.default, _aten.scalar_tensor.default}

@@ -20,14 +20,14 @@ candidate name always applies that order).
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor import config
+from gnn_inductor.config import SettingError
 
 # Block-sparse format: rows in windows of TILE_ROWS, each window's distinct source columns
 # condensed and cut into tiles of TILE_COLS.
@@ -51,7 +51,7 @@ GAIN_MODEL = {
 # that the predicted gain is within the model's error and could be a loss.
 MIN_RELATIVE_GAIN = 0.05
 
-ENV_VAR = "GNN_IO_REORDER"
+ENV_VAR = config.SETTINGS["reorder"].env
 
 
 def _check_csr(rowptr: Tensor, col: Tensor) -> int:
@@ -301,9 +301,9 @@ def _sync(device: torch.device) -> None:
 
 def load_libraries(name: str) -> None:
     """Import what the candidate ``name`` needs before its build is timed: a one-time process cost, not a
-    per-graph one (scipy.sparse.csgraph took 0.7 s cold on a 2-core machine; on the H200, session 39, a plan's
-    first RCM build timed 1272 ms with it against 358-374 ms for the next four plans, and the policy then charged
-    that to the graph and took the degree order)."""
+    per-graph one (scipy.sparse.csgraph took 0.7 s cold on a 2-core machine; on the H200 a plan's
+    first RCM build timed 1272 ms with it against 358-374 ms for the next four plans; charged to the graph, that
+    load made the policy take the degree order)."""
     if name in ("rcm", "partition"):
         _scipy_sparse()
     if name == "partition":
@@ -324,13 +324,10 @@ def _build(name: str, rowptr: Tensor, col: Tensor):
 
 
 def _forced() -> Optional[str]:
-    value = os.environ.get(ENV_VAR, "auto").strip().lower()
-    valid = ["auto", "off", *CANDIDATES]
-    if value not in valid:
-        raise SettingError(f"{ENV_VAR}={value!r} is not one of {valid}")
+    value = config.get("reorder")
     if value == "partition" and _pymetis() is None:
         raise SettingError(f"{ENV_VAR}=partition needs pymetis (pip install pymetis), or choose one of "
-                           f"{[v for v in valid if v != 'partition']}")
+                           f"{[v for v in config.SETTINGS['reorder'].choices if v != 'partition']}")
     return None if value == "auto" else value
 
 

@@ -15,6 +15,8 @@ from typing import Optional
 
 import torch
 
+from gnn_inductor import config
+
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIBRARY_PARTS = (os.sep + "torch" + os.sep, os.sep + "torch_geometric" + os.sep, os.sep + "gnn_inductor" + os.sep,
                   os.sep + "dgl" + os.sep)
@@ -140,7 +142,7 @@ def as_json(model=None) -> dict:
 
 
 def write_env_report() -> None:
-    path = os.environ.get("GNN_IO_REPORT")
+    path = config.get("report")
     if path:
         with open(path, "w") as f:
             json.dump(as_json(), f, indent=2)

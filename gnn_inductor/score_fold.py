@@ -37,12 +37,11 @@ columns so the attention kernels read rows whose stride Triton can specialise on
 not); ``tight`` folds them without padding.
 
 The epilogue measured 1.02x on GATConv's step (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
-session 25: 10.50 -> 10.26 ms and 10.59 -> 10.41, 10 interleaved rounds each, all won). Session 25 also measured
-the column fold again with the GEMMs in the 3xTF32 kernel: 10.82 against 11.73 ms unfolded-to-folded (0.92x), its
+10.50 -> 10.26 ms and 10.59 -> 10.41, 10 interleaved rounds each, all won). On the same setup, with the GEMMs in
+the 3xTF32 kernel, the column fold measured 10.82 against 11.73 ms unfolded-to-folded (0.92x), its
 144-column products 1.06 ms each against 0.60.
 
-The column forms are off because none measured faster (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
-session 21):
+The column forms are off because none measured faster (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32):
 - GATConv: 11.81 ms padded against 11.22 unfolded (16 interleaved rounds, none won), 14.05 tight (the kernels'
   loads of 136-float rows). The profile shows why: cuBLAS's kernels for 144 output columns took 3.54 ms of GEMM
   per step against 2.50 for 128, more than the 0.74 ms of reductions and pointwise passes the fold removes.
@@ -60,29 +59,25 @@ weights (``linear_fusion.linear_map``) whose weight has ``H C`` rows, ``A`` a gr
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
 
+from gnn_inductor import config
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels._common import SettingError
 from gnn_inductor.linear_fusion import _call, linear_map, parameter_name
 
 aten = torch.ops.aten
-ENV = "GNN_IO_SCORE_FOLD"
+ENV = config.SETTINGS["score_fold"].env
 COLUMN_MULTIPLE = 16
-MODES = ("0", "auto", "1", "tight", "epilogue")
-DEFAULT = "epilogue"
+MODES = config.SETTINGS["score_fold"].choices
+DEFAULT = config.default("score_fold")
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 
 
 def setting() -> str:
-    value = os.environ.get(ENV, DEFAULT).strip()
-    if value not in MODES:
-        raise SettingError(f"{ENV}={value!r}: set it to {', '.join(MODES)} (or leave it unset)")
-    return value
+    return config.get("score_fold")
 
 
 def _projection(node: Node):

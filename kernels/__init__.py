@@ -2,7 +2,7 @@
 
 One file per family. Each file holds the CPU reference (exact, CSR/segment based), the
 ``torch.ops.gnn_io.*`` custom op with its fake implementation and autograd formula, and is the
-place where the GPU issues add their Triton or vendor-library kernels behind the same op.
+place where the GPU paths add their Triton or vendor-library kernels behind the same op.
 Importing this package registers every op.
 """
 from __future__ import annotations

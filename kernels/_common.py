@@ -18,43 +18,13 @@ Kernels walk edges in CSR order (sorted by destination, stable), given by the pl
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import torch
 from torch import Tensor
 
-
-
-class SettingError(ValueError):
-    """A ``GNN_IO_*`` environment variable set to a value it does not take. The backend raises it to the user
-    instead of falling back to Inductor (a misspelt setting would otherwise pass unnoticed)."""
-
-
-def int_setting(name: str, default: int) -> int:
-    """The integer environment variable ``name`` (``default`` when unset); :class:`SettingError` naming it when it
-    is not a non-negative integer."""
-    value = os.environ.get(name)
-    if value is None or not value.strip():
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise SettingError(f"{name}={value!r}: set it to a non-negative integer (or leave it unset)")
-    return number
-
-
-def switch_setting(name: str, default: bool = True) -> bool:
-    """The on/off environment variable ``name``: ``1`` or ``0`` (``default`` when unset); :class:`SettingError`
-    naming it for any other value."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    if value not in ("0", "1"):
-        raise SettingError(f"{name}={value!r}: set it to 0 or 1 (or leave it unset)")
-    return value == "1"
+from gnn_inductor import config
+from gnn_inductor.config import SettingError  # noqa: F401  (the tests import it from here)
 
 
 ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3
@@ -192,11 +162,6 @@ def recompute_grads(reference, args: list, grad_out: Tensor, needs_grad: list) -
     return result
 
 
-def cuda_graphs_requested() -> bool:
-    """``GNN_IO_CUDAGRAPHS=1``: the backend compiles with Inductor's CUDA graph trees (gnn_inductor/backend.py)."""
-    return os.environ.get("GNN_IO_CUDAGRAPHS", "0") == "1"
-
-
 CAPTURE_REASON = ("first call of this plan inside a CUDA-graph capture (a new edge_index under GNN_IO_CUDAGRAPHS=1): "
                   "no synchronising build or timing can run there; the CSR path runs, not kept")
 
@@ -212,8 +177,8 @@ def kept_outside_graph_pool(cache: dict, key, build, device):
     (Inductor's graph trees record a partition whose gnn_io op meets a plan for the first time, as with a new
     ``edge_index``), ``build()`` runs in place and nothing is kept: its tensors are then the graph's own
     intermediates, rebuilt by every replay from the tensors the replay reads. Kept, they would sit in the graph's
-    pool untracked (the graph trees refuse that: "tensors in the cudagraph pool not tracked as outputs"; session
-    19 found it on GATv2Conv and TransformerConv at a new edge_index), and they could not be built outside it
+    pool untracked (the graph trees refuse that: "tensors in the cudagraph pool not tracked as outputs";
+    seen on GATv2Conv and TransformerConv at a new edge_index), and they could not be built outside it
     either: inputs made inside the capture hold no values until it replays."""
     if key in cache:
         return cache[key]
@@ -234,7 +199,7 @@ def outside_graph_pool(build, device):
     allocations only, so the build runs on a worker thread, on the caller's stream (same order of work),
     and the caller waits for it. Without CUDA graphs, or while a graph is being captured, it runs in place.
     """
-    if getattr(device, "type", device) != "cuda" or not cuda_graphs_requested() or \
+    if getattr(device, "type", device) != "cuda" or not config.get("cuda_graphs") or \
             torch.cuda.is_current_stream_capturing():
         return build()
     stream, box = torch.cuda.current_stream(device), {}

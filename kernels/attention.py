@@ -25,7 +25,7 @@ Ops:
   (PyG's GATConv and GATv2Conv add their bias to the concatenated heads; ``patterns/attention.py`` folds that
   addition into the op). The sum is made in the output's own memory, and the backward's
   ``D = <dout, out - bias>`` reads it back: the attention output and the layer's output are one tensor, not two
-  (512 MiB less at the peak of GATConv on RMAT 2^20, 128 features, fp32; docs/benchmarks/session14/).
+  (512 MiB less at the peak of GATConv on RMAT 2^20, 128 features, fp32, H100).
 - ``gnn_io::attention_forward(...) -> (out, lse)`` also returns the per-(node, head) log-sum-exp of the
   scores (float32, ``[N, *H]``, 0 for nodes without edges), which its backward reads: the fused kernels
   recompute ``alpha_e = exp(s_e - lse_i)`` there instead of storing the attention matrix.
@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 
 import torch
+from gnn_inductor import config
 from gnn_inductor.kernels import attention_paths, attention_triton, dense_triton, rng
 from gnn_inductor.kernels._common import (
     ROLE_DST,
@@ -57,7 +58,6 @@ from gnn_inductor.kernels._common import (
     edge_values,
     fake_edge_values,
     in_float32,
-    int_setting,
     recompute_grads,
     segment_reduce,
 )
@@ -443,19 +443,20 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
     return [first.new_empty((first.shape[0], pack_width))] + grads
 
 
-GRAD_CHUNK_ENV = "GNN_IO_GRAD_CHUNK_KB"
-GRAD_CHUNK_KB = 256 << 10  # rows of the packed gradient per block of attention_backward_projected, in KiB
+GRAD_CHUNK_ENV = config.SETTINGS["grad_chunk_kb"].env
+# rows of the packed gradient per block of attention_backward_projected, in KiB
+GRAD_CHUNK_KB = config.default("grad_chunk_kb")
 # With the block size left at its default, a packed gradient under GRAD_WHOLE_KB, of a graph under
 # GRAD_WHOLE_MAX_ROWS nodes, is made whole (one block): each block costs the host its two passes' launches, three
-# products and a stream join, which a host-bound step pays in full. Session 40 (H200, TransformerConv on tu-batch,
+# products and a stream join, which a host-bound step pays in full. Measured on the H200 (TransformerConv on tu-batch,
 # 458,590 nodes, CSR path, interleaved A/B, 100 rounds): TF32, a 672 MiB gradient in 3 blocks, 5.19 ms a step
 # against 4.38 whole (1.19x, about 0.4 ms a block); bf16, 336 MiB in 2 blocks, 4.19 against 4.01 (1.05x, 0.18 ms).
-# The graphs of 2^20 nodes, where the blocks keep the step's peak down (session 23: TransformerConv's 1.5 GiB
+# The graphs of 2^20 nodes, where the blocks keep the step's peak down (H100: TransformerConv's 1.5 GiB
 # gradient, GATv2Conv's 1 GiB in float32) and the GPU-bound step hides their host cost, keep the 256 MiB blocks at
 # every width and precision. The price, estimated, not measured: up to 512 MiB more at the step's peak for a
 # gradient between 256 and 768 MiB of a graph under 2^19 nodes.
-GRAD_WHOLE_ENV = "GNN_IO_GRAD_WHOLE_KB"
-GRAD_WHOLE_KB = 768 << 10
+GRAD_WHOLE_ENV = config.SETTINGS["grad_whole_kb"].env
+GRAD_WHOLE_KB = config.default("grad_whole_kb")
 GRAD_WHOLE_MAX_ROWS = 1 << 19
 
 
@@ -487,10 +488,10 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     _check_projection(rows, pack_width, dtype, x, weight, bias_dims)
     grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
     grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
-    full = dtype in (torch.float32, torch.float64)  # else half precision, whose sums run in float32
+    full_precision = dtype in (torch.float32, torch.float64)  # else half precision, whose sums run in float32
     sums = [] if bias_dims < 0 else [torch.zeros(pack_width, dtype=accumulation_dtype(dtype), device=first.device)]
     # the bias gradient as a GEMV against ones: ATen's column reduction of a block (column_sum's too) kept a
-    # staging buffer of 160 MiB at GATv2Conv's step peak on RMAT 2^20 (session 23, call 12)
+    # staging buffer of 160 MiB at GATv2Conv's step peak on RMAT 2^20 (H100)
     ones = torch.ones(rows, dtype=dtype, device=first.device) if sums else None
     whole = []  # half precision over several blocks: the weight gradient's float32 sum of the blocks' products
 
@@ -503,7 +504,7 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
         if grad_w is not None:
             if r0 == 0 and r1 == rows:
                 dense_triton.matmul(chunk.t(), x, out=grad_w)
-            elif full:
+            elif full_precision:
                 if r0 == 0:
                     dense_triton.matmul(chunk.t(), x[r0:r1], out=grad_w)
                 else:
@@ -515,7 +516,7 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
                 else:
                     whole.append(part)
         if sums:
-            if full:
+            if full_precision:
                 sums[0].addmv_(chunk.t(), ones[:r1 - r0])
             else:
                 sums[0].add_(torch.mv(chunk.t(), ones[:r1 - r0]).float())
@@ -545,9 +546,9 @@ def projection_blocks(rows: int, width: int, dtype: torch.dtype) -> list:
     it is under ``GNN_IO_GRAD_WHOLE_KB`` and ``rows`` under :data:`GRAD_WHOLE_MAX_ROWS` (``GNN_IO_GRAD_WHOLE_KB``
     defaults to :data:`GRAD_WHOLE_KB` while ``GNN_IO_GRAD_CHUNK_KB`` is unset, else to 0: a block size set alone
     cuts at that size at any total)."""
-    chunk_kb = int_setting(GRAD_CHUNK_ENV, -1)  # -1: unset
-    whole_kb = int_setting(GRAD_WHOLE_ENV, GRAD_WHOLE_KB if chunk_kb < 0 else 0)
-    chunk_kb = GRAD_CHUNK_KB if chunk_kb < 0 else chunk_kb
+    chunk_kb = config.get("grad_chunk_kb")
+    chunk_alone = config.is_set("grad_chunk_kb") and not config.is_set("grad_whole_kb")
+    whole_kb = 0 if chunk_alone else config.get("grad_whole_kb")
     row_bytes = width * torch.finfo(dtype).bits // 8
     if chunk_kb == 0 or (rows < GRAD_WHOLE_MAX_ROWS and rows * row_bytes < whole_kb << 10):
         return [0, rows]
@@ -643,7 +644,7 @@ attention_forward.register_autograd(_backward, setup_context=_setup)
 # registers anyway (a second accumulator next to the output's); the backward's D kernel, which reads dout once per
 # row, also returns <dout_i, M_i>. So the src pass stores no per-edge term and the per-destination sum over the
 # edges does not run: on the H100 (RMAT 2^20, 15.4M edges, 4 x 32) that sum took 0.73 ms and the per-edge store
-# about 0.7 ms of the src pass (docs/benchmarks/session20), against one [N, H, C] float32 write and read here.
+# about 0.7 ms of the src pass, against one [N, H, C] float32 write and read here.
 
 
 def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, message_key: str) -> list:

@@ -1,5 +1,5 @@
 r"""Which attention kernel runs, per graph and per row window: the fused CSR kernel, the block-sparse
-Tensor-Core kernel, or a hybrid of both (issue 8). Decided once per (graph plan, family, precision,
+Tensor-Core kernel, or a hybrid of both. Decided once per (graph plan, family, precision,
 heads x channels) at the first CUDA call, cached with the plan's tensors, and shown in the report.
 
 **Paths.** ``csr``: ``attention_triton`` over the plan's work items. ``block``: ``block_sparse`` (dot
@@ -25,7 +25,7 @@ for each kernel that runs. ``T_0 / E`` is the graph's tiles per edge in its own 
 order's block format): the CSR kernel runs in that order whatever order the block format takes, and its gathers
 cost more where a window's neighbours scatter over many tiles (TransformerConv in fp32 on the H100: 7.68 ms on
 the block model in random order, 6.8M edges and 0.064 tiles per edge, against 7.95 on the 20,000 batched graphs,
-16.3M edges and 0.017 tiles per edge; session 22). A window is eligible for Tensor Cores when it has no
+16.3M edges and 0.017 tiles per edge). A window is eligible for Tensor Cores when it has no
 duplicate pair and at most :data:`MAX_WINDOW_TILES` tiles (a hub window would serialise in one program; the CSR
 kernel splits hubs).
 The candidates are: all CSR; every eligible window on the block kernel; each eligible window where
@@ -56,7 +56,6 @@ without TF32, with IEEE dots).
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 from collections import OrderedDict
@@ -65,56 +64,55 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from gnn_inductor import config
 from gnn_inductor.kernels import block_sparse, block_sparse_gat
-from gnn_inductor.kernels._common import (
-    CAPTURE_REASON, SettingError, capturing, int_setting, outside_graph_pool,
-)
+from gnn_inductor.config import SettingError  # noqa: F401  (this module's API: a bad path or calibration)
+from gnn_inductor.kernels._common import CAPTURE_REASON, capturing, outside_graph_pool
 from gnn_inductor.kernels.spmm_triton import PADDING
 
-PATH_ENV = "GNN_IO_ATTENTION_PATH"
-PATHS = ("auto", "csr", "block", "hybrid")
-CALLS_ENV = "GNN_IO_EXPECTED_CALLS"
-DEFAULT_EXPECTED_CALLS = 1000
+PATH_ENV = config.SETTINGS["attention_path"].env
+PATHS = config.SETTINGS["attention_path"].choices
+CALLS_ENV = config.SETTINGS["expected_calls"].env
+DEFAULT_EXPECTED_CALLS = config.default("expected_calls")
 MAX_WINDOW_TILES = 64
 MAX_PLANS = 8
 MEASURED_MARGIN = 0.05   # a block or hybrid pick must measure this much faster than CSR to be kept
 # Within this much of the CSR kernel's predicted time, a block or hybrid candidate is timed against CSR
 # (MEASURED_MARGIN) instead of dropped: on the TU batch in bf16 GATConv the model put the block path 10% behind CSR
 # (2.699 against 2.461 ms); the first call measured CSR 1.22x slower, and the layer ran 1.11x faster on blocks than
-# on CSR forced, interleaved (session 41).
+# on CSR forced, interleaved (H200).
 PREDICTED_DOUBT = 0.15
 # An order is applied only where its predicted gain and then its gain measured at the first call are each at least
-# this share of the op's forward+backward without it. Session 40's uniform graph took the degree order for a
-# predicted 2% (0.19 ms) and measured 1.00x with it, interleaved (session 41); forced block paths took orders for
-# predicted 0.05-5.4%, and on MUSAE-github and RMAT 2^17 measured 1.31-1.56x slower (sessions 38-40).
+# this share of the op's forward+backward without it. On the H200 the uniform graph took the degree order for a
+# predicted 2% (0.19 ms) and measured 1.00x with it, interleaved; forced block paths took orders for
+# predicted 0.05-5.4%, and on MUSAE-github and RMAT 2^17 measured 1.31-1.56x slower.
 ORDER_MIN_GAIN = 0.05
 
 # Forward+backward cost at 4 heads x 32 channels on the H100 (torch 2.11, Triton 3.6), least-squares fits of
-# `python -m benchmarks.probe --parts build,attention` (docs/benchmarks/block_sparse/probe.md and, for the CSR
-# kernel, docs/benchmarks/session9/probe_attention_paths.md) through the op: nanoseconds per edge / row / tile,
-# milliseconds per call. CSR (session 9: all heads per program forward and backward): four graphs (block
-# model, 20,000 batched graphs, RMAT 2^17, squirrel); a per-row term no longer fits (the fit went negative),
+# `python -m benchmarks.probe --parts build,attention` (docs/benchmarks/block_sparse/probe.md for the block
+# kernel) through the op: nanoseconds per edge / row / tile,
+# milliseconds per call. CSR (all heads per program forward and backward): four graphs (block
+# model, 20,000 batched graphs, RMAT 2^17, squirrel); a per-row term does not fit (the fit went negative),
 # the fixed term is the op's per-call work. Block: the block model in three orders (435k to 155k tiles) and the
-# batched graphs (session 5; its predictions still matched session 9's times: 8.3 ms predicted and measured for
-# TransformerConv in TF32 on the block model in RCM order). GATv2 has no entry: its block kernel (a 16 x 16 x C
-# score tile per step) measured 3 to 10 times slower than the CSR kernel on every graph, so it stays on CSR.
+# batched graphs (its predictions match the times measured with the all-heads CSR kernel: 8.3 ms predicted
+# and measured for TransformerConv in TF32 on the block model in RCM order). GATv2 has no entry: its block
+# kernel (a 16 x 16 x C score tile per step) measured 3 to 10 times slower than the CSR kernel on every graph, so it
+# stays on CSR.
 # The model's pick of block or hybrid is then checked by one timing against CSR (:func:`_measured_against_csr`).
-# Session 18 refit the block terms after the dot kernels took every head in one program (op 1.32x faster) and
-# the GAT kernels lost their zero fills and casts: non-negative least squares over the block model (none and
+# The block terms are fit for the dot kernels taking every head in one program (op 1.32x faster) and the GAT
+# kernels without zero fills and casts: non-negative least squares over the block model (none and
 # RCM order) and the 20,000 batched graphs (none and RCM), per family and precision, from
-# docs/benchmarks/session18/call4_attention_paths.txt (an H200), each graph's times brought to this table's
+# one probe run on an H200, each graph's times brought to this table's
 # H100 scale by the CSR kernel's predicted/measured ratio on that graph in the same call; the block fixed term is
 # capped 0.1 ms under the CSR one (a free intercept fit 2.1-2.5 ms in half, above CSR's, which sent every small
-# graph to CSR whatever its tiles). The fits are within 4% of the four points. Before (session 17, one graph):
-# dot 17.2 / 12.4, GAT 12.8 / 12.0 ns per tile (TF32 / half).
-# Session 22 refit the dot family's fp32 CSR kernel (used in TF32 and IEEE) and its TF32 block kernel on four graphs
-# (docs/benchmarks/session22/call4_probe_dot.md, H100, op forward+backward): the CSR kernel per edge plus per tile
+# graph to CSR whatever its tiles). The fits are within 4% of the four points.
+# The dot family's fp32 CSR kernel (used in TF32 and IEEE) and its TF32 block kernel are fit on four graphs
+# (H100, op forward+backward): the CSR kernel per edge plus per tile
 # of the identity order (``csr_per_identity_tile``, the locality term above), within 11% of the block model, the
 # batched graphs, RMAT 2^17 and squirrel (a per-edge term alone missed by up to 70%: 5.74 ms predicted against 7.68
 # on the block model, 9.87 against 7.95 on the batched graphs); the block kernel from its all-block rows (the block
-# model and the batched graphs, identity and RCM orders), within 3%, no per-row term (the old 3.0 ns per row
-# predicted 7.97 ms for 5.78 on the batched graphs). Before: CSR 0.435 ns per edge + 2.76 ms; block 16.0 ns per
-# tile, 3.0 per row, 0.45 ms. The half-precision constants still matched (within 10%) and stay.
+# model and the batched graphs, identity and RCM orders), within 3%, no per-row term (a 3.0 ns per-row term
+# predicted 7.97 ms for 5.78 on the batched graphs). The half-precision constants match these graphs within 10%.
 _CSR_DOT = {"csr_per_edge": 0.201, "csr_per_identity_tile": 10.9, "csr_per_row": 0.0, "csr_fixed_ms": 1.59}
 _CSR_DOT_HALF = {"csr_per_edge": 0.466, "csr_per_row": 0.0, "csr_fixed_ms": 1.97}
 _CSR_GAT = {"csr_per_edge": 0.277, "csr_per_row": 0.0, "csr_fixed_ms": 2.23}
@@ -132,14 +130,14 @@ CALIBRATION = {
     },
 }
 # Refits for other GPUs, matched on the CUDA device's name (:func:`calibration`); an entry replaces its (family,
-# precision) constants whole, anything it lacks keeps the H100 table above. Session 38 refit the dot family's TF32
-# terms on the H200 (``python -m benchmarks.fit_attention docs/benchmarks/session38/call1/probe/probe.json
-# --precision tf32 --block-per-row``: the op forward+backward; the CSR terms from the block model, the 20,000 batched
+# precision) constants whole, anything it lacks keeps the H100 table above. The H200 has the dot family's TF32
+# terms refit (``python -m benchmarks.fit_attention`` over an H200 probe's ``probe.json``,
+# ``--precision tf32 --block-per-row``: the op forward+backward; the CSR terms from the block model, the 20,000 batched
 # graphs, RMAT 2^17 and squirrel in fp32, the block terms from the two dense graphs in identity and RCM order, the
 # only all-block rows; 4 points for 3 terms each), every point within 1.8%. With the H100 terms the H200's CSR
 # kernel ran 28% under its prediction on the block model (5.58 against 7.71 ms) and the predicted RCM gain was 2.4x
-# the measured one (2.40 against 0.97 ms, session 37). Its half-precision terms still pick right and predict the
-# order gain within 6% (session 37: 1.21 against 1.13 ms); a refit of those (block 4.36 ns per tile, fixed 2.50 ms
+# the measured one (2.40 against 0.97 ms). Its half-precision terms still pick right and predict the
+# order gain within 6% (1.21 against 1.13 ms); a refit of those (block 4.36 ns per tile, fixed 2.50 ms
 # over CSR's 2.32) predicted that gain 25% short and stays out. The GAT family has no H200 probe.
 DEVICE_CALIBRATION = {
     "H200": {
@@ -149,7 +147,8 @@ DEVICE_CALIBRATION = {
         },
     },
 }
-CALIBRATION_ENV = "GNN_IO_CALIBRATION"   # auto (by device name), H100 (the base table), or a DEVICE_CALIBRATION key
+# auto (by device name), H100 (the base table), or a DEVICE_CALIBRATION key (config.py lists them)
+CALIBRATION_ENV = config.SETTINGS["calibration"].env
 # Seconds of CPU/GPU work to build an order, per edge (measured on the device's CPU: rcm 0.07-0.26 us
 # per edge on the block model and RMAT 2^20; METIS into parts of 64 nodes 1.5 us per edge on the block
 # model, 13-32 us on RMAT graphs): only the predicted cost decides whether the order is tried at all.
@@ -158,14 +157,11 @@ AUTO_ORDERS = ("none", "degree", "rcm")
 
 
 def path_setting() -> str:
-    value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
-    if value not in PATHS:
-        raise SettingError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
-    return value
+    return config.get("attention_path")
 
 
 def expected_calls() -> int:
-    return int_setting(CALLS_ENV, DEFAULT_EXPECTED_CALLS)
+    return config.get("expected_calls")
 
 
 def precision_of(dtype: torch.dtype) -> str:
@@ -207,7 +203,7 @@ class _PlanEntry:
 
     def __init__(self, rowptr: Tensor, col: Tensor, perm: Tensor):
         self.tensors = (rowptr, col, perm)
-        self.versions = tuple(t._version for t in self.tensors)
+        self.versions = _versions(self.tensors)
         self.orders: dict = {}       # name -> (order tensor or None, build ms)
         self.formats: dict = {}      # order name -> BlockFormat
         self.decisions: dict = {}
@@ -215,7 +211,16 @@ class _PlanEntry:
         self.identity_tiles_per_edge: float | None = None  # the CSR cost's locality term
 
     def valid(self) -> bool:
-        return tuple(t._version for t in self.tensors) == self.versions
+        """Whether its tensors are unchanged; never for inference tensors, which have no version counter (a plan
+        of them is built anew at every call anyway, gnn_inductor/plan.py)."""
+        return self.versions is not None and _versions(self.tensors) == self.versions
+
+
+def _versions(tensors) -> tuple | None:
+    """The version counters of ``tensors``; None where one is an inference tensor (it has none)."""
+    if any(t.is_inference() for t in tensors):
+        return None
+    return tuple(t._version for t in tensors)
 
 
 _PLANS: "OrderedDict[tuple, _PlanEntry]" = OrderedDict()
@@ -277,11 +282,8 @@ def calibration_name(device) -> str:
     """Which table prices this device: ``GNN_IO_CALIBRATION`` when set (``H100`` for :data:`CALIBRATION`, or a key
     of :data:`DEVICE_CALIBRATION`), else the first key of :data:`DEVICE_CALIBRATION` in the CUDA device's name, else
     ``H100``. A CPU device (the interpreter's tests) is priced by the H100 table."""
-    setting = os.environ.get(CALIBRATION_ENV, "auto").strip().upper() or "AUTO"
-    if setting != "AUTO":
-        if setting != "H100" and setting not in DEVICE_CALIBRATION:
-            raise SettingError(f"{CALIBRATION_ENV}={setting!r}: set it to auto, H100 or one of "
-                               f"{', '.join(DEVICE_CALIBRATION)}")
+    setting = config.get("calibration")
+    if setting != "auto":
         return setting
     if device is None or torch.device(device).type != "cuda":
         return "H100"
@@ -381,7 +383,7 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
     precision = precision_of(dtype)
     setting = path_setting()
     entry = _entry(rowptr, col, perm)
-    key = (form.family, precision, layout.heads, layout.channels, setting, os.environ.get("GNN_IO_REORDER", ""),
+    key = (form.family, precision, layout.heads, layout.channels, setting, config.get("reorder"),
            calibration_name(rowptr.device))
     if key in entry.decisions:
         return entry.decisions[key]
@@ -499,7 +501,7 @@ def _assembled(entry: _PlanEntry, best: str, candidates: dict, mode: str, settin
     predicted_all["csr"] = predicted["csr"]
     in_doubt = timed_later and predicted[mode] < predicted["csr"] * (1 + PREDICTED_DOUBT)
     if n_chosen == 0 or (setting == "auto" and predicted[mode] >= predicted["csr"] and not in_doubt):
-        # the format only served the prediction: kept, it held 0.9 GB on the block model (GAT, session 18)
+        # the format only served the prediction: kept, it held 0.9 GB on the block model (GAT, H200)
         entry.formats.clear()
         return PathDecision("csr", "cost model: the CSR kernel is predicted faster on every window"
                             if n_chosen == 0 else "cost model: the CSR kernel is predicted faster",
@@ -541,11 +543,11 @@ def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn)
     """The cost model's block or hybrid pick (or a candidate within :data:`PREDICTED_DOUBT` behind CSR), kept only
     when its training step (forward and backward of the op) measures at least :data:`MEASURED_MARGIN` faster than
     the CSR kernels' on this graph (timed once, at the first call); else the CSR decision, with both times
-    recorded. The model's constants drift whenever a kernel changes (session 9's CSR kernels became 2-4x faster
-    and the block path it still predicted faster measured 1.2-2.3x slower), so the choice is checked where it is
+    recorded. The model's constants drift whenever a kernel changes (when the CSR kernels became 2-4x faster,
+    the block path the model still predicted faster measured 1.2-2.3x slower), so the choice is checked where it is
     made. The backward is timed too: the choice is made for training
     steps, and the two paths' backwards differ more than their forwards (op forward+backward on the block model,
-    session 18: block 2.20 ms against CSR's 3.67)."""
+    H200: block 2.20 ms against CSR's 3.67)."""
     device = entry.tensors[0].device
     csr = PathDecision("csr", "timing", decision.family, decision.precision)
     measured = _paired_ms(device, {"csr": lambda: forward_fn(csr, backward=True),
@@ -569,10 +571,11 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     """Forward+backward time with the chosen order and without (:func:`_paired_ms`), once: the measured gain, in
     the unit of the predicted one. Without the order, what runs is what the cost model predicted for the identity
     order (``hybrid[none]``): its windows on the block kernel and the other rows on the CSR kernel, or, where it
-    picks no window, the CSR path alone (key ``"none fwd+bwd (csr)"``). Session 18 and 22 timed a hybrid of zero
-    windows there, whose CSR rows take the hybrid's atomic backward (14.8 ms against the CSR path's 7.5 on the block
-    model, TransformerConv in TF32): a gain 16x the predicted one that no path would give. The identity order's
-    format stays in ``entry.formats`` for the caller: dropped with a kept order, reused where the order is dropped."""
+    picks no window, the CSR path alone (key ``"none fwd+bwd (csr)"``). A hybrid of zero
+    windows timed there would run its CSR rows on the hybrid's atomic backward (14.8 ms against the CSR path's
+    7.5 on the block model, TransformerConv in TF32): a gain 16x the predicted one that no path would give. The
+    identity order's format stays in ``entry.formats`` for the caller: dropped with a kept order, reused where the
+    order is dropped."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")
     chosen, _ = _choose_windows(blocks, rowptr, precision, scale, mode, decision.family,

@@ -53,13 +53,13 @@ others ``split``:
   gradient is a per-head scalar score term, so the src pass, which already computes every edge's ``ds_e``,
   also adds it to its destination's ``[H]`` gradient row by a float32 atomic (``E * H`` scalar atomics), and
   the dst pass, a second gather of every edge's ``[H, C]`` value row, is skipped (:func:`one_pass_outputs`).
-  Measured slower (session 14): its atomics onto a hub's row cost more than the dst pass they replace.
+  Measured slower on the H100: its atomics onto a hub's row cost more than the dst pass they replace.
 - ``one_pass_segment`` (GAT's default): as ``one_pass``, but the src pass stores each edge's dst-role score-term
   gradient (``[H]`` per edge) at the edge's position in the transposed CSR, contiguously
   (:func:`source_positions` maps the CSR's positions to those; where the transposed CSR leaves edges out, at
   edge ids instead), and :func:`_sum_by_destination` sums them over each destination's CSR row, with ``D`` from
   :func:`_delta_kernel` (the bias subtracted there). No atomics onto hub rows, no second gather of the value rows.
-  Session 20 on the H100, GATConv on RMAT 2^20 (15.4M edges): 11.23 ms against the split backward's 12.20 per
+  On the H100, GATConv on RMAT 2^20 (15.4M edges): 11.23 ms against the split backward's 12.20 per
   step (20 interleaved rounds, all won), 1.17x on the uniform graph of 16M edges; the backward's kernels 4.59
   against 5.46 ms (src pass 3.42, sum 0.81 before its launch was fitted, ``D`` 0.36).
 - ``atomic``: one pass over the CSR's work items; dst-role gradients are reduced in registers per
@@ -85,17 +85,16 @@ dtype. Runs on CUDA tensors, and on CPU tensors when ``TRITON_INTERPRET=1`` was 
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from gnn_inductor import config as settings  # `config` names a kernel launch's configuration here
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels._common import (
-    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, capturing, int_setting, kept_outside_graph_pool,
-    switch_setting,
+    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, capturing, kept_outside_graph_pool,
 )
 from gnn_inductor.kernels.rng import Dropout, as_float32, keep_bits_by_triton, packed_dropped_triton
 from gnn_inductor.kernels.spmm_triton import (
@@ -107,7 +106,7 @@ from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from gnn_inductor import edge_functions
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETED = settings.interpreted()
 MAX_EDGES = 256          # the degree split: a program walks at most this many edges of one row
 DENSE_GRAD_SLOTS = 32    # the att gradient is summed into this many slots, then reduced
 FAMILIES = {"gat": 0, "gatv2": 1, "dot": 2}
@@ -118,16 +117,16 @@ _BY_SOURCE_POSITION = 4
 _MAX_SCORE_TERMS, _MAX_VALUE_TERMS = 3, 2
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
-LAUNCH_ENV = "GNN_IO_ATTENTION_LAUNCH"  # "legacy": the launch rule before session 8 (comparisons, debugging)
-HEADS_ENV = "GNN_IO_ATTENTION_HEADS"   # "all": one forward program per work item for every head
-HEADS_VARIANTS = ("per_head", "all")
-BACKWARD_ENV = "GNN_IO_ATTENTION_BACKWARD"   # split, atomic, one_pass, one_pass_segment; unset: auto
+LAUNCH_ENV = settings.SETTINGS["attention_launch"].env  # "legacy": the former launch rule (comparisons, debugging)
+HEADS_ENV = settings.SETTINGS["attention_heads"].env  # "all": one forward program per work item for every head
+HEADS_VARIANTS = settings.SETTINGS["attention_heads"].choices
+BACKWARD_ENV = settings.SETTINGS["attention_backward"].env  # split, atomic, one_pass, one_pass_segment; unset: auto
 # one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
 # stored per edge and summed over each destination's CSR row (no atomics on hub rows)
 # mass: GAT's dst score terms' gradients from the forward's mass (kernels/attention.py's attention_forward_mass: a
 # row sum in the D kernel, no per-edge term), where that op runs, else one_pass_segment
 # auto (unset): mass, else one_pass_segment, for the GAT family; split for the others
-BACKWARD_VARIANTS = ("auto", "split", "atomic", "one_pass", "one_pass_segment", "mass")
+BACKWARD_VARIANTS = settings.SETTINGS["attention_backward"].choices
 # the variants that run the split passes over a source CSR (the op's backward builds one for them)
 SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass", "one_pass_segment", "mass")
 # the variants under which GAT's forward makes the score-term mass where it can (kernels/attention.py)
@@ -849,7 +848,7 @@ def _delta_kernel(grad_out_ptr, out_ptr, bias_ptr, delta_ptr, mass_ptr, mass_gra
                   HEADS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """``delta[r] = sum_c grad_out[r, c] * out[r, c]`` over the (node, head) rows ``r`` of ``[N * H, C]``; with
     ``BIAS``, ``out`` is the biased output and the ``[H, C]`` bias at ``bias_ptr`` is subtracted first (no
-    ``out - bias`` tensor: 0.45 ms per ``[2^20, 128]`` float32 step on the H100, session 16)."""
+    ``out - bias`` tensor: 0.45 ms per ``[2^20, 128]`` float32 step on the H100)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     chans = tl.arange(0, BLOCK_C)
     rmask = rows < num_rows
@@ -1111,7 +1110,7 @@ def _backward_all_heads_kernel(
 # ---------------------------------------------------------------------------------------------
 
 # Per-head forward launch: (tile elements, warps) by family, measured on the H100 (fp32, 4 heads x 32
-# channels, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M edges; docs/benchmarks/session8/): most rows of a power-law
+# channels, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M edges): most rows of a power-law
 # graph have a handful of edges, so small edge blocks on one warp keep the lanes busy and many programs in
 # flight. The former rule (about 1024 elements, 32 x 32 on 4 warps) took 1.4-2.0x longer on both graphs.
 PER_HEAD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 1), "dot": (128, 1)}
@@ -1123,7 +1122,7 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
     (``BLOCK_E * BLOCK_C`` near the measured tile of :data:`PER_HEAD_LAUNCH`, ``BLOCK_E`` between 2 and 32) or
     ``"atomic"`` (the atomic backward: the earlier rule, about 1024 elements, not re-measured)."""
     block_c = max(16, next_power_of_2(head_dim))
-    if phase == "atomic" or os.environ.get(LAUNCH_ENV) == "legacy":
+    if phase == "atomic" or settings.get("attention_launch") == "legacy":
         block_e = max(8, min(32, 1024 // block_c))
         return {"block_e": block_e, "block_c": block_c, "num_warps": 2 if block_e * block_c <= 512 else 4}
     tile, warps = PER_HEAD_LAUNCH[family]
@@ -1136,29 +1135,26 @@ def launch_config(family: str, head_dim: int, phase: str = "forward") -> dict:
 ALL_HEADS_FORWARD_LAUNCH = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
 
 
-# The split backward (all heads per program): (tile elements, warps) by family, measured on the H100 in session 9
+# The split backward (all heads per program): (tile elements, warps) by family, measured on the H100
 # (fp32, 4 heads x 32 channels, RMAT 2^20 / 15.4M edges; the backward alone, benchmarks/probe.py attn_launch). At
 # these launches (2 edges per block at 4 x 32) it took 5.25 / 8.77 / 8.94 ms for GAT / GATv2 / TransformerConv
 # (GAT on 2 warps: 5.53 ms) against 7.69 / 12.07 / 10.67 ms for the former per-head split backward at its
 # default launch; whole layers, forward and backward, 13.78 / 20.41 / 25.90 ms against 16.24 / 24.30 / 27.61 ms.
 SPLIT_BACKWARD_LAUNCH_SESSION9 = {"gat": (256, 1), "gatv2": (256, 2), "dot": (256, 2)}
-# Each pass's own launch, (dst pass, src pass), measured on the H200 in session 17 (fp32, 4 x 32, RMAT 2^20, the
-# whole backward timed with one pass's launch swept and the other's at session 9's; benchmarks/probe.py --parts
-# split_sweep, docs/benchmarks/session17/): GAT's dst pass at 4 edges per block took the backward from 4.59 to
+# Each pass's own launch, (dst pass, src pass), measured on the H200 (fp32, 4 x 32, RMAT 2^20, the whole backward
+# timed with one pass's launch swept and the other's at the shared launch above; benchmarks/probe.py --parts
+# split_sweep): GAT's dst pass at 4 edges per block took the backward from 4.59 to
 # 4.36 ms; GATv2's passes at 1 edge per block each 7.70 -> 7.21 (src) and 7.29 ms (dst); TransformerConv's dst
 # pass at 1 edge 6.97 -> 6.59 ms (its src pass kept 2 edges on 2 warps: 1 edge took 7.05). The src pass gathers
 # every edge's destination ``dout`` row, ``D`` and ``lse``; the dst pass reads them once per row.
 # ``GNN_IO_SPLIT_LAUNCH=session9`` runs :data:`SPLIT_BACKWARD_LAUNCH_SESSION9` in both passes (the A/B).
 SPLIT_BACKWARD_LAUNCH = {"gat": ((512, 1), (256, 1)), "gatv2": ((128, 1), (128, 1)), "dot": ((128, 1), (256, 2))}
-SPLIT_LAUNCH_ENV = "GNN_IO_SPLIT_LAUNCH"
+SPLIT_LAUNCH_ENV = settings.SETTINGS["split_launch"].env
 
 
 def split_launch(family: str) -> tuple:
     """((tile, warps) of the dst pass, of the src pass) for ``family``'s split backward."""
-    value = os.environ.get(SPLIT_LAUNCH_ENV) or "measured"
-    if value not in ("measured", "session9"):
-        raise SettingError(f"{SPLIT_LAUNCH_ENV}={value!r}: set it to measured or session9 (or leave it unset)")
-    if value == "session9":
+    if settings.get("split_launch") == "session9":
         return (SPLIT_BACKWARD_LAUNCH_SESSION9[family],) * 2
     return SPLIT_BACKWARD_LAUNCH[family]
 
@@ -1173,7 +1169,7 @@ def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = 
     ``GNN_IO_ATTENTION_LAUNCH=legacy``: about 2048 elements."""
     block_h, block_c = next_power_of_2(heads), max(min_block_c, next_power_of_2(head_dim))
     width = block_h * block_c
-    if measured is not None and os.environ.get(LAUNCH_ENV) != "legacy":
+    if measured is not None and settings.get("attention_launch") != "legacy":
         tile, warps = measured
         block_e = max(min_block_e, min(32, tile // width))
         warps = min(8, warps * max(1, block_e * width // tile))
@@ -1185,23 +1181,19 @@ def all_heads_launch_config(heads: int, head_dim: int, measured: tuple | None = 
 
 
 # a register cap (ptxas maxnreg) for the split backward's src pass, opt-in (0 or unset: none). H100, GATConv,
-# 4 x 32, fp32 (session 26, probe part mass_launch): on RMAT 2^20 the src pass took 2.67 ms at 56 registers (55
+# 4 x 32, fp32 (probe part mass_launch): on RMAT 2^20 the src pass took 2.67 ms at 56 registers (55
 # used, no spill) against 3.00 uncapped (61 used), 2.81 at 64, 3.06-3.29 at 48 and 40, and the step 9.80 against
 # 9.91 ms (12 interleaved rounds, 92% won); but on the uniform graph of 16M edges the step took 12.15 against 12.09
 # (8 rounds, 25% won) and on the grid 5.50 against 5.50. So there is no default cap.
-SRC_MAXNREG_ENV = "GNN_IO_SRC_MAXNREG"
+SRC_MAXNREG_ENV = settings.SETTINGS["src_maxnreg"].env
 
 
 def heads_variant(default: str = "all") -> str:
     """Which kernel runs: ``"all"`` (grid ``(items,)``, one program walks an item's edges once for every head)
     or ``"per_head"`` (grid ``(items, H)``), from the ``GNN_IO_ATTENTION_HEADS`` environment variable, read
-    at each call; unset, ``default``: the forward runs all heads per program (measured faster, session 8),
+    at each call; unset, ``default``: the forward runs all heads per program (measured faster on the H100),
     the atomic backward per head (its all-heads form is not measured)."""
-    variant = os.environ.get(HEADS_ENV) or default
-    if variant not in HEADS_VARIANTS:
-        raise SettingError(f"{HEADS_ENV}={variant!r}: set it to one of {', '.join(HEADS_VARIANTS)} "
-                           "(or leave it unset)")
-    return variant
+    return settings.get("attention_heads") or default
 
 
 class _Layout:
@@ -1454,13 +1446,7 @@ def backward_variant() -> str:
     (kernels/attention.py's ``attention_forward_mass``), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read
     at each call (module docstring). ``"split_all"`` is a deprecated synonym of ``"split"``: it named the
     all-heads split backward while it was opt-in, and old commands still set it."""
-    variant = os.environ.get(BACKWARD_ENV) or "auto"
-    if variant == "split_all":
-        return "split"
-    if variant not in BACKWARD_VARIANTS:
-        raise SettingError(f"{BACKWARD_ENV}={variant!r}: set it to one of {', '.join(BACKWARD_VARIANTS)} "
-                           "(or leave it unset)")
-    return variant
+    return settings.get("attention_backward")
 
 
 class SourceCSR(NamedTuple):
@@ -1630,7 +1616,7 @@ def backward(layout: _Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowp
                     **overrides, **(given.get(name) or {})}
         dst_launch, src_launch = split_launch(form.family)
         config, src_config = pass_config(dst_launch, "dst"), pass_config(src_launch, "src")
-        cap = int_setting(SRC_MAXNREG_ENV, 0)
+        cap = settings.get("src_maxnreg")
         if cap and "maxnreg" not in src_config:
             src_config["maxnreg"] = cap
         grad_out = grad_out.contiguous()
@@ -1684,7 +1670,7 @@ def _item_bounds(items, bounds: list, cache: dict, key) -> list | None:
     return kept_outside_graph_pool(cache, key, build, device)
 
 
-CHUNK_STREAMS_ENV = "GNN_IO_GRAD_CHUNK_STREAMS"  # 0: backward_chunked's two passes one after the other
+CHUNK_STREAMS_ENV = settings.SETTINGS["grad_chunk_streams"].env  # 0: backward_chunked's two passes one after the other
 _SIDE_STREAMS: dict = {}
 
 
@@ -1693,7 +1679,7 @@ def _side_stream(device) -> "torch.cuda.Stream | None":
     ``GNN_IO_GRAD_CHUNK_STREAMS=0``."""
     if getattr(device, "type", device) != "cuda":
         return None
-    if not switch_setting(CHUNK_STREAMS_ENV):
+    if not settings.get("grad_chunk_streams"):
         return None
     index = torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
@@ -1816,7 +1802,7 @@ def _sum_by_destination(by_edge: Tensor, rowptr: Tensor, index: Tensor, items) -
 
 
 # (edges per block, warps) of the per-destination sum of the segment backward, with a feature block of the heads
-# (at least 4): the H100, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M, 4 heads (session 20, probe part segment_sum):
+# (at least 4): the H100, RMAT 2^20 / 15.4M edges and 2^17 / 1.1M, 4 heads (probe part segment_sum):
 # 0.733 and 0.128 ms against 0.945 and 0.155 at the SpMM's default launch (8 edges, 16 features, 1 warp)
 SEGMENT_SUM_LAUNCH = (16, 1)
 

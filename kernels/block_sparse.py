@@ -1,4 +1,4 @@
-r"""Block-sparse attention (work in progress, issue 8): the block format, the dot-product forward and backward.
+r"""Block-sparse attention (work in progress): the block format, the dot-product forward and backward.
 
 **Block format.** Destination rows are taken in windows of ``WINDOW`` consecutive entries of a node
 order (``order``, a permutation of the destination rows; the identity when none is given). In window
@@ -67,14 +67,14 @@ TILE = 16    # source columns per tile: the N side of S = Q K^T and the K side o
 # own (empty: Triton's defaults, 4 warps and 3 stages; GATv2's kernels take 8 warps for head dims of 64 and more),
 # and for the dot kernels ``heads``: 1 (a program per (window, head)) or "all" (every head in one program, batched
 # [H, 16, 16] dots; :func:`head_launch`). ``python -m benchmarks.probe --parts block_launch`` sweeps one kernel at a
-# time (H200, bf16, 4 heads x 32, the block model in RCM order, forward+backward of the op). Session 17, a program
+# time (H200, bf16, 4 heads x 32, the block model in RCM order, forward+backward of the op). A program
 # per head: the dot kernels took the op from 5.95 ms at 4 warps each to 4.17 on 1-2 warps (8 warps: 5.8-8.1);
 # GAT's, one kernel at a time, 6.87 -> 6.54 (forward, 2 warps, 1 stage), 6.07 (row backward, 1 warp, 1 stage),
-# 5.09 (source backward, 1 warp). Session 18 (docs/benchmarks/session18/call2_block_launch.txt): every head in one
+# 5.09 (source backward, 1 warp). Every head in one
 # program, 2 warps, for all three dot kernels: 3.35 -> 2.53 ms (4 warps: 2.80). GATv2's (gatv2_*) are not measured.
 # A ``name:fp32`` entry is the launch for float32 inputs (:func:`launch_entry`): in TF32 the same sweep
-# (call10_block_launch_tf32.txt) took the op from 5.02 ms at 2 warps to 4.56 at 4 warps, every head per program.
-# GAT (call11_block_launch_gat.txt, bf16, op 3.49 ms at session 17's launch), one kernel at a time: forward with
+# took the op from 5.02 ms at 2 warps to 4.56 at 4 warps, every head per program.
+# GAT (bf16, op 3.49 ms at the per-head launches above), one kernel at a time: forward with
 # every head at 2 warps 3.18, row backward with every head at 1 warp 3.25; the source backward stays a program per
 # head (3.44; every head: 3.59 at best). That combination was not timed as a whole; all three with every head at
 # 1 warp measured 3.20.
@@ -492,7 +492,7 @@ def launch_entry(name: str, dtype: torch.dtype | None = None) -> dict:
 
 
 # The most channels (heads x padded head width) one program holds when it takes every head: the all-heads
-# launches were measured at 4 heads x 32 (H200, bf16 and TF32, sessions 18); wider programs hold more
+# launches were measured at 4 heads x 32 (H200, bf16 and TF32); wider programs hold more
 # accumulators than those launches were tuned for (8 heads x 64 would be 4x the registers), so "all" takes as
 # many heads as fit and the grid covers the rest.
 MAX_PROGRAM_CHANNELS = 128

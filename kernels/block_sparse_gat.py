@@ -1,4 +1,4 @@
-r"""Block-sparse attention for the GAT and GATv2 families (issue 8): forward and backward over the block format of
+r"""Block-sparse attention for the GAT and GATv2 families: forward and backward over the block format of
 ``kernels/block_sparse.py`` (row windows of ``WINDOW`` destination rows, each window's source columns condensed
 into tiles of ``TILE``, ``tile_edge`` the original edge id of each cell, -1 where there is none).
 

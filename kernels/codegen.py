@@ -46,6 +46,7 @@ from torch.fx import GraphModule, Node
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from gnn_inductor import config
 from gnn_inductor.kernels._common import ROLE_DENSE, _autograd_dispatch
 
 aten = torch.ops.aten
@@ -512,7 +513,7 @@ _MODULES: dict = {}
 def cache_dir() -> str:
     """Where generated kernels are written: ``GNN_IO_KERNEL_CACHE``, else a per-user temp folder."""
     default = os.path.join(tempfile.gettempdir(), f"gnn_io_kernels_{os.getuid() if hasattr(os, 'getuid') else 0}")
-    return os.environ.get("GNN_IO_KERNEL_CACHE", default)
+    return config.get("kernel_cache") or default
 
 
 def load_kernels(source: str):

@@ -21,28 +21,27 @@ Two launch shapes:
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from gnn_inductor.kernels._common import SettingError, cuda_graphs_requested
+from gnn_inductor import config
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 
-SETTING = "GNN_IO_FP32_GEMM"
-# Where the split GEMM is taken (H100, session 24, `benchmarks/dense_ops.py --x3`): a product of at least
+SETTING = config.SETTINGS["fp32_gemm"].env
+# Where the split GEMM is taken (H100, `benchmarks/dense_ops.py --x3`): a product of at least
 # TALL_MIN_WORK multiply-adds with a large row count (the forward and the input gradient: 1.31-1.66x over cuBLAS at
 # 2^20 rows, a tie or a loss at 2^17 x 128 x 128 = 2^31), and a weight gradient (inner size large) of at least
 # WIDE_MIN_WORK (1.05x at 2^20 x 128 x 128, 1.12x at 2^20 x 128 x 512, a loss at 2^17 rows).
 TALL_MIN_WORK = 1 << 33
 WIDE_MIN_WORK = 1 << 34
 # Under CUDA graphs (GNN_IO_CUDAGRAPHS=1) a replay issues the step's kernels without their per-call CPU cost, which is
-# what kept the tall kernels out of arxiv-size steps. There they are taken from this many multiply-adds: session 33,
-# H100, RMAT 2^17, interleaved A/B against cuBLAS's float32 GEMMs in the same replays: TransformerConv 2.71 -> 2.40 ms,
-# SAGEConv max 1.62 -> 1.42 (1.15x each). Session 28 had measured a tie there, when (unknown then) the backward did
-# not replay and Inductor partitioned the forward's GEMMs out of the CUDA graph.
+# what kept the tall kernels out of arxiv-size steps. There they are taken from this many multiply-adds: H100,
+# RMAT 2^17, interleaved A/B against cuBLAS's float32 GEMMs in the same replays: TransformerConv 2.71 -> 2.40 ms,
+# SAGEConv max 1.62 -> 1.42 (1.15x each). Such steps measure a tie where the backward does not replay and Inductor
+# partitions the forward's GEMMs out of the CUDA graph.
 REPLAYED_TALL_MIN_WORK = 1 << 31
 SMALL_SIDE = 1024  # the thin sides: at most this (the weights stay small)
 
@@ -83,7 +82,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
       heads of this tile (``BLOCK_N`` a multiple of ``HEAD_C``), from the accumulator, bias included;
     - ``EXTRA_K`` (0: none, else ``k_extra``): ``+ ea @ eb``, a second inner range of ``k_extra``
       (``ea [M, k_extra]``, ``eb [k_extra, N]``), one piece only, summed by rank-1 float32 updates on the CUDA
-      cores (a padded 3xTF32 dot measured slower, session 25);
+      cores (a padded 3xTF32 dot measured slower);
     - ``SIDE`` (0: none, else a power of two >= 16 and >= ``side_rows``): ``side_out[piece] = side @ b`` over this
       piece's inner range (``side [side_rows, K]``), written by the programs of the first row tile."""
     pid = tl.program_id(0)
@@ -242,7 +241,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
     bias = _columns_row(bias_ptr, cols, col_mask, BIAS)
     # the epilogue's column operands, loaded once per program too: the first ATT_LOADED (<= 2) attention rows, and
     # the extra inner range's eb as one more TF32-split chunk of EXTRA_DOT rows (a power of two >= 16, >= EXTRA_K;
-    # 0 without one). Read per row tile inside the pipelined loop, they had cost GAT's step 0.47 ms (session 28)
+    # 0 without one). Read per row tile inside the pipelined loop, they cost GAT's step 0.47 ms (H100)
     att0 = _columns_row(att_ptr, cols, col_mask, ATT_LOADED > 0)
     att1 = _columns_row(att_ptr + N, cols, col_mask, ATT_LOADED > 1)
     if EXTRA_DOT > 0:
@@ -265,7 +264,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured
-# on the H100 (session 27, `benchmarks/dense_ops.py --stationary`, docs/dense.md): 64 x 64 tiles on one warpgroup,
+# on the H100 (`benchmarks/dense_ops.py --stationary`, docs/dense.md): 64 x 64 tiles on one warpgroup,
 # three stages, two programs per SM, inner chunks of 32 (STATIONARY_K_CHUNK). [2^20, 128] @ [128, 128] took 0.552 ms
 # (forward, with a bias) and 0.546 (input gradient) against 0.634 / 0.620 for TALL_LAUNCH's tile kernel and 0.849 /
 # 0.884 for cuBLAS float32, at the tile kernel's error (1.9e-7 of the largest value against float64). 128-row or
@@ -339,34 +338,26 @@ def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tup
     return out
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (session 24)
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (H100)
 TALL_LAUNCH = (128, 64, 32, 4, 3)  # output width up to 128
 TALL_WIDE_LAUNCH = (128, 128, 64, 8, 3)  # wider outputs
 SPLIT_LAUNCH = (128, 64, 32, 4, 4)
-SPLITS = 132  # inner pieces per output tile (one per H100 SM; 64 and 264 measured slower in session 24)
+SPLITS = 132  # inner pieces per output tile (one per H100 SM; 64 and 264 measured slower)
 PRECISION = "tf32x3"
 
 
 def setting() -> str:
-    value = os.environ.get(SETTING, "").strip() or "x3"
-    if value not in ("x3", "x3tile", "cublas"):
-        raise SettingError(f"{SETTING}={value!r}: set it to x3 (float32 GEMMs by the 3xTF32 split where it pays, the "
-                           "weight-stationary kernel for tall products of an inner size up to 128), x3tile (the same "
-                           "without the weight-stationary kernel) or cublas (cuBLAS's float32 GEMMs only)")
-    return value
+    return config.get("fp32_gemm")
 
 
 def _tall_min_work() -> int:
     """The tall kernels' threshold in multiply-adds: :data:`TALL_MIN_WORK`, or under CUDA graphs
     (``GNN_IO_CUDAGRAPHS=1``) :data:`REPLAYED_TALL_MIN_WORK` where that is lower; ``GNN_IO_FP32_TALL_LOG2`` sets it to
     ``2**value`` (a measurement knob)."""
-    value = os.environ.get("GNN_IO_FP32_TALL_LOG2", "").strip()
-    if value:
-        if not value.isdigit() or not 20 <= int(value) <= 40:
-            raise SettingError(f"GNN_IO_FP32_TALL_LOG2={value!r}: set it to an integer from 20 to 40 (the tall GEMM "
-                               "kernels from 2**value multiply-adds)")
-        return 1 << int(value)
-    if cuda_graphs_requested():
+    value = config.get("fp32_tall_log2")
+    if value is not None:
+        return 1 << value
+    if config.get("cuda_graphs"):
         return min(TALL_MIN_WORK, REPLAYED_TALL_MIN_WORK)
     return TALL_MIN_WORK
 
@@ -391,8 +382,7 @@ def float32_exact() -> bool:
 
 def kernel_device(device_type: str) -> bool:
     """CUDA, or the CPU under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
-    return device_type == "cuda" or (device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-                                     and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
+    return device_type == "cuda" or (device_type == "cpu" and config.interpreted() and config.get("triton_on_cpu"))
 
 
 def takes(a: Tensor, b: Tensor) -> bool:

@@ -26,6 +26,7 @@ def softmax_csr(scores: Tensor, row: Tensor, rowptr: Tensor, eps: float) -> Tens
 
 def edge_softmax_reference(scores: Tensor, rowptr: Tensor, row: Tensor, perm: Tensor, eps: float) -> Tensor:
     (scores32,), half = in_float32([scores])
+    perm = perm.long()  # index_copy takes int64 indices only on CUDA
     alpha = softmax_csr(scores32.index_select(0, perm), row, rowptr, eps)
     out = torch.zeros_like(alpha).index_copy(0, perm, alpha)
     return out if half is None else out.to(half)

@@ -65,7 +65,7 @@ def _fingerprint_kernel(words_ptr, n, partial_ptr, BLOCK: tl.constexpr):
 
 
 def _fingerprint_cpu(t: Tensor) -> Tensor:
-    flat = t.detach().reshape(-1)
+    flat = t.detach().reshape(-1).contiguous()  # a strided 1-D view stays strided through reshape
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
     digest = xxhash.xxh3_128(memoryview(flat.numpy()).cast("B")).intdigest()

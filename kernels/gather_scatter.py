@@ -36,13 +36,12 @@ one ``phi`` share one walk: their cotangents add, the mean's divided by the degr
 """
 from __future__ import annotations
 
-import os
 
 import torch
 from torch import Tensor
 from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
-from gnn_inductor import edge_functions
+from gnn_inductor import config, edge_functions
 from gnn_inductor.kernels import dense_triton
 from gnn_inductor.kernels import gather_scatter_triton as fused
 from gnn_inductor.kernels._common import (
@@ -78,8 +77,7 @@ def kernel_name(device_type: str, details: dict) -> str:
 
 def _on_kernel_device(rowptr: Tensor) -> bool:
     """CUDA tensors, or CPU tensors under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
-    return rowptr.is_cuda or (os.environ.get("TRITON_INTERPRET") == "1"
-                              and os.environ.get("GNN_IO_TRITON_ON_CPU") == "1")
+    return rowptr.is_cuda or (config.interpreted() and config.get("triton_on_cpu"))
 
 
 def _runs_fused(args, roles, rowptr: Tensor, fn_keys) -> bool:

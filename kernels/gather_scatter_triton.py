@@ -84,19 +84,16 @@ from the mean degree elsewhere.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from gnn_inductor.kernels.op_layout import contiguous_results
 
-from gnn_inductor import edge_functions
+from gnn_inductor import config, edge_functions
 from gnn_inductor.kernels import codegen, split_tuning
 from gnn_inductor.kernels.split_tuning import MAX_MAX_EDGES, MIN_MAX_EDGES  # noqa: F401  (the split's bounds)
-from gnn_inductor.kernels._common import (
-    ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, cuda_graphs_requested, switch_setting,
-)
+from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: this module's API too)
     PADDING, hub_item_count, hub_items, listed_fill_rows, padded_item_count, remember_hubs, work_items,
@@ -109,7 +106,7 @@ from gnn_inductor.kernels.spmm_triton import (  # noqa: F401  (hub_item_count: t
 # ``block_f`` None: the features rounded up to a power of two, between 16 and MAX_BLOCK_F.
 LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
 # The forward's light items (rows at or below the split threshold, a few edges each) in a launch of their own: 4 edges
-# x 128 features on one warp. Measured on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max,
+# x 128 features on one warp. Measured on the H100 (``python -m benchmarks.gather_launch_probe``, max,
 # fp32, F=128): RMAT 2^20 light items 1.159 ms against 1.415 with LAUNCH, RMAT 2^17 0.162 against 0.209; the hub
 # items keep LAUNCH (0.731 and 0.079 ms, within 8% of the best candidate on both graphs). Per SAGEConv max step
 # (interleaved A/B, 6 rounds): RMAT 2^20 (1.44M light items) 10.32 -> 10.11 ms, every round won; RMAT 2^17 (161k),
@@ -118,17 +115,17 @@ LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
 # work items, or under CUDA graphs (GNN_IO_CUDAGRAPHS=1: a replay has no per-launch CPU cost).
 LIGHT_LAUNCH = {"block_e": 4, "block_f": None, "num_warps": 1}
 LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
-LIGHT_LAUNCH_ENV = "GNN_IO_GS_LIGHT_LAUNCH"
-LIGHT_LAUNCH_SETTINGS = ("auto", "forward", "both", "off")
+LIGHT_LAUNCH_ENV = config.SETTINGS["gs_light_launch"].env
+LIGHT_LAUNCH_SETTINGS = config.SETTINGS["gs_light_launch"].choices
 # The rows kernel for the light items: BLOCK_E light rows per program, the s-th edge of each loaded at step s. Measured
-# on the H100 (session 34, ``python -m benchmarks.gather_launch_probe``, max, fp32, F=128): 2 rows on one warp was its
+# on the H100 (``python -m benchmarks.gather_launch_probe``, max, fp32, F=128): 2 rows on one warp was its
 # best candidate, RMAT 2^20 light items 0.931 ms against 1.118 for the item kernel with LIGHT_LAUNCH, but RMAT 2^17
-# 0.157 against 0.139-0.146. Per SAGEConv max step with this launch (session 35, interleaved A/B): RMAT 2^20 10.41 ->
+# 0.157 against 0.139-0.146. Per SAGEConv max step with this launch (H100, interleaved A/B): RMAT 2^20 10.41 ->
 # 10.31 ms, 6 rounds of 6 won; RMAT 2^17 under CUDA graphs 1.43 -> 1.41 ms, 14 of 20 won (within the kernel-level
 # loss above: noise). So by default (unset) the rows kernel takes the light items from LIGHT_LAUNCH_MIN_ITEMS work
 # items, where it measured faster kernel by kernel and step by step; ``GNN_IO_GS_LIGHT_ROWS=1`` / ``0`` forces it.
 ROWS_LAUNCH = {"block_e": 2, "block_f": None, "num_warps": 1}
-LIGHT_ROWS_ENV = "GNN_IO_GS_LIGHT_ROWS"
+LIGHT_ROWS_ENV = config.SETTINGS["gs_light_rows"].env
 MAX_BLOCK_F = 128
 AUTOTUNE_CONFIGS = [
     {"block_e": 8, "block_f": 64, "num_warps": 1},
@@ -138,8 +135,8 @@ AUTOTUNE_CONFIGS = [
     {"block_e": 16, "block_f": 128, "num_warps": 4},
 ]
 DENSE_SLOTS = 64       # partial rows of a dense argument's gradient (programs add into item % DENSE_SLOTS)
-MAXMIN_BACKWARD_ENV = "GNN_IO_MAXMIN_BACKWARD"
-MAXMIN_BACKWARDS = ("arg", "walk")
+MAXMIN_BACKWARD_ENV = config.SETTINGS["maxmin_backward"].env
+MAXMIN_BACKWARDS = config.SETTINGS["maxmin_backward"].choices
 # Every atomic is relaxed: they only combine partial results, ordering comes from the kernel boundaries.
 
 
@@ -803,21 +800,18 @@ def light_rows(num_items: int) -> bool:
     (:data:`ROWS_LAUNCH`: several light rows per program, :func:`_rows_body`) instead of the item kernel with
     :data:`LIGHT_LAUNCH`. ``GNN_IO_GS_LIGHT_ROWS`` (read at each call): ``1`` always, ``0`` never, unset from
     :data:`LIGHT_LAUNCH_MIN_ITEMS` work items (the plan's ``num_items``), where it measured faster."""
-    if os.environ.get(LIGHT_ROWS_ENV, "").strip():
-        return switch_setting(LIGHT_ROWS_ENV)
-    return num_items >= LIGHT_LAUNCH_MIN_ITEMS
+    forced = config.get("gs_light_rows")
+    return num_items >= LIGHT_LAUNCH_MIN_ITEMS if forced is None else forced
 
 
 def _light_launch(kind: str, num_items: int) -> bool:
     """Whether ``kind`` (``forward``, ``backward``) launches its light items with :data:`LIGHT_LAUNCH`, from
     ``GNN_IO_GS_LIGHT_LAUNCH`` (read at each call): ``auto`` (the default) the forward where it measured faster, from
     :data:`LIGHT_LAUNCH_MIN_ITEMS` work items or under CUDA graphs; ``forward`` the forward always; ``both`` the
-    forward and the gradient walks; ``off`` neither (one launch over every item, as before session 34)."""
-    value = os.environ.get(LIGHT_LAUNCH_ENV) or "auto"
-    if value not in LIGHT_LAUNCH_SETTINGS:
-        raise SettingError(f"{LIGHT_LAUNCH_ENV}={value!r}: set it to auto, forward, both or off (or leave it unset)")
+    forward and the gradient walks; ``off`` neither (one launch over every item)."""
+    value = config.get("gs_light_launch")
     if value == "auto":
-        return kind == "forward" and (num_items >= LIGHT_LAUNCH_MIN_ITEMS or cuda_graphs_requested())
+        return kind == "forward" and (num_items >= LIGHT_LAUNCH_MIN_ITEMS or config.get("cuda_graphs"))
     return value == "both" or value == kind
 
 
@@ -849,13 +843,9 @@ def maxmin_backward() -> str:
     ``GNN_IO_MAXMIN_BACKWARD`` environment variable, read when the op's forward runs (or is traced).
     The walk is the default because it measured faster on the H100 (SAGEConv max, 128 features, forward+
     backward: RMAT 2^20 / 15.4M edges 13.83 ms against 15.91 ms with the arg, RMAT 2^17 / 1.1M edges 2.22
-    against 2.57 ms; docs/benchmarks/session7): the arg costs the forward a 4-byte fill and store per output
+    against 2.57 ms): the arg costs the forward a 4-byte fill and store per output
     element, and hub rows, 64% of that graph's edges, are walked either way."""
-    variant = os.environ.get(MAXMIN_BACKWARD_ENV) or "walk"
-    if variant not in MAXMIN_BACKWARDS:
-        raise SettingError(f"{MAXMIN_BACKWARD_ENV}={variant!r}: set it to one of {', '.join(MAXMIN_BACKWARDS)} "
-                           "(or leave it unset)")
-    return variant
+    return config.get("maxmin_backward")
 
 
 def _grad_walks(layouts, needs_grad, reduce: str) -> dict:

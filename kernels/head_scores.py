@@ -24,9 +24,9 @@ gradient of ``h`` (a read and a write of ``[N, H C]``) and reduces ``s * h`` ove
 Elsewhere (another device, a product below the kernel's thresholds, TF32 allowed) the same products run in ATen.
 They reassociate eager's sums (``(s^T x) W^T`` for ``s^T (x W^T)``): within float32 rounding of eager,
 ``docs/dense.md`` has the measured error. The backward never reads ``h``, so the op does not keep it: the GEMM's
-``[N, H C]`` output can be freed as soon as the attention's backward is done with it. (Session 25 measured GATConv's
-step memory 0.2 GiB above the unfused graph's with a first version that kept ``h``; the version without it is
-correct on the CPU and under the interpreter, and its step memory is owed: ``pending_gpu.sh session25m``.)
+``[N, H C]`` output can be freed as soon as the attention's backward is done with it. (A version that kept ``h``
+measured GATConv's step memory 0.2 GiB above the unfused graph's on the H100; this one is checked on the CPU and
+under the interpreter, and its step memory on a GPU is not measured yet.)
 Half-precision inputs take eager's formulas, with ``h`` made again in the backward.
 """
 from __future__ import annotations

@@ -29,15 +29,15 @@ import statistics
 import torch
 from torch import Tensor
 
+from gnn_inductor import config
 from gnn_inductor.kernels.launch import next_power_of_2
-from gnn_inductor.kernels._common import int_setting
 
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
 PROBE_FEATURES = 128
 PROBE_REPS = 5
-SPLIT_ENV = "GNN_IO_GS_SPLIT"          # "measure" (default on CUDA) or "rule"
-OVERRIDE_ENV = "GNN_IO_GS_MAX_EDGES"
+SPLIT_ENV = config.SETTINGS["gs_split"].env  # "measure" (default on CUDA) or "rule"
+OVERRIDE_ENV = config.SETTINGS["gs_max_edges"].env
 CACHE_FILE = "split_thresholds.json"
 
 _PICKS: dict = {}      # profile key -> {"max_edges", "source", "probe_ms"}
@@ -142,18 +142,18 @@ def _identity_key() -> str:
 
 def _measures(rowptr: Tensor) -> bool:
     """Whether the probe can run: compiled kernels on a CUDA device (not Triton's interpreter)."""
-    return rowptr.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+    return rowptr.is_cuda and not config.interpreted()
 
 
 def choose(rowptr: Tensor, col: Tensor) -> dict:
     """``{"max_edges", "source", "probe_ms"?, "key"?}``: the split threshold for this CSR and how it was
     chosen (``env``, ``rule``, ``no hubs``, ``measured``, ``measured (cached)``, or ``rule (probe failed: ...)``)."""
-    override = int_setting(OVERRIDE_ENV, 0)
+    override = config.get("gs_max_edges")
     if override:
         return {"max_edges": max(MIN_MAX_EDGES, override), "source": "env"}
     num_rows = max(1, rowptr.numel() - 1)
     rule = rule_threshold(int(rowptr[-1]) / num_rows)
-    if not _measures(rowptr) or os.environ.get(SPLIT_ENV, "measure") == "rule":
+    if not _measures(rowptr) or config.get("gs_split") == "rule":
         return {"max_edges": rule, "source": "rule"}
     max_degree = int((rowptr[1:] - rowptr[:-1]).max()) if rowptr.numel() > 1 else 0
     if max_degree <= MIN_MAX_EDGES:

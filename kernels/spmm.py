@@ -22,10 +22,10 @@ the Triton path.
 """
 from __future__ import annotations
 
-import os
 
 import torch
-from gnn_inductor.kernels._common import SettingError, segment_reduce
+from gnn_inductor import config
+from gnn_inductor.kernels._common import segment_reduce
 from torch import Tensor
 from gnn_inductor.kernels.op_layout import contiguous_results, fresh_like
 
@@ -39,7 +39,7 @@ def _row_scale(rowptr: Tensor, reduce: str, like: Tensor):
     return deg.reciprocal().view(-1, *([1] * (like.dim() - 1)))
 
 
-SPMM_BINDINGS = ("cusparse", "torch_sparse", "triton")
+SPMM_BINDINGS = config.SETTINGS["spmm"].choices
 
 
 def spmm_binding() -> str:
@@ -47,10 +47,7 @@ def spmm_binding() -> str:
     nvmath-python with cached descriptors, algorithm and workspace, ``kernels/spmm_cusparse.py``, or
     through ``torch.sparse`` when nvmath-python is missing), ``torch_sparse`` (always ``torch.sparse``)
     or ``triton`` (``kernels/spmm_triton.py``); docs/spmm_binding.md."""
-    binding = os.environ.get("GNN_IO_SPMM", "cusparse")
-    if binding not in SPMM_BINDINGS:
-        raise SettingError(f"GNN_IO_SPMM must be one of {SPMM_BINDINGS}, got {binding!r}")
-    return binding
+    return config.get("spmm")
 
 
 def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row, items=(), reduce: str = "sum") -> Tensor:

@@ -29,13 +29,13 @@ Available when ``nvmath-python`` (``pip install nvmath-python``, plus ``cuda-bin
 from __future__ import annotations
 
 import functools
-import os
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 import torch
-from gnn_inductor.kernels._common import SettingError, capturing, outside_graph_pool
+from gnn_inductor import config
+from gnn_inductor.kernels._common import capturing, outside_graph_pool
 from torch import Tensor
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -45,7 +45,7 @@ _R_32F, _R_64F = 0, 1
 # status code reports and which poisons the CUDA context; ALG1 was correct but slower everywhere timed
 # (20k-node power-law graph, 128 features: ALG2 0.09 ms, ALG1 0.23 ms, ALG3 1.1 ms). GNN_IO_CUSPARSE_ALG forces one.
 CANDIDATE_ALGORITHMS = ("CSR_ALG2",)
-KNOWN_ALGORITHMS = ("CSR_ALG1", "CSR_ALG2", "CSR_ALG3")
+KNOWN_ALGORITHMS = config.SETTINGS["cusparse_alg"].choices
 MAX_ENTRIES = 32
 
 
@@ -132,8 +132,9 @@ class _Entry:
         """Redo CSR_ALG3's preprocess unless it analysed these very tensors, unchanged."""
         if self.algorithm != _bindings().SpMMAlg.CSR_ALG3:
             return
-        current = (rowptr._version, col._version)
-        if self.analysed is not None:
+        # inference tensors have no version counter: analysed again at every call (their plan is rebuilt per call)
+        current = None if rowptr.is_inference() or col.is_inference() else (rowptr._version, col._version)
+        if self.analysed is not None and current is not None:
             rowptr_ref, col_ref, versions = self.analysed
             if rowptr_ref() is rowptr and col_ref() is col and versions == current:
                 return
@@ -148,9 +149,7 @@ class _Entry:
             self.workspace = self._prepare(handle, self.algorithm, device)
             return
         best = None
-        forced = os.environ.get("GNN_IO_CUSPARSE_ALG")
-        if forced is not None and forced not in KNOWN_ALGORITHMS:
-            raise SettingError(f"GNN_IO_CUSPARSE_ALG must be one of {KNOWN_ALGORITHMS}, got {forced!r}")
+        forced = config.get("cusparse_alg")
         names = (forced,) if forced else CANDIDATE_ALGORITHMS
         if len(names) == 1:  # nothing to choose: no timing, no device sync
             self.algorithm = getattr(cs.SpMMAlg, names[0])
@@ -221,7 +220,8 @@ def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> Ten
             _ENTRIES.popitem(last=False)
         entry._point(features, out, values, rowptr, col)
         outside_graph_pool(lambda: entry.choose(handle, x.device), x.device)  # the kept workspace
-        entry.analysed = (weakref.ref(rowptr), weakref.ref(col), (rowptr._version, col._version))
+        entry.analysed = None if rowptr.is_inference() or col.is_inference() else \
+            (weakref.ref(rowptr), weakref.ref(col), (rowptr._version, col._version))
     else:
         _ENTRIES.move_to_end(key)
     entry._point(features, out, values, rowptr, col)

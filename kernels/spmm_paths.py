@@ -17,8 +17,9 @@ edge, so it moves fewer bytes exactly when a tile holds more than a few edges: l
    warm-up), and
    the block path is taken only when it is at least :data:`MIN_GAIN` faster: a measured choice, so the pick
    costs at most the timing noise against the better of the two (a forward-only timing picked cuSPARSE on a
-   graph where the block step was 1.05x faster, session 21). fp32 features use TF32 dots only where the user allowed TF32
-   (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE otherwise.
+   graph where the block step was 1.05x faster, H100, bf16 GCNConv). fp32 features use TF32 dots only where the
+   user allowed TF32 (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE
+   otherwise.
 
 The decision is cached with the plan (``attention_paths``' per-plan entries: same lifetime, same
 invalidation on an in-place change) and listed in the rewrite report with the attention decisions
@@ -30,20 +31,20 @@ kernel there too (tests).
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
+from gnn_inductor import config
 from gnn_inductor.kernels import attention_paths, block_sparse, block_sparse_spmm
-from gnn_inductor.kernels._common import CAPTURE_REASON, SettingError, capturing, outside_graph_pool
+from gnn_inductor.kernels._common import CAPTURE_REASON, capturing, outside_graph_pool
 from torch import Tensor
 
-PATH_ENV = "GNN_IO_SPMM_PATH"
-PATHS = ("auto", "cusparse", "block")
+PATH_ENV = config.SETTINGS["spmm_path"].env
+PATHS = config.SETTINGS["spmm_path"].choices
 MIN_EDGES_PER_TILE = 24.0
-# Half precision: timed from fewer edges per tile. Session 21 (H100, bf16 GCNConv, the block model in its random
-# order, 15.7 edges per tile): the block path's step took 2.23 ms against cuSPARSE's 2.35 (100 interleaved rounds;
+# Half precision: timed from fewer edges per tile. On the H100 (bf16 GCNConv, the block model in its random
+# order, 15.7 edges per tile) the block path's step took 2.23 ms against cuSPARSE's 2.35 (100 interleaved rounds;
 # forward 1.20 against 1.16, the backward's dX product ahead), so the gate of 24 left a 1.05x win untimed. Below 12 a window's
 # tiles are mostly partial (fewer than 12 distinct sources in its 16 rows).
 MIN_EDGES_PER_TILE_HALF = 12.0
@@ -55,10 +56,7 @@ MIN_GAIN = 0.05
 
 
 def path_setting() -> str:
-    value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
-    if value not in PATHS:
-        raise SettingError(f"{PATH_ENV}={value!r}: set it to one of {', '.join(PATHS)} (or leave it unset)")
-    return value
+    return config.get("spmm_path")
 
 
 def applies(x: Tensor) -> bool:
@@ -127,7 +125,7 @@ def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> a
 
 def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
     """Milliseconds of each path's forward, plus its backward's ``dX`` product when ``t_csr`` (the plan's
-    transposed CSR, which cuSPARSE's backward reads) is given. Session 21 (H100, bf16 GCNConv on the block model):
+    transposed CSR, which cuSPARSE's backward reads) is given. On the H100 (bf16 GCNConv on the block model)
     the block forward was 3% slower than cuSPARSE's, its step 1.05x faster, all of it in the backward; a
     forward-only choice took cuSPARSE there."""
     from gnn_inductor.kernels.spmm import _row_scale as op_row_scale
@@ -148,7 +146,7 @@ def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
     return measured
 
 
-TIMING_REPS = 10  # per path and pass at the first call (5 until session 21, when two plans of one graph split)
+TIMING_REPS = 10  # per path and pass at the first call (at 5, two plans of one graph picked different paths)
 
 
 def _time(fn, device, reps: int = TIMING_REPS) -> float:

@@ -25,13 +25,12 @@ Near misses: the weights pass through another random op that reads them, or the 
 per-edge math; those aggregations are left to the gather-scatter family, with the edge softmax
 kept as its own op.
 """
-import os
 
 import torch
 from gnn_inductor.kernels import rng
 from gnn_inductor.kernels.attention_triton import MAX_EDGES, recognise
 
-from gnn_inductor import canonical
+from gnn_inductor import canonical, config
 from gnn_inductor.graph_match import (
     NotAnEdgeFunction,
     build_edge_fn,
@@ -150,7 +149,7 @@ def replace(agg, ctx):
 PATTERN = Pattern("attention", COVERS, match, replace)
 
 
-BIAS_ENV = "GNN_IO_ATTENTION_BIAS"
+BIAS_ENV = config.SETTINGS["attention_bias"].env
 _RESHAPES = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
 
 
@@ -166,7 +165,7 @@ def fold_bias(gm) -> list:
     from gnn_inductor.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 
-    if os.environ.get(BIAS_ENV, "1") == "0":
+    if not config.get("attention_bias"):
         return []
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     folded = []

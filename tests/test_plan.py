@@ -324,8 +324,8 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
 @pytest.mark.parametrize("value", ["many", "-5", "1e6"])
 def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
     """Integer settings (edge bounds, expected calls) name the variable on a bad value, never fall back silently."""
-    from gnn_inductor import cost
-    from gnn_inductor.kernels._common import SettingError, int_setting
+    from gnn_inductor import config, cost
+    from gnn_inductor.kernels._common import SettingError
 
     monkeypatch.setenv("GNN_IO_SPMM_MIN_EDGES", value)
     with pytest.raises(SettingError, match="GNN_IO_SPMM_MIN_EDGES"):
@@ -335,7 +335,7 @@ def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
     with pytest.raises(Exception, match="GNN_IO_CHURN_EDGES"):
         plans_per_step(torch.compile(TwoGCNLayers(), backend="gnn_io"), 3)
     monkeypatch.setenv("GNN_IO_EXPECTED_CALLS", " ")
-    assert int_setting("GNN_IO_EXPECTED_CALLS", 7) == 7
+    assert config.get("expected_calls") == config.default("expected_calls")  # blank: the default
     torch._dynamo.reset()
 
 
