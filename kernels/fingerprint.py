@@ -66,9 +66,8 @@ def _fingerprint_kernel(words_ptr, n, partial_ptr, BLOCK: tl.constexpr):
 
 def _fingerprint_cpu(t: Tensor) -> Tensor:
     flat = t.detach().reshape(-1).contiguous()  # a strided 1-D view stays strided through reshape
-    if flat.dtype == torch.bool:
-        flat = flat.view(torch.uint8)
-    digest = xxhash.xxh3_128(memoryview(flat.numpy()).cast("B")).intdigest()
+    raw = flat.view(torch.uint8)  # the bytes of any dtype, NumPy's missing ones (bfloat16) included
+    digest = xxhash.xxh3_128(memoryview(raw.numpy())).intdigest()
     halves = np.array([digest & (2**64 - 1), digest >> 64], dtype=np.uint64).view(np.int64)
     return torch.from_numpy(halves)
 

@@ -28,6 +28,7 @@ def tensors() -> list:
         torch.rand(33, generator=generator, dtype=torch.float64),
         torch.rand(10, generator=generator) > 0.5,                          # bool mask
         torch.randn(9, generator=generator).half(),
+        torch.randn(9, generator=generator).bfloat16(),                     # no NumPy dtype
         torch.zeros(0, dtype=torch.long),
         torch.randint(0, 50, (3000, 2), generator=generator).t(),          # non-contiguous [2, E]
     ]
