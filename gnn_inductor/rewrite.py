@@ -188,12 +188,30 @@ class RewriteContext:
         self.near_misses.append(NearMiss(pattern=pattern, reason=reason, source=source_of(node)))
 
 
-def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
-    """Apply every pattern family in priority order. Each family scans the graph once; a node
-    replaced by one family is never seen by the next."""
-    from gnn_inductor.patterns import ORDER
+# The pattern pass's families with their priorities, filled by :func:`register_pattern` (each family's module
+# registers itself when ``gnn_inductor.patterns`` is imported, as Inductor's passes are filled by
+# ``register_replacement``): the pass never imports its patterns.
+_REGISTERED: list = []
 
-    for pattern in ORDER:
+
+def register_pattern(pattern: Pattern, priority: int) -> Pattern:
+    """Add a pattern family to the pattern pass; families run in ascending ``priority``. Registering a family of
+    the same name again replaces it (a module reloaded)."""
+    _REGISTERED[:] = [(p, q) for p, q in _REGISTERED if q.name != pattern.name]
+    _REGISTERED.append((priority, pattern))
+    _REGISTERED.sort(key=lambda entry: entry[0])
+    return pattern
+
+
+def registered_patterns() -> tuple:
+    """The registered pattern families in the order the pass applies them."""
+    return tuple(pattern for _, pattern in _REGISTERED)
+
+
+def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
+    """Apply every registered pattern family in priority order. Each family scans the graph once; a node
+    replaced by one family is never seen by the next."""
+    for pattern in registered_patterns():
         for node in list(gm.graph.nodes):
             if node.graph is None or node.op != "call_function" or node in ctx.declined:
                 continue

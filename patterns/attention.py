@@ -41,7 +41,7 @@ from gnn_inductor.graph_match import (
     val,
 )
 from gnn_inductor.kernels._common import ROLE_EDGE
-from gnn_inductor.rewrite import Pattern
+from gnn_inductor.rewrite import Pattern, register_pattern
 
 COVERS = (("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
           "summed by dst"),)
@@ -146,7 +146,7 @@ def replace(agg, ctx):
     return new
 
 
-PATTERN = Pattern("attention", COVERS, match, replace)
+PATTERN = register_pattern(Pattern("attention", COVERS, match, replace), priority=20)
 
 
 BIAS_ENV = config.SETTINGS["attention_bias"].env

@@ -41,7 +41,7 @@ from gnn_inductor.cost import gather_scatter_declined
 from gnn_inductor.graph_match import build_edge_fn, match_aggregation, pack_args, sibling_aggregations, val
 from gnn_inductor.kernels import gather_scatter_triton
 from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_EDGE
-from gnn_inductor.rewrite import Pattern
+from gnn_inductor.rewrite import Pattern, register_pattern
 from gnn_inductor.rewrite_report import Rewrite
 
 COVERS = (("index_select/x[idx]/gather -> pointwise chain -> scatter_add_/scatter_reduce_/index_add_/"
@@ -167,4 +167,4 @@ def _lowering(tensors, roles, keys) -> str:
     return "triton" if not isinstance(found, Exception) else f"reference: {found}"
 
 
-PATTERN = Pattern("gather_scatter", COVERS, match, replace, after=merge)
+PATTERN = register_pattern(Pattern("gather_scatter", COVERS, match, replace, after=merge), priority=40)

@@ -33,7 +33,7 @@ from gnn_inductor.graph_match import aten, match_aggregation, same_size, sibling
 from gnn_inductor.kernels.spmm import spmm_binding
 from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
 from gnn_inductor.kernels._common import ROLE_SRC
-from gnn_inductor.rewrite import Pattern
+from gnn_inductor.rewrite import Pattern, register_pattern
 from gnn_inductor.rewrite_report import source_of
 
 COVERS = ("scatter(x.index_select(0, src), dst, 'sum'|'mean')",
@@ -219,4 +219,4 @@ def _inverse_degree(ctx, plan, dtype, before) -> Node:
     return ctx.call(aten.index_select.default, (inverse, 0, plan.row), before)
 
 
-PATTERN = Pattern("spmm", COVERS, match, replace)
+PATTERN = register_pattern(Pattern("spmm", COVERS, match, replace), priority=30)

@@ -879,3 +879,15 @@ def test_cuda_graph_state_reads_inductors_compiled_graph():
     assert _cuda_graph_state(compiled(maps=0), 0).startswith("not recorded (Inductor made no CUDA-graph partition")
     assert _cuda_graph_state(compiled(devices=("cpu",)), 0) == "not recorded (no CUDA tensors)"
     assert _cuda_graph_state(object(), 0) == "not recorded (no CUDA tensors)"  # the op-by-op fallback
+
+
+def test_pattern_families_register_into_the_pattern_pass_in_priority_order():
+    """The pattern pass applies what registered into it (``rewrite.register_pattern``), the edge softmax first and
+    the general gather-scatter last; it does not import the pattern modules itself."""
+    import inspect
+
+    from gnn_inductor import rewrite
+
+    assert [p.name for p in rewrite.registered_patterns()] == ["edge_softmax", "attention", "spmm", "gather_scatter"]
+    source = inspect.getsource(rewrite)
+    assert "from gnn_inductor.patterns" not in source and "import gnn_inductor.patterns" not in source
