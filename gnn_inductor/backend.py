@@ -371,6 +371,16 @@ def _plan_check() -> str:
     return config.get("plan_check")
 
 
+def _plan_check_contract(check: str, device: str) -> str:
+    """What a reuse of this graph's plan checks, for the report (docs/usage.md, "Editing a graph in place")."""
+    if check == "fingerprint" or (check == "auto" and device != "cuda"):
+        return ("each reuse compares the structure tensors' fingerprint: any write to them, through .data or "
+                ".numpy() too, rebuilds the plan")
+    return ("reuses trust the structure tensors' version counters: writes PyTorch records rebuild the plan, writes "
+            "through .data or DLPack are not followed (GNN_IO_PLAN_CHECK=fingerprint follows them, at one device "
+            "sync per call)")
+
+
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
     return config.get("strict")
@@ -509,6 +519,7 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list, progres
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
     cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index), _plan_check())
+    graph_report.plan_check = _plan_check_contract(cache.check, device)
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     static_inputs = _parameter_positions(example_inputs) + plan_inputs
     positions = hoisted.input_positions

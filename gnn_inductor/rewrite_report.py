@@ -79,6 +79,7 @@ class GraphReport:
     plan_builds: int = 0
     plan_hits: int = 0
     plan_stale: int = 0  # reuses refused: the structure tensors' fingerprint changed (gnn_inductor/plan.py)
+    plan_check: str = ""  # what a reuse of the plan checks (backend._plan_check_contract); empty without a plan
     gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
@@ -98,6 +99,7 @@ class GraphReport:
         return {"graph_id": self.graph_id, "rewrites": [r.as_json() for r in self.rewrites],
                 "near_misses": [m.as_json() for m in self.near_misses], "hoisted_structure_nodes": self.hoisted_nodes,
                 "plan_builds": self.plan_builds, "plan_hits": self.plan_hits, "plan_stale": self.plan_stale,
+                "plan_check": self.plan_check,
                 "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
                 "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms),
                 "cuda_graphs": dict(self.cuda_graphs)}
@@ -182,6 +184,8 @@ def format_text_for(chosen: list) -> list:
         lines.append(f"graph {r.graph_id}: {len(r.rewrites)} rewrite(s), {len(r.near_misses)} near miss(es), "
                      f"{r.hoisted_nodes} structure node(s) in the graph plan, "
                      f"plan built {r.plan_builds}x, reused {r.plan_hits}x")
+        if r.plan_check:
+            lines.append(f"  plan reuse: {r.plan_check}")
         if r.plan_stale:
             lines.append(f"  plan rebuilt {r.plan_stale}x for a graph whose structure tensors were written without "
                          "their version counter changing (through .data or .numpy()): found by their fingerprint")

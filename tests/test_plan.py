@@ -88,7 +88,8 @@ def test_an_edit_behind_the_version_counter_rebuilds_the_plan(edit, setting, mon
     torch.testing.assert_close(model(x, edge_index, edge_weight), conv(x, edge_index, edge_weight))
     report = cache_of(model)
     assert (report.plan_builds, report.plan_hits, report.plan_stale) == (2, 1, 1)
-    assert "plan rebuilt 1x" in rewrite_report.format_text_for([report])[1]
+    text = "\n".join(rewrite_report.format_text_for([report]))
+    assert "plan rebuilt 1x" in text and "plan reuse: each reuse compares the structure tensors' fingerprint" in text
 
 
 def test_plan_check_version_trusts_the_version_counter(monkeypatch):
@@ -100,6 +101,7 @@ def test_plan_check_version_trusts_the_version_counter(monkeypatch):
     edge_index.data[0, :10] = (edge_index[0, :10] + 1) % 50
     torch.testing.assert_close(model(x, edge_index), before)
     assert cache_of(model).plan_stale == 0
+    assert "writes through .data or DLPack are not followed" in cache_of(model).plan_check
     assert not torch.allclose(before, conv(x, edge_index))
 
 
