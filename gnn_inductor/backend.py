@@ -25,7 +25,7 @@ from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.plan import (
-    PlanCache, hoist_structure, insert_index_checks, plan_stats_hook, select_by_structure_masks,
+    PlanCache, hoist_structure, insert_index_checks, plan_stats_hook, reuse_contract, select_by_structure_masks,
 )
 from gnn_inductor.rewrite import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
@@ -364,23 +364,6 @@ def _cuda_graphs() -> bool:
     return config.get("cuda_graphs")
 
 
-def _plan_check() -> str:
-    """``GNN_IO_PLAN_CHECK``: which reuses of a graph plan first check that the structure tensors still hold what the
-    plan was built from (gnn_inductor/plan.py): ``auto`` (the default) those of CPU graphs, ``fingerprint`` all,
-    ``version`` none (version counters alone, which miss writes through ``.data`` or ``.numpy()``)."""
-    return config.get("plan_check")
-
-
-def _plan_check_contract(check: str, device: str) -> str:
-    """What a reuse of this graph's plan checks, for the report (docs/usage.md, "Editing a graph in place")."""
-    if check == "fingerprint" or (check == "auto" and device != "cuda"):
-        return ("each reuse compares the structure tensors' fingerprint: any write to them, through .data or "
-                ".numpy() too, rebuilds the plan")
-    return ("reuses trust the structure tensors' version counters: writes PyTorch records rebuild the plan, writes "
-            "through .data or DLPack are not followed (GNN_IO_PLAN_CHECK=fingerprint follows them, at one device "
-            "sync per call)")
-
-
 def _strict() -> bool:
     """``GNN_IO_STRICT=1`` turns the Inductor fallback off (for the project's own tests)."""
     return config.get("strict")
@@ -518,8 +501,8 @@ def _rewrite_and_compile(gm: torch.fx.GraphModule, example_inputs: list, progres
     graph_report.hoisted_nodes = hoisted.num_nodes
     num_sizes = len(hoisted.output_vals) - len(hoisted.outputs)
     outputs_index = {node: i for i, node in enumerate(hoisted.outputs)}
-    cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index), _plan_check())
-    graph_report.plan_check = _plan_check_contract(cache.check, device)
+    cache = PlanCache(hoisted.structure_gm, plan_stats_hook(ctx.rewrites, outputs_index), config.get("plan_check"))
+    graph_report.plan_check = reuse_contract(cache.check, device == "cuda")
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     static_inputs = _parameter_positions(example_inputs) + plan_inputs
     positions = hoisted.input_positions

@@ -320,6 +320,22 @@ def _version(t) -> Optional[int]:
         return None
 
 
+def fingerprint_checked(check: str, on_cuda: bool) -> bool:
+    """Whether reuses of a plan compare its structure tensors' fingerprint under the ``plan_check`` setting
+    ``check`` (``auto``: CPU graphs only)."""
+    return check == "fingerprint" or (check == "auto" and not on_cuda)
+
+
+def reuse_contract(check: str, on_cuda: bool) -> str:
+    """What a reuse of a plan checks, in words for the report (docs/usage.md, "Editing a graph in place")."""
+    if fingerprint_checked(check, on_cuda):
+        return ("each reuse compares the structure tensors' fingerprint: any write to them, through .data or "
+                ".numpy() too, rebuilds the plan")
+    return ("reuses trust the structure tensors' version counters: writes PyTorch records rebuild the plan, writes "
+            "through .data or DLPack are not followed (GNN_IO_PLAN_CHECK=fingerprint follows them, at one device "
+            "sync per call)")
+
+
 @dataclass(eq=False)
 class _Entry:
     refs: list
@@ -366,7 +382,7 @@ class PlanCache:
         return outputs
 
     def _remember(self, tensors, versions, scalars, outputs) -> None:
-        checked = self.check == "fingerprint" or (self.check == "auto" and not any(t.is_cuda for t in tensors))
+        checked = fingerprint_checked(self.check, any(t.is_cuda for t in tensors))
         entry = _Entry([], versions, scalars, outputs, fingerprints(tensors) if checked else None)
         this = weakref.ref(self)
 

@@ -79,7 +79,7 @@ class GraphReport:
     plan_builds: int = 0
     plan_hits: int = 0
     plan_stale: int = 0  # reuses refused: the structure tensors' fingerprint changed (gnn_inductor/plan.py)
-    plan_check: str = ""  # what a reuse of the plan checks (backend._plan_check_contract); empty without a plan
+    plan_check: str = ""  # what a reuse of the plan checks (plan.reuse_contract); empty without a plan
     gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
     packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
     projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)

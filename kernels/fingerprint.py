@@ -32,8 +32,8 @@ BLOCK = 4096
 
 def words(t: Tensor) -> Tensor:
     """``t``'s elements as a flat int32 tensor of 32-bit words (a view where ``t`` is contiguous and its elements
-    are 4 or 8 bytes wide)."""
-    flat = t.detach().reshape(-1)
+    are 4 or 8 bytes wide; a strided ``t`` is copied first)."""
+    flat = t.detach().reshape(-1).contiguous()  # a strided 1-D view stays strided through reshape
     if t.dtype == torch.bool:
         flat = flat.view(torch.uint8)
     if flat.element_size() >= 4:
@@ -65,8 +65,8 @@ def _fingerprint_kernel(words_ptr, n, partial_ptr, BLOCK: tl.constexpr):
 
 
 def _fingerprint_cpu(t: Tensor) -> Tensor:
-    flat = t.detach().reshape(-1).contiguous()  # a strided 1-D view stays strided through reshape
-    raw = flat.view(torch.uint8)  # the bytes of any dtype, NumPy's missing ones (bfloat16) included
+    # the bytes of any dtype (NumPy has no bfloat16); a strided 1-D view stays strided through reshape
+    raw = t.detach().reshape(-1).contiguous().view(torch.uint8)
     digest = xxhash.xxh3_128(memoryview(raw.numpy())).intdigest()
     halves = np.array([digest & (2**64 - 1), digest >> 64], dtype=np.uint64).view(np.int64)
     return torch.from_numpy(halves)
