@@ -19,7 +19,7 @@ def child(layer_name: str, graph_name: str) -> None:
 
     device = torch.device("cuda")
     if os.environ.get("CRASH_DEBUG_TRACE_GRADS"):
-        from gnn_inductor.kernels import attention as attention_op
+        from gnn_inductor.kernels.attention import op as attention_op
 
         impl = attention_op.attention_backward._init_fn
 

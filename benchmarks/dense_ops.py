@@ -68,7 +68,7 @@ def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3spl
     """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense_triton.py``) in its launches, for a linear
     map ``width -> out_width`` over ``rows`` nodes: forward, input gradient, weight gradient. Errors are the max
     absolute error over the max magnitude, against float64."""
-    from gnn_inductor.kernels import dense_triton
+    from gnn_inductor.kernels.dense import gemm as dense_triton
 
     torch.manual_seed(0)
     x = torch.randn(rows, width, device="cuda")
@@ -149,7 +149,7 @@ def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     by cuBLAS float32, session 24's 3xTF32 tile kernel (``tf32x3``), and the weight-stationary persistent kernel
     (``kernels/dense_triton.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back
     to back (:func:`loop_ms`) and the max error over the max magnitude against float64."""
-    from gnn_inductor.kernels import dense_triton
+    from gnn_inductor.kernels.dense import gemm as dense_triton
 
     torch.manual_seed(0)
     x = torch.randn(rows, width, device="cuda")

@@ -24,8 +24,8 @@ import os
 import torch
 
 from benchmarks.harness import copy_bandwidth, graph_suite, median_ms
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels import gather_scatter_triton as g
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import fused as g
 
 
 def _plan(dst, src, n):

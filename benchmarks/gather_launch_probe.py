@@ -16,9 +16,9 @@ import os
 import torch
 
 from benchmarks.harness import graph_suite, median_ms
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels import gather_scatter_triton as g
-from gnn_inductor.kernels.spmm_triton import hub_item_count
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import fused as g
+from gnn_inductor.plan.work_items import hub_item_count
 
 CANDIDATES = [  # (block_e, num_warps), block_f 128
     (1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8),

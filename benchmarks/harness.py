@@ -355,7 +355,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             ref = reference.float().cpu()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
         record["out"] = out.detach()
-        from gnn_inductor.kernels import attention_paths
+        from gnn_inductor.kernels.attention import selector as attention_paths
 
         picks = [f"{d['family']}:{d['path']}" + (f"[{d['order']}]" if d["order"] != "none" else "")
                  for d in attention_paths.decisions()]
@@ -370,7 +370,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
     finally:
         del model, layer
         torch._dynamo.reset()
-        from gnn_inductor.kernels import attention_paths
+        from gnn_inductor.kernels.attention import selector as attention_paths
 
         attention_paths.clear()  # block formats held for plans of this mode must not count in the next one's peak
         if device.type == "cuda":

@@ -13,7 +13,8 @@ import argparse
 import torch
 
 from benchmarks.harness import median_ms
-from gnn_inductor.kernels import dense_triton, head_scores
+from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.attention import head_scores
 
 
 def _error(value, exact) -> float:

@@ -8,8 +8,9 @@ import time
 
 import torch
 
-from gnn_inductor import dense_gemm  # noqa: F401  (registers gnn_io::mm)
-from gnn_inductor.kernels import dense_triton, head_scores
+from gnn_inductor.passes import dense_gemm  # noqa: F401  (registers gnn_io::mm)
+from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.attention import head_scores
 
 
 def per_call_us(fn, calls=300) -> float:
@@ -31,7 +32,7 @@ def main():
     att = torch.randn(2, 4, 32, device="cuda")
     wt = w.t()
     ops = torch.ops.gnn_io
-    from gnn_inductor import direct_ops
+    from gnn_inductor.passes import direct_ops
     direct = direct_ops.twin(ops.linear_scores.default)
     rows = [
         ("torch.mm (cuBLAS)", lambda: torch.mm(x, wt)),

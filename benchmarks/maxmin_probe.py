@@ -12,8 +12,8 @@ import os
 import torch
 
 from benchmarks.harness import graph_suite, median_ms
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels import gather_scatter_triton as g
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import fused as g
 
 
 def _launches(fn) -> list:

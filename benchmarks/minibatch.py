@@ -32,7 +32,7 @@ from benchmarks.harness import build, graph_suite, make_layer, mode_env
 def in_csr(edge_index: torch.Tensor, num_nodes: int) -> tuple:
     """(rowptr, sources) of the in-neighbour lists, by destination: the first two parts of the backend's own CSR
     build (``gnn_io::csr_plan``, on the CPU: int64)."""
-    from gnn_inductor.kernels.csr import csr_plan
+    from gnn_inductor.plan.csr import csr_plan
 
     rowptr, sources = csr_plan(edge_index[1], edge_index[0], num_nodes, num_nodes)[:2]
     return rowptr, sources

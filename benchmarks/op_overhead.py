@@ -15,8 +15,10 @@ import time
 import torch
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
-from gnn_inductor import direct_ops, edge_functions
-from gnn_inductor.kernels import gather_scatter, gather_scatter_triton, spmm_triton
+from gnn_inductor.passes import direct_ops
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import op as gather_scatter, fused as gather_scatter_triton
+from gnn_inductor.kernels.runtime import fill
 from gnn_inductor.testing import random_graph
 
 
@@ -84,7 +86,7 @@ def rows_of_one_setting() -> list:
     rows.append(("one launch of the forward kernel", per_call_us(
         lambda: gather_scatter_triton._launch(kernel, plan.items[0].shape[0], tensors, 128, launch))))
     rows.append(("one launch of the rows-without-entries kernel", per_call_us(
-        lambda: spmm_triton.zero_rows_without_entries(out, plan.rowptr))))
+        lambda: fill.zero_rows_without_entries(out, plan.rowptr))))
     rows.append(("torch.zeros([256, 128])", per_call_us(lambda: torch.zeros(num_nodes, 128, device=device))))
     rows.append(("x.add(1) (one ATen kernel)", per_call_us(lambda: x.add(1))))
     return rows

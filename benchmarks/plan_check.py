@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from gnn_inductor.kernels.fingerprint import fingerprint
-from gnn_inductor.plan import PlanCache
+from gnn_inductor.plan.fingerprint import fingerprint
+from gnn_inductor.plan.cache import PlanCache
 
 
 def host_us(cache: PlanCache, inputs: list, calls: int) -> float:

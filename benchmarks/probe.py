@@ -29,12 +29,16 @@ import os
 import time
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import block_format
 import torch
-from gnn_inductor.kernels import attention_paths, block_sparse, spmm_triton
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels.attention import selector as attention_paths, block_dot as block_sparse
+from gnn_inductor.kernels.spmm import csr_triton as spmm_triton
+from gnn_inductor.plan import work_items as work_items_module
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_SRC
 
 from benchmarks.harness import copy_bandwidth, graph_suite, median_ms
-from gnn_inductor import edge_functions, reorder
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.plan import orders as reorder
 
 HEADS, CHANNELS, FEATURES = 4, 32, 128
 PARTITION_MAX_EDGES = 8_000_000
@@ -89,16 +93,16 @@ def sync_ms(fn):
 
 def part_build(graph, plan, device):
     rowptr, col, _, perm = plan[:4]
-    build_block = lambda: block_sparse.build_block_format(rowptr, col, perm, graph.num_nodes)
+    build_block = lambda: block_format.build_block_format(rowptr, col, perm, graph.num_nodes)
     build_block()  # warm-up (allocator, kernels)
     blocks, ms = sync_ms(build_block)
-    _, t_ms = sync_ms(lambda: block_sparse.transpose_block_format(blocks, graph.num_nodes))
+    _, t_ms = sync_ms(lambda: block_format.transpose_block_format(blocks, graph.num_nodes))
     emit(part="build", graph=graph.name, nodes=graph.num_nodes, edges=graph.num_edges, build_ms=round(ms, 1),
          transpose_ms=round(t_ms, 1), **blocks.stats)
 
 
 def part_spmm(graph, plan, device, order_names):
-    from gnn_inductor.kernels import spmm_cusparse
+    from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
 
     rowptr, col, _, perm = plan[:4]
     x = torch.randn(graph.num_nodes, FEATURES, device=device)
@@ -107,12 +111,12 @@ def part_spmm(graph, plan, device, order_names):
         ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
         emit(part="spmm", graph=graph.name, kernel="cusparse", order="none", ms=round(ms, 3))
     part_block_spmm(graph, plan, x, values, device)
-    items = spmm_triton.work_items(rowptr, spmm_triton.DEFAULT_MAX_EDGES)
+    items = work_items_module.work_items(rowptr, work_items_module.DEFAULT_MAX_EDGES)
     reference = spmm_triton.triton_spmm(x, values, rowptr, col, items)
     for name, (order, seconds) in orders(plan, order_names, device).items():
         position = reorder.inverse_order(order)
         by_order = torch.sort(position[items.row.long()], stable=True).indices
-        ordered = spmm_triton.WorkItems(*(t[by_order].contiguous() for t in items))
+        ordered = work_items_module.WorkItems(*(t[by_order].contiguous() for t in items))
         out = spmm_triton.triton_spmm(x, values, rowptr, col, ordered)
         err = float((out - reference).abs().max() / reference.abs().max())
         ms = median_ms(lambda: spmm_triton.triton_spmm(x, values, rowptr, col, ordered), reps=20)
@@ -129,14 +133,14 @@ BLOCK_SPMM_LAUNCHES = [{"block_f": 128, "num_warps": 4, "num_stages": 3}, {"bloc
 def part_block_spmm(graph, plan, x, values, device):
     """The block-sparse SpMM (forward ``A X`` and the transposed ``A^T dY``) in fp32 IEEE, TF32 and bf16 with
     each launch of :data:`BLOCK_SPMM_LAUNCHES`, against cuSPARSE (fp32) and torch.sparse (bf16)."""
-    from gnn_inductor.kernels import block_sparse_spmm as bss
-    from gnn_inductor.kernels.spmm import _csr_matmul_sum
+    from gnn_inductor.kernels.spmm import block_sparse as bss
+    from gnn_inductor.kernels.spmm.op import _csr_matmul_sum
 
     rowptr, col = plan[:2]
     start = time.perf_counter()
     ids = torch.arange(col.numel(), device=device, dtype=torch.int32)
-    blocks = block_sparse.build_block_format(rowptr, col, ids, graph.num_nodes)
-    transposed = block_sparse.transpose_block_format(blocks, graph.num_nodes)
+    blocks = block_format.build_block_format(rowptr, col, ids, graph.num_nodes)
+    transposed = block_format.transpose_block_format(blocks, graph.num_nodes)
     torch.cuda.synchronize()
     build_s = time.perf_counter() - start
     if blocks.dense_windows.numel() < blocks.window_rows.shape[0]:
@@ -327,7 +331,7 @@ SPMM_SWEEP = [dict(block_f=f, block_e=e, num_warps=w) for f in (32, 64, 128)
 
 def part_spmm_sweep(graph, plan, device):
     """The Triton SpMM's launch parameters (feature slice, edge block, warps) against cuSPARSE, fp32 ``A X``."""
-    from gnn_inductor.kernels import spmm_cusparse
+    from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
 
     rowptr, col = plan[:2]
     x = torch.randn(graph.num_nodes, FEATURES, device=device)
@@ -336,7 +340,7 @@ def part_spmm_sweep(graph, plan, device):
         ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
         emit(part="spmm_sweep", graph=graph.name, kernel="cusparse", ms=round(ms, 3))
     for max_edges in (256, 64):
-        items = spmm_triton.work_items(rowptr, max_edges)
+        items = work_items_module.work_items(rowptr, max_edges)
         reference = spmm_triton.triton_spmm(x, values, rowptr, col, items)
         for launch in SPMM_SWEEP:
             out = spmm_triton.triton_spmm(x, values, rowptr, col, items, **launch)
@@ -360,7 +364,7 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
     """The split backward's two passes launched apart, fp32: per family, the whole backward timed with one pass's
     launch (``block_e`` edges per block, warps) swept and the other's at its default (rows ``src`` and ``dst``),
     and the src pass's work items at each ``max_edges`` (rows ``src_items``); each checked against the default."""
-    from gnn_inductor.kernels import attention_triton as at
+    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
@@ -400,7 +404,7 @@ def part_segment_sum(graph, plan, device, heads=HEADS):
     transposed-CSR position) over each destination's CSR row, reading it through ``source_positions``: the Triton
     SpMM's launch swept for these four-wide rows (``block_e``, ``block_f``, warps; ``block_f`` None is the SpMM's
     default, 16), each checked against the default launch."""
-    from gnn_inductor.kernels import attention_triton as at
+    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     by_src = at.build_source_csr(rowptr, col, perm, graph.num_nodes, 256)
@@ -428,7 +432,7 @@ def part_segment_sum(graph, plan, device, heads=HEADS):
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
     """The CSR attention kernels' launch parameters, fp32: forward alone (rows ``per_head`` and ``all``) and the
     split backward alone (rows ``split``), per family, each against the default launch."""
-    from gnn_inductor.kernels import attention_triton as at
+    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
@@ -480,7 +484,7 @@ def part_mass_launch(graph, plan, device):
     each launch of :data:`MASS_SWEEP` (``block_e`` edges per block, warps; rows ``forward_mass``) against the plain
     forward at its default (row ``forward``), the D kernel with and without the mass, and the src pass without
     the dst term's gradient (rows ``src_pass``) at each launch; each checked against the default launch."""
-    from gnn_inductor.kernels import attention_triton as at
+    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
@@ -554,8 +558,8 @@ def part_reduction(graph, plan, device, bandwidth):
     split pick and at each candidate threshold: its time against the least bytes (each input read once: the
     features, rowptr, col, the work items; the output written once) over the measured copy bandwidth
     (issue 4: at least 50% on the RMAT graph)."""
-    from gnn_inductor.kernels import gather_scatter_triton as gs
-    from gnn_inductor.kernels import split_tuning
+    from gnn_inductor.kernels.gather_scatter import fused as gs
+    from gnn_inductor.kernels.gather_scatter import split_tuning
 
     rowptr, col, row, perm = plan[:4]
     n = graph.num_nodes
@@ -565,7 +569,7 @@ def part_reduction(graph, plan, device, bandwidth):
     max_degree = int((rowptr[1:] - rowptr[:-1]).max())
     base = gs.make_plan(rowptr, col, row, perm, n)
     for max_edges in split_tuning.candidates(max_degree):
-        w = spmm_triton.work_items(rowptr, max_edges)
+        w = work_items_module.work_items(rowptr, max_edges)
         items = (w.row, w.start, w.end, w.shared)
         p = gs.Plan(*(getattr(base, f) for f in ("rowptr", "col", "row", "perm", "t_rowptr", "t_col", "t_perm")),
                     items, base.t_items)

@@ -36,7 +36,7 @@ def main():
     launches = []
     # on CUDA the compiled graph passes the plan's work items (a structure node); on CPU the attention ops get
     # none and build them per call, CPU-only work that would swamp the profile: keep them per graph here
-    from gnn_inductor.kernels import attention_triton
+    from gnn_inductor.kernels.attention import csr_triton as attention_triton
 
     build_items, kept = attention_triton._items, {}
 

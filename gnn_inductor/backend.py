@@ -19,15 +19,20 @@ from torch._dynamo.utils import counters
 
 from gnn_inductor import config
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
-from gnn_inductor import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
-from gnn_inductor import direct_ops, inductor_fixes
+from gnn_inductor.passes import dense_gemm, gather_linear, gemm_accumulate, linear_fusion, packed_grads, score_fold
+from gnn_inductor.passes import direct_ops, inductor_fixes
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.frontends import dgl as _dgl_frontend
-from gnn_inductor.plan import (
-    PlanCache, hoist_structure, insert_index_checks, plan_stats_hook, reuse_contract, select_by_structure_masks,
+from gnn_inductor.plan.cache import (
+    PlanCache,
+    hoist_structure,
+    insert_index_checks,
+    plan_stats_hook,
+    reuse_contract,
+    select_by_structure_masks,
 )
-from gnn_inductor.rewrite import RewriteContext, run_patterns
+from gnn_inductor.passes.patterns import RewriteContext, run_patterns
 from gnn_inductor.patterns import attention as attention_pattern
 from gnn_inductor.config import SettingError
 

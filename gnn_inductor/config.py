@@ -15,7 +15,7 @@ Overrides are process-wide, as the environment variables they override are: a lo
 patches, each :class:`patch` removes its own entry on exit (patches of different threads may exit in any order),
 and a read takes the merged overrides without the lock. So the threads that run the backend's work for the caller
 see its patches: the autograd engine's device threads (a CUDA backward) and the worker thread on which
-kernels/_common.py's ``outside_graph_pool`` builds per-plan caches. Two threads running under different patches at
+kernels/runtime/cuda_graphs.py's ``outside_graph_pool`` builds per-plan caches. Two threads running under different patches at
 once see both, the later-entered one winning per setting.
 
 ``python -m gnn_inductor.config`` prints the settings table of docs/usage.md (:func:`markdown_table`). This module

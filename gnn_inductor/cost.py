@@ -190,7 +190,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     if family is None and device_type == "cuda" and not forced():
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
-    from gnn_inductor.kernels import attention_paths
+    from gnn_inductor.kernels.attention import selector as attention_paths
 
     if attention_paths.path_setting() != "auto" or replayed("attention_min_edges"):
         return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size

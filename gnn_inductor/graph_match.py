@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 
 aten = torch.ops.aten
 

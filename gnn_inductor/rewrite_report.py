@@ -127,7 +127,7 @@ def reports(model=None) -> list:
 
 def _attention_paths() -> list:
     """The attention path decisions taken at run time (kernels/attention_paths.py), newest last."""
-    from gnn_inductor.kernels import attention_paths
+    from gnn_inductor.kernels.attention import selector as attention_paths
 
     return attention_paths.decisions()
 

@@ -7,14 +7,19 @@ Importing this package registers every op.
 """
 from __future__ import annotations
 
-from gnn_inductor.kernels import attention, csr, edge_softmax, gather_scatter, head_scores, spmm, spmm_triton  # noqa: F401
+from gnn_inductor.kernels.attention import edge_softmax, head_scores  # noqa: F401  (registration)
+from gnn_inductor.kernels.attention import op as attention_op
+from gnn_inductor.kernels.gather_scatter import op as gather_scatter_op
+from gnn_inductor.kernels.spmm import csr_triton  # noqa: F401  (registration)
+from gnn_inductor.kernels.spmm import op as spmm_op
+from gnn_inductor.plan import csr  # noqa: F401  (registration)
 
 
 def kernel_for(op: str, device_type: str, details: dict | None = None) -> str:
     """Which kernel an op runs on a device type (for the rewrite report)."""
-    module = {"gnn_io.spmm": spmm, "gnn_io.gather_scatter": gather_scatter,
-              "gnn_io.gather_scatter_multi": gather_scatter, "gnn_io.edge_softmax": edge_softmax,
-              "gnn_io.attention": attention}[op]
+    module = {"gnn_io.spmm": spmm_op, "gnn_io.gather_scatter": gather_scatter_op,
+              "gnn_io.gather_scatter_multi": gather_scatter_op, "gnn_io.edge_softmax": edge_softmax,
+              "gnn_io.attention": attention_op}[op]
     if hasattr(module, "kernel_name"):
         return module.kernel_name(device_type, details or {})
     return module.KERNEL.get(device_type, module.KERNEL["cpu"])

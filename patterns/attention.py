@@ -27,8 +27,8 @@ kept as its own op.
 """
 
 import torch
-from gnn_inductor.kernels import rng
-from gnn_inductor.kernels.attention_triton import MAX_EDGES, recognise
+from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.attention.csr_triton import MAX_EDGES, recognise
 
 from gnn_inductor import canonical, config
 from gnn_inductor.graph_match import (
@@ -40,8 +40,8 @@ from gnn_inductor.graph_match import (
     pack_args,
     val,
 )
-from gnn_inductor.kernels._common import ROLE_EDGE
-from gnn_inductor.rewrite import Pattern, register_pattern
+from gnn_inductor.kernels.runtime.roles import ROLE_EDGE
+from gnn_inductor.passes.patterns import Pattern, register_pattern
 
 COVERS = (("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
           "summed by dst"),)
@@ -162,7 +162,7 @@ def fold_bias(gm) -> list:
     output's dtype and device that exists before the op (a graph input or an earlier node, or a reshape of one),
     broadcast over rows only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions
     (``{"source", "bias"}``)."""
-    from gnn_inductor.linear_fusion import parameter_name
+    from gnn_inductor.passes.linear_fusion import parameter_name
     from gnn_inductor.rewrite_report import source_of
 
     if not config.get("attention_bias"):

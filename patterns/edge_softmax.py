@@ -20,7 +20,7 @@ from torch.fx import Node
 
 from gnn_inductor.cost import cpu_declined
 from gnn_inductor.graph_match import Scatter, aten, as_gather, as_scatter, index_key, strip_index, val
-from gnn_inductor.rewrite import Pattern, register_pattern
+from gnn_inductor.passes.patterns import Pattern, register_pattern
 
 COVERS = ("torch_geometric.utils.softmax(src, index) (scatter amax, subtract, exp, scatter sum + eps, divide)",)
 

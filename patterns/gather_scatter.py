@@ -39,9 +39,9 @@ import torch
 
 from gnn_inductor.cost import gather_scatter_declined
 from gnn_inductor.graph_match import build_edge_fn, match_aggregation, pack_args, sibling_aggregations, val
-from gnn_inductor.kernels import gather_scatter_triton
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_EDGE
-from gnn_inductor.rewrite import Pattern, register_pattern
+from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_EDGE
+from gnn_inductor.passes.patterns import Pattern, register_pattern
 from gnn_inductor.rewrite_report import Rewrite
 
 COVERS = (("index_select/x[idx]/gather -> pointwise chain -> scatter_add_/scatter_reduce_/index_add_/"

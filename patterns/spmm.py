@@ -30,10 +30,10 @@ from torch.fx import Node
 
 from gnn_inductor.cost import spmm_declined
 from gnn_inductor.graph_match import aten, match_aggregation, same_size, sibling_aggregations, val
-from gnn_inductor.kernels.spmm import spmm_binding
-from gnn_inductor.kernels.spmm_triton import DEFAULT_MAX_EDGES as MAX_EDGES
-from gnn_inductor.kernels._common import ROLE_SRC
-from gnn_inductor.rewrite import Pattern, register_pattern
+from gnn_inductor.kernels.spmm.op import spmm_binding
+from gnn_inductor.plan.work_items import DEFAULT_MAX_EDGES as MAX_EDGES
+from gnn_inductor.kernels.runtime.roles import ROLE_SRC
+from gnn_inductor.passes.patterns import Pattern, register_pattern
 from gnn_inductor.rewrite_report import source_of
 
 COVERS = ("scatter(x.index_select(0, src), dst, 'sum'|'mean')",

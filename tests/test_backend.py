@@ -385,7 +385,7 @@ def test_static_inputs_leave_the_backward_and_changed_signatures_alone():
 
 
 def test_plan_builds_run_in_place_without_cuda_graphs():
-    from gnn_inductor.kernels._common import outside_graph_pool
+    from gnn_inductor.kernels.runtime.cuda_graphs import outside_graph_pool
 
     assert outside_graph_pool(lambda: 7, torch.device("cpu")) == 7
     with pytest.raises(ValueError, match="boom"):
@@ -396,7 +396,7 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
     """A per-plan cache filled while a CUDA graph is being captured would hold tensors of the graph's pool that
     no output tracks (Inductor's graph trees refuse them; session 19, a new edge_index under
     GNN_IO_CUDAGRAPHS=1): during a capture the build runs and is returned uncached, after it the result is kept."""
-    from gnn_inductor.kernels._common import kept_outside_graph_pool
+    from gnn_inductor.kernels.runtime.cuda_graphs import kept_outside_graph_pool
 
     builds, cache, cuda = [], {}, torch.device("cuda")
 
@@ -625,7 +625,7 @@ def test_bad_max_tiles_setting_is_a_clear_error(monkeypatch):
 def test_report_gives_the_degree_split_of_gather_scatter_rewrites():
     """Issue 4: the report says which split the fused reduction kernels use on the graph (hub rows, items)."""
     from torch_geometric.nn import SAGEConv
-    from gnn_inductor.kernels.gather_scatter_triton import split_threshold
+    from gnn_inductor.kernels.gather_scatter.fused import split_threshold
 
     torch.manual_seed(0)
     edge_index = random_graph(300, 1500, hub_degree=400)
@@ -803,7 +803,7 @@ def test_an_exception_in_a_pass_after_the_split_compiles_the_graph_without_those
     """The passes on the forward and backward graphs after AOTAutograd's split run inside Inductor's compile (the
     backward's at the first backward): one that raises leaves that graph compiled without them, correct, with a
     report entry naming the pass."""
-    from gnn_inductor import direct_ops
+    from gnn_inductor.passes import direct_ops
 
     def fail(gm):
         raise RuntimeError("retarget failed")
@@ -886,7 +886,7 @@ def test_pattern_families_register_into_the_pattern_pass_in_priority_order():
     the general gather-scatter last; it does not import the pattern modules itself."""
     import inspect
 
-    from gnn_inductor import rewrite
+    from gnn_inductor.passes import patterns as rewrite
 
     assert [p.name for p in rewrite.registered_patterns()] == ["edge_softmax", "attention", "spmm", "gather_scatter"]
     source = inspect.getsource(rewrite)

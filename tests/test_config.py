@@ -37,8 +37,8 @@ def test_every_setting_is_declared_with_a_valid_default():
 
 
 def test_choices_are_the_ones_the_modules_implement():
-    from gnn_inductor import reorder
-    from gnn_inductor.kernels import attention_paths
+    from gnn_inductor.plan import orders as reorder
+    from gnn_inductor.kernels.attention import selector as attention_paths
 
     assert set(config.SETTINGS["calibration"].choices) == {"auto", "H100", *attention_paths.DEVICE_CALIBRATION}
     assert set(config.SETTINGS["reorder"].choices) == {"auto", "off", *reorder.CANDIDATES}
@@ -68,7 +68,7 @@ def test_a_patch_wins_over_the_environment_which_wins_over_the_default(monkeypat
 
 def test_patches_are_process_wide_and_may_exit_in_any_order():
     """A patch is seen by other threads (the autograd engine's device threads, the plan builds that
-    kernels/_common.py's outside_graph_pool runs on a worker thread), and each removes only its own entry."""
+    kernels/runtime/cuda_graphs.py's outside_graph_pool runs on a worker thread), and each removes only its own entry."""
     outer, inner = config.patch(expected_calls=7), config.patch(expected_calls=9, force=True)
     outer.__enter__()
     inner.__enter__()

@@ -10,8 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch_geometric.nn import GATConv, SAGEConv
 
 import gnn_inductor
-from gnn_inductor import dense_gemm
-from gnn_inductor.kernels import dense_triton
+from gnn_inductor.passes import dense_gemm
+from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.testing import random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 

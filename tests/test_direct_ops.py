@@ -6,7 +6,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch_geometric.nn import SAGEConv
 
 import gnn_inductor  # noqa: F401  (the backend and the ops)
-from gnn_inductor import direct_ops, edge_functions
+from gnn_inductor.passes import direct_ops
+from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import random_graph
 
 

@@ -6,7 +6,7 @@ import torch
 import torch_geometric.nn as pyg
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from gnn_inductor import gather_linear
+from gnn_inductor.passes import gather_linear
 from gnn_inductor.testing import check_rewrites, random_graph
 
 aten = torch.ops.aten

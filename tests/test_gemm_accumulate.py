@@ -6,7 +6,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch_geometric.nn import GraphConv, SAGEConv
 
 import gnn_inductor
-from gnn_inductor import gemm_accumulate
+from gnn_inductor.passes import gemm_accumulate
 from gnn_inductor.testing import check_rewrites, random_graph
 
 aten = torch.ops.aten
@@ -84,7 +84,7 @@ def test_switch_off_keeps_the_adds(monkeypatch):
 def test_backward_mm_op_is_well_formed_and_adds_the_product():
     """``gnn_io::gather_scatter_backward_mm``: schema and fake implementation (opcheck), and its gradient is the
     backward op's plus ``a @ b`` (CPU: the reference path adds them)."""
-    from gnn_inductor import edge_functions
+    from gnn_inductor.kernels.runtime import edge_functions
 
     torch.manual_seed(0)
     edge_index = random_graph(20, 80, hub_degree=12)

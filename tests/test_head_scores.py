@@ -10,7 +10,8 @@ import torch
 from torch_geometric.nn import GATConv
 
 import gnn_inductor
-from gnn_inductor.kernels import dense_triton, head_scores
+from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.attention import head_scores
 from gnn_inductor.testing import random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 

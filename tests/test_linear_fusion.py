@@ -5,7 +5,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch_geometric.nn import GATConv, GATv2Conv, SAGEConv, TransformerConv
 
-from gnn_inductor import linear_fusion
+from gnn_inductor.passes import linear_fusion
 from gnn_inductor.testing import check_rewrites, random_graph
 
 aten = torch.ops.aten
@@ -117,7 +117,7 @@ def test_only_maps_read_by_a_gnn_io_op_are_fused_when_others_are_not():
         torch.ops.gnn_io.addmm_into(out, v, k.t())
         return out + torch.nn.functional.linear(x, w4)
 
-    import gnn_inductor.gemm_accumulate  # noqa: F401  (registers gnn_io::addmm_into)
+    import gnn_inductor.passes.gemm_accumulate  # noqa: F401  (registers gnn_io::addmm_into)
     inputs = [torch.randn(6, 4)] + [torch.randn(6, 4) for _ in range(4)]
     gm = make_fx(layer, tracing_mode="fake")(*inputs)
     expected = layer(*inputs)

@@ -9,7 +9,7 @@ import torch
 from torch_geometric.nn import GATConv, TransformerConv
 
 import gnn_inductor
-from gnn_inductor import packed_grads
+from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -113,7 +113,7 @@ def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch, ou
     passes write the query, key and value gradients into the packed gradient themselves; outputs and every
     gradient match eager PyG (the key map's bias gets a gradient of zero up to rounding: a constant added to every
     key of a destination leaves its softmax unchanged, hence the absolute tolerance)."""
-    from gnn_inductor.kernels import attention_triton
+    from gnn_inductor.kernels.attention import csr_triton as attention_triton
 
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
@@ -155,7 +155,7 @@ def test_compiled_layer_writes_packed_gradients_with_the_kernels_on_the_block_pa
     row window goes to Tensor Cores): the block kernels store the query, key and value gradients into the packed
     gradient (no copy after them; session 37 measured three such copies at 1.1 ms of a 10 ms step), and outputs
     and gradients match eager PyG."""
-    from gnn_inductor.kernels import block_sparse
+    from gnn_inductor.kernels.attention import block_dot as block_sparse
 
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
@@ -194,7 +194,7 @@ def test_packed_op_zeroes_the_columns_between_spans(monkeypatch):
     """The packed gradient is allocated uninitialised; the columns no argument's gradient fills (the score fold's
     zero columns) must come back 0, not what the allocation held (poisoned with NaN here), and the packed
     columns equal the unpacked backward's gradients."""
-    from gnn_inductor import edge_functions
+    from gnn_inductor.kernels.runtime import edge_functions
 
     torch.manual_seed(0)
     edge_index = random_graph(20, 80, hub_degree=10)

@@ -9,7 +9,8 @@ import torch
 from torch_geometric.nn import GCNConv
 
 import gnn_inductor  # noqa: F401
-from gnn_inductor import direct_ops, rewrite_report
+from gnn_inductor.passes import direct_ops
+from gnn_inductor import rewrite_report
 from gnn_inductor.testing import random_graph
 
 
@@ -220,7 +221,7 @@ def test_structure_repeated_by_layers_runs_once_per_graph():
 def test_dedupe_keeps_random_and_in_place_calls():
     from torch.fx import Graph
 
-    from gnn_inductor.plan import dedupe_structure
+    from gnn_inductor.plan.cache import dedupe_structure
 
     graph = Graph()
     a = graph.placeholder("a")
@@ -327,7 +328,7 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
 def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
     """Integer settings (edge bounds, expected calls) name the variable on a bad value, never fall back silently."""
     from gnn_inductor import config, cost
-    from gnn_inductor.kernels._common import SettingError
+    from gnn_inductor.config import SettingError
 
     monkeypatch.setenv("GNN_IO_SPMM_MIN_EDGES", value)
     with pytest.raises(SettingError, match="GNN_IO_SPMM_MIN_EDGES"):

@@ -12,8 +12,8 @@ import torch
 from torch_geometric.nn import GATv2Conv, TransformerConv
 
 import gnn_inductor
-from gnn_inductor import packed_grads
-from gnn_inductor.kernels import attention, attention_triton
+from gnn_inductor.passes import packed_grads
+from gnn_inductor.kernels.attention import op as attention, csr_triton as attention_triton
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -34,7 +34,7 @@ def _dot_message(alpha, q, k, v):
 def _problem(num_nodes=50, heads=2, channels=4, dtype=torch.float32, seed=0):
     """TransformerConv's attention on a graph with a hub, isolated nodes, self loops and duplicates: the arguments
     (query dst-role, key and value src-role), the plan, the output gradient and ``D``."""
-    from gnn_inductor import edge_functions
+    from gnn_inductor.kernels.runtime import edge_functions
 
     torch.manual_seed(seed)
     edge_index = random_graph(num_nodes, 6 * num_nodes, seed=seed, hub_degree=3 * num_nodes).to(DEVICE)
@@ -207,7 +207,7 @@ def _packed_like(readers: str, family: str = "dot", symbolic: bool = False):
     """A backward-like FX graph: a packed attention backward (TransformerConv's edge functions, or GAT's) whose
     packed gradient feeds ``readers``: ``x`` (the input product), ``w`` (the weight product), ``b`` (the row sum),
     ``o`` (something else)."""
-    from gnn_inductor import edge_functions
+    from gnn_inductor.kernels.runtime import edge_functions
 
     score, message = (_dot_score, _dot_message) if family == "dot" else (_gat_score, _gat_message)
     keys = [edge_functions.register(torch.fx.symbolic_trace(f)) for f in (score, message)]

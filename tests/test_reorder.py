@@ -3,8 +3,8 @@ back in the user's order) and the policy decision, on the CPU."""
 import pytest
 import torch
 
-from gnn_inductor import reorder
-from gnn_inductor.kernels.csr import csr_plan
+from gnn_inductor.plan import orders as reorder
+from gnn_inductor.plan.csr import csr_plan
 from gnn_inductor.testing import random_graph
 
 

@@ -9,8 +9,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch_geometric.nn import GATConv, GATv2Conv
 
 import gnn_inductor
-from gnn_inductor import score_fold
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.passes import score_fold
+from gnn_inductor.config import SettingError
 from gnn_inductor.testing import check_rewrites, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 

@@ -12,12 +12,14 @@ threshold (``attention_triton.MAX_EDGES``), isolated nodes, self loops and dupli
 """
 import pytest
 import torch
-from gnn_inductor.kernels import attention_paths, attention_triton, rng
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
-from gnn_inductor.kernels.attention import attention_reference
+from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
+from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels.attention.op import attention_reference
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
-from gnn_inductor import edge_functions, rewrite_report
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor import rewrite_report
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 from tests.kernels.test_attention_triton import CASES, compiled_and_regenerated_eager
 

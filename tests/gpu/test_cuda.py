@@ -77,7 +77,7 @@ def test_zoo_on_cuda_matches_eager(name, make, expect, binding, monkeypatch):
 def test_native_cusparse_entries_follow_the_matrix():
     """Two graphs of identical sizes alternate at the same descriptor key sizes: every product must
     be that of its own graph (the ALG3 analysis is redone when the matrix tensors change)."""
-    from gnn_inductor.kernels import spmm_cusparse
+    from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
 
     if not spmm_cusparse.available():
         pytest.skip("nvmath-python's cuSPARSE bindings are not installed")

@@ -8,7 +8,8 @@ from torch._dynamo.utils import counters
 from torch_geometric import nn as pyg
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.kernels import attention_paths, dense_triton
+from gnn_inductor.kernels.attention import selector as attention_paths
+from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.testing import random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

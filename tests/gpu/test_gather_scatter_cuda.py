@@ -16,9 +16,9 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import MultiAggregation
 
 import gnn_inductor.kernels  # noqa: F401
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels import gather_scatter_triton
-from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton
+from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

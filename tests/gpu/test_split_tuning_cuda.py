@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gnn_inductor.kernels  # noqa: F401
-from gnn_inductor.kernels import gather_scatter_triton, split_tuning
+from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton, split_tuning
 from gnn_inductor.testing import random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

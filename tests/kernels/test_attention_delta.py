@@ -17,7 +17,7 @@ import torch
 from torch_geometric.nn import TransformerConv
 
 import gnn_inductor
-from gnn_inductor import packed_grads
+from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -75,7 +75,7 @@ def test_bias_gradient_summed_by_the_delta_kernel(heads, channels, monkeypatch):
     """With a power-of-two head count the D kernel also sums ``dout``'s columns (per-program sums, then their
     sum): no separate column sum runs, and the bias gradient is the float64 column sum (rows not a multiple of
     the kernel's block, so the last block is partly masked)."""
-    from gnn_inductor.kernels import attention as attention_module
+    from gnn_inductor.kernels.attention import op as attention_module
 
     def no_column_sum(t):
         raise AssertionError("a separate column sum ran")

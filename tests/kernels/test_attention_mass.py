@@ -11,7 +11,11 @@ duplicate edges. The rule of where the op runs is checked everywhere.
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention, attention_paths, attention_triton
+from gnn_inductor.kernels.attention import (
+    op as attention,
+    selector as attention_paths,
+    csr_triton as attention_triton,
+)
 
 from tests.kernels.interpreter import rerun_under_interpreter
 from tests.kernels.test_attention_split_backward import (

@@ -5,10 +5,15 @@ import os
 import time
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import block_format
 import pytest
 import torch
-from gnn_inductor.kernels import attention_paths, attention_triton, block_sparse
-from gnn_inductor.kernels.attention import attention_reference
+from gnn_inductor.kernels.attention import (
+    selector as attention_paths,
+    csr_triton as attention_triton,
+    block_dot as block_sparse,
+)
+from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import TOLERANCES
 from tests.kernels.interpreter import rerun_under_interpreter
@@ -57,7 +62,7 @@ def setup(src, dst, num_nodes, dtype=torch.float32):
 def test_window_costs_follow_the_calibration():
     src, dst = graph(40, 120, seed=1, hub_degree=30)
     plan, *_ = setup(src, dst, 40)
-    blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
+    blocks = block_format.build_block_format(plan[0], plan[1], plan[3], 40)
     csr, block, edges, tiles = attention_paths.window_costs(blocks, plan[0], "half", 1.0)
     k = attention_paths.calibration("dot", "half", plan[0].device)
     rows = (blocks.window_rows >= 0).sum(1)
@@ -218,7 +223,7 @@ def test_an_orders_build_time_leaves_out_library_imports(monkeypatch):
     """The order's build time, which the policy weighs against its gain, starts after the candidate's libraries
     are imported (a one-time process cost: a cold scipy import took one plan's RCM build from about 360 ms to
     1272 ms on the H200 in session 39, and the policy then took the degree order), as reorder's own builds do."""
-    from gnn_inductor import reorder
+    from gnn_inductor.plan import orders as reorder
 
     events = []
     monkeypatch.setattr(reorder, "load_libraries", lambda name: events.append(("load", name)))
@@ -242,7 +247,7 @@ def test_an_orders_build_time_leaves_out_library_imports(monkeypatch):
 
 
 def test_reorder_builds_load_libraries_first(monkeypatch):
-    from gnn_inductor import reorder
+    from gnn_inductor.plan import orders as reorder
 
     loaded = []
     monkeypatch.setattr(reorder, "load_libraries", loaded.append)
@@ -274,7 +279,7 @@ def test_hub_windows_stay_on_csr(monkeypatch):
     src, dst = graph(40, 60, seed=1, hub_degree=30)
     plan, args, roles, score, message, layout, items = setup(src, dst, 40)
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.float32)
-    blocks = block_sparse.build_block_format(plan[0], plan[1], plan[3], 40)
+    blocks = block_format.build_block_format(plan[0], plan[1], plan[3], 40)
     tiles = blocks.tile_ptr[1:] - blocks.tile_ptr[:-1]
     assert torch.equal(decision.blocks.dense_ok, blocks.dense_ok & (tiles == 1))
     # the CSR items hold exactly the rows of the other windows
@@ -302,7 +307,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
     rowptr, col, row, perm = plan[:4]
     if path == "hub":  # the window of the most tiles (the hub's) goes to CSR
-        tiles = block_sparse.build_block_format(rowptr, col, perm, num_nodes).tile_ptr.diff()
+        tiles = block_format.build_block_format(rowptr, col, perm, num_nodes).tile_ptr.diff()
         assert int(tiles.max()) > int(tiles.min())
         monkeypatch.setattr(attention_paths, "MAX_WINDOW_TILES", int(tiles.max()) - 1)
     args, roles, score, message, _ = dot_inputs(num_nodes, False, dtype, seed=2)
@@ -430,7 +435,7 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     the pick and of CSR through the op's own step function, records both, and the result matches the reference
     whichever path it kept. With an order predicted to pay, both orders' steps are timed first (the identity
     order's backward with its own transposed format)."""
-    from gnn_inductor.kernels import attention
+    from gnn_inductor.kernels.attention import op as attention
 
     monkeypatch.setattr(attention, "CHOOSE_ON_CPU", True)
     timed_steps = []

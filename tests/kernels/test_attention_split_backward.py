@@ -12,9 +12,9 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention_paths, attention_triton
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
-from gnn_inductor.kernels.attention import attention_reference
+from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
+from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import random_graph
 from tests.kernels.interpreter import rerun_under_interpreter

@@ -16,18 +16,17 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
 import torch.nn.functional as F
-from gnn_inductor.kernels import attention_triton, rng
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError
-from gnn_inductor.kernels.launch import next_power_of_2
-from gnn_inductor.kernels.attention import (
-    _reference_with_lse,
-    attention_reference,
-    kernel_name,
-)
+from gnn_inductor.kernels.attention import csr_triton as attention_triton
+from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.config import SettingError
+from gnn_inductor.kernels.runtime.launch import next_power_of_2
+from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference, kernel_name
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 from torch_geometric.utils import softmax as pyg_softmax
 
-from gnn_inductor import edge_functions, rewrite_report
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor import rewrite_report
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -241,7 +240,7 @@ def test_saved_log_sum_exp_is_the_reference(plan):
 def test_hub_slots_exact_or_bounded_give_the_same_result(plan):
     """The forward's hub slots: as many as the plan's items hold hub items (known for the op's own tensors) or the
     size-only bound (a copy of the items): the same output and log-sum-exp."""
-    from gnn_inductor.kernels.spmm_triton import hub_item_count
+    from gnn_inductor.plan.work_items import hub_item_count
 
     score_fn, message_fn, _, kinds = CASES["gatv2_edge"]
     score, message = _fn(score_fn), _fn(message_fn)
@@ -869,7 +868,7 @@ def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(attention_triton._forward_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention_triton is imported"
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.csr_triton is imported"
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

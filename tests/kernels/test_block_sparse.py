@@ -8,22 +8,17 @@ says why a subprocess).
 import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import block_format
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton, block_sparse, rng
-from gnn_inductor.kernels._common import ROLE_DST, ROLE_SRC
-from gnn_inductor.kernels.attention import _reference_with_lse, attention_reference
-from gnn_inductor.kernels.block_sparse import (
-    TILE,
-    WINDOW,
-    BlockSparseDotAttention,
-    build_block_format,
-    dot_backward,
-    dot_forward,
-    transpose_block_format,
-)
+from gnn_inductor.kernels.attention import csr_triton as attention_triton, block_dot as block_sparse
+from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
+from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference
+from gnn_inductor.plan.block_format import TILE, WINDOW, build_block_format, transpose_block_format
+from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, dot_backward, dot_forward
 
-from gnn_inductor import edge_functions
+from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -153,17 +148,17 @@ def test_which_formats_cover_every_row():
     num_nodes = 40
     src, dst = graph(num_nodes, 100, seed=2)
     _, blocks = plan_and_blocks(src, dst, num_nodes)
-    assert blocks.dense_ok.all() and block_sparse.covers_every_row(blocks, num_nodes)
+    assert blocks.dense_ok.all() and block_format.covers_every_row(blocks, num_nodes)
     chosen = blocks.dense_ok.clone()
     chosen[0] = False
     restricted = blocks._replace(dense_ok=chosen, dense_windows=torch.nonzero(chosen).flatten().to(torch.int32))
-    assert not block_sparse.covers_every_row(restricted, num_nodes)
-    assert block_sparse.covers_every_row(transpose_block_format(restricted, num_nodes), num_nodes)
+    assert not block_format.covers_every_row(restricted, num_nodes)
+    assert block_format.covers_every_row(transpose_block_format(restricted, num_nodes), num_nodes)
     # a format of fewer rows whose padded windows would reach num_nodes: those rows are not written
-    assert num_nodes % block_sparse.WINDOW and not block_sparse.covers_every_row(blocks, num_nodes + 1)
+    assert num_nodes % block_format.WINDOW and not block_format.covers_every_row(blocks, num_nodes + 1)
     src, dst = graph(num_nodes, 100, seed=2, duplicates=2)  # duplicate pairs: their windows go to CSR
     _, blocks = plan_and_blocks(src, dst, num_nodes)
-    assert not block_sparse.covers_every_row(blocks, num_nodes)
+    assert not block_format.covers_every_row(blocks, num_nodes)
 
 
 def test_order_must_cover_the_rows():
@@ -254,7 +249,7 @@ def test_dot_forward_matches_reference(case, dtype, heads_per_program):
     plan, blocks = plan_and_blocks(src, dst, num_nodes, order)
     rowptr, col, row, perm = plan[:4]
     args, roles, score, message, dropout = dot_inputs(num_nodes, case == "dropout", dtype)
-    blocks_on_device = block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t
+    blocks_on_device = block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t
                                                   for t in blocks])
     out, lse = dot_forward([a.to(DEVICE) for a in args], roles, perm.to(DEVICE), score, message, blocks_on_device,
                            num_nodes, EPS, dropout=dropout_on(dropout, DEVICE))
@@ -293,7 +288,7 @@ def test_dot_backward_matches_reference(case, dtype, heads_per_program):
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(dtype)
 
     leaves = [a.to(DEVICE, copy=True).requires_grad_(a.is_floating_point()) for a in args]
-    on_device = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    on_device = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                  for b in (blocks, transposed)]
     out, _ = BlockSparseDotAttention.apply(*on_device, perm.to(DEVICE), roles, score, message, num_nodes, EPS,
                                            False, dropout_on(dropout, DEVICE), *leaves)
@@ -328,7 +323,7 @@ def test_dot_backward_only_what_is_needed():
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
     transposed = transpose_block_format(blocks, num_nodes)
     args, roles, score, message, dropout = dot_inputs(num_nodes, True, torch.float32)
-    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    blocks, transposed = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
     args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
     out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
@@ -350,9 +345,9 @@ def test_dot_backward_stores_into_packed_columns(case):
     src, dst = graph(num_nodes, 100, seed=4, duplicates=1 if case == "duplicates" else 0)
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
     transposed = transpose_block_format(blocks, num_nodes)
-    assert block_sparse.covers_every_row(blocks, num_nodes) == (case == "every_row")
+    assert block_format.covers_every_row(blocks, num_nodes) == (case == "every_row")
     args, roles, score, message, _ = dot_inputs(num_nodes, False, torch.float32, seed=3)
-    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    blocks, transposed = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
     args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
@@ -391,7 +386,7 @@ def test_dot_backward_of_an_input_that_is_key_and_value():
     transposed = transpose_block_format(blocks, num_nodes)
     args, roles, _, message, _ = dot_inputs(num_nodes, False, torch.float32, seed=3)
     score = _fn(_shared_key_score)
-    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    blocks, transposed = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
     args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
     needs = [True, True, False]
@@ -415,7 +410,7 @@ def test_launch_options_change_no_result(monkeypatch):
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
     transposed = transpose_block_format(blocks, num_nodes)
     args, roles, score, message, _ = dot_inputs(num_nodes, False, torch.float32)
-    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    blocks, transposed = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
     args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
     grad_out = torch.randn(num_nodes, *args[0].shape[1:], generator=torch.Generator().manual_seed(9)).to(DEVICE)
@@ -446,7 +441,7 @@ def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypat
     plan, blocks = plan_and_blocks(src, dst, num_nodes)
     transposed = transpose_block_format(blocks, num_nodes)
     args, roles, score, message, dropout = dot_inputs(num_nodes, True, torch.float32, seed=4, heads=heads)
-    blocks, transposed = [block_sparse.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
+    blocks, transposed = [block_format.BlockFormat(*[t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in b])
                           for b in (blocks, transposed)]
     args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
     grad_out = torch.randn(num_nodes, heads, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
@@ -514,7 +509,7 @@ def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse._dot_forward_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.block_sparse is imported"
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.block_dot is imported"
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

@@ -9,18 +9,23 @@ import os
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
-from gnn_inductor.kernels import attention_triton, block_sparse, block_sparse_gat, rng
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.attention import _reference_with_lse
-from gnn_inductor.kernels.block_sparse import BlockFormat, transpose_block_format
-from gnn_inductor.kernels.block_sparse_gat import (
+from gnn_inductor.kernels.attention import (
+    csr_triton as attention_triton,
+    block_dot as block_sparse,
+    block_gat as block_sparse_gat,
+)
+from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.attention.op import _reference_with_lse
+from gnn_inductor.plan.block_format import BlockFormat, transpose_block_format
+from gnn_inductor.kernels.attention.block_gat import (
     BlockSparseGatAttention,
     gat_backward,
     gat_form_reason,
     gat_forward,
 )
 
-from gnn_inductor import edge_functions
+from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import TOLERANCES
 from tests.kernels.interpreter import rerun_under_interpreter
 from tests.kernels.test_block_sparse import dense_rows_of, graph, plan_and_blocks
@@ -312,7 +317,7 @@ def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse_gat._gat_forward_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.block_sparse_gat is imported"
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.block_gat is imported"
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

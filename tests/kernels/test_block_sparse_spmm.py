@@ -14,13 +14,9 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import numpy as np
 import pytest
 import torch
-from gnn_inductor.kernels import block_sparse_spmm
-from gnn_inductor.kernels.block_sparse import (
-    BlockFormat,
-    build_block_format,
-    transpose_block_format,
-)
-from gnn_inductor.kernels.block_sparse_spmm import (
+from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
+from gnn_inductor.plan.block_format import BlockFormat, build_block_format, transpose_block_format
+from gnn_inductor.kernels.spmm.block_sparse import (
     MAX_BLOCK_F,
     BlockSparseSpmm,
     block_spmm_backward,
@@ -277,7 +273,7 @@ def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse_spmm._block_spmm_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.block_sparse_spmm is imported"
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.spmm.block_sparse is imported"
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from gnn_inductor.kernels import dense_triton
-from gnn_inductor.kernels._common import SettingError
+from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.config import SettingError
 from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"

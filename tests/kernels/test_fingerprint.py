@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_inductor.kernels import fingerprint as fp
+from gnn_inductor.plan import fingerprint as fp
 from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"

@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels import codegen, gather_scatter_triton
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, SettingError, edge_values
-from gnn_inductor.kernels.gather_scatter import gather_scatter_reference
-from gnn_inductor.kernels.spmm_triton import PADDING
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.gather_scatter import codegen, fused as gather_scatter_triton
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, edge_values
+from gnn_inductor.config import SettingError
+from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
+from gnn_inductor.plan.work_items import PADDING
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 

@@ -5,7 +5,7 @@ import inspect
 import pytest
 import torch
 
-from gnn_inductor.kernels import launch
+from gnn_inductor.kernels.runtime import launch
 
 
 class _Param:

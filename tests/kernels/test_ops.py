@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import gnn_inductor.kernels  # noqa: F401
-from gnn_inductor import edge_functions
-from gnn_inductor.kernels._common import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
+from gnn_inductor.kernels.runtime import edge_functions
+from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.testing import TOLERANCES, random_graph
 
 ops = torch.ops.gnn_io
@@ -268,7 +268,7 @@ def test_spmm_rejects_wrong_weight_shape(graph):
 
 
 def test_csr_offsets_without_a_sync_match_bincount():
-    from gnn_inductor.kernels.csr import _offsets
+    from gnn_inductor.plan.csr import _offsets
 
     g = torch.Generator().manual_seed(0)
     for num, edges in ((1, 0), (5, 0), (7, 30), (64, 1000)):
@@ -279,7 +279,7 @@ def test_csr_offsets_without_a_sync_match_bincount():
 
 
 def test_index_checks_name_each_bad_index_in_one_pass():
-    from gnn_inductor.kernels.csr import _check_indices
+    from gnn_inductor.plan.csr import _check_indices
 
     good, empty = torch.tensor([0, 3, 2]), torch.tensor([], dtype=torch.long)
     _check_indices([("a", good, 4, "n"), ("b", empty, 1, "n")])
@@ -296,7 +296,7 @@ def test_index_checks_name_each_bad_index_in_one_pass():
 def test_column_sum_matches_a_float64_sum(rows, dtype):
     """The two-stage bias-gradient sum: every row counted once (remainders past the last full slab included),
     float32 accumulation, [rows, H, C] shapes kept."""
-    from gnn_inductor.kernels._common import column_sum
+    from gnn_inductor.kernels.runtime.reference import column_sum
 
     t = torch.randn(rows, 4, 3, generator=torch.Generator().manual_seed(rows)).to(dtype)
     t[rows // 2:rows // 2 + 1] += 1000.0  # one large row: a dropped or doubled row shows

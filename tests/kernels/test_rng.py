@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from gnn_inductor.kernels import rng
+from gnn_inductor.kernels.runtime import rng
 
 from tests.kernels.interpreter import rerun_under_interpreter
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from gnn_inductor.kernels import gather_scatter_triton, split_tuning
+from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton, split_tuning
 
 
 @pytest.fixture

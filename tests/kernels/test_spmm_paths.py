@@ -8,9 +8,11 @@ The kernel runs on CUDA when there is a GPU and on CPU under Triton's interprete
 import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import block_format
 import pytest
 import torch
-from gnn_inductor.kernels import attention_paths, spmm_paths
+from gnn_inductor.kernels.attention import selector as attention_paths
+from gnn_inductor.kernels.spmm import selector as spmm_paths
 
 from gnn_inductor.testing import TOLERANCES
 from tests.kernels.interpreter import rerun_under_interpreter
@@ -98,14 +100,15 @@ def test_forced_block_path_matches_exact_op(path, reduce):
 def test_forced_block_path_stores_every_row(path, monkeypatch):
     """The block path's outputs are not zero-filled (session 39): the kernel must store every row, the isolated
     node's and the rows of windows without tiles included. Uninitialised outputs are poisoned with NaN here."""
-    from gnn_inductor.kernels import block_sparse, block_sparse_spmm
+    from gnn_inductor.kernels.attention import block_dot as block_sparse
+    from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
 
     device = torch.device("cpu" if INTERPRETED else "cuda")
     fresh, poisoned = block_sparse_spmm._fresh_rows, []
 
     def nan_filled(blocks, num_rows, num_features, like):
         out = fresh(blocks, num_rows, num_features, like)
-        if block_sparse.covers_every_row(blocks, num_rows):
+        if block_format.covers_every_row(blocks, num_rows):
             poisoned.append(num_rows)
             out.fill_(float("nan"))  # what an uninitialised tensor may hold
         return out
@@ -129,11 +132,12 @@ def test_forced_block_path_stores_every_row(path, monkeypatch):
 def test_fresh_rows_are_zeros_unless_every_window_is_stored(monkeypatch):
     """Zeros where the kernel leaves rows alone (windows that are not dense_ok, or a format of other rows), an
     uninitialised tensor only where it stores every row: the allocation each case takes, recorded."""
-    from gnn_inductor.kernels import block_sparse, block_sparse_spmm
+    from gnn_inductor.kernels.attention import block_dot as block_sparse
+    from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
 
     src, dst = batched_graph(duplicates=True)
     rowptr, col, row, perm = plan_of(src, dst, "cpu")[:4]
-    blocks = block_sparse.build_block_format(rowptr, col, perm, NUM_NODES)
+    blocks = block_format.build_block_format(rowptr, col, perm, NUM_NODES)
     assert 0 < blocks.dense_windows.shape[0] < blocks.window_rows.shape[0]  # the duplicate's window
     every = blocks._replace(dense_windows=torch.arange(blocks.window_rows.shape[0], dtype=torch.int32))
     x = torch.randn(NUM_NODES, 4)

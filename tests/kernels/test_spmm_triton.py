@@ -13,9 +13,12 @@ import pytest
 import torch
 
 import gnn_inductor.kernels  # noqa: F401  (registers gnn_io::csr_plan)
-from gnn_inductor.kernels import spmm_triton
-from gnn_inductor.kernels.spmm import csr_matmul
-from gnn_inductor.kernels.spmm_triton import PADDING, WorkItems, padded_item_count, triton_spmm, work_items
+from gnn_inductor.kernels.spmm import csr_triton as spmm_triton
+from gnn_inductor.kernels.spmm.op import csr_matmul
+from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan import work_items as work_items_module
+from gnn_inductor.plan.work_items import PADDING, WorkItems, padded_item_count, work_items
+from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -240,7 +243,7 @@ def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(spmm_triton._spmm_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.spmm_triton is imported"
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.spmm.csr_triton is imported"
 
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
@@ -254,7 +257,8 @@ def test_zero_rows_without_entries_writes_those_rows_only(above, listed):
     """0 in the rows whose CSR row is empty (first, middle, last), and with ``above`` those of more entries, every
     other element untouched; rows of several features and of several blocks of them; the rows scanned by the
     kernel or listed once (``rows_to_fill``)."""
-    from gnn_inductor.kernels.spmm_triton import rows_to_fill, zero_rows_without_entries
+    from gnn_inductor.plan.work_items import rows_to_fill
+    from gnn_inductor.kernels.runtime.fill import zero_rows_without_entries
 
     if not INTERPRETED and not torch.cuda.is_available():
         pytest.skip("no GPU: run by the interpreter run")
@@ -273,7 +277,8 @@ def test_zero_rows_without_entries_writes_those_rows_only(above, listed):
 def test_zero_rows_without_entries_launches_nothing_for_an_empty_list():
     """A plan whose every row has entries (self loops) lists no row: nothing runs, nothing is written (no kernel
     is needed to check it: the output is on the CPU, where a launch would fail)."""
-    from gnn_inductor.kernels.spmm_triton import rows_to_fill, zero_rows_without_entries
+    from gnn_inductor.plan.work_items import rows_to_fill
+    from gnn_inductor.kernels.runtime.fill import zero_rows_without_entries
 
     rowptr = torch.tensor([0, 1, 3, 4])
     rows = rows_to_fill(rowptr)
@@ -292,10 +297,10 @@ def test_the_item_op_lists_the_rows_to_fill(plan):
     assert int((degree > MAX_EDGES).sum()) > 0 and int((degree == 0).sum()) > 0  # both kinds of row are listed
     expected = {0: degree == 0, MAX_EDGES: (degree == 0) | (degree > MAX_EDGES)}
     for above, wanted in expected.items():
-        listed = spmm_triton.listed_fill_rows(items, above)
+        listed = work_items_module.listed_fill_rows(items, above)
         assert listed.dtype == torch.int32 and torch.equal(listed, torch.nonzero(wanted).flatten().int())
-    assert spmm_triton.listed_fill_rows(items, 1 + MAX_EDGES) is None
-    assert spmm_triton.listed_fill_rows([t.clone() for t in items]) is None
+    assert work_items_module.listed_fill_rows(items, 1 + MAX_EDGES) is None
+    assert work_items_module.listed_fill_rows([t.clone() for t in items]) is None
 
 
 def test_items_memo_builds_once_per_plan_items_and_goes_with_them(plan):
@@ -309,15 +314,15 @@ def test_items_memo_builds_once_per_plan_items_and_goes_with_them(plan):
         built.append(1)
         return torch.arange(len(built))
 
-    first = spmm_triton.items_memo(items, "slots", build)
-    assert spmm_triton.items_memo(items, "slots", build) is first and len(built) == 1
-    spmm_triton.items_memo(items, ("slots", 2), build)  # another key: built again
+    first = work_items_module.items_memo(items, "slots", build)
+    assert work_items_module.items_memo(items, "slots", build) is first and len(built) == 1
+    work_items_module.items_memo(items, ("slots", 2), build)  # another key: built again
     assert len(built) == 2
     copy = [t.clone() for t in items]  # items made elsewhere: no known hub count, built at every call
-    spmm_triton.items_memo(copy, "slots", build)
-    spmm_triton.items_memo(copy, "slots", build)
+    work_items_module.items_memo(copy, "slots", build)
+    work_items_module.items_memo(copy, "slots", build)
     assert len(built) == 4
-    key = id(items[3])
+    key = graph_state.key_of([items[3]])
     del items
     gc.collect()
-    assert key not in spmm_triton._HUB_ITEMS  # the memo went with the items
+    assert key not in graph_state._STATES  # the memo went with the items

@@ -4,7 +4,7 @@ alpha besides the message (returned attention weights) reads the mask the op dra
 import pytest
 import torch
 import torch.nn.functional as F
-from gnn_inductor.kernels import rng
+from gnn_inductor.kernels.runtime import rng
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
 from gnn_inductor import backend, rewrite_report

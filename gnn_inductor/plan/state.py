@@ -1,0 +1,120 @@
+"""The run-time half of a graph plan: everything kernels derive from a graph's structure, in one store.
+
+The structure function of a plan (:mod:`gnn_inductor.plan.cache`) builds the tensors a compiled graph gets (CSR,
+transposed CSR, work items). What the kernels then derive from those tensors at their first call (hub item
+counts and the rows to fill, block formats and node orders, attention path decisions and their timings, the
+transposed CSR of the split attention backward, cuSPARSE descriptors and algorithms, measured degree splits) lives
+here, in one :class:`GraphState` per graph, under named slots. Kernels receive the state (or a slot of it) as an
+argument from their op's selector and keep no per-graph state of their own.
+
+- **One key**: the device, data pointers and sizes of the structure tensors the state is derived from
+  (:func:`state_of`).
+- **One invalidation**: a state is valid while each of those tensors is the same Python object it was built from
+  (weak references: the state never keeps a graph's memory alive, and dies with it) and its version counter is
+  unchanged (an in-place change of ``edge_index`` builds a new state). Inference tensors have no version counter:
+  their state is rebuilt at every call (a plan of them is built anew at every call anyway).
+- **One bound**: at most :data:`MAX_GRAPHS` states, least recently used dropped.
+- **One place in the report**: :func:`summary` and :func:`decisions` (the path decisions taken, newest last).
+"""
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, Callable
+
+from torch import Tensor
+
+MAX_GRAPHS = 64   # states alive at once: per graph one for its CSR and one per work-item split; each dies with its tensors
+MAX_DECISIONS = 256
+
+
+def _versions(tensors) -> tuple | None:
+    """The version counters of ``tensors``; None where one is an inference tensor (it has none)."""
+    if any(t.is_inference() for t in tensors):
+        return None
+    return tuple(t._version for t in tensors)
+
+
+def key_of(tensors) -> tuple:
+    """The store's key of the structure tensors ``tensors``."""
+    return tuple((str(t.device), t.data_ptr(), t.numel()) for t in tensors)
+
+
+class GraphState:
+    """The derived structure of one graph: named slots, each built once by its first user."""
+
+    def __init__(self, tensors: tuple, on_death: Callable | None = None):
+        self.refs = tuple(weakref.ref(t, on_death) for t in tensors)
+        self.versions = _versions(tensors)
+        self.slots: dict = {}
+
+    @property
+    def tensors(self) -> tuple:
+        """The structure tensors (all alive while the state is in the store)."""
+        return tuple(ref() for ref in self.refs)
+
+    def valid_for(self, tensors) -> bool:
+        return (self.versions is not None and all(ref() is t for ref, t in zip(self.refs, tensors))
+                and _versions(tensors) == self.versions)
+
+    def get(self, name: str, build: Callable[[], Any]):
+        """The slot ``name``, built by ``build()`` at its first use."""
+        if name not in self.slots:
+            self.slots[name] = build()
+        return self.slots[name]
+
+    def slot(self, name: str) -> dict:
+        """The dict slot ``name`` (created empty at its first use), for state kept per feature width, dtype, ..."""
+        return self.get(name, dict)
+
+
+_STATES: "OrderedDict[tuple, GraphState]" = OrderedDict()
+_DECISIONS: list = []
+
+
+def state_of(*tensors: Tensor) -> GraphState:
+    """The state of the graph whose structure tensors are ``tensors`` (created empty at the first call)."""
+    key = key_of(tensors)
+    state = _STATES.get(key)
+    if state is None or not state.valid_for(tensors):
+        state = GraphState(tensors, lambda _ref, key=key: _drop(key))
+        if state.versions is None:
+            return state  # inference tensors: not kept
+        _STATES[key] = state
+        while len(_STATES) > MAX_GRAPHS:
+            _STATES.popitem(last=False)
+    _STATES.move_to_end(key)
+    return state
+
+
+def known_state(*tensors: Tensor) -> GraphState | None:
+    """The state of ``tensors`` if one was made for them and is still valid, else None (nothing created)."""
+    state = _STATES.get(key_of(tensors))
+    return state if state is not None and state.valid_for(tensors) else None
+
+
+def _drop(key) -> None:
+    _STATES.pop(key, None)
+
+
+def record_decision(decision) -> None:
+    """Keep a kernel path decision (an object with ``as_dict()``) for the report."""
+    _DECISIONS.append(decision)
+    del _DECISIONS[:-MAX_DECISIONS]
+
+
+def decisions() -> list:
+    """Every decision kept, newest last, as dicts."""
+    return [d.as_dict() for d in _DECISIONS]
+
+
+def summary() -> list:
+    """One line of facts per graph state alive: its sizes and the slots built (for the report)."""
+    return [{"tensors": [list(t.shape) for t in state.tensors if t is not None], "slots": sorted(state.slots)}
+            for state in _STATES.values()]
+
+
+def clear() -> None:
+    """Forget every state and decision (tests; a process that wants its memory back)."""
+    _STATES.clear()
+    _DECISIONS.clear()
