@@ -45,10 +45,10 @@ def _built(layer_name, graph, modes, features, device, dtype=torch.float32) -> d
             steps[mode] = layer_step(layer_name, graph.name, mode, features, device, graph, dtype)
     for mode, step in steps.items():
         with mode_env(mode):
-            taken = len(attention_paths.decisions())
+            taken = len(graph_state.decisions())
             for _ in range(10):
                 step()
-            for d in attention_paths.decisions()[taken:]:  # the attention path this mode's first call chose
+            for d in graph_state.decisions()[taken:]:  # the attention path this mode's first call chose
                 print(f"-- {mode}: {d['family']} path {d['path']}, order {d['order']}: {d['reason']}; predicted "
                       f"{d['predicted_ms']}; measured {d['measured_forward_ms']}", flush=True)
     return steps

@@ -36,6 +36,7 @@ import traceback
 import torch
 
 import gnn_inductor  # noqa: F401  (also enables Dynamo's dynamic-output-shape capture for Inductor)
+from gnn_inductor.plan import state as graph_state
 from benchmarks import graphs as graph_lib
 
 HEADS = 4
@@ -358,12 +359,12 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         from gnn_inductor.kernels.attention import selector as attention_paths
 
         picks = [f"{d['family']}:{d['path']}" + (f"[{d['order']}]" if d["order"] != "none" else "")
-                 for d in attention_paths.decisions()]
+                 for d in graph_state.decisions()]
         if picks:
             record["paths"] = ",".join(sorted(set(picks)))
             record["path_decisions"] = [{k: d[k] for k in ("family", "path", "order", "reason", "predicted_ms",
                                                            "order_build_ms", "measured_forward_ms")}
-                                        for d in attention_paths.decisions()]
+                                        for d in graph_state.decisions()]
     except Exception as exc:  # a crash or OOM of one mode is a result, not the end of the run
         record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         traceback.print_exc(limit=2)
@@ -372,7 +373,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         torch._dynamo.reset()
         from gnn_inductor.kernels.attention import selector as attention_paths
 
-        attention_paths.clear()  # block formats held for plans of this mode must not count in the next one's peak
+        graph_state.clear()  # block formats held for plans of this mode must not count in the next one's peak
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return record

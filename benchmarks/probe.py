@@ -29,6 +29,7 @@ import os
 import time
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import block_format
 import torch
 from gnn_inductor.kernels.attention import selector as attention_paths, block_dot as block_sparse
@@ -198,9 +199,7 @@ def family_inputs(family, num_nodes, device, generator):
 
 def reset_decisions():
     """Forget the path decisions (the orders and block formats of each plan stay cached)."""
-    for entry in attention_paths._PLANS.values():
-        entry.decisions.clear()
-    attention_paths._DECISIONS.clear()
+    graph_state.forget_decisions()
 
 
 def part_attention(graph, plan, device, order_names, families):
@@ -238,7 +237,7 @@ def part_attention(graph, plan, device, order_names, families):
                 args = leaves(torch.bfloat16 if precision == "bf16" else torch.float32)
                 out = run(args)
                 errs = [_rel_err(out, ref)] + [_rel_err(a.grad, g) for a, g in zip(args, ref_grads)]
-                decision = attention_paths._DECISIONS[-1].as_dict() if attention_paths._DECISIONS else {}
+                decision = graph_state.recorded()[-1].as_dict() if graph_state.recorded() else {}
 
                 def step(args=args):
                     for a in args:
@@ -295,7 +294,7 @@ def part_block_launch(graph, plan, device, families, order="rcm", dtype="bf16"):
                 return [out] + [a.grad for a in args]
             reset_decisions()
             reference = [t.clone() for t in step()]
-            chosen = attention_paths._DECISIONS[-1].path if attention_paths._DECISIONS else "?"
+            chosen = graph_state.recorded()[-1].path if graph_state.recorded() else "?"
             saved = dict(block_sparse.BLOCK_LAUNCH)
             kernels = [name + suffix for name in BLOCK_KERNELS[family]]
             emit(part="block_launch", graph=graph.name, family=family, kernel="default", dtype=dtype, order=order,

@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from gnn_inductor import config
+from gnn_inductor.plan import state as graph_state
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIBRARY_PARTS = (os.sep + "torch" + os.sep, os.sep + "torch_geometric" + os.sep, os.sep + "gnn_inductor" + os.sep,
@@ -127,9 +128,8 @@ def reports(model=None) -> list:
 
 def _attention_paths() -> list:
     """The attention path decisions taken at run time (kernels/attention_paths.py), newest last."""
-    from gnn_inductor.kernels.attention import selector as attention_paths
 
-    return attention_paths.decisions()
+    return graph_state.decisions()
 
 
 def as_json(model=None) -> dict:

@@ -103,9 +103,21 @@ def record_decision(decision) -> None:
     del _DECISIONS[:-MAX_DECISIONS]
 
 
+def recorded() -> list:
+    """Every decision kept, newest last."""
+    return list(_DECISIONS)
+
+
 def decisions() -> list:
-    """Every decision kept, newest last, as dicts."""
+    """Every decision kept, newest last, as dicts (for the report)."""
     return [d.as_dict() for d in _DECISIONS]
+
+
+def forget_decisions() -> None:
+    """Forget the decisions taken (kept formats and orders stay): the next call of each op decides again."""
+    for state in _STATES.values():
+        state.slots.pop("decisions", None)
+    _DECISIONS.clear()
 
 
 def summary() -> list:

@@ -48,12 +48,11 @@ dot precisions as the forward, ``dO`` cast to the inputs' dtype for the dots.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
+from gnn_inductor.kernels.runtime.launch import cdiv, dot_precision, fast_launch, next_power_of_2
 from gnn_inductor.kernels.attention import csr_triton as attention_triton
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.csr_triton import dropout_slot
@@ -222,10 +221,6 @@ def summed_views(layout, indices) -> Tensor:
     return total
 
 
-def _precision(allow_tf32: bool, dtype: torch.dtype) -> str:
-    return "tf32" if allow_tf32 or dtype != torch.float32 else "ieee"
-
-
 def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blocks: BlockFormat,
                 num_dst: int, eps: float, allow_tf32: bool = False,
                 dropout: Dropout | None = None) -> tuple[Tensor, Tensor]:
@@ -245,7 +240,7 @@ def dot_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse),
             out, lse, heads, channels, form.score_scale, form.message_scale, eps,
-            DROPOUT=dropout is not None, PRECISION=_precision(allow_tf32, query.dtype),
+            DROPOUT=dropout is not None, PRECISION=dot_precision(allow_tf32, query.dtype),
             WINDOW=WINDOW, TILE=TILE, BLOCK_C=block_c, BLOCK_H=block_h, **launch)
     return out, lse
 
@@ -439,7 +434,7 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     device = blocks.tile_ptr.device
     delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
     grad_out = grad_out.to(query.dtype).contiguous()
-    common = {"DROPOUT": dropout is not None, "PRECISION": _precision(allow_tf32, query.dtype),
+    common = {"DROPOUT": dropout is not None, "PRECISION": dot_precision(allow_tf32, query.dtype),
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
     operands = [query, *query.stride(), key, *key.stride(), value, *value.stride(), *dropout_slot(dropout, lse)]
 

@@ -50,14 +50,13 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.runtime.launch import fast_launch, next_power_of_2
-from gnn_inductor.plan import block_format
+from gnn_inductor.kernels.runtime.launch import dot_precision, fast_launch, next_power_of_2
 from gnn_inductor.kernels.attention import csr_triton as attention_triton
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention.csr_triton import dropout_slot
 from gnn_inductor.plan.block_format import TILE, WINDOW, BlockFormat, covers_every_row
 from gnn_inductor.kernels.attention.block_dot import (
-    _head_block, _head_rows, _node_offsets, _precision, attention_function, gradient_buffer, head_launch, summed_views,
+    _head_block, _head_rows, _node_offsets, attention_function, gradient_buffer, head_launch, summed_views,
 )
 from gnn_inductor.kernels.runtime.rng import Dropout, dropped_triton
 from torch import Tensor
@@ -301,7 +300,7 @@ def gat_forward(args, roles, perm: Tensor, score_key: str, message_key: str, blo
         _gat_forward_kernel[(blocks.dense_windows.shape[0], programs)](
             blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge,
             *pointers, out, lse, heads, channels, form.negative_slope, form.score_scale, form.message_scale, eps,
-            PRECISION=_precision(allow_tf32, ops.value.dtype),
+            PRECISION=dot_precision(allow_tf32, ops.value.dtype),
             BLOCK_H=block_h, **{**constexprs, **launch})
     return out, lse
 
@@ -484,7 +483,7 @@ def gat_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
     grad_out = grad_out.to(ops.value.dtype).contiguous()
     pointers, constexprs = _kernel_operands(ops)
-    precision = _precision(allow_tf32, ops.value.dtype)
+    precision = dot_precision(allow_tf32, ops.value.dtype)
 
     # the row kernel writes every row and every edge when all windows are dense; the source kernel every source
     full = {ROLE_DST: covers_every_row(blocks, grad_out.shape[0]), ROLE_SRC: True}

@@ -92,6 +92,7 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor import config as settings  # `config` names a kernel launch's configuration here
+from gnn_inductor.plan import state as graph_state
 from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.runtime.cuda_graphs import capturing, kept_outside_graph_pool
@@ -1479,11 +1480,10 @@ def source_csr(layout: _Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_e
     the graph's plan entry (kernels/attention_paths.py: it lives, and is invalidated, with the plan). None when it
     is not built yet and a CUDA graph is being captured: its work items count their hubs on the host (a
     synchronisation a capture refuses), so that backward runs the atomic variant, which needs no source CSR."""
-    from gnn_inductor.kernels.attention import selector as attention_paths
 
     num_src = max((view.shape[0] for i, view in layout.views.items() if layout.roles[i] == ROLE_SRC), default=0)
     key = (num_src, max_edges or MAX_EDGES)
-    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    cache = graph_state.state_of(rowptr, col, perm).slot("csr_by_src")
     if key not in cache and capturing(rowptr.device):
         return None
     return kept_outside_graph_pool(cache, key, lambda: build_source_csr(rowptr, col, perm, *key), rowptr.device)
@@ -1496,9 +1496,8 @@ def source_positions(rowptr: Tensor, col: Tensor, perm: Tensor, by_src: SourceCS
     and the sum per destination reads it back through this map. None where ``by_src`` leaves edges out (sources
     past its rows: their positions are never walked), and while a CUDA graph is captured before it was built (the
     check reads a count on the host)."""
-    from gnn_inductor.kernels.attention import selector as attention_paths
 
-    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    cache = graph_state.state_of(rowptr, col, perm).slot("csr_by_src")
     key = ("source_positions", by_src.rowptr.numel() - 1)
     if key not in cache and capturing(rowptr.device):
         return None

@@ -49,6 +49,8 @@ import math
 
 import torch
 from gnn_inductor import config
+from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan import decisions as plan_decisions
 from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.runtime import rng
@@ -579,7 +581,7 @@ def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_
     by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges)
     if by_src is None:
         return None
-    cache = attention_paths._entry(rowptr, col, perm).csr_by_src
+    cache = graph_state.state_of(rowptr, col, perm).slot("csr_by_src")
     return attention_triton.backward_chunked(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items,
                                              max_edges, by_src, pack_offsets, pack_width, gaps, dtype, bounds,
                                              consume, cache)
@@ -654,7 +656,7 @@ def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, messag
             any(a.dtype != torch.float32 for a in args if a.is_floating_point()):
         return []
     setting = attention_paths.path_setting()
-    if setting not in ("auto", "csr") or (setting == "auto" and attention_paths.precision_of(torch.float32) != "ieee"):
+    if setting not in ("auto", "csr") or (setting == "auto" and plan_decisions.precision_of(torch.float32) != "ieee"):
         return []
     # the layout's checks are of shapes: no dropout needed for them (its seed may be a traced value here)
     layout = attention_triton.prepare(args, roles, perm, score_key, message_key)

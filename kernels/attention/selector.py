@@ -58,14 +58,14 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from gnn_inductor import config
 from gnn_inductor.plan import block_format
+from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan.decisions import PathDecision, format_bytes, precision_of, sync
 from gnn_inductor.kernels.attention import block_dot as block_sparse, block_gat as block_sparse_gat
 from gnn_inductor.config import SettingError  # noqa: F401  (this module's API: a bad path or calibration)
 from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, outside_graph_pool
@@ -76,7 +76,6 @@ PATHS = config.SETTINGS["attention_path"].choices
 CALLS_ENV = config.SETTINGS["expected_calls"].env
 DEFAULT_EXPECTED_CALLS = config.default("expected_calls")
 MAX_WINDOW_TILES = 64
-MAX_PLANS = 8
 MEASURED_MARGIN = 0.05   # a block or hybrid pick must measure this much faster than CSR to be kept
 # Within this much of the CSR kernel's predicted time, a block or hybrid candidate is timed against CSR
 # (MEASURED_MARGIN) instead of dropped: on the TU batch in bf16 GATConv the model put the block path 10% behind CSR
@@ -165,118 +164,34 @@ def expected_calls() -> int:
     return config.get("expected_calls")
 
 
-def precision_of(dtype: torch.dtype) -> str:
-    """"half" for fp16/bf16 inputs, "tf32" for fp32 where the user allowed TF32, else "ieee"."""
-    if dtype in (torch.float16, torch.bfloat16):
-        return "half"
-    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-    return "tf32" if allowed else "ieee"
+def _entry(rowptr: Tensor, col: Tensor, perm: Tensor) -> graph_state.GraphState:
+    """The graph state this selector keeps its orders, formats, decisions and transposed CSRs in."""
+    return graph_state.state_of(rowptr, col, perm)
 
 
-@dataclass
-class PathDecision:
-    """What runs for one (graph, family, precision, width) and why (JSON-ready through :meth:`as_dict`)."""
-    path: str                       # "csr", "block" or "hybrid"
-    reason: str
-    family: str
-    precision: str
-    order: str = "none"
-    stats: dict = field(default_factory=dict)
-    predicted_ms: dict = field(default_factory=dict)
-    order_build_ms: dict = field(default_factory=dict)
-    measured_forward_ms: dict = field(default_factory=dict)
-    blocks: object = field(default=None, repr=False)       # BlockFormat restricted to the chosen windows
-    transposed: object = field(default=None, repr=False)
-    csr_items: list = field(default=None, repr=False)      # work items of the rows left to the CSR kernel
-
-    def as_dict(self) -> dict:
-        return {"path": self.path, "reason": self.reason, "family": self.family, "precision": self.precision,
-                "order": self.order, "stats": dict(self.stats),
-                "predicted_ms": {k: round(v, 3) for k, v in self.predicted_ms.items()},
-                "order_build_ms": {k: round(v, 1) for k, v in self.order_build_ms.items()},
-                "measured_forward_ms": {k: round(v, 3) for k, v in self.measured_forward_ms.items()}}
-
-
-class _PlanEntry:
-    """Block formats, decisions and the transposed CSR (split attention backward) of one graph plan. Holds
-    its rowptr/col (so their memory is not reused while the entry lives) and their versions (an in-place
-    change invalidates it)."""
-
-    def __init__(self, rowptr: Tensor, col: Tensor, perm: Tensor):
-        self.tensors = (rowptr, col, perm)
-        self.versions = _versions(self.tensors)
-        self.orders: dict = {}       # name -> (order tensor or None, build ms)
-        self.formats: dict = {}      # order name -> BlockFormat
-        self.decisions: dict = {}
-        self.csr_by_src: dict = {}   # (num_src, max_edges) -> attention_triton.SourceCSR (split backward)
-        self.identity_tiles_per_edge: float | None = None  # the CSR cost's locality term
-
-    def valid(self) -> bool:
-        """Whether its tensors are unchanged; never for inference tensors, which have no version counter (a plan
-        of them is built anew at every call anyway, gnn_inductor/plan.py)."""
-        return self.versions is not None and _versions(self.tensors) == self.versions
-
-
-def _versions(tensors) -> tuple | None:
-    """The version counters of ``tensors``; None where one is an inference tensor (it has none)."""
-    if any(t.is_inference() for t in tensors):
-        return None
-    return tuple(t._version for t in tensors)
-
-
-_PLANS: "OrderedDict[tuple, _PlanEntry]" = OrderedDict()
-_DECISIONS: list = []
-
-
-def _entry(rowptr: Tensor, col: Tensor, perm: Tensor) -> _PlanEntry:
-    key = (str(rowptr.device), rowptr.data_ptr(), col.data_ptr(), perm.data_ptr(), rowptr.numel(), col.numel())
-    entry = _PLANS.get(key)
-    if entry is None or not entry.valid():
-        entry = _PLANS[key] = _PlanEntry(rowptr, col, perm)
-        while len(_PLANS) > MAX_PLANS:
-            _PLANS.popitem(last=False)
-    _PLANS.move_to_end(key)
-    return entry
-
-
-def decisions() -> list:
-    """Every decision taken in this process, newest last, as dicts (for the report)."""
-    return [d.as_dict() for d in _DECISIONS]
-
-
-def clear() -> None:
-    _PLANS.clear()
-    _DECISIONS.clear()
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _order(entry: _PlanEntry, name: str):
-    if name not in entry.orders:
+def _order(entry: graph_state.GraphState, name: str):
+    if name not in entry.slot("orders"):
         from gnn_inductor.plan import orders as reorder
 
         rowptr, col, _ = entry.tensors
         if name == "none":
-            entry.orders[name] = (None, 0.0)
+            entry.slot("orders")[name] = (None, 0.0)
         else:
             reorder.load_libraries(name)  # once per process: not this graph's build cost
-            _sync(rowptr.device)
+            sync(rowptr.device)
             start = time.perf_counter()
             order = reorder.CANDIDATES[name](rowptr, col).to(rowptr.device)
-            _sync(rowptr.device)
-            entry.orders[name] = (order, (time.perf_counter() - start) * 1e3)
-    return entry.orders[name]
+            sync(rowptr.device)
+            entry.slot("orders")[name] = (order, (time.perf_counter() - start) * 1e3)
+    return entry.slot("orders")[name]
 
 
-def _format(entry: _PlanEntry, name: str) -> block_format.BlockFormat:
-    if name not in entry.formats:
+def _format(entry: graph_state.GraphState, name: str) -> block_format.BlockFormat:
+    if name not in entry.slot("formats"):
         rowptr, col, perm = entry.tensors
         order, _ = _order(entry, name)
-        entry.formats[name] = block_format.build_block_format(rowptr, col, perm, rowptr.numel() - 1, order)
-    return entry.formats[name]
+        entry.slot("formats")[name] = block_format.build_block_format(rowptr, col, perm, rowptr.numel() - 1, order)
+    return entry.slot("formats")[name]
 
 
 def calibration_name(device) -> str:
@@ -329,13 +244,13 @@ def window_costs(blocks: block_format.BlockFormat, rowptr: Tensor, precision: st
     return csr, block, edges, tiles
 
 
-def identity_tiles_per_edge(entry: _PlanEntry) -> float:
+def identity_tiles_per_edge(entry: graph_state.GraphState) -> float:
     """The graph's tiles per edge in its own node order (the CSR cost's locality term), from the identity order's
     block format (built if it is not there), kept with the plan entry."""
-    if entry.identity_tiles_per_edge is None:
+    if "identity_tiles_per_edge" not in entry.slots:
         edges = max(1, entry.tensors[1].numel())
-        entry.identity_tiles_per_edge = _format(entry, "none").stats["tiles"] / edges
-    return entry.identity_tiles_per_edge
+        entry.slots["identity_tiles_per_edge"] = _format(entry, "none").stats["tiles"] / edges
+    return entry.slots["identity_tiles_per_edge"]
 
 
 def _choose_windows(blocks, rowptr, precision, scale, path: str, family: str, locality: float = 0.0) -> tuple:
@@ -386,14 +301,14 @@ def decide(layout, rowptr: Tensor, col: Tensor, perm: Tensor, items: list, dtype
     entry = _entry(rowptr, col, perm)
     key = (form.family, precision, layout.heads, layout.channels, setting, config.get("reorder"),
            calibration_name(rowptr.device))
-    if key in entry.decisions:
-        return entry.decisions[key]
+    if key in entry.slot("decisions"):
+        return entry.slot("decisions")[key]
     if capturing(rowptr.device) and setting != "csr":  # no format build, no timing: the CSR kernel, decided later
         return PathDecision("csr", CAPTURE_REASON, form.family, precision)
     decision = outside_graph_pool(lambda: _decide(entry, layout, items, precision, setting, forward_fn),
                                   rowptr.device)
-    entry.decisions[key] = decision
-    _DECISIONS.append(decision)
+    entry.slot("decisions")[key] = decision
+    graph_state.record_decision(decision)
     return decision
 
 
@@ -415,7 +330,7 @@ def _not_block(layout, precision: str, setting: str) -> str | None:
     return None
 
 
-def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str, forward_fn) -> PathDecision:
+def _decide(entry: graph_state.GraphState, layout, items: list, precision: str, setting: str, forward_fn) -> PathDecision:
     from gnn_inductor.plan import orders as reorder
 
     family = layout.form.family
@@ -455,13 +370,13 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
     order_build = {n: _order(entry, n)[1] for n in candidates if n != "none"}
     timed_later = forward_fn is not None
     decision = _assembled(entry, best, candidates, mode, setting, items, family, precision, order_build, timed_later)
-    sources_before = set(entry.csr_by_src)
+    sources_before = set(entry.slot("csr_by_src"))
     dropped = ""
     if best != "none" and decision.path != "csr" and forward_fn is not None and forced is None:
         timed = _measure_order_gain(entry, decision, forward_fn, layout, items, precision, scale, mode)
         without = next(v for k, v in timed.items() if k.startswith("none"))
         if timed[f"{best} fwd+bwd"] <= without * (1 - ORDER_MIN_GAIN):
-            entry.formats.pop("none", None)  # rebuilt for the timing: memory, not kept with the order
+            entry.slot("formats").pop("none", None)  # rebuilt for the timing: memory, not kept with the order
         else:  # the identity order's format, built for the timing, serves the decision
             decision = _assembled(entry, "none", candidates, mode, setting, items, family, precision, order_build,
                                   timed_later)
@@ -474,12 +389,12 @@ def _decide(entry: _PlanEntry, layout, items: list, precision: str, setting: str
         if dropped and not decision.reason.endswith(dropped):  # CSR won: the order's record stays in the reason
             decision.reason += dropped
     if decision.path != "csr":  # a source CSR the timings' CSR backward built (once for both): not used, memory
-        for key in set(entry.csr_by_src) - sources_before:
-            del entry.csr_by_src[key]
+        for key in set(entry.slot("csr_by_src")) - sources_before:
+            del entry.slot("csr_by_src")[key]
     return decision
 
 
-def _assembled(entry: _PlanEntry, best: str, candidates: dict, mode: str, setting: str, items: list, family: str,
+def _assembled(entry: graph_state.GraphState, best: str, candidates: dict, mode: str, setting: str, items: list, family: str,
                precision: str, order_build: dict, timed_later: bool) -> PathDecision:
     """The decision for order ``best``: its block format restricted to the windows the cost model chose, and the
     transposed format and CSR items that run with it; or the CSR decision where no window was chosen, or (left to
@@ -490,20 +405,20 @@ def _assembled(entry: _PlanEntry, best: str, candidates: dict, mode: str, settin
     num_rows = rowptr.numel() - 1
     chosen, predicted = candidates[best]
     blocks = _format(entry, best)
-    for name in [n for n in entry.formats if n != best]:  # the losing orders' formats: memory, not kept
-        del entry.formats[name]
+    for name in [n for n in entry.slot("formats") if n != best]:  # the losing orders' formats: memory, not kept
+        del entry.slot("formats")[name]
     n_chosen = int(chosen.sum())
     stats = {"windows": blocks.stats["windows"], "tiles": blocks.stats["tiles"],
              "mean_tile_fill": blocks.stats["mean_tile_fill"],
              "duplicate_window_fraction": blocks.stats["duplicate_window_fraction"],
-             "block_windows": n_chosen, "format_bytes": _format_bytes(blocks),
+             "block_windows": n_chosen, "format_bytes": format_bytes(blocks),
              "calibration": calibration_name(rowptr.device)}
     predicted_all = {f"{mode}[{n}]": c[1][mode] for n, c in candidates.items()}
     predicted_all["csr"] = predicted["csr"]
     in_doubt = timed_later and predicted[mode] < predicted["csr"] * (1 + PREDICTED_DOUBT)
     if n_chosen == 0 or (setting == "auto" and predicted[mode] >= predicted["csr"] and not in_doubt):
         # the format only served the prediction: kept, it held 0.9 GB on the block model (GAT, H200)
-        entry.formats.clear()
+        entry.slot("formats").clear()
         return PathDecision("csr", "cost model: the CSR kernel is predicted faster on every window"
                             if n_chosen == 0 else "cost model: the CSR kernel is predicted faster",
                             family, precision, "none", stats, predicted_all, order_build)
@@ -531,16 +446,16 @@ def _paired_ms(device, runs: dict) -> dict:
     times = {name: [] for name in runs}
     for i in range(4):
         for name, run in runs.items():
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             run()
-            _sync(device)
+            sync(device)
             if i:
                 times[name].append((time.perf_counter() - start) * 1e3)
     return {name: sorted(t)[1] for name, t in times.items()}
 
 
-def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn) -> PathDecision:
+def _measured_against_csr(entry: graph_state.GraphState, decision: PathDecision, forward_fn) -> PathDecision:
     """The cost model's block or hybrid pick (or a candidate within :data:`PREDICTED_DOUBT` behind CSR), kept only
     when its training step (forward and backward of the op) measures at least :data:`MEASURED_MARGIN` faster than
     the CSR kernels' on this graph (timed once, at the first call); else the CSR decision, with both times
@@ -557,15 +472,11 @@ def _measured_against_csr(entry: _PlanEntry, decision: PathDecision, forward_fn)
                                     **{f"{k} fwd+bwd (vs csr)": v for k, v in measured.items()}}
     if measured[decision.path] * (1 + MEASURED_MARGIN) <= measured["csr"]:
         return decision
-    entry.formats.clear()  # not used: memory
+    entry.slot("formats").clear()  # not used: memory
     return PathDecision("csr", f"measured at the first call: the CSR forward+backward {measured['csr']:.3f} ms "
                         f"against {decision.path} {measured[decision.path]:.3f} ms (the cost model's candidate: "
                         f"{decision.path})", decision.family, decision.precision, "none", decision.stats,
                         decision.predicted_ms, decision.order_build_ms, decision.measured_forward_ms)
-
-
-def _format_bytes(blocks: block_format.BlockFormat) -> int:
-    return int(sum(t.numel() * t.element_size() for t in blocks[:7]))
 
 
 def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items, precision, scale, mode) -> dict:
@@ -575,7 +486,7 @@ def _measure_order_gain(entry, decision: PathDecision, forward_fn, layout, items
     picks no window, the CSR path alone (key ``"none fwd+bwd (csr)"``). A hybrid of zero
     windows timed there would run its CSR rows on the hybrid's atomic backward (14.8 ms against the CSR path's
     7.5 on the block model, TransformerConv in TF32): a gain 16x the predicted one that no path would give. The
-    identity order's format stays in ``entry.formats`` for the caller: dropped with a kept order, reused where the
+    identity order's format stays in ``entry.slot("formats")`` for the caller: dropped with a kept order, reused where the
     order is dropped."""
     rowptr = entry.tensors[0]
     blocks = _format(entry, "none")

@@ -123,3 +123,9 @@ def fast_launch(kernel):
     """``kernel`` (a ``@triton.jit`` function) launched through :class:`FastKernel`; under the interpreter the
     kernel itself (nothing to save there)."""
     return kernel if _INTERPRETED else FastKernel(kernel)
+
+
+def dot_precision(allow_tf32: bool, dtype: torch.dtype) -> str:
+    """``tl.dot``'s input precision for ``dtype`` operands: TF32 where allowed or where the inputs are half precision
+    anyway, IEEE float32 otherwise."""
+    return "tf32" if allow_tf32 or dtype != torch.float32 else "ieee"

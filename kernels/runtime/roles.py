@@ -17,7 +17,6 @@ Kernels walk edges in CSR order (sorted by destination, stable), given by the pl
 """
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE = 0, 1, 2, 3

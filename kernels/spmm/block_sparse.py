@@ -53,10 +53,8 @@ import math
 import torch
 import triton
 import triton.language as tl
-from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
-from gnn_inductor.plan import block_format
+from gnn_inductor.kernels.runtime.launch import cdiv, dot_precision, fast_launch, next_power_of_2
 from gnn_inductor.plan.block_format import TILE, WINDOW, BlockFormat, covers_every_row
-from gnn_inductor.kernels.attention.block_dot import _precision
 from torch import Tensor
 
 MAX_BLOCK_F = 128  # feature columns per program: a WINDOW x 128 float32 accumulator, 16 registers per thread
@@ -181,7 +179,7 @@ def _launch_product(blocks: BlockFormat, values: Tensor, x: Tensor, scale: Tenso
         blocks.dense_windows, blocks.window_rows, blocks.tile_ptr, blocks.tile_col, blocks.tile_edge, values,
         x, *x.stride(), values if scale is None else scale, out, num_features,
         ROW_SCALE=scale is not None and not column_scale, COLUMN_SCALE=scale is not None and column_scale,
-        PRECISION=_precision(allow_tf32, x.dtype), WINDOW=WINDOW, TILE=TILE, BLOCK_F=block_f,
+        PRECISION=dot_precision(allow_tf32, x.dtype), WINDOW=WINDOW, TILE=TILE, BLOCK_F=block_f,
         num_warps=LAUNCH["num_warps"], num_stages=LAUNCH["num_stages"])
 
 
@@ -231,7 +229,7 @@ def block_spmm_backward(grad_y: Tensor, x: Tensor, edge_values: Tensor, blocks: 
             _values_grad_kernel[(num_tiles,)](
                 blocks.tile_window, blocks.dense_ok, blocks.window_rows, blocks.tile_col, blocks.tile_edge,
                 flat_grad, flat_x, *flat_x.stride(), edge_values if row_scale is None else row_scale, grad_values,
-                num_features, ROW_SCALE=row_scale is not None, PRECISION=_precision(allow_tf32, x.dtype),
+                num_features, ROW_SCALE=row_scale is not None, PRECISION=dot_precision(allow_tf32, x.dtype),
                 WINDOW=WINDOW, TILE=TILE, BLOCK_F=_feature_block(num_features))
     return grad_x, grad_values
 

@@ -34,16 +34,15 @@ backward). :data:`AUTOTUNE_CONFIGS` lists the launch and split parameters to mea
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from gnn_inductor.kernels.runtime.op_layout import contiguous_results
 from torch.library import triton_op, wrap_triton
 
-from gnn_inductor.plan.work_items import DEFAULT_MAX_EDGES, WorkItems  # noqa: F401  (WorkItems: the items' layout)
+from gnn_inductor.plan.work_items import DEFAULT_MAX_EDGES
 from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
 from gnn_inductor.kernels.spmm.op import SPMM_REDUCTIONS
 

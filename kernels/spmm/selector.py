@@ -36,8 +36,9 @@ import time
 
 import torch
 from gnn_inductor import config
+from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan import decisions as plan_decisions
 from gnn_inductor.plan import block_format
-from gnn_inductor.kernels.attention import selector as attention_paths, block_dot as block_sparse
 from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
 from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, outside_graph_pool
 from torch import Tensor
@@ -71,26 +72,26 @@ def applies(x: Tensor) -> bool:
 
 
 def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str,
-           transposed: tuple | None = None) -> attention_paths.PathDecision:
+           transposed: tuple | None = None) -> plan_decisions.PathDecision:
     """The SpMM path for this plan, dtype and width (cached with the plan). ``transposed``: the plan's
     ``(t_values, t_rowptr, t_col)``, with which the timed comparison includes the backward's ``dX`` product."""
     setting = path_setting()
-    precision = attention_paths.precision_of(x.dtype)
-    entry = attention_paths._entry(rowptr, col, col)
+    precision = plan_decisions.precision_of(x.dtype)
+    entry = graph_state.state_of(rowptr, col, col)
     key = ("spmm", precision, x.dtype, x[0].numel() if x.shape[0] else 0, setting)
-    if key not in entry.decisions:
+    if key not in entry.slot("decisions"):
         if capturing(x.device) and setting != "cusparse":  # no block build, no timing: cuSPARSE, decided later
-            return attention_paths.PathDecision("csr", CAPTURE_REASON, "spmm", precision)
+            return plan_decisions.PathDecision("csr", CAPTURE_REASON, "spmm", precision)
         decision = outside_graph_pool(lambda: _decide(x, values, rowptr, col, reduce, setting, precision,
                                                       transposed), x.device)
-        entry.decisions[key] = decision
-        attention_paths._DECISIONS.append(decision)
-    return entry.decisions[key]
+        entry.slot("decisions")[key] = decision
+        graph_state.record_decision(decision)
+    return entry.slot("decisions")[key]
 
 
-def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> attention_paths.PathDecision:
+def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> plan_decisions.PathDecision:
     def csr(reason, **extra):
-        return attention_paths.PathDecision("csr", reason, "spmm", precision, **extra)
+        return plan_decisions.PathDecision("csr", reason, "spmm", precision, **extra)
 
     if setting == "cusparse":
         return csr(f"{PATH_ENV}=cusparse")
@@ -103,14 +104,14 @@ def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> a
     tiles = int(blocks.tile_edge.shape[0])
     stats = {"edges": int(col.numel()), "tiles": tiles, "edges_per_tile": round(col.numel() / max(tiles, 1), 2),
              "windows": int(blocks.window_rows.shape[0]), "dense_windows": int(blocks.dense_windows.shape[0]),
-             "format_mb": round(attention_paths._format_bytes(blocks) / 2**20, 1), "build_ms": round(build_ms, 1)}
+             "format_mb": round(plan_decisions.format_bytes(blocks) / 2**20, 1), "build_ms": round(build_ms, 1)}
     if stats["dense_windows"] < stats["windows"]:
         return csr("duplicate (dst, src) pairs: a window cell holds one edge", stats=stats)
     if setting == "auto" and stats["edges_per_tile"] < min_edges_per_tile(precision):
         return csr(f"{stats['edges_per_tile']} edges per 16 x 16 tile (< {min_edges_per_tile(precision)}): the block "
                    "kernel would gather about as many rows as cuSPARSE", stats=stats)
     transposed = block_format.transpose_block_format(blocks, x.shape[0])
-    block = attention_paths.PathDecision("block", f"{PATH_ENV}=block", "spmm", precision, stats=stats,
+    block = plan_decisions.PathDecision("block", f"{PATH_ENV}=block", "spmm", precision, stats=stats,
                                          blocks=blocks, transposed=transposed)
     if setting == "block":
         return block
@@ -155,10 +156,10 @@ def _time(fn, device, reps: int = TIMING_REPS) -> float:
     fn()
     times = []
     for _ in range(reps):
-        attention_paths._sync(device)
+        plan_decisions.sync(device)
         start = time.perf_counter()
         fn()
-        attention_paths._sync(device)
+        plan_decisions.sync(device)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 

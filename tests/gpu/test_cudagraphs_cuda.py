@@ -8,6 +8,7 @@ from torch._dynamo.utils import counters
 from torch_geometric import nn as pyg
 
 from gnn_inductor import rewrite_report
+from gnn_inductor.plan import state as graph_state
 from gnn_inductor.kernels.attention import selector as attention_paths
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.testing import random_graph
@@ -60,7 +61,7 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
         monkeypatch.setattr(dense_triton, "SMALL_SIDE", 128)
     torch._dynamo.reset()
     counters.clear()
-    attention_paths.clear()
+    graph_state.clear()
     torch.manual_seed(0)
     device = torch.device("cuda")
     edge_index = random_graph(400, 4000, seed=3, hub_degree=1500).to(device)

@@ -5,6 +5,8 @@ import os
 import time
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan import decisions as plan_decisions
 from gnn_inductor.plan import block_format
 import pytest
 import torch
@@ -29,11 +31,11 @@ runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available
 
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch):
-    attention_paths.clear()
+    graph_state.clear()
     for var in (attention_paths.PATH_ENV, attention_paths.CALLS_ENV, "GNN_IO_REORDER"):
         monkeypatch.delenv(var, raising=False)
     yield
-    attention_paths.clear()
+    graph_state.clear()
 
 
 def community_graph(num_nodes=256, community=16, seed=0):
@@ -77,12 +79,12 @@ def test_csr_cost_grows_with_the_identity_orders_tiles_per_edge():
     block format once per plan entry."""
     src, dst = graph(64, 400, seed=2)
     plan, *_ = setup(src, dst, 64)
-    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    entry = graph_state.state_of(plan[0], plan[1], plan[3])
     locality = attention_paths.identity_tiles_per_edge(entry)
     blocks = attention_paths._format(entry, "none")
     assert locality == pytest.approx(blocks.stats["tiles"] / src.numel()) and locality > 0
-    entry.formats.clear()
-    assert attention_paths.identity_tiles_per_edge(entry) == locality and not entry.formats  # kept, not rebuilt
+    entry.slot("formats").clear()
+    assert attention_paths.identity_tiles_per_edge(entry) == locality and not entry.slot("formats")  # kept, not rebuilt
     k = attention_paths.calibration("dot", "tf32", plan[0].device)
     assert k["csr_per_identity_tile"] > 0
     csr0, block0, edges, _ = attention_paths.window_costs(blocks, plan[0], "tf32", 1.0)
@@ -115,14 +117,14 @@ def test_calibration_by_device_name(monkeypatch):
 
 
 def test_precision_classes():
-    assert attention_paths.precision_of(torch.bfloat16) == "half"
-    assert attention_paths.precision_of(torch.float16) == "half"
+    assert plan_decisions.precision_of(torch.bfloat16) == "half"
+    assert plan_decisions.precision_of(torch.float16) == "half"
     previous = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert attention_paths.precision_of(torch.float32) == "ieee"
+        assert plan_decisions.precision_of(torch.float32) == "ieee"
         torch.set_float32_matmul_precision("high")
-        assert attention_paths.precision_of(torch.float32) == "tf32"
+        assert plan_decisions.precision_of(torch.float32) == "tf32"
     finally:
         torch.set_float32_matmul_precision(previous)
 
@@ -192,8 +194,8 @@ def test_dense_communities_go_to_tensor_cores_after_reordering(monkeypatch):
     assert decision.stats["block_windows"] > 0 and decision.stats["format_bytes"] > 0
     # cached per plan: the same object again, and listed once in the report's decisions
     again = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
-    assert again is decision and len(attention_paths.decisions()) == 1
-    assert attention_paths.decisions()[0]["order"] == decision.order
+    assert again is decision and len(graph_state.decisions()) == 1
+    assert graph_state.decisions()[0]["order"] == decision.order
 
 
 def test_a_csr_decision_keeps_no_block_format(monkeypatch):
@@ -208,7 +210,7 @@ def test_a_csr_decision_keeps_no_block_format(monkeypatch):
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
     assert decision.path == "csr" and decision.reason.startswith("cost model"), decision.as_dict()
     assert decision.stats["tiles"] > 0  # a format was built for the prediction ...
-    assert not attention_paths._entry(plan[0], plan[1], plan[3]).formats  # ... and not kept
+    assert not graph_state.state_of(plan[0], plan[1], plan[3]).slot("formats")  # ... and not kept
 
 
 def test_one_call_never_pays_for_an_order(monkeypatch):
@@ -234,8 +236,8 @@ def test_an_orders_build_time_leaves_out_library_imports(monkeypatch):
     monkeypatch.setitem(reorder.CANDIDATES, "rcm", slow_rcm)
     src, dst = community_graph()
     plan = setup(src, dst, 256)[0]
-    attention_paths.clear()
-    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    graph_state.clear()
+    entry = graph_state.state_of(plan[0], plan[1], plan[3])
     clock = iter([10.0, 10.5])  # the timer's two reads: 500 ms of build
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: next(clock))
     order, build_ms = attention_paths._order(entry, "rcm")
@@ -243,7 +245,7 @@ def test_an_orders_build_time_leaves_out_library_imports(monkeypatch):
     assert events == [("load", "rcm"), ("build", "rcm")]
     assert build_ms == pytest.approx(500.0) and torch.equal(order, torch.arange(plan[0].numel() - 1))
     assert attention_paths._order(entry, "rcm")[1] == build_ms and len(events) == 2  # cached with the plan
-    attention_paths.clear()
+    graph_state.clear()
 
 
 def test_reorder_builds_load_libraries_first(monkeypatch):
@@ -317,7 +319,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
                                              perm.to(DEVICE), score, message, EPS, items, 256)[0]
     out.backward(grad_out.to(DEVICE))
-    (decision,) = attention_paths._DECISIONS
+    (decision,) = graph_state.recorded()
     assert decision.path == "hybrid", decision.as_dict()  # duplicates (and the hub) leave windows to CSR
     assert 0 < decision.stats["block_windows"] < decision.stats["windows"]
 
@@ -354,7 +356,7 @@ def test_gat_paths_match_reference(case, dtype, monkeypatch):
     out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
                                              perm.to(DEVICE), score, message, EPS, [], 0, seed, p)[0]
     out.backward(grad_out.to(DEVICE))
-    (decision,) = attention_paths._DECISIONS
+    (decision,) = graph_state.recorded()
     assert decision.family == family and decision.path == "hybrid", decision.as_dict()
 
     wide = [a.double().requires_grad_() for a in args]
@@ -388,7 +390,7 @@ def test_bias_paths_match_reference(monkeypatch):
     out = torch.ops.gnn_io.attention_forward(leaves[:-1], roles, rowptr.to(DEVICE), col.to(DEVICE), row.to(DEVICE),
                                              perm.to(DEVICE), score, message, EPS, [], 0, None, 0.0, leaves[-1])[0]
     out.backward(grad_out.to(DEVICE))
-    (decision,) = attention_paths._DECISIONS
+    (decision,) = graph_state.recorded()
     assert decision.path == "hybrid", decision.as_dict()
     wide = [a.double().requires_grad_() for a in args]
     ref = attention_reference(wide[:-1], roles, rowptr, col, row, perm, score, message, EPS) + wide[-1].view(2, 4)
@@ -416,7 +418,7 @@ def test_dropout_paths_match_reference(monkeypatch):
                                              on_device.p)[0]
     grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
     out.backward(grad_out.to(DEVICE))
-    (decision,) = attention_paths._DECISIONS
+    (decision,) = graph_state.recorded()
     assert decision.path == "hybrid", decision.as_dict()
     assert 0 < decision.stats["block_windows"] < decision.stats["windows"]
     wide = [a.double().requires_grad_() for a in args]
@@ -467,7 +469,7 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     out = torch.ops.gnn_io.attention_forward(leaves, roles, rowptr, col, row, perm, score, message, EPS, items,
                                              256)[0]
     out.float().sum().backward()
-    (decision,) = attention_paths._DECISIONS
+    (decision,) = graph_state.recorded()
     timed = decision.measured_forward_ms
     assert "csr fwd+bwd (vs csr)" in timed, decision.as_dict()
     assert any(k.endswith(" fwd+bwd (vs csr)") and not k.startswith("csr") for k in timed), decision.as_dict()
@@ -495,7 +497,7 @@ def test_order_gain_is_timed_against_what_the_identity_order_would_run(identity_
     CSR: test_block_pick_is_checked_by_one_timing_against_csr). Structure only: the steps are recorded, not run."""
     src, dst = community_graph()
     rowptr, col, row, perm = torch.ops.gnn_io.csr_plan(dst, src, 256, 256)[:4]
-    entry = attention_paths._entry(rowptr, col, perm)
+    entry = graph_state.state_of(rowptr, col, perm)
     blocks = attention_paths._format(entry, "none")
     chosen = torch.zeros_like(blocks.dense_ok)
     if identity_windows:
@@ -507,7 +509,7 @@ def test_order_gain_is_timed_against_what_the_identity_order_would_run(identity_
 
     def forward_fn(candidate, backward=False):
         ran.append((candidate.path, backward))
-    decision = attention_paths.PathDecision("block", "test", "dot", "half", order="rcm")
+    decision = plan_decisions.PathDecision("block", "test", "dot", "half", order="rcm")
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
     timed = attention_paths._measure_order_gain(entry, decision, forward_fn, None, items, "half", 1.0, "block")
     assert ran == [("hybrid" if identity_windows else "csr", True), ("block", True)]
@@ -544,7 +546,7 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     plan, args, roles, score, message, layout, items = setup(src, dst, 256)
     predicted = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
     assert predicted.path in ("block", "hybrid"), predicted.as_dict()
-    attention_paths.clear()
+    graph_state.clear()
     calls = []
     clock = {"t": 0.0}
 
@@ -552,7 +554,7 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
         assert backward, "the check against CSR and the order's gain both time a training step"
         calls.append(candidate.path)
         if candidate.path == "csr":  # the CSR backward builds the graph's source CSR at its first call
-            attention_paths._entry(plan[0], plan[1], plan[3]).csr_by_src.setdefault(("timing", 0), object())
+            graph_state.state_of(plan[0], plan[1], plan[3]).slot("csr_by_src").setdefault(("timing", 0), object())
         clock["t"] += csr_ms if candidate.path == "csr" else block_ms
 
     monkeypatch.setattr(attention_paths.time, "perf_counter", lambda: clock["t"] / 1e3)
@@ -560,12 +562,12 @@ def test_block_pick_is_checked_by_one_timing_against_csr(monkeypatch, csr_ms, bl
     assert calls.count("csr") == 4 and len(calls) >= 8  # a warm-up and three timed calls each
     assert calls[-8:] == ["csr", predicted.path] * 4, calls  # interleaved: a drift hits both alike
     assert (decision.path != "csr") == kept, decision.as_dict()
-    entry = attention_paths._entry(plan[0], plan[1], plan[3])
+    entry = graph_state.state_of(plan[0], plan[1], plan[3])
     if not kept:
-        assert not entry.formats
+        assert not entry.slot("formats")
     # a kept block or hybrid pick never runs the split CSR backward (the hybrid's CSR rows take the atomic one): the
     # source CSR built for the timings is dropped
-    assert (("timing", 0) in entry.csr_by_src) == (decision.path == "csr"), decision.path
+    assert (("timing", 0) in entry.slot("csr_by_src")) == (decision.path == "csr"), decision.path
     assert decision.measured_forward_ms["csr fwd+bwd (vs csr)"] == pytest.approx(csr_ms)
     if not kept:
         assert decision.reason.startswith("measured at the first call"), decision.reason
@@ -623,8 +625,8 @@ def test_close_csr_prediction_is_timed(monkeypatch, predicted_block, block_ms, e
     else:
         assert decision.reason == "cost model: the CSR kernel is predicted faster", decision.reason
     if expected == "csr":  # the candidate's block format, built for the timing or the prediction: not kept
-        assert not attention_paths._entry(plan[0], plan[1], plan[3]).formats
-    attention_paths.clear()
+        assert not graph_state.state_of(plan[0], plan[1], plan[3]).slot("formats")
+    graph_state.clear()
     untimed = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
     assert untimed.path == "csr" and untimed.reason == "cost model: the CSR kernel is predicted faster", untimed
 
@@ -653,8 +655,8 @@ def test_order_needs_its_gain_predicted_and_measured(monkeypatch, rcm_predicted,
     assert ("rcm fwd+bwd" in decision.measured_forward_ms) == timed_order, decision.measured_forward_ms
     assert "block fwd+bwd (vs csr)" in decision.measured_forward_ms  # the kept pick still checked against CSR
     assert ("rcm order dropped" in decision.reason) == (timed_order and order == "none"), decision.reason
-    entry = attention_paths._entry(plan[0], plan[1], plan[3])
-    assert set(entry.formats) == {order}, set(entry.formats)
+    entry = graph_state.state_of(plan[0], plan[1], plan[3])
+    assert set(entry.slot("formats")) == {order}, set(entry.slot("formats"))
     assert (decision.blocks is not None and decision.transposed is not None)
 
 
@@ -671,7 +673,7 @@ def test_dropped_order_is_reported_when_csr_wins(monkeypatch):
     assert decision.reason.startswith("measured at the first call"), decision.reason
     assert "the rcm order dropped" in decision.reason, decision.reason
     assert {"rcm fwd+bwd", "none fwd+bwd", "csr fwd+bwd (vs csr)"} <= set(decision.measured_forward_ms)
-    assert not attention_paths._entry(plan[0], plan[1], plan[3]).formats
+    assert not graph_state.state_of(plan[0], plan[1], plan[3]).slot("formats")
 
 
 def test_first_call_inside_a_cuda_graph_capture_takes_csr_uncached(monkeypatch):
@@ -684,6 +686,6 @@ def test_first_call_inside_a_cuda_graph_capture_takes_csr_uncached(monkeypatch):
     monkeypatch.setattr(attention_paths, "capturing", lambda device: True)
     during = attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16)
     assert during.path == "csr" and "CUDA-graph capture" in during.reason
-    assert not attention_paths._entry(plan[0], plan[1], plan[3]).decisions
+    assert not graph_state.state_of(plan[0], plan[1], plan[3]).slot("decisions")
     monkeypatch.setattr(attention_paths, "capturing", lambda device: False)
     assert attention_paths.decide(layout, plan[0], plan[1], plan[3], items, torch.bfloat16).path == "block"

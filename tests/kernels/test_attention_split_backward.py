@@ -10,6 +10,7 @@ loops and duplicate edges. The transposed CSR and its cache are plain torch and 
 import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import state as graph_state
 import pytest
 import torch
 from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
@@ -245,7 +246,7 @@ def test_source_csr_is_cached_with_the_plan(plan):
     col.add_(0)  # an in-place change invalidates the plan entry, and the transposed CSR with it
     assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not first
     cached = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
-    attention_paths.clear()
+    graph_state.clear()
     assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not cached
 
 

@@ -8,6 +8,7 @@ The kernel runs on CUDA when there is a GPU and on CPU under Triton's interprete
 import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import block_format
 import pytest
 import torch
@@ -72,9 +73,9 @@ def spmm_with_grads(x, w, plan, reduce):
 def path(monkeypatch):
     def set_path(value):
         monkeypatch.setenv(spmm_paths.PATH_ENV, value)
-        attention_paths.clear()
+        graph_state.clear()
     yield set_path
-    attention_paths.clear()
+    graph_state.clear()
 
 
 @runs_kernel
@@ -88,7 +89,7 @@ def test_forced_block_path_matches_exact_op(path, reduce):
     expected = spmm_with_grads(x.double(), w.double(), plan_of(src, dst, "cpu"), reduce)
     path("block")
     actual = spmm_with_grads(x.to(device), w.to(device), plan_of(src, dst, device), reduce)
-    (decision,) = [d for d in attention_paths.decisions() if d["family"] == "spmm"]
+    (decision,) = [d for d in graph_state.decisions() if d["family"] == "spmm"]
     assert decision["path"] == "block" and decision["stats"]["edges_per_tile"] > 16
     rtol, atol = TOLERANCES[torch.float32]
     for name, a, e in zip(("out", "dX", "dvalues"), actual, expected):
@@ -161,7 +162,7 @@ def test_duplicate_edges_stay_on_cusparse(path):
     expected = spmm_with_grads(x.double(), w.double(), plan_of(src, dst, "cpu"), "sum")
     path("block")
     actual = spmm_with_grads(x.to(device), w.to(device), plan_of(src, dst, device), "sum")
-    (decision,) = [d for d in attention_paths.decisions() if d["family"] == "spmm"]
+    (decision,) = [d for d in graph_state.decisions() if d["family"] == "spmm"]
     assert decision["path"] == "csr" and "duplicate" in decision["reason"]
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a.cpu().double(), e, rtol=1e-5, atol=1e-5)
@@ -240,13 +241,13 @@ def test_first_call_inside_a_cuda_graph_capture_takes_cusparse_uncached(monkeypa
     or time the two paths: cuSPARSE runs with the reason and nothing is kept; outside the capture a forced block
     path is then taken as before."""
     monkeypatch.setenv(spmm_paths.PATH_ENV, "block")
-    attention_paths.clear()
+    graph_state.clear()
     src, dst = batched_graph()
     rowptr, col = plan_of(src, dst, "cpu")[:2]
     x, values = torch.randn(NUM_NODES, 8), torch.ones(col.numel())
     monkeypatch.setattr(spmm_paths, "capturing", lambda device: True)
     during = spmm_paths.decide(x, values, rowptr, col, "sum")
     assert during.path == "csr" and "CUDA-graph capture" in during.reason and during.blocks is None
-    assert not attention_paths._entry(rowptr, col, col).decisions
+    assert not graph_state.state_of(rowptr, col, col).slot("decisions")
     monkeypatch.setattr(spmm_paths, "capturing", lambda device: False)
     assert spmm_paths.decide(x, values, rowptr, col, "sum").path == "block"
