@@ -37,7 +37,7 @@ def _time(step, device) -> float:
 def _built(layer_name, graph, modes, features, device, dtype=torch.float32) -> dict:
     """Each mode's step, built first (each build resets Dynamo), then compiled and warmed up under its own
     environment (read when the backend compiles, at the first calls)."""
-    from gnn_inductor.kernels.attention import selector as attention_paths
+    from gnn_inductor.plan import state as graph_state
 
     steps = {}
     for mode in modes:

@@ -29,7 +29,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=30)
     parser.add_argument("--callees", default="", help="comma-separated pstats patterns (e.g. "
-                        "'attention_triton.py:.*\\(forward\\)'): print what those functions call, with times")
+                        "'csr_forward.py:.*\\(forward\\)'): print what those functions call, with times")
     parser.add_argument("--sampler", action="store_true", help="also sample the stack (benchmarks/stack_sampler.py: "
                         "no per-call cost, so Python-heavy code is not inflated as under cProfile)")
     parser.add_argument("--all-threads", action="store_true", help="the sampler also reads the autograd engine's "

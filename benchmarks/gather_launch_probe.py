@@ -17,7 +17,9 @@ import torch
 
 from benchmarks.harness import graph_suite, median_ms
 from gnn_inductor.kernels.runtime import edge_functions
-from gnn_inductor.kernels.gather_scatter import fused as g
+from gnn_inductor.kernels.gather_scatter import fused as g, launches
+from gnn_inductor.kernels.gather_scatter.template import KernelSpec
+from gnn_inductor.kernels.runtime.launch import cdiv
 from gnn_inductor.plan.work_items import hub_item_count
 
 CANDIDATES = [  # (block_e, num_warps), block_f 128
@@ -58,14 +60,14 @@ def main():
         x = torch.randn(n, f, device=args.device)
         reference = g.forward([x], [0], plan, key, args.reduce)
         whole_ms = median_ms(lambda: g.forward([x], [0], plan, key, args.reduce), args.reps)
-        fns, index = g.lowered_members([key], g._specs([x], [0]))
-        spec = g.KernelSpec("forward", "dst", args.reduce, with_arg=False, members=((args.reduce, index[0]),))
-        kernel = g._kernel(fns, spec)
+        fns, index = launches.lowered_members([key], launches.argument_specs([x], [0]))
+        spec = KernelSpec("forward", "dst", args.reduce, with_arg=False, members=((args.reduce, index[0]),))
+        kernel = launches.kernel(fns, spec)
         out = reference.clone()
         print(f"== {graph.name}: {num_items} items, {hubs} hub items; forward as today {whole_ms:.3f} ms (with its "
               "output's allocation and prefill)", flush=True)
 
-        rows_kernel = g._kernel(fns, g.KernelSpec("rows", "dst", args.reduce, members=((args.reduce, index[0]),)))
+        rows_kernel = launches.kernel(fns, KernelSpec("rows", "dst", args.reduce, members=((args.reduce, index[0]),)))
 
         def launch(part, block_e, warps):
             lo, hi = (0, hubs) if part == "hub" else (hubs, num_items)
@@ -73,9 +75,9 @@ def main():
             tensors = [x, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *items]
             setting = {"block_e": block_e, "block_f": 128, "num_warps": warps}
             if part == "rows":  # the rows kernel over the light items: block_e rows per program
-                g._launch(rows_kernel, g.cdiv(hi - lo, block_e), [*tensors, hi - lo], f, setting)
+                launches.launch(rows_kernel, cdiv(hi - lo, block_e), [*tensors, hi - lo], f, setting)
             else:
-                g._launch(kernel, hi - lo, tensors, f, setting)
+                launches.launch(kernel, hi - lo, tensors, f, setting)
 
         best = {}
         for part in ("hub", "light", "rows"):

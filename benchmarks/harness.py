@@ -215,13 +215,13 @@ def build(mode: str, layer: torch.nn.Module):
         return torch.compile(layer, backend=_mode_backend(mode))
     if mode in ("compile_fx", "inner_compile"):
         # diagnostics: Inductor called from a custom backend callable, as gnn_io calls it for a graph it leaves
-        # whole (plainly, or through the backend's own options: gnn_inductor.backend._inner_compile)
+        # whole (plainly, or through the backend's own options: gnn_inductor.backend.inductor_compile)
         from torch._inductor.compile_fx import compile_fx
 
         from gnn_inductor import backend
 
         return torch.compile(layer, backend=compile_fx if mode == "compile_fx" else
-                             (lambda gm, example_inputs: backend._inner_compile(gm, list(example_inputs))))
+                             (lambda gm, example_inputs: backend.inductor_compile(gm, list(example_inputs))))
     raise ValueError(mode)
 
 
@@ -248,7 +248,7 @@ MODE_ENV = {"gnn_io": {}, "gnn_io_triton": {"GNN_IO_SPMM": "triton"}, "gnn_io_cu
             "gnn_io_dispatch": {"GNN_IO_DIRECT_OPS": "0"}, "gnn_io_force_dispatch": {"GNN_IO_DIRECT_OPS": "0", "GNN_IO_FORCE": "1"},
             "gnn_io_force": {"GNN_IO_FORCE": "1"},
             "gnn_io_jit_launch": {"GNN_IO_FAST_LAUNCH": "0"}, "gnn_io_churn_off": {"GNN_IO_CHURN": "off"},
-            "gnn_io_tiles3": {"GNN_IO_INDUCTOR_MAX_TILES": "3"}, "gnn_io_split_s9": {"GNN_IO_SPLIT_LAUNCH": "session9"},
+            "gnn_io_tiles3": {"GNN_IO_INDUCTOR_MAX_TILES": "3"},
             "gnn_io_one_launch": {"GNN_IO_GS_LIGHT_LAUNCH": "off"}, "gnn_io_light_both": {"GNN_IO_GS_LIGHT_LAUNCH": "both"},
             "gnn_io_light_forward": {"GNN_IO_GS_LIGHT_LAUNCH": "forward"}, "gnn_io_light_rows": {"GNN_IO_GS_LIGHT_ROWS": "1"},
             "gnn_io_light_items": {"GNN_IO_GS_LIGHT_ROWS": "0"},

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from gnn_inductor.passes import dense_gemm  # noqa: F401  (registers gnn_io::mm)
+from gnn_inductor.kernels.dense import ops as dense_ops  # noqa: F401  (registers gnn_io::mm)
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.attention import head_scores
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.maxmin_probe --graphs rmat-large,rmat-arxiv --variants walk,arg
 
-A variant is a value of ``GNN_IO_MAXMIN_BACKWARD`` (``kernels/gather_scatter_triton.py: maxmin_backward``).
+A variant is a value of ``GNN_IO_MAXMIN_BACKWARD`` (``kernels/gather_scatter/backward.py: maxmin_backward``).
 Each variant's gradient error against the first variant's is printed next to its times (medians of
 CUDA-event timings, ``harness.median_ms``); the per-launch list comes from one profiled backward.
 """
@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.harness import graph_suite, median_ms
 from gnn_inductor.kernels.runtime import edge_functions
-from gnn_inductor.kernels.gather_scatter import fused as g
+from gnn_inductor.kernels.gather_scatter import backward as gb, fused as g
 
 
 def _launches(fn) -> list:
@@ -43,7 +43,7 @@ def main():
         dy = torch.randn(n, args.features, device="cuda")
         reference = None
         for variant in args.variants.split(","):
-            os.environ[g.MAXMIN_BACKWARD_ENV] = variant
+            os.environ[gb.MAXMIN_BACKWARD_ENV] = variant
 
             def fwd():
                 arg = torch.full((n, args.features), -1, dtype=torch.int32, device="cuda") \
@@ -53,7 +53,7 @@ def main():
             out, arg = fwd()
 
             def bwd():
-                return g.backward(dy, [x], [0], p, key, args.reduce, [True], out, arg)
+                return gb.backward(dy, [x], [0], p, key, args.reduce, [True], out, arg)
             grad = bwd()[0]
             if reference is None:
                 reference = grad

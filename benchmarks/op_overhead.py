@@ -18,6 +18,8 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.passes import direct_ops
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.kernels.gather_scatter import op as gather_scatter, fused as gather_scatter_triton
+from gnn_inductor.kernels.gather_scatter import launches as gs_launches
+from gnn_inductor.kernels.gather_scatter.template import KernelSpec
 from gnn_inductor.kernels.runtime import fill
 from gnn_inductor.testing import random_graph
 
@@ -66,25 +68,25 @@ def rows_of_one_setting() -> list:
         impl = gather_scatter.gather_scatter_forward._init_fn
         rows.append((f"forward {reduce}: implementation", per_call_us(lambda: impl(*call))))
         launches = []
-        real_launch = gather_scatter_triton._launch
-        gather_scatter_triton._launch = lambda *a, **k: launches.append(1)
+        real_launch = gs_launches.launch
+        gs_launches.launch = lambda *a, **k: launches.append(1)
         try:
             rows.append((f"forward {reduce}: implementation, no launch", per_call_us(lambda: impl(*call))))
         finally:
-            gather_scatter_triton._launch = real_launch
+            gs_launches.launch = real_launch
         grad = torch.randn(num_nodes, 128, device=device)
         bwd = (grad, [x], [0], rowptr, col, row, perm, key, reduce, [True], None, None, t_plan, items, t_items)
         rows.append((f"backward {reduce}: torch.ops", per_call_us(
             lambda: torch.ops.gnn_io.gather_scatter_backward(*bwd))))
     plan = gather_scatter_triton.make_plan(rowptr, col, row, perm, num_nodes, *t_plan, items, t_items)
-    lowered = gather_scatter_triton.lowering(key, gather_scatter_triton._specs([x], [0]))
-    spec = gather_scatter_triton.KernelSpec("forward", "dst", "sum", members=(("sum", 0),))
-    kernel = gather_scatter_triton._kernel((lowered,), spec)
+    lowered = gs_launches.lowering(key, gs_launches.argument_specs([x], [0]))
+    spec = KernelSpec("forward", "dst", "sum", members=(("sum", 0),))
+    kernel = gs_launches.kernel((lowered,), spec)
     out = torch.zeros(num_nodes, 128, device=device)
     tensors = [x, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
-    launch = gather_scatter_triton.LAUNCH
+    launch = gs_launches.LAUNCH
     rows.append(("one launch of the forward kernel", per_call_us(
-        lambda: gather_scatter_triton._launch(kernel, plan.items[0].shape[0], tensors, 128, launch))))
+        lambda: gs_launches.launch(kernel, plan.items[0].shape[0], tensors, 128, launch))))
     rows.append(("one launch of the rows-without-entries kernel", per_call_us(
         lambda: fill.zero_rows_without_entries(out, plan.rowptr))))
     rows.append(("torch.zeros([256, 128])", per_call_us(lambda: torch.zeros(num_nodes, 128, device=device))))

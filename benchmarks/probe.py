@@ -33,6 +33,9 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import block_format
 import torch
 from gnn_inductor.kernels.attention import selector as attention_paths, block_dot as block_sparse
+from gnn_inductor.kernels.attention import csr_backward, csr_delta, csr_forward, csr_split_backward
+from gnn_inductor.kernels.attention import layout as attention_layout
+from gnn_inductor.plan import source_csr as plan_source_csr
 from gnn_inductor.kernels.spmm import csr_triton as spmm_triton
 from gnn_inductor.plan import work_items as work_items_module
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_SRC
@@ -104,12 +107,14 @@ def part_build(graph, plan, device):
 
 def part_spmm(graph, plan, device, order_names):
     from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
+    from gnn_inductor.kernels.spmm.common import spmm_state
 
     rowptr, col, _, perm = plan[:4]
     x = torch.randn(graph.num_nodes, FEATURES, device=device)
     values = torch.rand(col.shape[0], device=device)
     if spmm_cusparse.available():
-        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
+        entries = spmm_state(rowptr, col).slot("cusparse")
+        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col, entries), reps=20)
         emit(part="spmm", graph=graph.name, kernel="cusparse", order="none", ms=round(ms, 3))
     part_block_spmm(graph, plan, x, values, device)
     items = work_items_module.work_items(rowptr, work_items_module.DEFAULT_MAX_EDGES)
@@ -135,7 +140,7 @@ def part_block_spmm(graph, plan, x, values, device):
     """The block-sparse SpMM (forward ``A X`` and the transposed ``A^T dY``) in fp32 IEEE, TF32 and bf16 with
     each launch of :data:`BLOCK_SPMM_LAUNCHES`, against cuSPARSE (fp32) and torch.sparse (bf16)."""
     from gnn_inductor.kernels.spmm import block_sparse as bss
-    from gnn_inductor.kernels.spmm.op import _csr_matmul_sum
+    from gnn_inductor.kernels.spmm.csr_product import csr_matmul_sum
 
     rowptr, col = plan[:2]
     start = time.perf_counter()
@@ -147,11 +152,11 @@ def part_block_spmm(graph, plan, x, values, device):
     if blocks.dense_windows.numel() < blocks.window_rows.shape[0]:
         emit(part="spmm", graph=graph.name, kernel="block", error="duplicate pairs: not all windows dense")
         return
-    reference = _csr_matmul_sum(x, values, rowptr, col, None)
+    reference = csr_matmul_sum(x, values, rowptr, col, None)
     grad = torch.randn_like(x)
     for dtype in (torch.float32, torch.bfloat16):
         xd, gd = x.to(dtype), grad.to(dtype)
-        ms = median_ms(lambda: _csr_matmul_sum(xd, values, rowptr, col, None), reps=20)
+        ms = median_ms(lambda: csr_matmul_sum(xd, values, rowptr, col, None), reps=20)
         emit(part="spmm", graph=graph.name, kernel="csr-" + ("cusparse" if dtype == torch.float32 else "torch.sparse"),
              dtype=str(dtype).split(".")[-1], order="none", ms=round(ms, 3))
         for tf32 in ((False, True) if dtype == torch.float32 else (False,)):
@@ -331,12 +336,14 @@ SPMM_SWEEP = [dict(block_f=f, block_e=e, num_warps=w) for f in (32, 64, 128)
 def part_spmm_sweep(graph, plan, device):
     """The Triton SpMM's launch parameters (feature slice, edge block, warps) against cuSPARSE, fp32 ``A X``."""
     from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
+    from gnn_inductor.kernels.spmm.common import spmm_state
 
     rowptr, col = plan[:2]
     x = torch.randn(graph.num_nodes, FEATURES, device=device)
     values = torch.rand(col.shape[0], device=device)
     if spmm_cusparse.available():
-        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col), reps=20)
+        entries = spmm_state(rowptr, col).slot("cusparse")
+        ms = median_ms(lambda: spmm_cusparse.cusparse_spmm(x, values, rowptr, col, entries), reps=20)
         emit(part="spmm_sweep", graph=graph.name, kernel="cusparse", ms=round(ms, 3))
     for max_edges in (256, 64):
         items = work_items_module.work_items(rowptr, max_edges)
@@ -363,7 +370,6 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
     """The split backward's two passes launched apart, fp32: per family, the whole backward timed with one pass's
     launch (``block_e`` edges per block, warps) swept and the other's at its default (rows ``src`` and ``dst``),
     and the src pass's work items at each ``max_edges`` (rows ``src_items``); each checked against the default."""
-    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
@@ -371,17 +377,17 @@ def part_split_sweep(graph, plan, device, families, max_edges_list=(64, 256, 102
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
     for family in families:
         score, message, roles, args = family_inputs(family, graph.num_nodes, device, generator)
-        layout = at.prepare(args, roles, perm, score, message)
+        layout = attention_layout.prepare(args, roles, perm, score, message)
         needs = [True] * len(args)
-        out, lse = at.forward(layout, rowptr, col, perm, 1e-16, items, 256)
-        delta = at.delta(grad, out)
-        sources = {m: at.build_source_csr(rowptr, col, perm, graph.num_nodes, m) for m in max_edges_list}
-        reference = at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
+        out, lse = csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, 256)
+        delta = csr_delta.delta(grad, out)
+        sources = {m: plan_source_csr.build_source_csr(rowptr, col, perm, graph.num_nodes, m) for m in max_edges_list}
+        reference = csr_backward.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=sources[256])
         runs = [("default", None, 256)] + [("src_items", None, m) for m in max_edges_list if m != 256]
         runs += [(p, {p: dict(block_e=e, num_warps=w)}, 256) for p in ("src", "dst") for e, w in SPLIT_PASS_SWEEP]
         for name, launch, src_max in runs:
             def bwd():
-                return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=launch,
+                return csr_backward.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=launch,
                                    by_src=sources[src_max])
             try:
                 errs = [_rel_err(g, r) for g, r in zip(bwd(), reference) if g is not None]
@@ -403,11 +409,10 @@ def part_segment_sum(graph, plan, device, heads=HEADS):
     transposed-CSR position) over each destination's CSR row, reading it through ``source_positions``: the Triton
     SpMM's launch swept for these four-wide rows (``block_e``, ``block_f``, warps; ``block_f`` None is the SpMM's
     default, 16), each checked against the default launch."""
-    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
-    by_src = at.build_source_csr(rowptr, col, perm, graph.num_nodes, 256)
-    positions = at.source_positions(rowptr, col, perm, by_src)
+    by_src = plan_source_csr.build_source_csr(rowptr, col, perm, graph.num_nodes, 256)
+    positions = plan_source_csr.source_positions(rowptr, col, perm, by_src)
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
     ones = torch.ones(col.numel(), dtype=torch.float32, device=device)
     terms = torch.randn(col.numel(), heads, device=device, generator=torch.Generator(device=device).manual_seed(0))
@@ -431,32 +436,31 @@ def part_segment_sum(graph, plan, device, heads=HEADS):
 def part_attention_launch(graph, plan, device, families, max_edges_list=(256,)):
     """The CSR attention kernels' launch parameters, fp32: forward alone (rows ``per_head`` and ``all``) and the
     split backward alone (rows ``split``), per family, each against the default launch."""
-    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
     grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
     for family in families:
         score, message, roles, args = family_inputs(family, graph.num_nodes, device, generator)
-        layout = at.prepare(args, roles, perm, score, message)
+        layout = attention_layout.prepare(args, roles, perm, score, message)
         needs = [True] * len(args)
         reference = None
         for max_edges in max_edges_list:
             items = list(torch.ops.gnn_io.work_items(rowptr, col, max_edges))
-            by_src = at.source_csr(layout, rowptr, col, perm, max_edges)
+            by_src = csr_backward.source_csr(layout, rowptr, col, perm, max_edges)
             launches = [("per_head", None)] + [(v, dict(block_e=e, num_warps=w)) for v, e, w in ATTENTION_SWEEP]
             for variant, launch in launches:
                 try:
                     def fwd():
                         if variant == "split":
-                            return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges)
-                        return at.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
+                            return csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, max_edges)
+                        return csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, max_edges, config=launch,
                                           variant=variant)
                     out, lse = fwd()
-                    delta = at.delta(grad, out)
+                    delta = csr_delta.delta(grad, out)
 
                     def bwd():  # by_src: the split backward, whatever GNN_IO_ATTENTION_BACKWARD says
-                        return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, max_edges,
+                        return csr_backward.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, max_edges,
                                            config=launch if variant == "split" else None, by_src=by_src)
                     grads = bwd()
                     if reference is None:
@@ -483,20 +487,19 @@ def part_mass_launch(graph, plan, device):
     each launch of :data:`MASS_SWEEP` (``block_e`` edges per block, warps; rows ``forward_mass``) against the plain
     forward at its default (row ``forward``), the D kernel with and without the mass, and the src pass without
     the dst term's gradient (rows ``src_pass``) at each launch; each checked against the default launch."""
-    from gnn_inductor.kernels.attention import csr_triton as at
 
     rowptr, col, _, perm = plan[:4]
     generator = torch.Generator(device=device).manual_seed(0)
     grad = torch.randn(graph.num_nodes, HEADS, CHANNELS, device=device, generator=generator)
     items = list(torch.ops.gnn_io.work_items(rowptr, col, 256))
     score, message, roles, args = family_inputs("gat", graph.num_nodes, device, generator)
-    layout = at.prepare(args, roles, perm, score, message)
-    by_src = at.source_csr(layout, rowptr, col, perm, 256)
-    out, lse, mass = at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=True)
+    layout = attention_layout.prepare(args, roles, perm, score, message)
+    by_src = csr_backward.source_csr(layout, rowptr, col, perm, 256)
+    out, lse, mass = csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=True)
     row = dict(part="mass_launch", graph=graph.name, family="gat", kernel="csr", dtype="fp32")
     for with_mass in (False, True):
         def run():
-            return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=with_mass)
+            return csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, 256, mass=with_mass)
         got = run()
         emit(**row, order="forward_mass" if with_mass else "forward", launch="default",
              ms=round(median_ms(run, reps=10), 3),
@@ -505,7 +508,7 @@ def part_mass_launch(graph, plan, device):
         config = dict(block_e=e, num_warps=w)
         try:
             def fwd():
-                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=True)
+                return csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=True)
             got = fwd()
             emit(**row, order="forward_mass", launch=config or "default", ms=round(median_ms(fwd, reps=10), 3),
                  max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
@@ -516,7 +519,7 @@ def part_mass_launch(graph, plan, device):
             config = dict(maxnreg=maxnreg)
 
             def capped():
-                return at.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=with_mass)
+                return csr_forward.forward(layout, rowptr, col, perm, 1e-16, items, 256, config=config, mass=with_mass)
             try:
                 got = capped()
                 emit(**row, order="forward_mass" if with_mass else "forward", launch=config,
@@ -524,29 +527,29 @@ def part_mass_launch(graph, plan, device):
                      max_rel_err=max(_rel_err(g, r) for g, r in zip(got, (out, lse, mass))))
             except Exception as exc:  # noqa: BLE001
                 emit(**row, order="forward", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
-    for key, (compiled, _) in getattr(at._forward_all_heads_kernel, "_compiled", {}).items():
+    for key, (compiled, _) in getattr(csr_forward.forward_all_heads_kernel, "_compiled", {}).items():
         options = dict(key[1])
         emit(**row, order="registers", launch={k: options.get(k) for k in ("MASS", "maxnreg")},
              n_regs=getattr(compiled, "n_regs", None), n_spills=getattr(compiled, "n_spills", None))
-    emit(**row, order="delta", launch="default", ms=round(median_ms(lambda: at.delta(grad, out), reps=20), 3))
+    emit(**row, order="delta", launch="default", ms=round(median_ms(lambda: csr_delta.delta(grad, out), reps=20), 3))
     emit(**row, order="delta_mass", launch="default",
-         ms=round(median_ms(lambda: at.delta(grad, out, None, mass), reps=20), 3))
-    delta = at.delta(grad, out)
+         ms=round(median_ms(lambda: csr_delta.delta(grad, out, None, mass), reps=20), 3))
+    delta = csr_delta.delta(grad, out)
     needs = [True, True, False]
-    reference = at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=by_src)
+    reference = csr_backward.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, by_src=by_src)
     sweep = [{"src": dict(block_e=e, num_warps=w)} for e, w in MASS_SWEEP] \
         if os.environ.get("PROBE_MASS_SWEEP") == "1" else []
     for config in [None] + sweep + [{"src": dict(maxnreg=r)} for r in MASS_MAXNREG]:
         try:
             def bwd():
-                return at.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=config,
+                return csr_backward.backward(layout, grad, delta, lse, rowptr, col, perm, needs, items, 256, config=config,
                                    by_src=by_src)
             errs = [_rel_err(g, r) for g, r in zip(bwd(), reference) if g is not None]
             emit(**row, order="src_pass", launch=(config or {}).get("src", "default"),
                  ms=round(median_ms(bwd, reps=10), 3), max_rel_err=max(errs))
         except Exception as exc:  # noqa: BLE001
             emit(**row, order="src_pass", launch=str(config), error=f"{type(exc).__name__}: {exc}"[:300])
-    for key, (compiled, _) in getattr(at._split_backward_all_heads_kernel, "_compiled", {}).items():
+    for key, (compiled, _) in getattr(csr_split_backward.split_backward_kernel, "_compiled", {}).items():
         options = dict(key[1])
         emit(**row, order="registers", launch={"kernel": "split backward", "maxnreg": options.get("maxnreg")},
              n_regs=getattr(compiled, "n_regs", None), n_spills=getattr(compiled, "n_spills", None))
@@ -564,7 +567,7 @@ def part_reduction(graph, plan, device, bandwidth):
     n = graph.num_nodes
     x = torch.randn(n, FEATURES, device=device)
     key = edge_fn(lambda x_j: x_j)
-    pick = split_tuning.choose(rowptr, col)
+    pick = split_tuning.choose(rowptr, col, gs.probe_ms)
     max_degree = int((rowptr[1:] - rowptr[:-1]).max())
     base = gs.make_plan(rowptr, col, row, perm, n)
     for max_edges in split_tuning.candidates(max_degree):

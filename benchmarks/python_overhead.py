@@ -36,18 +36,20 @@ def main():
     launches = []
     # on CUDA the compiled graph passes the plan's work items (a structure node); on CPU the attention ops get
     # none and build them per call, CPU-only work that would swamp the profile: keep them per graph here
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
+    from gnn_inductor.kernels.attention import csr_backward, csr_chunked, csr_forward, csr_launch
+    from gnn_inductor.kernels.attention import layout as attention_layout
 
-    build_items, kept = attention_triton._items, {}
+    build_items, kept = attention_layout.call_items, {}
 
     def plan_items(rowptr, col, items, max_edges):
         if items:
             return build_items(rowptr, col, items, max_edges)
         key = (id(rowptr), id(col))
         if key not in kept:
-            kept[key] = (rowptr, col, list(torch.ops.gnn_io.work_items(rowptr, col, attention_triton.MAX_EDGES)))
-        return kept[key][2], attention_triton.MAX_EDGES
-    attention_triton._items = plan_items
+            kept[key] = (rowptr, col, list(torch.ops.gnn_io.work_items(rowptr, col, csr_launch.MAX_EDGES)))
+        return kept[key][2], csr_launch.MAX_EDGES
+    for module in (csr_forward, csr_backward, csr_chunked):  # the drivers that build a call's items
+        module.call_items = plan_items
     InterpretedFunction.__getitem__ = lambda self, grid: (lambda *a, **k: launches.append(self.fn.__name__))
     torch.manual_seed(0)
     src, dst = random_graph(args.nodes, args.edges, seed=0)

@@ -3,13 +3,17 @@ environment variable, one-line doc, and whether users may set it (``public``).
 
 A setting resolves, each time it is read, to the first of:
 
-1. an active override: :class:`patch` (tests, and ``torch.compile(..., options=...)``, which the backend installs
-   around the compile and around every call of the compiled forward and backward);
+1. an active override: :class:`patch` (tests, ``torch.compile(..., options=...)``), or an :class:`applied`
+   :class:`Snapshot`;
 2. its environment variable (``GNN_IO_PLAN_CHECK`` for ``plan_check``), parsed and checked here;
 3. its default.
 
-Reads are cheap (a few dict lookups and ``os.environ.get``; a parsed value is cached by its raw string), so the
-kernels read their settings at each call and a test may change a variable between a compile and a call.
+Reads are cheap (a few dict lookups and ``os.environ.get``; a parsed value is cached by its raw string). The backend
+takes one :func:`snapshot` of every setting at the start of each compile, hands it to its passes, and applies it
+around the compile and around every call of the compiled forward and backward: a compiled model keeps the values
+of its compile (a variable changed later does not reach it, nor a forward and its backward apart), and the kernels'
+own reads inside it see them too. Outside compiled code (the ops called eagerly) a read sees the environment of the
+moment.
 
 Overrides are process-wide, as the environment variables they override are: a lock guards the stack of active
 patches, each :class:`patch` removes its own entry on exit (patches of different threads may exit in any order),
@@ -26,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,17 +200,12 @@ _DECLARED = (
     Setting("calibration", "choice", "auto", "the attention path cost model's table: by the GPU's name, or forced",
             choices=("auto", "H100", "H200"), any_case=True, more="kernel_selection.md"),
     Setting("attention_backward", "choice", "auto", "attention backward variant (`mass`: GATConv's dst score terms "
-            "from the forward; `split_all`: an old name of `split`)",
-            choices=("auto", "split", "atomic", "one_pass", "one_pass_segment", "mass"),
-            aliases=(("split_all", "split"),), more="attention.md"),
+            "from the forward)",
+            choices=("auto", "split", "atomic", "one_pass", "one_pass_segment", "mass"), more="attention.md"),
     Setting("attention_heads", "choice", None, "heads per program of the CSR attention kernels",
             choices=("per_head", "all"), default_doc="`all` (the atomic backward: `per_head`)", more="attention.md"),
     Setting("src_maxnreg", "int", None, "a register cap for the attention backward's src pass (0: none)",
             default_doc="no cap", more="attention.md"),
-    Setting("attention_launch", "choice", "measured", "`legacy`: the per-head attention kernels' earlier launch "
-            "rule, for comparison", choices=("measured", "legacy"), more="attention.md"),
-    Setting("split_launch", "choice", "measured", "`session9`: the split backward's earlier launch, for comparison",
-            choices=("measured", "session9"), more="attention.md"),
     Setting("attention_bias", "bool", True, "`0`: keep the bias add outside the attention op", more="attention.md"),
     Setting("fuse_linears", "choice", "1", "one GEMM for the linear maps of a shared input (`all`: the short-lived "
             "ones too)", choices=("0", "1", "all"), more="architecture.md"),
@@ -237,8 +237,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in _DECLARED}
 _MISSING = object()
 _PARSED: dict = {}  # (name, raw string) -> value
 _LOCK = threading.Lock()
-_FRAMES: list = []  # (token, {name: value}) of the active patches, in the order they were entered
+_FRAMES: list = []  # (token, {name: value}, names given) of the active overrides, in the order they were entered
 _OVERRIDES: dict = {}  # their merge, replaced (never changed) under _LOCK, so a read needs no lock
+_GIVEN: frozenset = frozenset()  # the merged names that count as set (:func:`is_set`), replaced with it
 
 
 def get(name: str):
@@ -262,7 +263,7 @@ def is_set(name: str) -> bool:
     """Whether setting ``name`` is given (an active :class:`patch`, or a non-blank environment variable) rather
     than left to its default."""
     if name in _OVERRIDES:
-        return _OVERRIDES[name] is not None
+        return name in _GIVEN
     return bool(os.environ.get(SETTINGS[name].env, "").strip())
 
 
@@ -294,30 +295,102 @@ class patch(contextlib.ContextDecorator):
 
     def __init__(self, **settings):
         self.settings = _checked(settings)
+        self._given = frozenset(name for name, value in self.settings.items() if value is not None)
         self._tokens: list = []
 
     def __enter__(self):
-        token = object()
-        with _LOCK:
-            _FRAMES.append((token, self.settings))
-            _merge()
-        self._tokens.append(token)
+        self._tokens.append(_push(self.settings, self._given))
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        _pop(self._tokens.pop())
+        return False
+
+
+def _push(values: dict, given: frozenset):
+    token = object()
+    with _LOCK:
+        _FRAMES.append((token, values, given))
+        _merge()
+    return token
+
+
+def _pop(token) -> None:
+    with _LOCK:
+        _FRAMES[:] = [frame for frame in _FRAMES if frame[0] is not token]
+        _merge()
+
+
+def _merge() -> None:
+    global _OVERRIDES, _GIVEN
+    if len(_FRAMES) == 1:  # the common case (one applied snapshot): its own mappings, no copy
+        _, _OVERRIDES, _GIVEN = _FRAMES[0]
+        return
+    merged: dict = {}
+    given: set = set()
+    for _, values, names in _FRAMES:
+        merged.update(values)
+        given.difference_update(values)
+        given.update(names)
+    _OVERRIDES, _GIVEN = merged, frozenset(given)
+
+
+class Snapshot(Mapping):
+    """Every setting's value at one moment (:func:`snapshot`), immutable: ``snapshot["plan_check"]``, and
+    :meth:`is_set` as :func:`is_set` answered then. The backend takes one per compile and hands it to its passes."""
+
+    def __init__(self, values: dict, given: frozenset):
+        self._values, self._given = dict(values), frozenset(given)
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self._values!r})"
+
+    def is_set(self, name: str) -> bool:
+        """Whether setting ``name`` was given (a patch or the environment) rather than left to its default."""
+        SETTINGS[name]  # noqa: B018  (a KeyError for an unknown name, as get's)
+        return name in self._given
+
+
+def snapshot() -> Snapshot:
+    """The value of every setting now (:func:`get` of each: an active override, else its environment variable,
+    else its default). :class:`SettingError` for any variable holding a value its setting does not take."""
+    return Snapshot({name: get(name) for name in SETTINGS}, frozenset(name for name in SETTINGS if is_set(name)))
+
+
+class applied:
+    """``with config.applied(snapshot):``: every setting reads as in ``snapshot`` until the block ends, whatever the
+    environment says (:func:`is_set` too). Nests with :class:`patch` as one more override; entering it where it is
+    already the innermost override (the backend's call wrapping Inductor's, both under one compile's snapshot)
+    changes nothing."""
+
+    __slots__ = ("snapshot", "_tokens")
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self._tokens: list = []
+
+    def __enter__(self):
+        frames = _FRAMES
+        if frames and frames[-1][1] is self.snapshot._values:
+            self._tokens.append(None)
+        else:
+            self._tokens.append(_push(self.snapshot._values, self.snapshot._given))
         return self
 
     def __exit__(self, *exc_info) -> bool:
         token = self._tokens.pop()
-        with _LOCK:
-            _FRAMES[:] = [frame for frame in _FRAMES if frame[0] is not token]
-            _merge()
+        if token is not None:
+            _pop(token)
         return False
-
-
-def _merge() -> None:
-    global _OVERRIDES
-    merged: dict = {}
-    for _, settings in _FRAMES:
-        merged.update(settings)
-    _OVERRIDES = merged
 
 
 # torch.compile's modes for the backend, as settings. "max-autotune" is Inductor's mode on top of the backend's

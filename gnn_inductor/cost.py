@@ -13,7 +13,7 @@ shape of trade-off: on the H100 they lost to Inductor on a 6.6k-edge graph (2.2-
 
 Fused attention in float32 has a threshold per family (TransformerConv, GATConv, GATv2Conv; with TF32 allowed,
 TransformerConv and GATConv only); the
-backend then hands the whole graph to Inductor as Dynamo captured it (``backend._attention_declined``),
+backend then hands the whole graph to Inductor as Dynamo captured it (``pipeline.attention_declined``),
 since its edge softmax was rewritten before the family was known.
 
 On CPU the ops run their exact references (segment reductions in CSR order, written for semantics), which
@@ -190,9 +190,7 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     if family is None and device_type == "cuda" and not forced():
         return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
                 f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
-    from gnn_inductor.kernels.attention import selector as attention_paths
-
-    if attention_paths.path_setting() != "auto" or replayed("attention_min_edges"):
+    if config.get("attention_path") != "auto" or replayed("attention_min_edges"):
         return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size
     if dtype != "float32":
         threshold, mid_size = HALF_ATTENTION_MIN_EDGES_CUDA.get((family, dtype)), None

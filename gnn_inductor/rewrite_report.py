@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from gnn_inductor import config
+from gnn_inductor.frontends import declines as frontend_declines
 from gnn_inductor.plan import state as graph_state
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -72,6 +73,36 @@ class NearMiss:
 
 
 @dataclass
+class PassRecord:
+    """One run of a pass of the backend's pipeline (gnn_inductor/pipeline.py) on a graph: ``status`` ``ran``,
+    ``skipped`` (``reason`` says why) or ``failed`` (``reason``: the exception); ``changed``: how many places it
+    rewrote, or the report's :class:`Rewrite` entries it made; ``side``: ``forward`` or ``backward`` for the passes
+    after AOTAutograd's split, None before it."""
+    name: str
+    status: str
+    changed: object = 0
+    reason: str = ""
+    side: Optional[str] = None
+
+    @property
+    def count(self) -> int:
+        return len(self.changed) if isinstance(self.changed, list) else int(self.changed or 0)
+
+    def as_json(self) -> dict:
+        out = {"name": self.name, "status": self.status, "changed": self.count, "reason": self.reason,
+               "side": self.side}
+        if isinstance(self.changed, list):
+            out["rewrites"] = [f"{w.pattern} at {w.source['source']}" for w in self.changed]
+        return out
+
+    def as_text(self) -> str:
+        where = f" ({self.side})" if self.side else ""
+        if self.status == "ran":
+            return f"{self.name}{where} {self.count}"
+        return f"{self.name}{where} {self.status}" + (f" ({self.reason})" if self.reason else "")
+
+
+@dataclass
 class GraphReport:
     graph_id: int
     rewrites: list
@@ -79,14 +110,39 @@ class GraphReport:
     hoisted_nodes: int = 0
     plan_builds: int = 0
     plan_hits: int = 0
-    plan_stale: int = 0  # reuses refused: the structure tensors' fingerprint changed (gnn_inductor/plan.py)
-    plan_check: str = ""  # what a reuse of the plan checks (plan.reuse_contract); empty without a plan
-    gemm_accumulates: dict = field(default_factory=dict)  # "forward"/"backward" -> adds folded into GEMMs
-    packed_grads: int = 0  # attention backwards writing a fused linear map's packed gradient (packed_grads.py)
-    projected_grads: int = 0  # ... whose linear map's gradients are made by the op, by blocks of rows (same file)
-    dense_gemms: dict = field(default_factory=dict)  # "forward"/"backward" -> GEMMs made gnn_io::mm (dense_gemm.py)
+    plan_stale: int = 0  # reuses refused: the structure tensors' fingerprint changed (gnn_inductor/plan/cache.py)
+    plan_check: str = ""  # what a reuse of the plan checks (plan.cache.reuse_contract); empty without a plan
+    passes: list = field(default_factory=list)  # a PassRecord per pass run on the graph, in order
     cuda_graphs: dict = field(default_factory=dict)  # "forward"/"backward" -> CUDA-graph state (GNN_IO_CUDAGRAPHS=1)
     parameter_refs: dict = field(default_factory=dict, repr=False)  # id -> weakref (an id alone can be reused)
+
+    def _ran(self, name: str) -> list:
+        return [p for p in self.passes if p.name == name and p.status == "ran"]
+
+    def _by_side(self, name: str) -> dict:
+        """``{side: count}`` of the pass ``name``, the latest run per side (a graph compiled again at other sizes
+        replaces its counts)."""
+        return {p.side: p.count for p in self._ran(name)}
+
+    @property
+    def gemm_accumulates(self) -> dict:
+        """``forward``/``backward`` -> adds folded into GEMMs (gnn_inductor/passes/gemm_accumulate.py)."""
+        return self._by_side("gemm_accumulate")
+
+    @property
+    def dense_gemms(self) -> dict:
+        """``forward``/``backward`` -> GEMMs made ``gnn_io::mm`` (gnn_inductor/passes/dense_gemm.py)."""
+        return self._by_side("dense_gemm")
+
+    @property
+    def packed_grads(self) -> int:
+        """Attention backwards writing a fused linear map's packed gradient (gnn_inductor/passes/packed_grads.py)."""
+        return sum(p.count for p in self._ran("packed_grads"))
+
+    @property
+    def projected_grads(self) -> int:
+        """... whose linear map's gradients the op makes by blocks of rows (the same file)."""
+        return sum(p.count for p in self._ran("projected_grads"))
 
     def track_parameters(self, inputs) -> None:
         """Remember the graph's parameter inputs (``reports(model)`` finds the graph through them)."""
@@ -103,7 +159,7 @@ class GraphReport:
                 "plan_check": self.plan_check,
                 "gemm_accumulates": dict(self.gemm_accumulates), "packed_grads": self.packed_grads,
                 "projected_grads": self.projected_grads, "dense_gemms": dict(self.dense_gemms),
-                "cuda_graphs": dict(self.cuda_graphs)}
+                "cuda_graphs": dict(self.cuda_graphs), "passes": [p.as_json() for p in self.passes]}
 
 
 _REPORTS: list = []
@@ -127,8 +183,7 @@ def reports(model=None) -> list:
 
 
 def _attention_paths() -> list:
-    """The attention path decisions taken at run time (kernels/attention_paths.py), newest last."""
-
+    """The attention path decisions taken at run time (kernels/attention/selector.py), newest last."""
     return graph_state.decisions()
 
 
@@ -139,7 +194,7 @@ def as_json(model=None) -> dict:
         "rewrites": [dict(graph_id=r.graph_id, **w.as_json()) for r in chosen for w in r.rewrites],
         "near_misses": [dict(graph_id=r.graph_id, **m.as_json()) for r in chosen for m in r.near_misses],
         "attention_paths": _attention_paths(),
-        "dgl_declines": [{"where": where, "why": why} for where, why in _frontend_declines()],
+        "dgl_declines": [{"where": where, "why": why} for where, why in frontend_declines.declines()],
     }
 
 
@@ -150,16 +205,9 @@ def write_env_report() -> None:
             json.dump(as_json(), f, indent=2)
 
 
-def _frontend_declines() -> list:
-    """``(where, why)`` of DGL message passing left to DGL's own code while compiling (gnn_inductor/frontends)."""
-    from gnn_inductor.frontends import dgl
-
-    return list(dgl.DECLINES)
-
-
 def format_text(model=None) -> str:
     lines = format_text_for(reports(model))
-    declines = _frontend_declines()
+    declines = frontend_declines.declines()
     if declines:
         lines.append("DGL message passing run by DGL's own code (a graph break), in this process:")
         lines.extend(f"  {where}: {why}" for where, why in declines)
@@ -192,20 +240,22 @@ def format_text_for(chosen: list) -> list:
         if any(r.gemm_accumulates.values()):
             folded = ", ".join(f"{n} in the {g}" for g, n in r.gemm_accumulates.items() if n)
             lines.append("  GEMMs adding into a fresh buffer in place (gnn_io::addmm_into, no copy; "
-                         f"gnn_inductor/gemm_accumulate.py): {folded}")
+                         f"gnn_inductor/passes/gemm_accumulate.py): {folded}")
         if r.packed_grads:
             lines.append(f"  attention gradients written into the fused linear map's packed gradient, no concatenation "
-                         f"(gnn_io::attention_backward_packed, gnn_inductor/packed_grads.py): {r.packed_grads}")
+                         f"(gnn_io::attention_backward_packed, gnn_inductor/passes/packed_grads.py): {r.packed_grads}")
         if r.projected_grads:
             lines.append("  the fused linear map's input, weight and bias gradients made from that packed gradient by "
                          "blocks of rows, never whole (gnn_io::attention_backward_projected, "
-                         f"gnn_inductor/packed_grads.py): {r.projected_grads}")
+                         f"gnn_inductor/passes/packed_grads.py): {r.projected_grads}")
         if any(r.dense_gemms.values()):
             made = ", ".join(f"{n} in the {g}" for g, n in r.dense_gemms.items() if n)
             lines.append("  float32 GEMMs on Tensor Cores by the 3xTF32 split, float32 accuracy (gnn_io::mm, "
-                         "gnn_inductor/dense_gemm.py; tall products of an inner size up to 128 on the "
+                         "gnn_inductor/passes/dense_gemm.py; tall products of an inner size up to 128 on the "
                          "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off, =x3tile keeps the tile "
                          f"kernel): {made}")
+        if r.passes:
+            lines.append("  passes: " + ", ".join(p.as_text() for p in r.passes))
         if r.cuda_graphs:
             lines.append("  CUDA graphs (GNN_IO_CUDAGRAPHS=1): "
                          + "; ".join(f"{phase} {state}" for phase, state in r.cuda_graphs.items()))
@@ -239,8 +289,6 @@ def report(model=None) -> str:
 
 
 def clear() -> None:
-    from gnn_inductor.frontends import dgl
-
     _REPORTS.clear()
-    dgl.DECLINES.clear()
+    frontend_declines.clear()
 

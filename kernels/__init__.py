@@ -1,16 +1,14 @@
-"""Kernel families of the gnn_io backend.
-
-One file per family. Each file holds the CPU reference (exact, CSR/segment based), the
-``torch.ops.gnn_io.*`` custom op with its fake implementation and autograd formula, and is the
-place where the GPU paths add their Triton or vendor-library kernels behind the same op.
+"""Kernel families of the gnn_io backend: ``runtime/`` (what every family shares) and one folder per family
+(``attention/``, ``gather_scatter/``, ``spmm/``, ``dense/``), each with its ``torch.ops.gnn_io.*`` operators,
+their CPU references, fake implementations and autograd formulas, and the GPU kernels behind them.
 Importing this package registers every op.
 """
 from __future__ import annotations
 
 from gnn_inductor.kernels.attention import edge_softmax, head_scores  # noqa: F401  (registration)
 from gnn_inductor.kernels.attention import op as attention_op
+from gnn_inductor.kernels.dense import ops as dense_ops  # noqa: F401  (registration)
 from gnn_inductor.kernels.gather_scatter import op as gather_scatter_op
-from gnn_inductor.kernels.spmm import csr_triton  # noqa: F401  (registration)
 from gnn_inductor.kernels.spmm import op as spmm_op
 from gnn_inductor.plan import csr  # noqa: F401  (registration)
 

@@ -10,7 +10,7 @@ Search::
 Replacement: ``torch.ops.gnn_io.attention(args, roles, *csr_plan, score_key, message_key, eps, items,
 max_edges)``; on CUDA ``items`` are the plan's work items (``gnn_io.work_items(rowptr, col, max_edges)``,
 hoisted with the plan, so built once per graph) that split hubs across programs of the fused kernel
-(``kernels/attention_triton.py``); elsewhere none. The edge softmax stays in the graph only for other users of ``alpha`` (returned attention
+(``kernels/attention/csr_*.py``); elsewhere none. The edge softmax stays in the graph only for other users of ``alpha`` (returned attention
 weights), otherwise it is removed as dead code.
 
 Attention dropout (PyG's ``F.dropout(alpha)`` in training) is folded into the op: the canonical form spells it
@@ -28,7 +28,8 @@ kept as its own op.
 
 import torch
 from gnn_inductor.kernels.runtime import rng
-from gnn_inductor.kernels.attention.csr_triton import MAX_EDGES, recognise
+from gnn_inductor.kernels.attention.csr_launch import MAX_EDGES
+from gnn_inductor.kernels.attention.forms import recognise
 
 from gnn_inductor import canonical, config
 from gnn_inductor.graph_match import (
@@ -41,7 +42,9 @@ from gnn_inductor.graph_match import (
     val,
 )
 from gnn_inductor.kernels.runtime.roles import ROLE_EDGE
+from gnn_inductor.passes.linear_fusion import parameter_name
 from gnn_inductor.passes.patterns import Pattern, register_pattern
+from gnn_inductor.rewrite_report import source_of
 
 COVERS = (("GATConv / GATv2Conv / TransformerConv: softmax(score(x_i, x_j, e), dst) scaling a gathered message, "
           "summed by dst"),)
@@ -162,9 +165,6 @@ def fold_bias(gm) -> list:
     output's dtype and device that exists before the op (a graph input or an earlier node, or a reshape of one),
     broadcast over rows only. ``GNN_IO_ATTENTION_BIAS=0`` turns it off. Returns the folded additions
     (``{"source", "bias"}``)."""
-    from gnn_inductor.passes.linear_fusion import parameter_name
-    from gnn_inductor.rewrite_report import source_of
-
     if not config.get("attention_bias"):
         return []
     order = {node: i for i, node in enumerate(gm.graph.nodes)}

@@ -39,7 +39,7 @@ import torch
 
 from gnn_inductor.cost import gather_scatter_declined
 from gnn_inductor.graph_match import build_edge_fn, match_aggregation, pack_args, sibling_aggregations, val
-from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton
+from gnn_inductor.kernels.gather_scatter import launches as gather_scatter_triton
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_EDGE
 from gnn_inductor.passes.patterns import Pattern, register_pattern
 from gnn_inductor.rewrite_report import Rewrite

@@ -30,7 +30,7 @@ from torch.fx import Node
 
 from gnn_inductor.cost import spmm_declined
 from gnn_inductor.graph_match import aten, match_aggregation, same_size, sibling_aggregations, val
-from gnn_inductor.kernels.spmm.op import spmm_binding
+from gnn_inductor.kernels.spmm.csr_product import spmm_binding
 from gnn_inductor.plan.work_items import DEFAULT_MAX_EDGES as MAX_EDGES
 from gnn_inductor.kernels.runtime.roles import ROLE_SRC
 from gnn_inductor.passes.patterns import Pattern, register_pattern

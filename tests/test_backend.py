@@ -162,13 +162,13 @@ def test_declined_graph_makes_its_zero_base_and_still_checks_indices(monkeypatch
 
     monkeypatch.setattr(cost, "_declined", lambda *a, **k: "declined for the test")
     compiled = []
-    real = backend._inner_compile
+    real = backend.inductor_compile
 
     def record(gm, example_inputs, *args, **kwargs):
         compiled.append([n.name for n in gm.graph.nodes if n.op == "placeholder"])
         return real(gm, example_inputs, *args, **kwargs)
 
-    monkeypatch.setattr(backend, "_inner_compile", record)
+    monkeypatch.setattr(backend, "inductor_compile", record)
     torch._dynamo.reset()
     torch.manual_seed(0)
     conv = GINConv(torch.nn.Linear(6, 6))
@@ -337,7 +337,7 @@ def test_cuda_graph_mode_compiles_self_loop_graphs_at_concrete_sizes(monkeypatch
     compiled at its concrete sizes, with no symbolic size left for CUDA graph trees to skip on; past the limit
     the shape-generic graph runs the rest. Every call matches eager, output and gradients."""
     import torch._inductor.compile_fx as inductor
-    from gnn_inductor import backend
+    from gnn_inductor import specialize
     from gnn_inductor.rewrite_report import reports
 
     real, seen = inductor.compile_fx_inner, []
@@ -349,7 +349,7 @@ def test_cuda_graph_mode_compiles_self_loop_graphs_at_concrete_sizes(monkeypatch
         return real(gm, example_inputs, **kwargs)
 
     monkeypatch.setattr(inductor, "compile_fx_inner", record)
-    monkeypatch.setattr(backend, "MAX_SPECIALIZED", 2)
+    monkeypatch.setattr(specialize, "MAX_SPECIALIZED", 2)
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -394,7 +394,7 @@ def test_plan_builds_run_in_place_without_cuda_graphs():
 
 def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
     """A per-plan cache filled while a CUDA graph is being captured would hold tensors of the graph's pool that
-    no output tracks (Inductor's graph trees refuse them; session 19, a new edge_index under
+    no output tracks (Inductor's graph trees refuse them; a new edge_index under
     GNN_IO_CUDAGRAPHS=1): during a capture the build runs and is returned uncached, after it the result is kept."""
     from gnn_inductor.kernels.runtime.cuda_graphs import kept_outside_graph_pool
 
@@ -416,8 +416,8 @@ def test_plan_caches_keep_nothing_built_during_a_capture(monkeypatch):
 
 def test_attention_cost_model(monkeypatch):
     """Float32 attention below its family's edge threshold is left to Inductor on CUDA, with TF32 allowed too for
-    TransformerConv (session 38) and GATConv (session 39) only; half precision only for bfloat16 TransformerConv
-    (session 40; test_bf16_transformer_threshold), other devices never, and
+    TransformerConv and GATConv only; half precision only for bfloat16 TransformerConv
+    (test_bf16_transformer_threshold), other devices never, and
     GAT never from the sizes where Inductor's float32 GAT failed to launch."""
     from gnn_inductor import cost
 
@@ -448,7 +448,7 @@ def test_attention_cost_model(monkeypatch):
 
 
 def test_bf16_transformer_threshold(monkeypatch):
-    """bfloat16 TransformerConv under 500k edges goes to Inductor (session 40: Inductor ahead on SNAP facebook,
+    """bfloat16 TransformerConv under 500k edges goes to Inductor (measured: Inductor ahead on SNAP facebook,
     road-luxembourg-osm, ca-AstroPh and squirrel, behind from MUSAE-github's 578k edges on); bf16 GAT and GATv2
     never (Inductor's bf16 GAT crashes, its GATv2 crashed or trailed); GNN_IO_ATTENTION_MIN_EDGES moves it;
     CUDA graphs, GNN_IO_FORCE and a forced path lift it."""
@@ -479,7 +479,7 @@ def test_bf16_transformer_threshold(monkeypatch):
 
 def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
     """Float32 GATConv under its edge threshold takes the fused path from 1M edges when the graph also has 100k
-    destination rows (RMAT 2^17 and 2^18 won, soc-Slashdot0902 with 82k rows did not, session 21); other
+    destination rows (RMAT 2^17 and 2^18 won, soc-Slashdot0902 with 82k rows did not); other
     families have no such rule, and GNN_IO_ATTENTION_MIN_EDGES sets one plain threshold instead."""
     from gnn_inductor import cost
 
@@ -489,7 +489,7 @@ def test_gat_mid_size_rule_takes_graphs_of_enough_edges_and_rows(monkeypatch):
     assert cost.attention_declined("cuda", edges, "gat", "float32", False, rows) is None
     assert cost.attention_declined("cuda", 1_092_745, "gat", "float32", False, 131_072) is None     # RMAT 2^17
     assert "cost model" in cost.attention_declined("cuda", 1_086_763, "gat", "float32", False, 82_168)  # Slashdot
-    # TF32 (session 39): the same rule; under it GATConv goes to Inductor, GATv2Conv does not
+    # TF32: the same rule; under it GATConv goes to Inductor, GATv2Conv does not
     assert cost.attention_declined("cuda", 1_092_745, "gat", "float32", True, 131_072) is None      # RMAT 2^17
     assert "cost model" in cost.attention_declined("cuda", 396_160, "gat", "float32", True, 18_772)  # ca-AstroPh
     assert cost.attention_declined("cuda", 396_160, "gatv2", "float32", True, 18_772) is None
@@ -548,7 +548,7 @@ def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, 
     """Inductor's 3-tile reductions faulted ("misaligned address") in GATConv's backward on the H100, so the
     backend compiles its graphs with ``triton.max_tiles = 2`` unless GNN_IO_INDUCTOR_MAX_TILES says otherwise,
     forward and backward alike. GATConv's self-loop plan saves sizes for the backward, so AOTAutograd compiles its
-    backward with the forward; SAGEConv's backward is compiled lazily, at the first backward (session 33: it had
+    backward with the forward; SAGEConv's backward is compiled lazily, at the first backward (it had
     compiled without the backend's options)."""
     import torch._inductor.compile_fx as inductor
     from torch._inductor import config as inductor_config
@@ -577,7 +577,7 @@ def test_rewritten_graphs_compile_with_two_inductor_tiles(monkeypatch, setting, 
 
 def test_lazily_compiled_backward_is_compiled_for_cuda_graphs(monkeypatch):
     """Under GNN_IO_CUDAGRAPHS=1 the backward, which AOTAutograd compiles at the first backward call, is compiled
-    with Inductor's CUDA graphs on as the forward is (session 33: it was not, so on the H100 its kernels launched
+    with Inductor's CUDA graphs on as the forward is (without it, on the H100 its kernels launched
     one by one and a step replayed the forward alone)."""
     import torch._inductor.compile_fx as inductor
     from torch._inductor import config as inductor_config
@@ -619,11 +619,11 @@ def test_bad_max_tiles_setting_is_a_clear_error(monkeypatch):
 
     monkeypatch.setenv("GNN_IO_INDUCTOR_MAX_TILES", "7")
     with pytest.raises(ValueError, match="GNN_IO_INDUCTOR_MAX_TILES"):
-        backend._max_tiles()
+        backend.inductor_compile(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)])
 
 
 def test_report_gives_the_degree_split_of_gather_scatter_rewrites():
-    """Issue 4: the report says which split the fused reduction kernels use on the graph (hub rows, items)."""
+    """The report says which split the fused reduction kernels use on the graph (hub rows, items)."""
     from torch_geometric.nn import SAGEConv
     from gnn_inductor.kernels.gather_scatter.fused import split_threshold
 
@@ -761,7 +761,7 @@ def test_a_rewrite_error_without_a_message_still_falls_back(monkeypatch):
     near miss with the graph left to Inductor, not crash the fallback (its first line is an empty list's)."""
     import gnn_inductor.backend as backend
 
-    def fail(gm, example_inputs, progress):
+    def fail(state):
         raise AssertionError()
 
     monkeypatch.setattr(backend, "_rewrite_and_compile", fail)
@@ -778,12 +778,12 @@ def test_an_exception_in_a_backend_pass_goes_to_inductor_naming_the_pass(monkeyp
     """Any exception a pass of the backend raises while compiling (an ``IndexError`` included: the user's index
     errors come from the plan at run time, never from a pass) leaves the graph to Inductor, correct against eager,
     with a report entry naming the pass and the error; ``GNN_IO_STRICT=1`` raises it."""
-    import gnn_inductor.backend as backend
+    from gnn_inductor.passes import structure
 
     def fail(gm):
         raise error("list index out of range")
 
-    monkeypatch.setattr(backend, "hoist_structure", fail)
+    monkeypatch.setattr(structure, "hoist_structure", fail)
     if strict:
         monkeypatch.setenv("GNN_IO_STRICT", "1")
     else:
@@ -871,7 +871,7 @@ def test_cuda_graph_state_reads_inductors_compiled_graph():
 
     assert _cuda_graph_state(compiled(), 0) == "recorded as one CUDA graph"
     assert _cuda_graph_state(compiled(maps=2), 2) == "recorded as 2 CUDA graphs"
-    # session 33's TransformerConv forward: three parts, one recorded
+    # a forward of three parts, one recorded (TransformerConv's, seen on the H100)
     assert _cuda_graph_state(compiled(), 3).startswith("1 of 3 parts recorded; the kernels of the other 2 launch")
     assert _cuda_graph_state(compiled(disabled="skipping cudagraphs due to mutated inputs"), 0) == \
         "not recorded (skipping cudagraphs due to mutated inputs)"
@@ -891,3 +891,31 @@ def test_pattern_families_register_into_the_pattern_pass_in_priority_order():
     assert [p.name for p in rewrite.registered_patterns()] == ["edge_softmax", "attention", "spmm", "gather_scatter"]
     source = inspect.getsource(rewrite)
     assert "from gnn_inductor.patterns" not in source and "import gnn_inductor.patterns" not in source
+
+
+def test_every_pass_reports_through_the_pipeline_records(monkeypatch):
+    """The passes run in the order gnn_inductor/pipeline.py declares, each with one record in the graph's report
+    (ran with what it changed, or skipped with the setting that switched it off), shown in the text and the JSON;
+    the passes after the split are recorded per side."""
+    from gnn_inductor import pipeline, rewrite_report
+
+    monkeypatch.setenv("GNN_IO_STRICT", "1")
+    monkeypatch.setenv("GNN_IO_GATHER_LINEAR", "0")
+    torch.manual_seed(0)
+    x = torch.randn(30, 8, requires_grad=True)
+    result = check_rewrites(GCNConv(8, 4), x, random_graph(30, 90), expect={"spmm": 1})
+    (graph,) = [g for g in rewrite_report.reports() if any(w.pattern == "spmm" for w in g.rewrites)][-1:]
+    before = [p for p in graph.passes if p.side is None]
+    assert [p.name for p in before] == [p.name for p in pipeline.GRAPH_PASSES]
+    records = {p.name: p for p in before}
+    assert records["gather_linear"].status == "skipped" and records["gather_linear"].reason == "GNN_IO_GATHER_LINEAR=0"
+    assert records["patterns"].status == "ran" and [w.pattern for w in records["patterns"].changed] == ["spmm"]
+    assert records["hoist_structure"].count == graph.hoisted_nodes > 0
+    sides = {p.side for p in graph.passes if p.name == "direct_ops"}
+    assert sides == {"forward", "backward"}, graph.passes
+    assert [p.name for p in graph.passes if p.side == "forward"] == \
+        [p.name for p in pipeline.SPLIT_PASSES if p.side in ("both", "forward")]
+    data = [g for g in result.report["graphs"] if g["graph_id"] == graph.graph_id][0]
+    assert [p["name"] for p in data["passes"]] == [p.name for p in graph.passes]
+    assert "passes: canonicalize 0, gather_linear skipped (GNN_IO_GATHER_LINEAR=0), patterns 1" in \
+        "\n".join(rewrite_report.format_text_for([graph]))

@@ -137,10 +137,59 @@ def test_compiled_callables_run_under_their_options(monkeypatch):
             return config.get("plan_check"), list(inputs)
 
     monkeypatch.delenv("GNN_IO_PLAN_CHECK", raising=False)
-    wrapped = backend._UnderSettings(Boxed(), {"plan_check": "version"})
+    with config.patch(plan_check="version"):
+        settings = config.snapshot()
+    wrapped = backend.UnderSettings(Boxed(), settings)
     assert wrapped._boxed_call and wrapped.marker == "kept"
     assert wrapped([1, 2]) == ("version", [1, 2])
     assert config.get("plan_check") == "auto"
+
+
+def test_a_snapshot_is_every_setting_at_one_moment(monkeypatch):
+    """``config.snapshot()``: every setting resolved (patch, else environment, else default), immutable, with what
+    was set; ``config.applied`` makes reads (``get`` and ``is_set``) answer from it, the environment aside."""
+    monkeypatch.delenv("GNN_IO_PLAN_CHECK", raising=False)
+    monkeypatch.setenv("GNN_IO_CHURN_EDGES", "77")
+    with config.patch(force=True):
+        settings = config.snapshot()
+    assert set(settings) == set(config.SETTINGS)
+    assert (settings["plan_check"], settings["churn_edges"], settings["force"]) == ("auto", 77, True)
+    assert settings.is_set("churn_edges") and settings.is_set("force") and not settings.is_set("plan_check")
+    with pytest.raises(TypeError):
+        settings["force"] = False  # immutable
+    monkeypatch.setenv("GNN_IO_PLAN_CHECK", "version")
+    monkeypatch.delenv("GNN_IO_CHURN_EDGES")
+    with config.applied(settings):
+        assert (config.get("plan_check"), config.get("churn_edges"), config.get("force")) == ("auto", 77, True)
+        assert config.is_set("churn_edges") and not config.is_set("plan_check")
+        with config.patch(plan_check="fingerprint"):  # a patch inside still wins
+            assert config.get("plan_check") == "fingerprint"
+    assert (config.get("plan_check"), config.get("churn_edges")) == ("version", config.default("churn_edges"))
+    monkeypatch.setenv("GNN_IO_STRICT", "yes")
+    with pytest.raises(SettingError, match="GNN_IO_STRICT"):
+        config.snapshot()
+
+
+def test_a_compiled_model_keeps_the_settings_of_its_compile(monkeypatch):
+    """A variable changed between the compile and a call does not reach the compiled model, forward or backward:
+    both run under the compile's snapshot. Here ``plan_check``: the default checks CPU graphs' fingerprints, so a
+    write through ``.data`` rebuilds the plan, which ``version``, set after the compile, would not."""
+    monkeypatch.delenv("GNN_IO_PLAN_CHECK", raising=False)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = GCNConv(8, 4)
+    model = torch.compile(conv, backend="gnn_io")
+    edge_index, x = random_graph(50, 200), torch.randn(50, 8, requires_grad=True)
+    model(x, edge_index).sum().backward()
+    graph = rewrite_report.reports()[-1]
+    monkeypatch.setenv("GNN_IO_PLAN_CHECK", "version")
+    edge_index.data[0, :10] = (edge_index[0, :10] + 1) % 50
+    out = model(x, edge_index)
+    torch.testing.assert_close(out, conv(x, edge_index))
+    assert graph.plan_stale == 1 and graph.plan_check.startswith("each reuse compares"), graph
+    out.sum().backward()
+    assert config.get("plan_check") == "version"  # the environment's value, outside the compiled model
+    torch._dynamo.reset()
 
 
 def test_max_autotune_reaches_inductor(monkeypatch):
@@ -151,8 +200,8 @@ def test_max_autotune_reaches_inductor(monkeypatch):
     monkeypatch.setattr(inductor, "compile_fx", lambda gm, inputs, inner_compile, config_patches: seen.append(
         config_patches))
     with config.patch(**config.compile_settings("max-autotune-no-cudagraphs")):
-        backend._inner_compile(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)])
-    backend._inner_compile(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)])
+        backend.inductor_compile(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)])
+    backend.inductor_compile(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)])
     assert seen[0]["max_autotune"] and seen[0]["coordinate_descent_tuning"], seen
     assert "max_autotune" not in seen[1] and "triton.cudagraphs" not in seen[0], seen
 

@@ -1,8 +1,7 @@
-"""The graph pass that sends large float32 GEMMs to the 3xTF32 kernel (gnn_inductor/dense_gemm.py): which calls it
-takes, that the rewritten graph computes the same values, and compiled layers against eager PyG with the kernel
-running (under Triton's interpreter, thresholds lowered to the test's sizes)."""
+"""The graph pass that sends large float32 GEMMs to the 3xTF32 kernel (gnn_inductor/passes/dense_gemm.py): which
+calls it takes, that the rewritten graph computes the same values, and compiled layers against eager PyG with the
+kernel running (under Triton's interpreter, thresholds lowered to the test's sizes)."""
 import copy
-import os
 
 import pytest
 import torch
@@ -12,11 +11,12 @@ from torch_geometric.nn import GATConv, SAGEConv
 import gnn_inductor
 from gnn_inductor.passes import dense_gemm
 from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.dense import ops as dense_ops
 from gnn_inductor.testing import random_graph
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.interpreter import rerun_under_interpreter
 
 aten = torch.ops.aten
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def low_thresholds(monkeypatch):
 @pytest.fixture
 def cpu_kernels(monkeypatch):
     """CPU tensors count as the kernels' device (as under the interpreter; nothing here launches a kernel)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dense_triton, "INTERPRETED", True)
     monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
 
 
@@ -55,7 +55,7 @@ def test_rewrites_forward_and_both_gradients(low_thresholds, cpu_kernels, monkey
     gm, fn, inputs = _linear_graph()
     assert dense_gemm.rewrite(gm) == 3
     targets = _targets(gm)
-    assert targets.count(dense_gemm.MM) == 3
+    assert targets.count(dense_ops.MM) == 3
     assert aten.mm.default not in targets and aten.addmm.default not in targets
     # the same values (run by cuBLAS's counterpart here: the kernel itself is checked in tests/kernels)
     monkeypatch.delenv("GNN_IO_TRITON_ON_CPU")
@@ -81,7 +81,7 @@ def test_leaves_gemms_it_does_not_take(case, low_thresholds, cpu_kernels, monkey
         assert dense_gemm.rewrite(gm) == expected
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
-    assert _targets(gm).count(dense_gemm.MM) == expected
+    assert _targets(gm).count(dense_ops.MM) == expected
 
 
 def test_op_without_the_kernel_is_cublas_with_bias():

@@ -6,6 +6,7 @@ import torch
 import torch_geometric.nn as pyg
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from gnn_inductor import config, pipeline
 from gnn_inductor.passes import gather_linear
 from gnn_inductor.testing import check_rewrites, random_graph
 
@@ -79,10 +80,10 @@ def test_leaves_gemms_it_should_not_move(case):
 
 def test_switch(monkeypatch):
     monkeypatch.setenv(gather_linear.ENV, "0")
-    assert not gather_linear.enabled()
+    assert not pipeline.switched_on("gather_linear", config.snapshot())
     monkeypatch.setenv(gather_linear.ENV, "yes")
     with pytest.raises(ValueError, match=gather_linear.ENV):
-        gather_linear.enabled()
+        config.snapshot()
 
 
 DEGREE = torch.tensor([3, 10, 8, 5, 2])

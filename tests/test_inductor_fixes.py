@@ -34,7 +34,7 @@ def test_split_grid_in_the_cpp_wrapper_keeps_one_integer_type():
 def test_self_loop_fill_of_edge_features_on_a_graph_of_self_loops_only(layer):
     """PyG's GATConv and GATv2Conv with ``edge_dim`` scatter the non-loop edges' features for the self-loop fill;
     with only self loops that is a 0-row scatter of a run-time size. The awkward-graph sweep crashed there on the
-    H100 (session 32); whether this shorter sequence crashes without the fix was not checked."""
+    H100; whether this shorter sequence crashes without the fix was not checked."""
     from torch_geometric.nn import GATConv, GATv2Conv
 
     torch.manual_seed(0)

@@ -5,6 +5,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch_geometric.nn import GATConv, GATv2Conv, SAGEConv, TransformerConv
 
+from gnn_inductor import config, pipeline
 from gnn_inductor.passes import linear_fusion
 from gnn_inductor.testing import check_rewrites, random_graph
 
@@ -34,7 +35,7 @@ def test_groups_by_input_and_bias_and_keeps_the_values():
     inputs = _inputs()
     gm = make_fx(_maps, tracing_mode="fake")(*inputs)
     expected = _maps(*inputs)
-    groups = linear_fusion.fuse_shared_input_linears(gm)
+    groups = linear_fusion.fuse_shared_input_linears(gm, config.snapshot())
     assert sorted(g["widths"] for g in groups) == [[3, 4, 2], [6, 1, 2]]
     matmuls = [n for n in gm.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
     assert len(matmuls) == 4  # two fused GEMMs, and the other input's two maps
@@ -48,7 +49,7 @@ def test_groups_below_the_minimum_stay_apart():
 
     gm = make_fx(two_maps, tracing_mode="fake")(torch.randn(4, 3), torch.randn(2, 3), torch.randn(5, 3))
     assert linear_fusion.MIN_GROUP == 3
-    assert linear_fusion.fuse_shared_input_linears(gm) == []
+    assert linear_fusion.fuse_shared_input_linears(gm, config.snapshot()) == []
 
 
 @pytest.mark.parametrize("make, maps, setting", [
@@ -94,7 +95,7 @@ def test_two_maps_feeding_attention_are_fused_and_their_gradients_packed(monkeyp
         monkeypatch.delenv(env)
     monkeypatch.setenv(linear_fusion.MIN_GROUP_ENV, "1")
     with pytest.raises(ValueError, match=linear_fusion.MIN_GROUP_ENV):
-        linear_fusion.min_group([])
+        linear_fusion.min_group([], config.snapshot())
 
 
 def test_switched_off_by_its_environment_variable(monkeypatch):
@@ -104,7 +105,9 @@ def test_switched_off_by_its_environment_variable(monkeypatch):
                    expect={"attention": 1, "shared_input_linears": 0})
     monkeypatch.setenv(linear_fusion.ENV, "yes")
     with pytest.raises(ValueError, match="GNN_IO_FUSE_LINEARS"):
-        linear_fusion.enabled()
+        pipeline.switched_on("shared_input_linears", config.snapshot())
+    monkeypatch.setenv(linear_fusion.ENV, "0")
+    assert not pipeline.switched_on("shared_input_linears", config.snapshot())
 
 
 def test_only_maps_read_by_a_gnn_io_op_are_fused_when_others_are_not():
@@ -117,10 +120,10 @@ def test_only_maps_read_by_a_gnn_io_op_are_fused_when_others_are_not():
         torch.ops.gnn_io.addmm_into(out, v, k.t())
         return out + torch.nn.functional.linear(x, w4)
 
-    import gnn_inductor.passes.gemm_accumulate  # noqa: F401  (registers gnn_io::addmm_into)
+    import gnn_inductor.kernels.dense.ops  # noqa: F401  (registers gnn_io::addmm_into)
     inputs = [torch.randn(6, 4)] + [torch.randn(6, 4) for _ in range(4)]
     gm = make_fx(layer, tracing_mode="fake")(*inputs)
     expected = layer(*inputs)
-    (group,) = linear_fusion.fuse_shared_input_linears(gm)
+    (group,) = linear_fusion.fuse_shared_input_linears(gm, config.snapshot())
     assert group["widths"] == [6, 6, 6]
     torch.testing.assert_close(gm(*inputs), expected)

@@ -46,7 +46,7 @@ def test_switch_off_and_layers_without_the_pattern(monkeypatch):
     assert not any(r.packed_grads for r in gnn_inductor.rewrite_report.reports(gat))
     monkeypatch.setenv(packed_grads.ENV, "yes")
     with pytest.raises(ValueError, match=packed_grads.ENV):
-        packed_grads.enabled()
+        gnn_inductor.config.snapshot()
 
 
 def _backward_like(spans, base_width, extra_term=False, second_reader=False):
@@ -113,16 +113,16 @@ def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch, ou
     passes write the query, key and value gradients into the packed gradient themselves; outputs and every
     gradient match eager PyG (the key map's bias gets a gradient of zero up to rounding: a constant added to every
     key of a destination leaves its softmax unchanged, hence the absolute tolerance)."""
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
+    from gnn_inductor.kernels.attention import csr_backward
 
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
-    written, real = [], attention_triton._grad_buffers
+    written, real = [], csr_backward.grad_buffers
 
     def recording(layout, wanted, stored, device, targets=None):
         written.append(sorted(targets or {}))
         return real(layout, wanted, stored, device, targets)
-    monkeypatch.setattr(attention_triton, "_grad_buffers", recording)
+    monkeypatch.setattr(csr_backward, "grad_buffers", recording)
     torch.manual_seed(0)
     model = TransformerConv(12, 8, heads=4)
     _compiled_matches_eager(model, random_graph(60, 400, seed=1, hub_degree=40))
@@ -153,7 +153,7 @@ def _compiled_matches_eager(model, edge_index, tf32: bool = False) -> None:
 def test_compiled_layer_writes_packed_gradients_with_the_kernels_on_the_block_path(monkeypatch, output_shape_ops):
     """The same on the block-sparse path (TF32 allowed, the path forced, a graph of dense communities whose every
     row window goes to Tensor Cores): the block kernels store the query, key and value gradients into the packed
-    gradient (no copy after them; session 37 measured three such copies at 1.1 ms of a 10 ms step), and outputs
+    gradient (no copy after them; three such copies measured at 1.1 ms of a 10 ms step), and outputs
     and gradients match eager PyG."""
     from gnn_inductor.kernels.attention import block_dot as block_sparse
 

@@ -221,7 +221,7 @@ def test_structure_repeated_by_layers_runs_once_per_graph():
 def test_dedupe_keeps_random_and_in_place_calls():
     from torch.fx import Graph
 
-    from gnn_inductor.plan.cache import dedupe_structure
+    from gnn_inductor.passes.structure import dedupe_structure
 
     graph = Graph()
     a = graph.placeholder("a")
@@ -305,7 +305,7 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
 
     monkeypatch.setenv("GNN_IO_CHURN", "on")
     monkeypatch.delenv("GNN_IO_STRICT", raising=False)
-    compile_rewritten = backend._inner_compile
+    compile_rewritten = backend.inductor_compile
 
     def failing_plain(gm, example_inputs, graph_report=None, static_inputs=None, **kwargs):
         if static_inputs is None:  # the plain compile of Dynamo's graph (the rewritten one names its static inputs)
@@ -314,7 +314,7 @@ def test_a_failed_plain_compile_keeps_the_rewrites(monkeypatch, failure):
             graph_report.near_misses.append(rewrite_report.NearMiss(
                 "inductor", "plain compile failed on purpose; it runs op by op instead", {"source": "<graph>"}))
         return compile_rewritten(gm, example_inputs, graph_report, static_inputs, **kwargs)
-    monkeypatch.setattr(backend, "_inner_compile", failing_plain)
+    monkeypatch.setattr(backend, "inductor_compile", failing_plain)
     torch._dynamo.reset()
     torch.manual_seed(0)
     eager = TwoGCNLayers()
@@ -349,10 +349,10 @@ def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer
     that need a gradient the indexing stays in the model's graph: its ``nonzero`` becomes structure (the plan makes
     it once per graph), and no boolean indexing is left to the compiled graph. Under ``GNN_IO_CUDAGRAPHS=1`` (the
     size-specialized compile, device independent) the boolean indexing made Inductor's tracing fail
-    (``DynamicOutputShapeException: aten.nonzero``; found on the H100 in session 32)."""
+    (``DynamicOutputShapeException: aten.nonzero``; found on the H100)."""
     from torch_geometric.nn import GATConv
 
-    from gnn_inductor import backend
+    from gnn_inductor.passes import structure
     from gnn_inductor.testing import _assert_close
 
     monkeypatch.setenv("GNN_IO_STRICT", "1")
@@ -360,8 +360,8 @@ def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer
     if cuda_graphs:
         monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     graphs = []
-    hoist = backend.hoist_structure
-    monkeypatch.setattr(backend, "hoist_structure", lambda gm: graphs.append(gm) or hoist(gm))
+    hoist = structure.hoist_structure
+    monkeypatch.setattr(structure, "hoist_structure", lambda gm: graphs.append(gm) or hoist(gm))
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = GATConv(8, 3, heads=2, edge_dim=3) if layer == "gat" else GCNConv(8, 6)

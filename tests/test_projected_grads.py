@@ -13,7 +13,7 @@ from torch_geometric.nn import GATv2Conv, TransformerConv
 
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
-from gnn_inductor.kernels.attention import op as attention, csr_triton as attention_triton
+from gnn_inductor.kernels.attention import csr_chunked, dispatch
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -83,7 +83,7 @@ def test_op_matches_the_packed_gradient_times_the_weights(dtype, chunk_kb, monke
     query's gradient in the last columns: the three products of the packed gradient, and the unpacked entries
     empty. Off the kernels (CPU without the interpreter) the op makes the packed gradient whole, then multiplies;
     under the interpreter (slow) the blocks of 1 KiB run the kernels with two of the four input sets."""
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, chunk_kb)
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, chunk_kb)
     common = _problem(dtype=dtype)
     offsets, width = [20, 0, 10], 30  # key, gap, value, gap, query
     torch.manual_seed(1)
@@ -98,13 +98,13 @@ def test_op_matches_the_packed_gradient_times_the_weights(dtype, chunk_kb, monke
 def test_blocks_run_the_split_passes_per_block(monkeypatch):
     """With 1 KiB blocks the chunked backward runs (it does not decline), once per call, over several blocks whose
     rows cover every node once, in order."""
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
-    seen, real = [], attention_triton.backward_chunked
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "1")
+    seen, real = [], csr_chunked.backward_chunked
 
     def recording(*args, **kwargs):
         seen.append(list(args[15]))
         return real(*args, **kwargs)
-    monkeypatch.setattr(attention_triton, "backward_chunked", recording)
+    monkeypatch.setattr(csr_chunked, "backward_chunked", recording)
     common = _problem()
     offsets, width = [20, 0, 10], 30
     x, weight = torch.randn(50, 7, device=DEVICE), torch.randn(width, 5, device=DEVICE)
@@ -151,14 +151,14 @@ def test_compiled_layers_with_the_kernels_by_blocks(layer, monkeypatch):
     features the edge-feature map's gradient (edge-role, not packed) is summed over the blocks."""
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
-    ran, real = [], attention_triton.backward_chunked
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "1")
+    ran, real = [], csr_chunked.backward_chunked
 
     def recording(*args, **kwargs):
         result = real(*args, **kwargs)
         ran.append(result is not None)
         return result
-    monkeypatch.setattr(attention_triton, "backward_chunked", recording)
+    monkeypatch.setattr(csr_chunked, "backward_chunked", recording)
     torch.manual_seed(0)
     edge_attr = None
     if layer == "gatv2":
@@ -192,7 +192,7 @@ def test_switch_off_keeps_the_products_in_the_graph(monkeypatch):
     assert sum(r.packed_grads for r in gnn_inductor.rewrite_report.reports(model)) == 1
     monkeypatch.setenv(packed_grads.PROJECT_ENV, "on")
     with pytest.raises(ValueError, match=packed_grads.PROJECT_ENV):
-        packed_grads.projection_enabled()
+        gnn_inductor.config.snapshot()
 
 
 def _gat_score(a0, a1, a2):
@@ -246,36 +246,36 @@ def _packed_like(readers: str, family: str = "dot", symbolic: bool = False):
 
 def test_blocks_default_whole_for_mid_size_graphs(monkeypatch):
     """With the block size left at its default, a packed gradient under GRAD_WHOLE_KB of a graph under
-    GRAD_WHOLE_MAX_ROWS nodes is one block (session 40: tu-batch's 672 MiB in 3 blocks cost a host-bound step
-    0.8 ms); the graphs of 2^20 nodes keep blocks of GRAD_CHUNK_KB at every width and precision (session 23's
+    GRAD_WHOLE_MAX_ROWS nodes is one block (measured: tu-batch's 672 MiB in 3 blocks cost a host-bound step
+    0.8 ms); the graphs of 2^20 nodes keep blocks of GRAD_CHUNK_KB at every width and precision (their
     peaks); a block size set alone cuts at that size at any total; GNN_IO_GRAD_WHOLE_KB moves the size line."""
-    monkeypatch.delenv(attention.GRAD_CHUNK_ENV, raising=False)
-    monkeypatch.delenv(attention.GRAD_WHOLE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.GRAD_CHUNK_ENV, raising=False)
+    monkeypatch.delenv(dispatch.GRAD_WHOLE_ENV, raising=False)
     f32, bf16 = torch.float32, torch.bfloat16
-    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]           # tu-batch: 672 MiB
-    assert attention.projection_blocks(458_590, 384, bf16) == [0, 458_590]          # 336 MiB
-    big = attention.projection_blocks(1 << 20, 384, f32)                            # RMAT 2^20: 1.5 GiB
+    assert dispatch.projection_blocks(458_590, 384, f32) == [0, 458_590]           # tu-batch: 672 MiB
+    assert dispatch.projection_blocks(458_590, 384, bf16) == [0, 458_590]          # 336 MiB
+    big = dispatch.projection_blocks(1 << 20, 384, f32)                            # RMAT 2^20: 1.5 GiB
     assert len(big) == 7 and big[0] == 0 and big[-1] == 1 << 20                     # 6 blocks of 256 MiB
-    assert len(attention.projection_blocks(1 << 20, 256, f32)) == 5                 # GATv2Conv: 1 GiB, 4 blocks
-    assert len(attention.projection_blocks(1 << 20, 384, bf16)) == 4                # 768 MiB
-    assert len(attention.projection_blocks(1 << 20, 256, bf16)) == 3                # 512 MiB, 2^20 rows: blocks
-    rows = attention.GRAD_WHOLE_MAX_ROWS - 1
-    width = (attention.GRAD_WHOLE_KB << 10) // (rows * 4)                          # just under the size line
-    assert attention.projection_blocks(rows, width, f32) == [0, rows]
-    assert len(attention.projection_blocks(rows, width + 1, f32)) > 2               # over it
-    exact = (attention.GRAD_WHOLE_KB << 10) // (1536 * 4)                           # exactly GRAD_WHOLE_KB
-    assert len(attention.projection_blocks(exact, 1536, f32)) > 2
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, str(attention.GRAD_CHUNK_KB))     # set alone: cut at that size
-    assert len(attention.projection_blocks(458_590, 384, f32)) == 4
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "")                                # empty: unset
-    assert attention.projection_blocks(458_590, 384, f32) == [0, 458_590]
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "0")
-    assert attention.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
-    monkeypatch.delenv(attention.GRAD_CHUNK_ENV)
-    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, "0")
-    assert len(attention.projection_blocks(458_590, 384, f32)) == 4
-    monkeypatch.setenv(attention.GRAD_WHOLE_ENV, str(4 << 20))
-    assert len(attention.projection_blocks(1 << 20, 384, f32)) == 7                 # 2^20 rows: blocks still
+    assert len(dispatch.projection_blocks(1 << 20, 256, f32)) == 5                 # GATv2Conv: 1 GiB, 4 blocks
+    assert len(dispatch.projection_blocks(1 << 20, 384, bf16)) == 4                # 768 MiB
+    assert len(dispatch.projection_blocks(1 << 20, 256, bf16)) == 3                # 512 MiB, 2^20 rows: blocks
+    rows = dispatch.GRAD_WHOLE_MAX_ROWS - 1
+    width = (dispatch.GRAD_WHOLE_KB << 10) // (rows * 4)                          # just under the size line
+    assert dispatch.projection_blocks(rows, width, f32) == [0, rows]
+    assert len(dispatch.projection_blocks(rows, width + 1, f32)) > 2               # over it
+    exact = (dispatch.GRAD_WHOLE_KB << 10) // (1536 * 4)                           # exactly GRAD_WHOLE_KB
+    assert len(dispatch.projection_blocks(exact, 1536, f32)) > 2
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, str(dispatch.GRAD_CHUNK_KB))     # set alone: cut at that size
+    assert len(dispatch.projection_blocks(458_590, 384, f32)) == 4
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "")                                # empty: unset
+    assert dispatch.projection_blocks(458_590, 384, f32) == [0, 458_590]
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "0")
+    assert dispatch.projection_blocks(1 << 20, 384, f32) == [0, 1 << 20]
+    monkeypatch.delenv(dispatch.GRAD_CHUNK_ENV)
+    monkeypatch.setenv(dispatch.GRAD_WHOLE_ENV, "0")
+    assert len(dispatch.projection_blocks(458_590, 384, f32)) == 4
+    monkeypatch.setenv(dispatch.GRAD_WHOLE_ENV, str(4 << 20))
+    assert len(dispatch.projection_blocks(1 << 20, 384, f32)) == 7                 # 2^20 rows: blocks still
 
 
 def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
@@ -283,9 +283,9 @@ def test_matcher_projects_only_products_of_the_packed_gradient(monkeypatch):
     row sum (any of them, one product at least), and not where anything else reads it, nor where the packed
     gradient fits one block, has sizes that change from call to call (mini-batches: small, host-bound steps) or
     comes from the GAT family's backward (its products are then left to Inductor)."""
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "100")
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "100")
     assert packed_grads.project_all(_packed_like("xwb")) == 0  # 1000 x 24 float32: one block of 100 KiB
-    monkeypatch.setenv(attention.GRAD_CHUNK_ENV, "1")
+    monkeypatch.setenv(dispatch.GRAD_CHUNK_ENV, "1")
     assert packed_grads.project_all(_packed_like("xwb", "gat")) == 0  # GAT's backward makes its gradient whole
     assert packed_grads.project_all(_packed_like("xwb", symbolic=True)) == 0  # sizes that change (mini-batches)
     for readers, expected in [("xwb", 1), ("xw", 1), ("wb", 1), ("x", 1), ("b", 0), ("xwbo", 0), ("xo", 0)]:

@@ -47,7 +47,7 @@ def test_folds_the_matched_sums_and_keeps_the_values(setting, columns, monkeypat
     inputs = _inputs()
     gm = _traced(inputs)
     expected = _scores(*inputs[:5], inputs[5] * 1)
-    folded = score_fold.fold_score_projections(gm)
+    folded = score_fold.fold_score_projections(gm, gnn_inductor.config.snapshot())
     assert sorted(f["columns"] for f in folded) == sorted(columns)
     assert sorted(len(f["vectors"]) for f in folded) == ([1] if setting == "auto" else [1, 2])
     sums = [n for n in gm.graph.nodes if n.target is aten.sum.dim_IntList and n.args[0].target is aten.mul.Tensor
@@ -62,16 +62,16 @@ def test_folds_the_matched_sums_and_keeps_the_values(setting, columns, monkeypat
 
 def test_switched_off_not_for_half_precision_and_a_bad_setting(monkeypatch):
     monkeypatch.delenv(score_fold.ENV, raising=False)
-    assert score_fold.setting() == "epilogue"  # the default: gnn_io::linear_scores where its kernel runs
+    assert gnn_inductor.config.snapshot()["score_fold"] == "epilogue"  # the default: gnn_io::linear_scores where its kernel runs
     # ... which on the CPU without the interpreter is nowhere: the graph keeps its reductions
-    assert score_fold.fold_score_projections(_traced(_inputs())) == []
+    assert score_fold.fold_score_projections(_traced(_inputs()), gnn_inductor.config.snapshot()) == []
     monkeypatch.setenv(score_fold.ENV, "0")
-    assert score_fold.fold_score_projections(_traced(_inputs())) == []
+    assert score_fold.fold_score_projections(_traced(_inputs()), gnn_inductor.config.snapshot()) == []
     monkeypatch.setenv(score_fold.ENV, "1")
-    assert score_fold.fold_score_projections(_traced(_inputs(torch.bfloat16))) == []
+    assert score_fold.fold_score_projections(_traced(_inputs(torch.bfloat16)), gnn_inductor.config.snapshot()) == []
     monkeypatch.setenv(score_fold.ENV, "yes")
     with pytest.raises(SettingError, match=score_fold.ENV):
-        score_fold.setting()
+        gnn_inductor.config.snapshot()
 
 
 @pytest.mark.parametrize("heads, channels, concat", [(1, 8, True), (4, 8, True), (3, 5, False)])
@@ -159,7 +159,7 @@ def test_compiled_gat_reads_strided_scores_with_the_kernels(setting, edge_dim, m
 def test_compiled_gat_with_edge_features_needing_grads_with_the_kernels(setting, monkeypatch):
     """tests/gpu/test_attention_cuda.py's fold test, interpreted: GATConv with edge features that need a gradient
     (``check_rewrites`` makes them leaves), both score projections folded, against eager PyG. Its edge features
-    are masked apart from the edge index (two unbacked sizes at tracing); session 29 found it failing to compile
+    are masked apart from the edge index (two unbacked sizes at tracing); it was found failing to compile
     on CUDA alone."""
     from gnn_inductor.testing import check_rewrites
 

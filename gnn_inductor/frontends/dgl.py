@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_inductor.frontends import dgl_udf
+from gnn_inductor.frontends import declines, dgl_udf
 
 _STRUCTURE = "_gnn_io_structure"  # attribute on DGL's graph index (a new index per mutation)
 _INSTALLED = []
@@ -316,7 +316,7 @@ def _reduce_udf(graph, s, func, messages: dict):
     mailbox = dict(messages)  # fields the function never reads stay as they are
     for key, kind in uses:
         mailbox[key] = dgl_udf.stand_in(_scatter(messages[key], s.dst, s.num_dst, kind))
-    result = func(dgl_udf._Nodes(mailbox, data))
+    result = func(dgl_udf.Nodes(mailbox, data))
     has_messages = _degrees(s.dst, s.num_dst) > 0
     ndata = {}
     for key, value in dict(result).items():
@@ -491,23 +491,6 @@ _MESSAGE_PASSING = {
     "gspmm_internal": "a reduce other than sum (DGL's max/min leave +-inf in rows without edges there)",
     "gsddmm_internal": "an operator it does not cover",
 }
-DECLINES: list = []  # (where, why) of message passing left to DGL's own code while Dynamo traced, once each
-
-
-def remember_decline(where: str, why: str) -> None:
-    """Remember that message passing at ``where`` runs DGL's own code (behind a graph break) and why, for
-    ``gnn_inductor.report()``."""
-    if (where, why) not in DECLINES:
-        DECLINES.append((where, why))
-
-
-@torch._dynamo.assume_constant_result
-def note_decline(where: str, why: str) -> bool:
-    """:func:`remember_decline` from traced code (run outside Dynamo's trace: a constant of the captured graph)."""
-    remember_decline(where, why)
-    return True
-
-
 def _switch(original, traced, graph_of=lambda obj: obj._graph):
     """``original`` that runs ``traced(obj, structure, ...)`` instead while Dynamo traces a graph
     with a cached structure; where ``traced`` declines, Dynamo breaks the graph and ``original``
@@ -523,7 +506,7 @@ def _switch(original, traced, graph_of=lambda obj: obj._graph):
                 if not declined(result):
                     return result
                 if original.__name__ in _MESSAGE_PASSING:  # worth a line in the report
-                    note_decline(f"DGLGraph.{original.__name__}", _MESSAGE_PASSING[original.__name__])
+                    declines.note(f"DGLGraph.{original.__name__}", _MESSAGE_PASSING[original.__name__])
                 # a graph break into DGL's own code, run eagerly (its C calls would break anyway)
                 return eager(obj, *args, **kwargs)
         return original(obj, *args, **kwargs)

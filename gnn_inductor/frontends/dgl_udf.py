@@ -37,6 +37,8 @@ import types
 import torch
 import torch.fx
 
+from gnn_inductor.frontends import declines
+
 KINDS = ("sum", "mean", "max", "min")
 _FUNCTIONS = {torch.sum: "sum", torch.mean: "mean", torch.amax: "max", torch.amin: "min", torch.max: "max",
               torch.min: "min"}
@@ -44,7 +46,7 @@ _METHODS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "
 _WITH_INDICES = (torch.max, torch.min, "max", "min")  # return (values, indices) when given a dim
 
 
-class _Nodes:
+class Nodes:
     """What a traced reduce UDF may read of DGL's ``NodeBatch``: ``mailbox`` and ``data``. Anything else
     (``nodes()``, ``batch_size()``) raises, which declines the UDF."""
 
@@ -115,7 +117,7 @@ def analyse_code(code, bound: bool, mailbox_keys: tuple, data_keys: tuple) -> tu
     closure = tuple(types.CellType(_opaque_proxy(tracer, f"closure_{name}")) for name in code.co_freevars)
     try:
         func = types.FunctionType(code, namespace, code.co_name, None, closure or None)
-        result = func(*((_opaque_proxy(tracer, "self"),) if bound else ()), _Nodes(mailbox, data))
+        result = func(*((_opaque_proxy(tracer, "self"),) if bound else ()), Nodes(mailbox, data))
         if not isinstance(result, dict):
             return f"the reduce function returned {type(result).__name__}, not a dict"
     except Exception as exc:  # noqa: BLE001 - any failure to trace declines the UDF
@@ -159,9 +161,7 @@ def mailbox_reductions(code, bound: bool, mailbox_keys: tuple, data_keys: tuple)
     noted for the report."""
     uses = analyse_code(code, bound, mailbox_keys, data_keys)
     if isinstance(uses, str):
-        from gnn_inductor.frontends import dgl
-
-        dgl.remember_decline(f"reduce function {code.co_name} at {code.co_filename}:{code.co_firstlineno}", uses)
+        declines.remember(f"reduce function {code.co_name} at {code.co_filename}:{code.co_firstlineno}", uses)
     return uses
 
 

@@ -19,30 +19,13 @@ multiply inside (``addmm_into``, ``gather_scatter_backward_mm``, ``attention_bac
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.fx import GraphModule
 
 from gnn_inductor.graph_match import tensor_val
 from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.dense.ops import MM
 
 aten = torch.ops.aten
-
-_LIB = torch.library.Library("gnn_io", "FRAGMENT")
-_LIB.define("mm(Tensor a, Tensor b, Tensor? bias=None) -> Tensor")
-
-
-def _mm(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
-    return dense_triton.matmul(a, b, bias)
-
-
-def _mm_meta(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
-    return a.new_empty((a.shape[0], b.shape[1]))
-
-
-_LIB.impl("mm", _mm, "CompositeExplicitAutograd")
-_LIB.impl("mm", _mm_meta, "Meta")  # fake tensors: shapes only (a fake CUDA tensor would otherwise reach Triton)
-_LIB.impl("mm", torch.library.fallthrough_kernel, "Autograd")  # only inside compiled graphs: no autograd
-MM = torch.ops.gnn_io.mm.default
 
 
 def enabled() -> bool:

@@ -21,7 +21,6 @@ import torch
 from torch._library.custom_ops import OPDEFS
 from torch.fx import GraphModule
 
-from gnn_inductor import config
 
 NAMESPACE = "gnn_io"
 SUFFIX = "_direct"
@@ -62,15 +61,9 @@ def is_direct(node) -> bool:
     return getattr(node.target, "_opname", "").endswith(SUFFIX)
 
 
-def enabled() -> bool:
-    return config.get("direct_ops")
-
-
 def retarget(gm: GraphModule) -> int:
-    """Point ``gm``'s calls of gnn_io custom ops at their direct twins (unless ``GNN_IO_DIRECT_OPS=0``); returns
-    how many calls moved."""
-    if not enabled():
-        return 0
+    """Point ``gm``'s calls of gnn_io custom ops at their direct twins; returns how many calls moved. The pipeline
+    runs it unless ``GNN_IO_DIRECT_OPS=0`` (gnn_inductor/pipeline.py)."""
     moved = 0
     for node in gm.graph.nodes:
         if node.op != "call_function":

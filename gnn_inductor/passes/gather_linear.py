@@ -32,14 +32,11 @@ from torch.fx import GraphModule, Node
 
 from gnn_inductor import config
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.passes.linear_fusion import _call, linear_map
+from gnn_inductor.passes.linear_fusion import call_node, linear_map, parameter_name
+from gnn_inductor.rewrite_report import source_of
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["gather_linear"].env
-
-
-def enabled() -> bool:
-    return config.get("gather_linear")
 
 
 @dataclass
@@ -137,12 +134,12 @@ def _analyse(gemm: Node):
 
 def _source_rows(gm: GraphModule, source: Node, squeeze: bool) -> Node:
     """``source`` as 2-D rows (``select(., 1, 0)`` of a ``[rows, 1, k]`` source under PNA's wrapper)."""
-    return _call(gm, aten.select.int, (source, 1, 0)) if squeeze else source
+    return call_node(gm, aten.select.int, (source, 1, 0)) if squeeze else source
 
 
 def _move(gm: GraphModule, gemm: Node, pieces: list, bias, weight: Node, squeeze: bool) -> None:
     with gm.graph.inserting_before(gemm):
-        weight_t = _call(gm, aten.t.default, (weight,))
+        weight_t = call_node(gm, aten.t.default, (weight,))
         blocks: dict = {}  # (source, index) -> [(sign, start, width)]: one GEMM per distinct gather
         for p in pieces:
             blocks.setdefault((p.source, p.index), []).append((p.sign, p.start, p.width))
@@ -150,16 +147,16 @@ def _move(gm: GraphModule, gemm: Node, pieces: list, bias, weight: Node, squeeze
         for (source, index), parts in blocks.items():
             block = None
             for sign, start, width in parts:
-                rows = _call(gm, aten.slice.Tensor, (weight_t, 0, start, start + width))
+                rows = call_node(gm, aten.slice.Tensor, (weight_t, 0, start, start + width))
                 if block is not None:
-                    block = _call(gm, aten.add.Tensor if sign > 0 else aten.sub.Tensor, (block, rows))
+                    block = call_node(gm, aten.add.Tensor if sign > 0 else aten.sub.Tensor, (block, rows))
                 else:
-                    block = rows if sign > 0 else _call(gm, aten.neg.default, (rows,))
-            product = _call(gm, aten.mm.default, (_source_rows(gm, source, squeeze), block))
-            term = product if index is None else _call(gm, aten.index_select.default, (product, 0, index))
-            total = term if total is None else _call(gm, aten.add.Tensor, (total, term))
+                    block = rows if sign > 0 else call_node(gm, aten.neg.default, (rows,))
+            product = call_node(gm, aten.mm.default, (_source_rows(gm, source, squeeze), block))
+            term = product if index is None else call_node(gm, aten.index_select.default, (product, 0, index))
+            total = term if total is None else call_node(gm, aten.add.Tensor, (total, term))
         if bias is not None:
-            total = _call(gm, aten.add.Tensor, (total, bias))
+            total = call_node(gm, aten.add.Tensor, (total, bias))
     total.meta.update({k: v for k, v in gemm.meta.items() if k != "val"})
     gemm.replace_all_uses_with(total)
     gm.graph.erase_node(gemm)
@@ -170,9 +167,6 @@ def move_linears_before_gathers(gm: GraphModule, kept: list | None = None) -> li
     ``{"source", "weight", "gathers", "edge_pieces"}`` per GEMM moved, in graph order. ``kept`` (if given)
     gets one ``{"source", "weight", "edges", "rows"}`` per GEMM left per edge because the graph it was compiled
     for has no more edges than rows (sizes at the compiled example), for the report."""
-    from gnn_inductor.passes.linear_fusion import parameter_name
-    from gnn_inductor.rewrite_report import source_of
-
     moved = []
     for node in list(gm.graph.nodes):
         found = _analyse(node)

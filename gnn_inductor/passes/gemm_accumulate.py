@@ -38,23 +38,11 @@ from torch.fx import GraphModule, Node
 from gnn_inductor import config
 from gnn_inductor.passes import direct_ops
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels.dense import gemm as dense_triton
+from gnn_inductor.kernels.dense.ops import ADDMM_INTO
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["gemm_accumulate"].env
 _GEMMS = (aten.mm.default, aten.addmm.default)
-
-_LIB = torch.library.Library("gnn_io", "FRAGMENT")
-_LIB.define("addmm_into(Tensor(a!) out, Tensor a, Tensor b) -> ()")
-
-
-def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    dense_triton.matmul(a, b, out=out, accumulate=True)  # cuBLAS's addmm_ unless the 3xTF32 GEMM takes it
-
-
-_LIB.impl("addmm_into", _addmm_into, "CompositeExplicitAutograd")  # every backend, Meta (fake tensors) included
-_LIB.impl("addmm_into", torch.library.fallthrough_kernel, "Autograd")  # only inside compiled graphs: no autograd
-ADDMM_INTO = torch.ops.gnn_io.addmm_into.default
 
 
 def enabled() -> bool:

@@ -37,9 +37,10 @@ from collections import defaultdict
 
 import torch
 from torch.fx import GraphModule, Node
+
 from gnn_inductor import config
-from gnn_inductor.passes import packed_grads
 from gnn_inductor.graph_match import tensor_val
+from gnn_inductor.rewrite_report import source_of
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["fuse_linears"].env
@@ -48,12 +49,13 @@ ATTENTION_MIN_GROUP = 2  # ... when every member feeds an attention op, whose ba
 MIN_GROUP_ENV = config.SETTINGS["fuse_min_group"].env
 
 
-def min_group(members: list) -> int:
-    """The least number of maps fused into one GEMM (module docstring), for a group of ``members``."""
-    value = config.get("fuse_min_group")
+def min_group(members: list, settings) -> int:
+    """The least number of maps fused into one GEMM (module docstring), for a group of ``members``, under the
+    compile's ``settings`` (``config.snapshot()``)."""
+    value = settings["fuse_min_group"]
     if value is not None:
         return value
-    if packed_grads.enabled() and members and all(feeds_gnn_io_op(m[0], _is_attention) for m in members):
+    if settings["packed_grads"] and members and all(feeds_gnn_io_op(m[0], _is_attention) for m in members):
         return ATTENTION_MIN_GROUP
     return MIN_GROUP
 
@@ -62,14 +64,6 @@ def _is_attention(target) -> bool:
     return getattr(target, "_opname", "") in ("attention", "attention_direct", "attention_forward",
                                                "attention_forward_direct", "attention_forward_mass",
                                                "attention_forward_mass_direct")
-
-
-def _setting() -> str:
-    return config.get("fuse_linears")
-
-
-def enabled() -> bool:
-    return _setting() != "0"
 
 
 _VIEWS = {aten.slice.Tensor, aten.view.default, aten.reshape.default, aten._unsafe_view.default,
@@ -94,11 +88,12 @@ def feeds_gnn_io_op(node: Node, which=None) -> bool:
     return False
 
 
-def _saved_members(members: list) -> list:
+def _saved_members(members: list, settings) -> list:
     """The members to fuse: all of them, or (module docstring) only those that feed a gnn_io op when the
     others do not."""
     saved = [m for m in members if feeds_gnn_io_op(m[0])]
-    if _setting() == "all" or not saved or len(saved) == len(members) or len(saved) < min_group(saved):
+    if settings["fuse_linears"] == "all" or not saved or len(saved) == len(members) \
+            or len(saved) < min_group(saved, settings):
         return members
     return saved
 
@@ -138,12 +133,11 @@ def linear_map(node: Node):
     return x, weight, bias
 
 
-def fuse_shared_input_linears(gm: GraphModule) -> list:
-    """Fuse each group of at least :data:`MIN_GROUP` linear maps of the same input (module docstring) in place. Returns
-    one ``{"source", "weights", "widths"}`` per fused group, in graph order (``source``: the first
+def fuse_shared_input_linears(gm: GraphModule, settings) -> list:
+    """Fuse each group of at least :data:`MIN_GROUP` linear maps of the same input (module docstring) in place, under
+    the compile's ``settings`` (``config.snapshot()``; whether to fuse at all is the pipeline's ``fuse_linears``
+    switch). Returns one ``{"source", "weights", "widths"}`` per fused group, in graph order (``source``: the first
     member's place in the user's code, as the rewrite report gives it)."""
-    from gnn_inductor.rewrite_report import source_of
-
     groups = defaultdict(list)
     for node in gm.graph.nodes:
         member = linear_map(node)
@@ -152,24 +146,24 @@ def fuse_shared_input_linears(gm: GraphModule) -> list:
             groups[(x, bias is None, tensor_val(x).dtype, tensor_val(x).device)].append((node, weight, bias))
     fused = []
     for (x, no_bias, _, _), members in groups.items():
-        members = _saved_members(members)
-        if len(members) < min_group(members):
+        members = _saved_members(members, settings)
+        if len(members) < min_group(members, settings):
             continue
         first = members[0][0]
         source = source_of(first)
         widths = [tensor_val(weight).shape[0] for _, weight, _ in members]
         with gm.graph.inserting_before(first):
-            weight = _call(gm, aten.cat.default, ([w for _, w, _ in members], 0))
-            weight_t = _call(gm, aten.t.default, (weight,))
+            weight = call_node(gm, aten.cat.default, ([w for _, w, _ in members], 0))
+            weight_t = call_node(gm, aten.t.default, (weight,))
             if no_bias:
-                out = _call(gm, aten.mm.default, (x, weight_t))
+                out = call_node(gm, aten.mm.default, (x, weight_t))
             else:
-                bias = _call(gm, aten.cat.default, ([b for _, _, b in members], 0))
-                out = _call(gm, aten.addmm.default, (bias, x, weight_t))
+                bias = call_node(gm, aten.cat.default, ([b for _, _, b in members], 0))
+                out = call_node(gm, aten.addmm.default, (bias, x, weight_t))
             out.meta["stack_trace"] = first.meta.get("stack_trace")
             start = 0
             for (node, _, _), width in zip(members, widths):
-                piece = _call(gm, aten.slice.Tensor, (out, 1, start, start + width))
+                piece = call_node(gm, aten.slice.Tensor, (out, 1, start, start + width))
                 piece.meta.update({k: v for k, v in node.meta.items() if k != "val"})
                 node.replace_all_uses_with(piece)
                 start += width
@@ -190,7 +184,7 @@ def parameter_name(placeholder: Node) -> str:
     return re.sub(r"^parameters_", "", name).replace("modules_", "").replace("_parameters_", ".")
 
 
-def _call(gm: GraphModule, target, args) -> Node:
+def call_node(gm: GraphModule, target, args) -> Node:
     """A new node with its fake value (``meta["val"]``) computed from its inputs' fake values."""
     node = gm.graph.call_function(target, args)
     fake_args = torch.fx.node.map_arg(args, lambda n: n.meta["val"])

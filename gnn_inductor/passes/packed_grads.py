@@ -40,7 +40,8 @@ from torch.fx import GraphModule, Node
 from gnn_inductor import config
 from gnn_inductor.passes import direct_ops
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.kernels.attention.op import projection_blocks, span_gaps
+from gnn_inductor.kernels.attention.forms import recognise
+from gnn_inductor.kernels.attention.dispatch import projection_blocks, span_gaps
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["packed_grads"].env
@@ -49,14 +50,6 @@ _OPS = ("attention_backward", "attention_backward_direct")
 _PACKED_OPS = ("attention_backward_packed", "attention_backward_packed_direct")
 PROJECT_ENV = config.SETTINGS["projected_grads"].env
 _NUM_ARGS = 17  # attention_backward's arguments
-
-
-def enabled() -> bool:
-    return config.get("packed_grads")
-
-
-def projection_enabled() -> bool:
-    return config.get("projected_grads")
 
 
 def _only_user(node: Node) -> Node | None:
@@ -266,11 +259,9 @@ def _blocks_run(packed_op: Node) -> bool:
     families: every packed gradient a row sum of its own pass); the GAT family's one-pass backward writes its
     destination terms from the source pass, so the op would make the whole gradient anyway, and the GEMMs stay
     Inductor's."""
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
-
     score_key, message_key, roles = packed_op.args[7], packed_op.args[8], packed_op.args[2]
     try:
-        form = attention_triton.recognise(score_key, message_key, roles)
+        form = recognise(score_key, message_key, roles)
     except KeyError:  # edge functions this process does not know
         return False
     return not isinstance(form, str) and form.family != "gat"

@@ -59,6 +59,7 @@ weights (``linear_fusion.linear_map``) whose weight has ``H C`` rows, ``A`` a gr
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections import defaultdict
 
 import torch
@@ -66,7 +67,9 @@ from torch.fx import GraphModule, Node
 
 from gnn_inductor import config
 from gnn_inductor.graph_match import tensor_val
-from gnn_inductor.passes.linear_fusion import _call, linear_map, parameter_name
+from gnn_inductor.kernels.attention import head_scores
+from gnn_inductor.passes.linear_fusion import call_node, linear_map, parameter_name
+from gnn_inductor.rewrite_report import source_of
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["score_fold"].env
@@ -74,10 +77,6 @@ COLUMN_MULTIPLE = 16
 MODES = config.SETTINGS["score_fold"].choices
 DEFAULT = config.default("score_fold")
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
-
-
-def setting() -> str:
-    return config.get("score_fold")
 
 
 def _projection(node: Node):
@@ -108,10 +107,11 @@ def _projection(node: Node):
     return None
 
 
-def fold_score_projections(gm: GraphModule) -> list:
-    """Fold the matched projections the setting allows (module docstring) into their GEMMs, in place. Returns one
-    ``{"source", "weight", "vectors", "columns", "scores_only"}`` per rewritten GEMM."""
-    mode = setting()
+def fold_score_projections(gm: GraphModule, settings) -> list:
+    """Fold the matched projections the ``score_fold`` setting of ``settings`` (``config.snapshot()``) allows
+    (module docstring) into their GEMMs, in place. Returns one ``{"source", "weight", "vectors", "columns",
+    "scores_only"}`` per rewritten GEMM."""
+    mode = settings["score_fold"]
     if mode == "0":
         return []
     found = defaultdict(list)
@@ -143,8 +143,6 @@ def _read_only_by(matrix: Node, muls: set) -> bool:
 
 def _fold(gm: GraphModule, matrix: Node, sums: list, scores_only: bool, pad: bool) -> dict:
     """``matrix``'s GEMM with the projections of ``sums`` as more columns (only those, when ``scores_only``)."""
-    from gnn_inductor.rewrite_report import source_of
-
     x, weight, bias = linear_map(matrix)
     rows, features = tensor_val(weight).shape
     heads = tensor_val(sums[0][0]).shape[1]
@@ -154,34 +152,34 @@ def _fold(gm: GraphModule, matrix: Node, sums: list, scores_only: bool, pad: boo
     padding = (-width) % COLUMN_MULTIPLE if pad and not scores_only else 0
     like = tensor_val(weight)
     with gm.graph.inserting_before(matrix):
-        per_head = _call(gm, aten.view.default, (weight, [heads, channels, features]))
+        per_head = call_node(gm, aten.view.default, (weight, [heads, channels, features]))
         pieces, bias_pieces = ([] if scores_only else [weight]), ([] if scores_only else [bias])
         for _, att in sums:
-            column = _call(gm, aten.view.default, (att, [heads, channels, 1]))
-            pieces.append(_call(gm, aten.sum.dim_IntList, (_call(gm, aten.mul.Tensor, (per_head, column)), [1])))
+            column = call_node(gm, aten.view.default, (att, [heads, channels, 1]))
+            pieces.append(call_node(gm, aten.sum.dim_IntList, (call_node(gm, aten.mul.Tensor, (per_head, column)), [1])))
             if bias is not None:
-                flat = _call(gm, aten.view.default, (att, [heads, channels]))
-                by_head = _call(gm, aten.view.default, (bias, [heads, channels]))
-                bias_pieces.append(_call(gm, aten.sum.dim_IntList, (_call(gm, aten.mul.Tensor, (by_head, flat)), [1])))
+                flat = call_node(gm, aten.view.default, (att, [heads, channels]))
+                by_head = call_node(gm, aten.view.default, (bias, [heads, channels]))
+                bias_pieces.append(call_node(gm, aten.sum.dim_IntList, (call_node(gm, aten.mul.Tensor, (by_head, flat)), [1])))
         if padding:
             pieces.append(_zeros(gm, [padding, features], like))
             bias_pieces.append(_zeros(gm, [padding], like))
-        stacked = pieces[0] if len(pieces) == 1 else _call(gm, aten.cat.default, (pieces, 0))
-        stacked_t = _call(gm, aten.t.default, (stacked,))
+        stacked = pieces[0] if len(pieces) == 1 else call_node(gm, aten.cat.default, (pieces, 0))
+        stacked_t = call_node(gm, aten.t.default, (stacked,))
         if bias is None:
-            out = _call(gm, aten.mm.default, (x, stacked_t))
+            out = call_node(gm, aten.mm.default, (x, stacked_t))
         else:
-            bias_all = bias_pieces[0] if len(bias_pieces) == 1 else _call(gm, aten.cat.default, (bias_pieces, 0))
-            out = _call(gm, aten.addmm.default, (bias_all, x, stacked_t))
+            bias_all = bias_pieces[0] if len(bias_pieces) == 1 else call_node(gm, aten.cat.default, (bias_pieces, 0))
+            out = call_node(gm, aten.addmm.default, (bias_all, x, stacked_t))
         out.meta["stack_trace"] = matrix.meta.get("stack_trace")
         if not scores_only:
-            features_view = _call(gm, aten.slice.Tensor, (out, 1, 0, rows))
+            features_view = call_node(gm, aten.slice.Tensor, (out, 1, 0, rows))
             features_view.meta.update({k: v for k, v in matrix.meta.items() if k != "val"})
             matrix.replace_all_uses_with(features_view)
     start = kept
     for node, _ in sums:
         with gm.graph.inserting_after(out):
-            scores = out if width == heads else _call(gm, aten.slice.Tensor, (out, 1, start, start + heads))
+            scores = out if width == heads else call_node(gm, aten.slice.Tensor, (out, 1, start, start + heads))
         if scores is not out:
             scores.meta.update({k: v for k, v in node.meta.items() if k != "val"})
         mul = node.args[0]
@@ -209,8 +207,6 @@ def _epilogue_takes(matrix: Node, sums: list) -> bool:
     """Whether ``gnn_io::linear_scores`` runs ``matrix`` and its projections ``sums`` in the 3xTF32 kernel with the
     score epilogue at the graph's sizes (fixed sizes, ``head_scores.runs_fused``). Elsewhere Inductor's own
     reduction is as good."""
-    from gnn_inductor.kernels.attention import head_scores
-
     x, weight, _ = linear_map(matrix)
     xv, wv = tensor_val(x), tensor_val(weight)
     sizes = (*xv.shape, *wv.shape)
@@ -223,27 +219,22 @@ def _epilogue_takes(matrix: Node, sums: list) -> bool:
 
 def _epilogue(gm: GraphModule, matrix: Node, sums: list) -> dict:
     """``matrix``'s GEMM and the projections of ``sums`` as one ``gnn_io::linear_scores`` call."""
-    import operator
-
-    from gnn_inductor.kernels.attention import head_scores
-    from gnn_inductor.rewrite_report import source_of
-
     x, weight, bias = linear_map(matrix)
     heads = tensor_val(sums[0][0]).shape[1]
     channels = tensor_val(weight).shape[0] // heads
     with gm.graph.inserting_before(matrix):
-        vectors = [_call(gm, aten.view.default, (att, [1, heads, channels])) for _, att in sums]
-        stacked = vectors[0] if len(vectors) == 1 else _call(gm, aten.cat.default, (vectors, 0))
-        fused = _call(gm, head_scores.linear_scores._opoverload, (x, weight, bias, stacked))
+        vectors = [call_node(gm, aten.view.default, (att, [1, heads, channels])) for _, att in sums]
+        stacked = vectors[0] if len(vectors) == 1 else call_node(gm, aten.cat.default, (vectors, 0))
+        fused = call_node(gm, head_scores.linear_scores._opoverload, (x, weight, bias, stacked))
         fused.meta["stack_trace"] = matrix.meta.get("stack_trace")
-        features = _call(gm, operator.getitem, (fused, 0))
-        scores = _call(gm, operator.getitem, (fused, 1))
+        features = call_node(gm, operator.getitem, (fused, 0))
+        scores = call_node(gm, operator.getitem, (fused, 1))
         features.meta.update({k: v for k, v in matrix.meta.items() if k != "val"})
     matrix.replace_all_uses_with(features)
     gm.graph.erase_node(matrix)
     for r, (node, _) in enumerate(sums):
         with gm.graph.inserting_after(scores):
-            score = _call(gm, aten.select.int, (scores, 1, r))
+            score = call_node(gm, aten.select.int, (scores, 1, r))
         score.meta.update({k: v for k, v in node.meta.items() if k != "val"})
         mul = node.args[0]
         node.replace_all_uses_with(score)

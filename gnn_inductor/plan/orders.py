@@ -323,7 +323,7 @@ def _build(name: str, rowptr: Tensor, col: Tensor):
     return order, inverse, permuted, (time.perf_counter() - start) * 1e3
 
 
-def _forced() -> Optional[str]:
+def forced_order() -> Optional[str]:
     value = config.get("reorder")
     if value == "partition" and _pymetis() is None:
         raise SettingError(f"{ENV_VAR}=partition needs pymetis (pip install pymetis), or choose one of "
@@ -343,7 +343,7 @@ def choose_order(rowptr: Tensor, col: Tensor, kernel: str, expected_calls: int,
     if kernel not in GAIN_MODEL:
         raise ValueError(f"unknown kernel family {kernel!r}; expected one of {sorted(GAIN_MODEL)}")
     _check_csr(rowptr, col)
-    forced = _forced()
+    forced = forced_order()
     if forced in ("off", "none"):
         return ReorderDecision("none", kernel, False, f"{ENV_VAR}={forced}", expected_calls)
     if forced is None and expected_calls <= 1:

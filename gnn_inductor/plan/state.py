@@ -7,11 +7,11 @@ transposed CSR of the split attention backward, cuSPARSE descriptors and algorit
 here, in one :class:`GraphState` per graph, under named slots. Kernels receive the state (or a slot of it) as an
 argument from their op's selector and keep no per-graph state of their own.
 
-- **One key**: the device, data pointers and sizes of the structure tensors the state is derived from
+- **One key**: the data pointers, sizes and devices of the structure tensors the state is derived from
   (:func:`state_of`).
-- **One invalidation**: a state is valid while each of those tensors is the same Python object it was built from
-  (weak references: the state never keeps a graph's memory alive, and dies with it) and its version counter is
-  unchanged (an in-place change of ``edge_index`` builds a new state). Inference tensors have no version counter:
+- **One invalidation**: a state is valid while the tensors it was built from are alive (weak references: the state
+  never keeps a graph's memory alive, and dies with it) and their version counters are unchanged (an in-place
+  change of ``edge_index`` builds a new state). Inference tensors have no version counter:
   their state is rebuilt at every call (a plan of them is built anew at every call anyway).
 - **One bound**: at most :data:`MAX_GRAPHS` states, least recently used dropped.
 - **One place in the report**: :func:`summary` and :func:`decisions` (the path decisions taken, newest last).
@@ -30,14 +30,15 @@ MAX_DECISIONS = 256
 
 def _versions(tensors) -> tuple | None:
     """The version counters of ``tensors``; None where one is an inference tensor (it has none)."""
-    if any(t.is_inference() for t in tensors):
+    try:
+        return tuple(t._version for t in tensors)
+    except RuntimeError:
         return None
-    return tuple(t._version for t in tensors)
 
 
 def key_of(tensors) -> tuple:
-    """The store's key of the structure tensors ``tensors``."""
-    return tuple((str(t.device), t.data_ptr(), t.numel()) for t in tensors)
+    """The store's key of the structure tensors ``tensors``: their data pointers, sizes and devices."""
+    return tuple((t.data_ptr(), t.numel(), t.device) for t in tensors)
 
 
 class GraphState:
@@ -53,8 +54,11 @@ class GraphState:
         """The structure tensors (all alive while the state is in the store)."""
         return tuple(ref() for ref in self.refs)
 
-    def valid_for(self, tensors) -> bool:
-        return (self.versions is not None and all(ref() is t for ref, t in zip(self.refs, tensors))
+    def valid(self) -> bool:
+        """Whether the tensors it was built from are alive and unchanged. A tensor of the same key is then the same
+        memory (the originals hold it), so the state holds for it too (a view, or another wrapper of it)."""
+        tensors = self.tensors
+        return (self.versions is not None and all(t is not None for t in tensors)
                 and _versions(tensors) == self.versions)
 
     def get(self, name: str, build: Callable[[], Any]):
@@ -76,7 +80,7 @@ def state_of(*tensors: Tensor) -> GraphState:
     """The state of the graph whose structure tensors are ``tensors`` (created empty at the first call)."""
     key = key_of(tensors)
     state = _STATES.get(key)
-    if state is None or not state.valid_for(tensors):
+    if state is None or not state.valid():
         state = GraphState(tensors, lambda _ref, key=key: _drop(key))
         if state.versions is None:
             return state  # inference tensors: not kept
@@ -90,7 +94,7 @@ def state_of(*tensors: Tensor) -> GraphState:
 def known_state(*tensors: Tensor) -> GraphState | None:
     """The state of ``tensors`` if one was made for them and is still valid, else None (nothing created)."""
     state = _STATES.get(key_of(tensors))
-    return state if state is not None and state.valid_for(tensors) else None
+    return state if state is not None and state.valid() else None
 
 
 def _drop(key) -> None:

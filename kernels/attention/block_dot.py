@@ -30,7 +30,7 @@ head:
 
 over the cells with an edge, with ``S`` and ``P V`` as ``tl.dot`` of ``WINDOW x C`` by ``C x TILE`` and
 ``WINDOW x TILE`` by ``TILE x C`` tiles and an online softmax (running max ``m``, sum ``l``) across the
-window's tiles. ``lse`` is 0 for rows without edges (as ``attention_triton``); ``eps`` is PyG's 1e-16.
+window's tiles. ``lse`` is 0 for rows without edges (as the CSR kernels); ``eps`` is PyG's 1e-16.
 Rows of windows that are not ``dense_ok`` are left 0 (the hybrid fills them). The key and value terms
 are summed into ``[N, H, C]`` node tensors before the launch (node-sized, not edge-sized). fp32 inputs
 use IEEE products unless ``allow_tf32``; half inputs run the dots in their dtype with float32
@@ -53,9 +53,9 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels.runtime.launch import cdiv, dot_precision, fast_launch, next_power_of_2
-from gnn_inductor.kernels.attention import csr_triton as attention_triton
+from gnn_inductor.kernels.attention import csr_delta
+from gnn_inductor.kernels.attention.layout import dropout_slot, out_dtype, prepare, undo_view_grad
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
-from gnn_inductor.kernels.attention.csr_triton import dropout_slot
 from gnn_inductor.kernels.runtime.rng import Dropout, dropped_triton
 from gnn_inductor.plan.block_format import TILE, WINDOW, BlockFormat, covers_every_row
 from torch import Tensor
@@ -89,14 +89,14 @@ BLOCK_LAUNCH = {"dot_forward": {"heads": "all", "num_warps": 2}, "dot_query": {"
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
-def _head_block(num_heads, BLOCK_H: tl.constexpr):
+def head_block(num_heads, BLOCK_H: tl.constexpr):
     """The heads of this program (``program_id(1)``'s block of ``BLOCK_H``), ``[BLOCK_H]``, and their mask."""
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     return heads, heads < num_heads
 
 
 @triton.jit
-def _head_rows(ptr, rows, rmask, heads, hmask, chans, cmask, sr, sh, sc):
+def load_head_rows(ptr, rows, rmask, heads, hmask, chans, cmask, sr, sh, sc):
     """``[BLOCK_H, len(rows), BLOCK_C]`` of the ``[rows, H, C]`` tensor at ``ptr`` (strides ``sr, sh, sc``), 0 where
     masked, and the mask."""
     mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
@@ -105,7 +105,7 @@ def _head_rows(ptr, rows, rmask, heads, hmask, chans, cmask, sr, sh, sc):
 
 
 @triton.jit
-def _node_offsets(rows, heads, num_heads, head_dim, chans):
+def node_head_offsets(rows, heads, num_heads, head_dim, chans):
     """Offsets of ``[BLOCK_H, len(rows), BLOCK_C]`` in a contiguous ``[N, H, C]`` tensor."""
     return (rows[None, :, None] * num_heads + heads[:, None, None]) * head_dim + chans[None, None, :]
 
@@ -126,8 +126,8 @@ def _tile_scores(tile, query, tile_col_ptr, tile_edge_ptr, k_ptr, kr, kh, kc, v_
     ``[WINDOW, TILE]`` (-1: no edge, read once for all heads), and the scaled scores ``Q K^T`` ``[BLOCK_H, WINDOW,
     TILE]`` (unmasked), shared by the forward and the query backward."""
     cols = tl.load(tile_col_ptr + tile * TILE + lanes).to(tl.int64)
-    key, _ = _head_rows(k_ptr, cols, cols >= 0, heads, hmask, chans, cmask, kr, kh, kc)
-    value, _ = _head_rows(v_ptr, cols, cols >= 0, heads, hmask, chans, cmask, vr, vh, vc)
+    key, _ = load_head_rows(k_ptr, cols, cols >= 0, heads, hmask, chans, cmask, kr, kh, kc)
+    value, _ = load_head_rows(v_ptr, cols, cols >= 0, heads, hmask, chans, cmask, vr, vh, vc)
     eid = tl.load(tile_edge_ptr + (tile * WINDOW + slots[:, None]) * TILE + lanes[None, :])
     score = tl.dot(query, tl.permute(key, (0, 2, 1)), input_precision=PRECISION) * score_scale
     return key, value, eid, eid >= 0, score
@@ -143,14 +143,14 @@ def _dot_forward_kernel(
         WINDOW: tl.constexpr, TILE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
     """One (dense row window, block of ``BLOCK_H`` heads): batched ``[BLOCK_H, WINDOW, TILE]`` dots per tile."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    query, row_mask = _head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
+    query, row_mask = load_head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
 
     m = tl.full([BLOCK_H, WINDOW], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_H, WINDOW], dtype=tl.float32)
@@ -175,7 +175,7 @@ def _dot_forward_kernel(
         m = m_new
 
     out = acc * message_scale / (total + eps)[:, :, None]
-    tl.store(out_ptr + _node_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
+    tl.store(out_ptr + node_head_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
              mask=row_mask)
     lse = tl.where(total > 0, m + tl.log(tl.where(total > 0, total, 1.0)), 0.0)
     tl.store(lse_ptr + rows[None, :] * num_heads + heads[:, None], lse, mask=hmask[:, None] & rmask[None, :])
@@ -197,7 +197,7 @@ def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str, d
     """``(layout, query, key, value)``: the attention's layout and its ``[rows, H, C]`` operands (key and value
     terms summed, all in the half dtype when any input is half precision); ``ValueError`` naming the reason
     when it is not of the supported dot-product form (see :func:`dot_form_reason`)."""
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
+    layout = prepare(args, roles, perm, score_key, message_key, dropout)
     reason = layout if isinstance(layout, str) else dot_form_reason(layout)
     if reason is not None:
         raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
@@ -205,7 +205,7 @@ def _dot_operands(args, roles, perm: Tensor, score_key: str, message_key: str, d
     query = layout.views[form.query]
     key = summed_views(layout, form.score_terms)
     value = summed_views(layout, form.value_terms)
-    half = attention_triton._out_dtype(layout.args)
+    half = out_dtype(layout.args)
     if half != torch.float32:
         query, key, value = (t.to(half) for t in (query, key, value))
     return layout, query, key, value
@@ -260,15 +260,15 @@ def _dot_backward_query_kernel(
     """dQ of one (row window, block of heads): ``scale * sum_tiles dS K``, stored ``grad_q_row`` elements apart
     from row to row (its heads and channels contiguous in a row)."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     rows = tl.load(window_rows_ptr + window * WINDOW + slots).to(tl.int64)
     rmask = rows >= 0
-    query, row_mask = _head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
-    node_offsets = _node_offsets(rows, heads, num_heads, head_dim, chans)
+    query, row_mask = load_head_rows(q_ptr, rows, rmask, heads, hmask, chans, cmask, qr, qh, qc)
+    node_offsets = node_head_offsets(rows, heads, num_heads, head_dim, chans)
     grad_out = tl.load(grad_out_ptr + node_offsets, mask=row_mask, other=0)
     stat_offsets = rows[None, :] * num_heads + heads[:, None]
     stat_mask = hmask[:, None] & rmask[None, :]
@@ -306,14 +306,14 @@ def _dot_backward_source_kernel(
     rows: ``dV = message_scale (P * w)^T dO`` and ``dK = scale * dS^T Q``, as ``[sources, destinations]`` tiles;
     each stored its ``grad_*_row`` elements apart from row to row."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
     cmask = chans < head_dim
     srcs = tl.load(window_srcs_ptr + window * WINDOW + slots).to(tl.int64)
-    key, src_mask = _head_rows(k_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, kr, kh, kc)
-    value, _ = _head_rows(v_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, vr, vh, vc)
+    key, src_mask = load_head_rows(k_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, kr, kh, kc)
+    value, _ = load_head_rows(v_ptr, srcs, srcs >= 0, heads, hmask, chans, cmask, vr, vh, vc)
 
     grad_key = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
     grad_value = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
@@ -322,8 +322,8 @@ def _dot_backward_source_kernel(
     for tile in range(first, last):
         dsts = tl.load(tile_dst_ptr + tile * TILE + lanes).to(tl.int64)
         dst_valid = dsts >= 0
-        query, dst_mask = _head_rows(q_ptr, dsts, dst_valid, heads, hmask, chans, cmask, qr, qh, qc)
-        grad_out = tl.load(grad_out_ptr + _node_offsets(dsts, heads, num_heads, head_dim, chans), mask=dst_mask,
+        query, dst_mask = load_head_rows(q_ptr, dsts, dst_valid, heads, hmask, chans, cmask, qr, qh, qc)
+        grad_out = tl.load(grad_out_ptr + node_head_offsets(dsts, heads, num_heads, head_dim, chans), mask=dst_mask,
                            other=0)
         stat_offsets = dsts[None, :] * num_heads + heads[:, None]
         stat_mask = hmask[:, None] & dst_valid[None, :]
@@ -412,7 +412,7 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     backward's, as in the forward). ``transposed`` is ``transpose_block_format(blocks, num_src)``.
 
     ``pack`` (argument -> a tensor of the argument's shape and dtype, a column slice of one packed ``[N, F]``
-    gradient: kernels/attention.py's ``attention_backward_packed``): the kernels store the gradient of such an
+    gradient: kernels/attention/op.py's ``attention_backward_packed``): the kernels store the gradient of such an
     argument, when it is the only term of its query, key or value and not both the key and the value, straight
     into that tensor (:func:`_packed_place`), which is then its entry of the result; the caller copies the others.
 
@@ -432,7 +432,7 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     need_key = any(needs_grad[i] for i in form.score_terms)
     need_value = any(needs_grad[i] for i in form.value_terms)
     device = blocks.tile_ptr.device
-    delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
+    delta = delta.contiguous()  # D = <dO, O> per (row, head), csr_delta.delta
     grad_out = grad_out.to(query.dtype).contiguous()
     common = {"DROPOUT": dropout is not None, "PRECISION": dot_precision(allow_tf32, query.dtype),
               "WINDOW": WINDOW, "TILE": TILE, "BLOCK_C": max(16, next_power_of_2(channels))}
@@ -466,7 +466,7 @@ def dot_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     for terms, grad in ((form.score_terms, grad_key), (form.value_terms, grad_value), ((form.query,), grad_query)):
         for i in terms:
             if needs_grad[i]:
-                part = attention_triton._undo(grad, layout.args[i], layout.roles[i])
+                part = undo_view_grad(grad, layout.args[i], layout.roles[i])
                 grads[i] = part if grads[i] is None else grads[i] + part
     return [g if g is None else g.to(a.dtype) for g, a in zip(grads, layout.args)]
 
@@ -490,7 +490,7 @@ def attention_function(name: str, forward_fn, backward_fn, doc: str) -> type:
         blocks, transposed, roles, score_key, message_key, allow_tf32, dropout = ctx.meta
         perm, out, lse, *args = ctx.saved_tensors
         needs_grad = list(ctx.needs_input_grad[10:])
-        grads = backward_fn(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score_key, message_key, blocks, transposed,
+        grads = backward_fn(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm, score_key, message_key, blocks, transposed,
                             needs_grad, allow_tf32, dropout)
         return (None,) * 10 + tuple(grads)
 

@@ -2,7 +2,7 @@ r"""Block-sparse attention for the GAT and GATv2 families: forward and backward 
 ``kernels/block_sparse.py`` (row windows of ``WINDOW`` destination rows, each window's source columns condensed
 into tiles of ``TILE``, ``tile_edge`` the original edge id of each cell, -1 where there is none).
 
-**Scores** (``kernels/attention_triton.py``'s families), per cell ``(i, j)`` of a tile and head ``h``, with
+**Scores** (``kernels/attention/forms.py``'s families), per cell ``(i, j)`` of a tile and head ``h``, with
 ``t`` the sum of the score terms, each reaching the cell through its role (src: column ``j``, dst: row ``i``,
 edge: the cell's edge id):
 
@@ -51,12 +51,11 @@ import torch
 import triton
 import triton.language as tl
 from gnn_inductor.kernels.runtime.launch import dot_precision, fast_launch, next_power_of_2
-from gnn_inductor.kernels.attention import csr_triton as attention_triton
+from gnn_inductor.kernels.attention.layout import dropout_slot, out_dtype, prepare, undo_view_grad
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.attention.csr_triton import dropout_slot
 from gnn_inductor.plan.block_format import TILE, WINDOW, BlockFormat, covers_every_row
 from gnn_inductor.kernels.attention.block_dot import (
-    _head_block, _head_rows, _node_offsets, attention_function, gradient_buffer, head_launch, summed_views,
+    head_block, load_head_rows, node_head_offsets, attention_function, gradient_buffer, head_launch, summed_views,
 )
 from gnn_inductor.kernels.runtime.rng import Dropout, dropped_triton
 from torch import Tensor
@@ -160,7 +159,7 @@ def _gat_forward_kernel(
         V2: tl.constexpr, PRECISION: tl.constexpr, WINDOW: tl.constexpr, TILE: tl.constexpr,
         BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
@@ -180,7 +179,7 @@ def _gat_forward_kernel(
             tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, heads, hmask,
             slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, BLOCK_H, WINDOW, TILE,
             BLOCK_C)
-        value, _ = _head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
+        value, _ = load_head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
         score = tl.where(has_edge[None, :, :], score, float("-inf"))
         m_new = tl.maximum(m, tl.max(score, axis=2))
         # a row with no edge so far keeps m = -inf: shift by 0 there so exp gives 0, never nan
@@ -196,7 +195,7 @@ def _gat_forward_kernel(
 
     out = acc * message_scale / (total + eps)[:, :, None]
     out_mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
-    tl.store(out_ptr + _node_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
+    tl.store(out_ptr + node_head_offsets(rows, heads, num_heads, head_dim, chans), out.to(out_ptr.dtype.element_ty),
              mask=out_mask)
     lse = tl.where(total > 0, m + tl.log(tl.where(total > 0, total, 1.0)), 0.0)
     tl.store(lse_ptr + rows[None, :] * num_heads + heads[:, None], lse, mask=hmask[:, None] & rmask[None, :])
@@ -226,7 +225,7 @@ class _Operands(NamedTuple):
 def _operands(args, roles, perm: Tensor, score_key: str, message_key: str, dropout: Dropout | None) -> _Operands:
     """The attention's layout (with the call's dropout) and operands; ``ValueError`` naming the reason when it is
     not of a supported form (see :func:`gat_form_reason`)."""
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
+    layout = prepare(args, roles, perm, score_key, message_key, dropout)
     reason = layout if isinstance(layout, str) else gat_form_reason(layout)
     if reason is not None:
         raise ValueError(f"block-sparse attention cannot run this attention: {reason}")
@@ -242,7 +241,7 @@ def _operands(args, roles, perm: Tensor, score_key: str, message_key: str, dropo
             term = sum(layout.views[i].float() for i in indices)
         terms[role] = (indices, term)
     value = summed_views(layout, form.value_terms)
-    half = attention_triton._out_dtype(layout.args)
+    half = out_dtype(layout.args)
     if half != torch.float32:
         value = value.to(half)
     att = layout.views[form.query] if form.family == "gatv2" else None
@@ -325,7 +324,7 @@ def _gat_backward_row_kernel(
     cells' edge ids) and gatv2's partial ``d att`` (one ``[BLOCK_C]`` row per window and head)."""
     window_index = tl.program_id(0)
     window = tl.load(dense_windows_ptr + window_index).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
@@ -334,7 +333,7 @@ def _gat_backward_row_kernel(
     rmask = rows >= 0
     att = _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2, BLOCK_H, BLOCK_C)
     row_term = _row_term(d_ptr, dr, dh, dc, rows, rmask, heads, hmask, chans, cmask, att, HAS_DST, V2)
-    node_offsets = _node_offsets(rows, heads, num_heads, head_dim, chans)
+    node_offsets = node_head_offsets(rows, heads, num_heads, head_dim, chans)
     row_mask = hmask[:, None, None] & rmask[None, :, None] & cmask[None, None, :]
     grad_out = tl.load(grad_out_ptr + node_offsets, mask=row_mask, other=0)
     stat_offsets = rows[None, :] * num_heads + heads[:, None]
@@ -354,7 +353,7 @@ def _gat_backward_row_kernel(
             tile, tile_col_ptr, tile_edge_ptr, row_term, s_ptr, sr, sh, sc, e_ptr, er, eh, ec, att, heads, hmask,
             slots, lanes, chans, cmask, slope, score_scale, HAS_DST, HAS_SRC, HAS_EDGE, V2, BLOCK_H, WINDOW, TILE,
             BLOCK_C)
-        value, _ = _head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
+        value, _ = load_head_rows(v_ptr, cols, col_valid, heads, hmask, chans, cmask, vr, vh, vc)
         p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, :, None], float("-inf")))
         grad_p = tl.dot(grad_out, tl.permute(value, (0, 2, 1)), input_precision=PRECISION) * message_scale
         if DROPOUT:
@@ -405,7 +404,7 @@ def _gat_backward_source_kernel(
     """Per (source window of the transposed format, block of heads), its tiles' columns destination rows, cells
     ``[sources, destinations]``: the src-role terms' gradient and ``dV = message_scale (P w)^T dO``."""
     window = tl.load(dense_windows_ptr + tl.program_id(0)).to(tl.int64)
-    heads, hmask = _head_block(num_heads, BLOCK_H)
+    heads, hmask = head_block(num_heads, BLOCK_H)
     slots = tl.arange(0, WINDOW)
     lanes = tl.arange(0, TILE)
     chans = tl.arange(0, BLOCK_C)
@@ -414,7 +413,7 @@ def _gat_backward_source_kernel(
     smask = srcs >= 0
     att = _attention_vector(att_ptr, ah, ac, heads, hmask, chans, cmask, V2, BLOCK_H, BLOCK_C)
     row_term = _row_term(s_ptr, sr, sh, sc, srcs, smask, heads, hmask, chans, cmask, att, HAS_SRC, V2)
-    value, src_mask = _head_rows(v_ptr, srcs, smask, heads, hmask, chans, cmask, vr, vh, vc)
+    value, src_mask = load_head_rows(v_ptr, srcs, smask, heads, hmask, chans, cmask, vr, vh, vc)
 
     if V2:
         grad_src = tl.zeros([BLOCK_H, WINDOW, BLOCK_C], dtype=tl.float32)
@@ -431,7 +430,7 @@ def _gat_backward_source_kernel(
         stat_offsets = dsts[None, :] * num_heads + heads[:, None]
         stat_mask = hmask[:, None] & dst_valid[None, :]
         lse = tl.load(lse_ptr + stat_offsets, mask=stat_mask, other=0)
-        grad_out = tl.load(grad_out_ptr + _node_offsets(dsts, heads, num_heads, head_dim, chans),
+        grad_out = tl.load(grad_out_ptr + node_head_offsets(dsts, heads, num_heads, head_dim, chans),
                            mask=hmask[:, None, None] & dst_valid[None, :, None] & cmask[None, None, :], other=0)
         p = tl.exp(tl.where(has_edge[None, :, :], score - lse[:, None, :], float("-inf")))
         p_weighted = p * message_scale
@@ -450,7 +449,7 @@ def _gat_backward_source_kernel(
                                    * tl.where(terms > 0, 1.0, slope), axis=2)
             else:
                 grad_src += tl.sum(grad_score * tl.where(terms > 0, 1.0, slope), axis=2)
-    offsets = _node_offsets(srcs, heads, num_heads, head_dim, chans)
+    offsets = node_head_offsets(srcs, heads, num_heads, head_dim, chans)
     if GRAD_SRC:
         if V2:
             tl.store(grad_src_ptr + offsets, grad_src, mask=src_mask)
@@ -480,7 +479,7 @@ def gat_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     need_value = needed(form.value_terms)
     need_att = v2 and bool(needs_grad[form.query])
     device = blocks.tile_ptr.device
-    delta = delta.contiguous()  # D = <dO, O> per (row, head), attention_triton.delta
+    delta = delta.contiguous()  # D = <dO, O> per (row, head), csr_delta.delta
     grad_out = grad_out.to(ops.value.dtype).contiguous()
     pointers, constexprs = _kernel_operands(ops)
     precision = dot_precision(allow_tf32, ops.value.dtype)
@@ -529,7 +528,7 @@ def gat_backward(grad_out: Tensor, delta: Tensor, lse: Tensor, args, roles, perm
     for indices, grad in parts:
         for i in indices:
             if needs_grad[i]:
-                part = attention_triton._undo(grad, layout.args[i], layout.roles[i])
+                part = undo_view_grad(grad, layout.args[i], layout.roles[i])
                 grads[i] = part if grads[i] is None else grads[i] + part
     return [g if g is None else g.to(a.dtype) for g, a in zip(grads, layout.args)]
 

@@ -37,21 +37,24 @@ Ops:
   layer's output (the skip map's sum is).
 
 On CUDA (and on CPU under ``TRITON_INTERPRET=1``) the fused Triton kernels of
-``kernels/attention_triton.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
+``kernels/attention/csr_*.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
 (TransformerConv) families; anything else, and every CPU call, runs the exact reference below
 (backward: recompute it under autograd). dtype: float32 accumulation; ``out`` is half precision when
 any input is. Which kernel runs for the dot-product family on CUDA (fused CSR, block-sparse
-Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attention_paths.py``.
+Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attention/selector.py``;
+``kernels/attention/dispatch.py`` runs the kernels of the path.
 """
 from __future__ import annotations
 
 import math
 
 import torch
-from gnn_inductor import config
-from gnn_inductor.plan import state as graph_state
-from gnn_inductor.plan import decisions as plan_decisions
-from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
+from gnn_inductor.kernels.attention import csr_delta, csr_forward, csr_launch, dispatch
+from gnn_inductor.kernels.attention import selector as attention_paths
+from gnn_inductor.kernels.attention.dispatch import check_bias, check_pack, check_projection, chunked_grads, fused, \
+    mass_terms, projection_blocks
+from gnn_inductor.kernels.attention.forms import recognise
+from gnn_inductor.kernels.attention.layout import out_dtype, prepare, undo_view_grad
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_NAMES, edge_values, fake_edge_values
@@ -59,7 +62,6 @@ from gnn_inductor.kernels.runtime.reference import (
     accumulation_dtype, column_sum, in_float32, recompute_grads, segment_reduce,
 )
 from gnn_inductor.kernels.attention.edge_softmax import softmax_csr
-from gnn_inductor.plan.work_items import work_items_op
 from torch import Tensor
 from gnn_inductor.kernels.runtime.op_layout import contiguous_results, fresh_like
 
@@ -102,19 +104,15 @@ def _kernel_name(device_type: str, details: dict) -> str:
     if device_type != "cuda" or "score" not in details:
         return KERNEL.get(device_type, KERNEL["cpu"])
     roles = [r if isinstance(r, int) else _ROLE_IDS[r] for r in details["roles"]]
-    form = attention_triton.recognise(details["score"], details["message"], roles)
+    form = recognise(details["score"], details["message"], roles)
     if isinstance(form, str):
         return f"reference (torch segment ops): edge functions not fused ({form})"
     if form.family == "dot":
-        return f"{attention_triton.kernel_name(form.family)}; {attention_paths.kernel_name()}"
-    return attention_triton.kernel_name(form.family)
+        return f"{csr_launch.kernel_name(form.family)}; {attention_paths.kernel_name()}"
+    return csr_launch.kernel_name(form.family)
 
 
 _ROLE_IDS = {name: role for role, name in ROLE_NAMES.items()}
-
-
-def _fused(args, rowptr: Tensor) -> bool:
-    return rowptr.is_cuda or (attention_triton.INTERPRETED and rowptr.device.type == "cpu")
 
 
 _lib = torch.library.Library("gnn_io", "FRAGMENT")
@@ -143,80 +141,20 @@ def attention_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col:
     out, lse, biased = _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
                                 dropout_seed, dropout_p, bias)
     if bias is not None and not biased:
-        _check_bias(bias, out.shape[1:], out.dtype, out.device)
+        check_bias(bias, out.shape[1:], out.dtype, out.device)
         out.add_(bias.reshape(out.shape[1:]))  # a fresh tensor of the op's own: the layer's output in its memory
     return out, lse
-
-
-def _check_bias(bias: Tensor, row_shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
-    """A bias has one output row's elements, the output's dtype and its device."""
-    if bias.numel() != math.prod(row_shape) or bias.dtype != dtype or bias.device != device:
-        raise ValueError(f"attention bias of shape {tuple(bias.shape)} ({bias.dtype}, {bias.device}) does not fit "
-                         f"the output rows {tuple(row_shape)} ({dtype}, {device})")
 
 
 def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
              dropout_p, bias) -> tuple:
     """``(out, lse, biased)``: ``biased`` when the CSR kernel added ``bias`` itself (its store's epilogue)."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
-    if _fused(args, rowptr):
-        layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
-        if not isinstance(layout, str):
-            decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps,
-                                               items, max_edges)
-            if decision is not None and decision.path != "csr":
-                return (*attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
-                                                     message_key, eps, max_edges), False)
-            if bias is not None:
-                _check_bias(bias, (layout.heads, layout.channels), attention_triton._out_dtype(args), rowptr.device)
-            rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
-            return (*attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows),
-                    bias is not None)
+    result = dispatch.forward(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout,
+                              bias)
+    if result is not None:
+        return result
     return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
-
-
-def _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges, pack=None) -> list:
-    """The CSR kernels' backward, with the graph's source CSR where the backward variant reads it (the op's
-    backward, and the first call's timing of the CSR path); ``pack`` as :func:`attention_triton.backward`'s."""
-    by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges) \
-        if attention_triton.backward_variant() in attention_triton.SOURCE_CSR_VARIANTS else None
-    return attention_triton.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                     by_src=by_src, pack=pack)
-
-
-# The path chooser runs for CUDA tensors (and forced paths anywhere); tests set this to run the automatic choice,
-# its first-call timings included, under Triton's interpreter on CPU.
-CHOOSE_ON_CPU = False
-
-
-def _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges) -> tuple:
-    """``(decision or None, items, max_edges)``: the attention path for this graph (kernels/attention_paths.py);
-    None where only the CSR kernel is considered (CPU under the interpreter unless a path is forced)."""
-    if not rowptr.is_cuda and attention_paths.path_setting() == "auto" and not CHOOSE_ON_CPU:
-        return None, items, max_edges
-    if not items:
-        items, max_edges = list(work_items_op(rowptr, col, attention_triton.MAX_EDGES)), attention_triton.MAX_EDGES
-    dtype = attention_triton._out_dtype(args)
-
-    needs_grad = [a.is_floating_point() for a in args]
-
-    def forward_fn(candidate, backward=False):
-        """The candidate path's forward, and with ``backward`` its backward too (every floating argument's
-        gradient, the output as the output gradient, ``D`` computed as the op's backward does): the first call's
-        timing of a training step."""
-        if candidate.path == "csr":
-            out, lse = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges)
-            if backward:
-                _csr_backward(layout, out, attention_triton.delta(out, out), lse, rowptr, col, perm, needs_grad, items,
-                              max_edges)
-            return out, lse
-        out, lse = attention_paths.run_forward(candidate, layout, args, roles, rowptr, col, perm, score_key,
-                                               message_key, eps, max_edges)
-        if backward:
-            attention_paths.run_backward(candidate, layout, out, attention_triton.delta(out, out), lse, args, roles,
-                                         rowptr, col, perm, score_key, message_key, needs_grad, max_edges)
-        return out, lse
-    return attention_paths.decide(layout, rowptr, col, perm, list(items), dtype, forward_fn), items, max_edges
 
 
 @attention_forward.register_fake
@@ -260,10 +198,10 @@ def attention_delta(grad_out: Tensor, out: Tensor, lse: Tensor, bias: Tensor | N
     summed = None
     if shape is None:
         delta = lse.new_empty((0,), dtype=torch.float32)
-    elif _fused([out], lse) and shape[0]:
-        delta, _, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
-                                                        None if bias is None else bias.reshape(shape[1:]),
-                                                        bias_grad=_kernel_bias_grad(grad_out, bias))
+    elif fused([out], lse) and shape[0]:
+        delta, _, summed = csr_delta.delta_parts(grad_out.reshape(shape), out.reshape(shape),
+                                                 None if bias is None else bias.reshape(shape[1:]),
+                                                 bias_grad=_kernel_bias_grad(grad_out, bias))
         delta = delta.view(lse.shape)
     else:
         centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
@@ -305,44 +243,17 @@ def attention_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], r
 
 def _backward_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
                     dropout_seed, dropout_p, delta, lse, needs_grad, pack=None) -> list:
-    """:func:`attention_backward`'s list; ``pack`` (argument -> its gradient's place in a packed tensor) is
-    given to the CSR kernels and the block-sparse dot-product kernels, which write those gradients there where
-    they can (the entry is then that place)."""
+    """:func:`attention_backward`'s list; ``pack`` (argument -> its gradient's place in a packed tensor) as
+    :func:`dispatch.backward`'s."""
     dropout = rng.dropout_of(dropout_seed, dropout_p)
-    grads = None
-    kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout,
-                              delta, lse)
-    if kernel is not None:
-        layout, decision, items, max_edges = kernel
-        if decision is not None and decision.path != "csr":
-            grads = attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr,
-                                                 col, perm, score_key, message_key, needs_grad, max_edges, pack=pack)
-        else:
-            grads = _csr_backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
-                                  pack=pack)
+    grads = dispatch.backward(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                              dropout, delta, lse, needs_grad, pack)
     if grads is None:
         grads = recompute_grads(
             lambda *a: attention_reference(list(a), roles, rowptr, col, row, perm, score_key, message_key, eps,
                                            dropout),
             list(args), grad_out, needs_grad)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
-
-
-def _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges, dropout, delta,
-                     lse) -> tuple | None:
-    """``(layout, path decision or None, items, max_edges)`` where the fused kernels run this backward, else None
-    (the reference recomputes it). ``D`` must be shaped as ``lse`` there (ValueError)."""
-    if not _fused(args, rowptr):
-        return None
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key, dropout)
-    if isinstance(layout, str):
-        return None
-    if tuple(delta.shape) != tuple(lse.shape):
-        raise ValueError(f"attention_backward: D of shape {tuple(delta.shape)} for statistics of shape "
-                         f"{tuple(lse.shape)}")
-    decision, items, max_edges = _path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items,
-                                       max_edges)
-    return layout, decision, items, max_edges
 
 
 @attention_backward.register_fake
@@ -362,13 +273,13 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     (``[rows, *F]``, ``prod(F)`` columns) sits in columns ``[pack_offsets[i], pack_offsets[i] + prod(F))`` of
     ``packed`` (``[rows, pack_width]``, the arguments' dtype), and its entry in the list is an empty tensor. The
     offsets' spans do not overlap; columns outside them (zero columns the forward's GEMM carries for alignment,
-    gnn_inductor/score_fold.py) are zeros.
+    gnn_inductor/passes/score_fold.py) are zeros.
 
-    A backward graph pass (gnn_inductor/packed_grads.py) calls it where the graph concatenates those gradients
-    (TransformerConv's query, key and value maps fused into one GEMM, gnn_inductor/linear_fusion.py): the split
+    A backward graph pass (gnn_inductor/passes/packed_grads.py) calls it where the graph concatenates those gradients
+    (TransformerConv's query, key and value maps fused into one GEMM, gnn_inductor/passes/linear_fusion.py): the split
     backward's kernels then write them in place, and the concatenated copy (a read and a write of 1.5 GiB at 2^20
     nodes and 384 columns in float32) and the separate gradients at the step's peak are gone."""
-    packed_args, gaps = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    packed_args, gaps = check_pack(args, needs_grad, pack_offsets, pack_width)
     return _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
                          dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, packed_args, gaps)
 
@@ -376,7 +287,7 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
 def _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges,
                   dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, packed_args,
                   gaps) -> list:
-    """:func:`attention_backward_packed`'s result, its layout checked (:func:`_check_pack`)."""
+    """:func:`attention_backward_packed`'s result, its layout checked (:func:`dispatch.check_pack`)."""
     first = args[packed_args[0]]
     packed = torch.empty((first.shape[0], pack_width), dtype=first.dtype, device=first.device)
     for start, end in gaps:
@@ -392,45 +303,6 @@ def _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, mess
     return [packed] + grads
 
 
-def _check_pack(args, needs_grad, pack_offsets, pack_width) -> tuple:
-    """The packed arguments' indices and the column spans between them (zeroed), after checking that their spans
-    lie in ``[0, pack_width)`` without overlapping, with gradients of the same rows and dtype (ValueError
-    otherwise: a wrong call must not write an overlapping layout)."""
-    if len(pack_offsets) != len(args):
-        raise ValueError(f"attention_backward_packed: {len(pack_offsets)} pack offsets for {len(args)} arguments")
-    packed = [i for i, offset in enumerate(pack_offsets) if offset >= 0]
-    if not packed:
-        raise ValueError("attention_backward_packed: no argument is packed")
-    spans = sorted((pack_offsets[i], pack_offsets[i] + args[i][0].numel() if args[i].dim() else 1) for i in packed)
-    gaps = span_gaps(spans, pack_width)
-    if gaps is None:
-        raise ValueError(f"attention_backward_packed: column spans {spans} overlap or leave [0, {pack_width})")
-    first = args[packed[0]]
-    for i in packed:
-        if not needs_grad[i] or args[i].dim() < 2 or args[i].shape[0] != first.shape[0] or \
-                args[i].dtype != first.dtype:
-            raise ValueError(f"attention_backward_packed: argument {i} ({tuple(args[i].shape)}, {args[i].dtype}, "
-                             f"needs grad: {needs_grad[i]}) cannot share the packed gradient of argument {packed[0]}")
-    return packed, gaps
-
-
-def span_gaps(spans: list, width: int) -> list | None:
-    """The ``(start, end)`` column ranges of ``[0, width)`` that no span of ``spans`` (sorted ``(start, end)``
-    pairs) covers, or None when spans overlap or leave ``[0, width)``."""
-    gaps, at = [], 0
-    for start, end in spans:
-        if start < at or end <= start:
-            return None
-        if start > at:
-            gaps.append((at, start))
-        at = end
-    if at > width:
-        return None
-    if at < width:
-        gaps.append((at, width))
-    return gaps
-
-
 @attention_backward_packed.register_fake
 def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, max_edges, dropout_seed,
       dropout_p, delta, lse, needs_grad, pack_offsets, pack_width):
@@ -438,23 +310,6 @@ def _(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps
     grads = [fresh_like(a) if need and offset < 0 else grad_out.new_empty((0,))
              for a, need, offset in zip(args, needs_grad, pack_offsets)]
     return [first.new_empty((first.shape[0], pack_width))] + grads
-
-
-GRAD_CHUNK_ENV = config.SETTINGS["grad_chunk_kb"].env
-# rows of the packed gradient per block of attention_backward_projected, in KiB
-GRAD_CHUNK_KB = config.default("grad_chunk_kb")
-# With the block size left at its default, a packed gradient under GRAD_WHOLE_KB, of a graph under
-# GRAD_WHOLE_MAX_ROWS nodes, is made whole (one block): each block costs the host its two passes' launches, three
-# products and a stream join, which a host-bound step pays in full. Measured on the H200 (TransformerConv on tu-batch,
-# 458,590 nodes, CSR path, interleaved A/B, 100 rounds): TF32, a 672 MiB gradient in 3 blocks, 5.19 ms a step
-# against 4.38 whole (1.19x, about 0.4 ms a block); bf16, 336 MiB in 2 blocks, 4.19 against 4.01 (1.05x, 0.18 ms).
-# The graphs of 2^20 nodes, where the blocks keep the step's peak down (H100: TransformerConv's 1.5 GiB
-# gradient, GATv2Conv's 1 GiB in float32) and the GPU-bound step hides their host cost, keep the 256 MiB blocks at
-# every width and precision. The price, estimated, not measured: up to 512 MiB more at the step's peak for a
-# gradient between 256 and 768 MiB of a graph under 2^19 nodes.
-GRAD_WHOLE_ENV = config.SETTINGS["grad_whole_kb"].env
-GRAD_WHOLE_KB = config.default("grad_whole_kb")
-GRAD_WHOLE_MAX_ROWS = 1 << 19
 
 
 @torch.library.custom_op("gnn_io::attention_backward_projected", mutates_args=())
@@ -472,17 +327,17 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
     ``bias_dims`` -1; it is ``[pack_width]`` with 0 and ``[1, pack_width]`` with 1.
 
     On the fused kernels' CSR path with the split backward, the packed gradient is made one block of rows at a time
-    (:func:`attention_triton.backward_chunked`; at most ``GNN_IO_GRAD_CHUNK_KB`` KiB a block, 256 MiB by default,
+    (:func:`csr_chunked.backward_chunked`; at most ``GNN_IO_GRAD_CHUNK_KB`` KiB a block, 256 MiB by default,
     0 for one block) and each block goes through the three products before the next: the whole packed gradient
     never exists. TransformerConv's is ``[N, 3F]`` (1.5 GiB at 2^20 nodes and ``3F = 384`` in float32), alive at
     the step's peak next to the query, key and value it is the gradient of. Elsewhere (another path, the
     reference, a CUDA graph captured before the blocks were counted) it is made whole, then multiplied.
-    A backward graph pass (gnn_inductor/packed_grads.py) calls this op where the packed gradient's only readers
+    A backward graph pass (gnn_inductor/passes/packed_grads.py) calls this op where the packed gradient's only readers
     are those products."""
-    packed_args, gaps = _check_pack(args, needs_grad, pack_offsets, pack_width)
+    packed_args, gaps = check_pack(args, needs_grad, pack_offsets, pack_width)
     first = args[packed_args[0]]
     rows, dtype = first.shape[0], first.dtype
-    _check_projection(rows, pack_width, dtype, x, weight, bias_dims)
+    check_projection(rows, pack_width, dtype, x, weight, bias_dims)
     grad_x = None if weight is None else torch.empty((rows, weight.shape[1]), dtype=dtype, device=first.device)
     grad_w = None if x is None else torch.empty((pack_width, x.shape[1]), dtype=dtype, device=first.device)
     full_precision = dtype in (torch.float32, torch.float64)  # else half precision, whose sums run in float32
@@ -520,9 +375,9 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
 
     bounds = projection_blocks(rows, pack_width, dtype)
     grads = None if len(bounds) <= 2 else \
-        _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
-                       dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype, bounds,
-                       consume)
+        chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
+                      dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype, bounds,
+                      consume)
     if grads is None:
         full = _packed_grads(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
                              max_edges, dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width,
@@ -535,56 +390,6 @@ def attention_backward_projected(grad_out: Tensor, args: list[Tensor], roles: li
         grad_w.copy_(whole[0])
     bias_grad = empty() if bias_dims < 0 else sums[0].to(dtype).view((1, pack_width) if bias_dims else (pack_width,))
     return [empty() if grad_x is None else grad_x, empty() if grad_w is None else grad_w, bias_grad] + grads
-
-
-def projection_blocks(rows: int, width: int, dtype: torch.dtype) -> list:
-    """The row boundaries of :func:`attention_backward_projected`'s blocks for a packed gradient of ``rows`` x
-    ``width`` in ``dtype``: ``[0, rows]``, one block, when it fits ``GNN_IO_GRAD_CHUNK_KB`` or that is 0, or when
-    it is under ``GNN_IO_GRAD_WHOLE_KB`` and ``rows`` under :data:`GRAD_WHOLE_MAX_ROWS` (``GNN_IO_GRAD_WHOLE_KB``
-    defaults to :data:`GRAD_WHOLE_KB` while ``GNN_IO_GRAD_CHUNK_KB`` is unset, else to 0: a block size set alone
-    cuts at that size at any total)."""
-    chunk_kb = config.get("grad_chunk_kb")
-    chunk_alone = config.is_set("grad_chunk_kb") and not config.is_set("grad_whole_kb")
-    whole_kb = 0 if chunk_alone else config.get("grad_whole_kb")
-    row_bytes = width * torch.finfo(dtype).bits // 8
-    if chunk_kb == 0 or (rows < GRAD_WHOLE_MAX_ROWS and rows * row_bytes < whole_kb << 10):
-        return [0, rows]
-    return attention_triton.chunk_bounds(rows, row_bytes, chunk_kb << 10)
-
-
-def _check_projection(rows: int, width: int, dtype: torch.dtype, x: Tensor | None, weight: Tensor | None,
-                      bias_dims: int) -> None:
-    if weight is not None and (weight.dim() != 2 or weight.shape[0] != width or weight.dtype != dtype):
-        raise ValueError(f"attention_backward_projected: weight of shape {tuple(weight.shape)} ({weight.dtype}) for a "
-                         f"packed gradient of {width} columns ({dtype})")
-    if x is not None and (x.dim() != 2 or x.shape[0] != rows or x.dtype != dtype):
-        raise ValueError(f"attention_backward_projected: input of shape {tuple(x.shape)} ({x.dtype}) for a packed "
-                         f"gradient of {rows} rows ({dtype})")
-    if bias_dims not in (-1, 0, 1):
-        raise ValueError(f"attention_backward_projected: bias_dims {bias_dims} (set -1, 0 or 1)")
-
-
-def _chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
-                   dropout_seed, dropout_p, delta, lse, needs_grad, pack_offsets, pack_width, gaps, dtype, bounds,
-                   consume) -> list | None:
-    """:func:`attention_triton.backward_chunked`'s gradients over the blocks of rows ``bounds`` (the packed ones
-    None, each block of the packed gradient handed to ``consume``), or None, with nothing computed, where it does
-    not run: the kernels or the CSR path's split backward do not run here, or it declines."""
-    kernel = _backward_kernel(args, roles, rowptr, col, perm, score_key, message_key, eps, items, max_edges,
-                              rng.dropout_of(dropout_seed, dropout_p), delta, lse)
-    if kernel is None:
-        return None
-    layout, decision, items, max_edges = kernel
-    if decision is not None and decision.path != "csr" or \
-            attention_triton.backward_variant() not in attention_triton.SOURCE_CSR_VARIANTS:
-        return None
-    by_src = attention_triton.source_csr(layout, rowptr, col, perm, max_edges)
-    if by_src is None:
-        return None
-    cache = graph_state.state_of(rowptr, col, perm).slot("csr_by_src")
-    return attention_triton.backward_chunked(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items,
-                                             max_edges, by_src, pack_offsets, pack_width, gaps, dtype, bounds,
-                                             consume, cache)
 
 
 @attention_backward_projected.register_fake
@@ -644,31 +449,6 @@ attention_forward.register_autograd(_backward, setup_context=_setup)
 # about 0.7 ms of the src pass, against one [N, H, C] float32 write and read here.
 
 
-def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, message_key: str) -> list:
-    """The indices of the GAT dst-role score terms whose gradients :func:`attention_forward_mass` gives, or ``[]``
-    where the plain op runs. It runs where the fused CSR kernels do (CUDA, or CPU under the interpreter), for the
-    GAT family with float32 inputs and the all-heads kernel, with TF32 off (where it is on, the path chooser may
-    pick the block-sparse kernel, which makes no mass) and the path not forced to another kernel, under
-    ``GNN_IO_ATTENTION_BACKWARD`` ``auto`` (unset) or ``mass``; for the arguments that need a gradient, are only
-    score terms of one row per destination. Shapes and flags only: the same answer at tracing and at run time."""
-    if attention_triton.backward_variant() not in attention_triton.MASS_VARIANTS or not _fused(args, rowptr) or \
-            attention_triton.heads_variant() != "all" or attention_triton._out_dtype(args) != torch.float32 or \
-            any(a.dtype != torch.float32 for a in args if a.is_floating_point()):
-        return []
-    setting = attention_paths.path_setting()
-    if setting not in ("auto", "csr") or (setting == "auto" and plan_decisions.precision_of(torch.float32) != "ieee"):
-        return []
-    # the layout's checks are of shapes: no dropout needed for them (its seed may be a traced value here)
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key)
-    if isinstance(layout, str) or layout.form.family != "gat":
-        return []
-    form = layout.form
-    others = set(form.value_terms) | ({form.query} if form.query is not None else set())
-    return [i for i in dict.fromkeys(form.score_terms)
-            if roles[i] == ROLE_DST and i not in others and args[i].requires_grad
-            and args[i].shape[0] == rowptr.shape[0] - 1]
-
-
 @torch.library.custom_op("gnn_io::attention_forward_mass", mutates_args=())
 @contiguous_results
 def attention_forward_mass(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
@@ -676,18 +456,18 @@ def attention_forward_mass(args: list[Tensor], roles: list[int], rowptr: Tensor,
                            max_edges: int, dropout_seed: Tensor | None = None, dropout_p: float = 0.0,
                            bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`attention_forward`'s ``(out, lse)`` and GAT's score-term mass ``M`` (float32, shaped as ``out``; the
-    section comment above), from the fused CSR kernel (always that kernel: :func:`mass_terms` says where the op
+    section comment above), from the fused CSR kernel (always that kernel: :func:`dispatch.mass_terms` says where the op
     is used)."""
-    layout = attention_triton.prepare(args, roles, perm, score_key, message_key,
+    layout = prepare(args, roles, perm, score_key, message_key,
                                       rng.dropout_of(dropout_seed, dropout_p))
-    if isinstance(layout, str) or layout.form.family != "gat" or not _fused(args, rowptr):
+    if isinstance(layout, str) or layout.form.family != "gat" or not fused(args, rowptr):
         raise ValueError(f"attention_forward_mass: the GAT family's fused CSR kernel does not run these arguments "
                          f"({layout if isinstance(layout, str) else layout.form.family})")
     if bias is not None:
-        _check_bias(bias, (layout.heads, layout.channels), attention_triton._out_dtype(args), rowptr.device)
+        check_bias(bias, (layout.heads, layout.channels), out_dtype(args), rowptr.device)
     rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
-    out, lse, mass = attention_triton.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows,
-                                              variant="all", mass=True)
+    out, lse, mass = csr_forward.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows,
+                                         variant="all", mass=True)
     return out, lse, mass
 
 
@@ -710,11 +490,11 @@ def attention_delta_mass(grad_out: Tensor, out: Tensor, mass: Tensor, lse: Tenso
         raise ValueError(f"attention_delta_mass: output {tuple(out.shape)}, mass {tuple(mass.shape)} and statistics "
                          f"{tuple(lse.shape)} do not fit")
     summed = None
-    if _fused([out], lse) and shape[0]:
-        delta, mass_grad, summed = attention_triton.delta_parts(grad_out.reshape(shape), out.reshape(shape),
-                                                                None if bias is None else bias.reshape(shape[1:]),
-                                                                mass.reshape(shape), score_scale,
-                                                                _kernel_bias_grad(grad_out, bias))
+    if fused([out], lse) and shape[0]:
+        delta, mass_grad, summed = csr_delta.delta_parts(grad_out.reshape(shape), out.reshape(shape),
+                                                         None if bias is None else bias.reshape(shape[1:]),
+                                                         mass.reshape(shape), score_scale,
+                                                         _kernel_bias_grad(grad_out, bias))
         delta, mass_grad = delta.view(lse.shape), mass_grad.view(lse.shape)
     else:
         centred = out.float() if bias is None else out.float() - bias.float().reshape(out.shape[1:])
@@ -735,7 +515,7 @@ def _setup_mass(ctx, inputs, output):
     out, lse, mass = output
     ctx.mark_non_differentiable(lse, mass)
     ctx.save_for_backward(*args, rowptr, col, row, perm, out, lse, mass, dropout_seed, bias, *items)
-    form = attention_triton.recognise(score_key, message_key, roles)
+    form = recognise(score_key, message_key, roles)
     ctx.meta = (len(args), roles, score_key, message_key, eps, max_edges, dropout_p, form.score_scale)
     ctx.needs = [bool(a.requires_grad) for a in args]
     ctx.terms = mass_terms(args, roles, rowptr, perm, score_key, message_key)
@@ -752,7 +532,7 @@ def _backward_mass(ctx, grad_out, _grad_lse, _grad_mass):
     grads = attention_backward(grad_out, args, roles, rowptr, col, row, perm, score_key, message_key, eps, items,
                                max_edges, dropout_seed, dropout_p, delta, lse, needs) if any(needs) else \
         [None] * num_args
-    grads = [attention_triton._undo(mass_grad, args[i], ROLE_DST).to(args[i].dtype) if i in ctx.terms else g
+    grads = [undo_view_grad(mass_grad, args[i], ROLE_DST).to(args[i].dtype) if i in ctx.terms else g
              for i, g in enumerate(grads)]
     bias_grad = bias_grad if bias is not None and ctx.needs_input_grad[-1] else None
     return ([g if need else None for g, need in zip(grads, ctx.needs)], None, None, None, None, None, None, None,

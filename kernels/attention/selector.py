@@ -2,7 +2,7 @@ r"""Which attention kernel runs, per graph and per row window: the fused CSR ker
 Tensor-Core kernel, or a hybrid of both. Decided once per (graph plan, family, precision,
 heads x channels) at the first CUDA call, cached with the plan's tensors, and shown in the report.
 
-**Paths.** ``csr``: ``attention_triton`` over the plan's work items. ``block``: ``block_sparse`` (dot
+**Paths.** ``csr``: the fused CSR kernels (``csr_forward``, ``csr_backward``) over the plan's work items. ``block``: ``block_dot`` (dot
 family, TransformerConv) over the block format: row windows of 16 destinations, tiles of 16 condensed
 source columns. ``hybrid``: each window goes to the kernel the cost model prefers for it; the block kernel
 runs over the chosen windows (forward, and the backward's query pass; the source pass over the transposed
@@ -41,7 +41,7 @@ run their dots in their dtype with fp32 accumulation.
 
 **Node order.** The rows of a window may be any rows: the block format is built along a node order held
 in its index arrays only (outputs and gradients stay in the user's order, no node tensor moves). The
-policy (``GNN_IO_REORDER``, ``gnn_inductor/reorder.py``) considers ``none``, ``degree``, ``rcm`` (and
+policy (``GNN_IO_REORDER``, ``gnn_inductor/plan/orders.py``) considers ``none``, ``degree``, ``rcm`` (and
 ``partition`` where forced): an order is built when its predicted cost (:data:`ORDER_COST_US_PER_EDGE`
 times the edges) is below the best possible gain over the expected calls (``GNN_IO_EXPECTED_CALLS``,
 default 1000), and applied when ``expected_calls * (t_none - t_order) > build_ms`` and ``t_none - t_order`` is
@@ -65,8 +65,10 @@ from torch import Tensor
 from gnn_inductor import config
 from gnn_inductor.plan import block_format
 from gnn_inductor.plan import state as graph_state
+from gnn_inductor.plan import orders as reorder
 from gnn_inductor.plan.decisions import PathDecision, format_bytes, precision_of, sync
 from gnn_inductor.kernels.attention import block_dot as block_sparse, block_gat as block_sparse_gat
+from gnn_inductor.kernels.attention import csr_backward, csr_forward
 from gnn_inductor.config import SettingError  # noqa: F401  (this module's API: a bad path or calibration)
 from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, outside_graph_pool
 from gnn_inductor.plan.work_items import PADDING
@@ -171,8 +173,6 @@ def _entry(rowptr: Tensor, col: Tensor, perm: Tensor) -> graph_state.GraphState:
 
 def _order(entry: graph_state.GraphState, name: str):
     if name not in entry.slot("orders"):
-        from gnn_inductor.plan import orders as reorder
-
         rowptr, col, _ = entry.tensors
         if name == "none":
             entry.slot("orders")[name] = (None, 0.0)
@@ -331,8 +331,6 @@ def _not_block(layout, precision: str, setting: str) -> str | None:
 
 
 def _decide(entry: graph_state.GraphState, layout, items: list, precision: str, setting: str, forward_fn) -> PathDecision:
-    from gnn_inductor.plan import orders as reorder
-
     family = layout.form.family
     reason = _not_block(layout, precision, setting)
     if reason is not None:
@@ -342,7 +340,7 @@ def _decide(entry: graph_state.GraphState, layout, items: list, precision: str, 
     scale = layout.heads * layout.channels / 128
     mode = "block" if setting == "block" else "hybrid"
 
-    forced = reorder._forced()
+    forced = reorder.forced_order()
     if forced in ("off", "none"):
         names = ["none"]
     elif forced is not None:
@@ -510,13 +508,11 @@ def run_forward(decision: PathDecision, layout, args, roles, rowptr: Tensor, col
                 score_key: str, message_key: str, eps: float, max_edges: int) -> tuple:
     """``(out, lse)`` of a ``block`` or ``hybrid`` decision: the block kernel over its windows, the CSR
     kernel over the rest (disjoint rows, so the two results add)."""
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
-
     forward = block_sparse.dot_forward if decision.family == "dot" else block_sparse_gat.gat_forward
     out, lse = forward(args, roles, perm, score_key, message_key, decision.blocks, rowptr.numel() - 1, eps,
                        decision.precision == "tf32", layout.dropout)
     if decision.csr_items is not None and decision.csr_items[0].numel():
-        csr_out, csr_lse = attention_triton.forward(layout, rowptr, col, perm, eps, decision.csr_items, max_edges)
+        csr_out, csr_lse = csr_forward.forward(layout, rowptr, col, perm, eps, decision.csr_items, max_edges)
         out += csr_out
         lse += csr_lse
     return out, lse
@@ -527,10 +523,8 @@ def run_backward(decision: PathDecision, layout, grad_out: Tensor, delta: Tensor
                  max_edges: int, pack: dict | None = None):
     """Gradients of a ``block`` or ``hybrid`` decision (the two kernels' contributions summed; both regenerate
     the forward's dropout mask from ``layout.dropout``); ``delta`` is ``D = <dout, out>`` per (row, head).
-    ``pack`` (kernels/attention.py's ``attention_backward_packed``): where only the dot-product block kernels
+    ``pack`` (kernels/attention/op.py's ``attention_backward_packed``): where only the dot-product block kernels
     run, they store the gradients into it (``block_sparse.dot_backward``); a hybrid's are summed, then copied."""
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
-
     hybrid = decision.csr_items is not None and decision.csr_items[0].numel()
     if decision.family == "dot":
         grads = block_sparse.dot_backward(grad_out, delta, lse, args, roles, perm, score_key, message_key,
@@ -541,12 +535,12 @@ def run_backward(decision: PathDecision, layout, grad_out: Tensor, delta: Tensor
                                               decision.blocks, decision.transposed, needs_grad,
                                               decision.precision == "tf32", layout.dropout)
     if hybrid:
-        csr = attention_triton.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad,
-                                        decision.csr_items, max_edges)
+        csr = csr_backward.backward(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad,
+                                    decision.csr_items, max_edges)
         grads = [a if b is None else (b if a is None else a + b) for a, b in zip(grads, csr)]
     return grads
 
 
 def kernel_name() -> str:
-    return ("path per graph at the first call (cost model, kernels/attention_paths.py): fused CSR, "
+    return ("path per graph at the first call (cost model, kernels/attention/selector.py): fused CSR, "
             "block-sparse Tensor-Core for the dot family in TF32/half, or a hybrid by row window")

@@ -28,7 +28,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gnn_inductor import config
-from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
+from gnn_inductor.kernels.runtime.launch import INTERPRETED, cdiv, fast_launch, next_power_of_2
 
 SETTING = config.SETTINGS["fp32_gemm"].env
 # Where the split GEMM is taken (H100, `benchmarks/dense_ops.py --x3`): a product of at least
@@ -64,7 +64,7 @@ def _finite(head):
     return tl.where(tl.abs(head) == float("inf"), 0.0, head)
 
 
-@fast_launch  # the JIT's per-call Python skipped: these launch first in a step (kernels/launch.py)
+@fast_launch  # the JIT's per-call Python skipped: these launch first in a step (kernels/runtime/launch.py)
 @triton.jit
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
@@ -76,7 +76,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                SCORES: tl.constexpr = 0, HEAD_C: tl.constexpr = 1, EXTRA_K: tl.constexpr = 0,
                SIDE: tl.constexpr = 0):
     """``c = a @ b (+ bias) (+ c)`` over the inner range of program axis 1's piece, and the terms GAT's head scores
-    add (:func:`linear_scores`, :func:`mm_extra`, :func:`mm_side`; kernels/head_scores.py derives them):
+    add (:func:`linear_scores`, :func:`mm_extra`, :func:`mm_side`; kernels/attention/head_scores.py derives them):
 
     - ``SCORES`` (``R``, 0: none): ``score[m, r, h] = sum_c c[m, h HEAD_C + c] att[r, h HEAD_C + c]`` for the
       heads of this tile (``BLOCK_N`` a multiple of ``HEAD_C``), from the accumulator, bias included;
@@ -382,7 +382,7 @@ def float32_exact() -> bool:
 
 def kernel_device(device_type: str) -> bool:
     """CUDA, or the CPU under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
-    return device_type == "cuda" or (device_type == "cpu" and config.interpreted() and config.get("triton_on_cpu"))
+    return device_type == "cuda" or (device_type == "cpu" and INTERPRETED and config.get("triton_on_cpu"))
 
 
 def takes(a: Tensor, b: Tensor) -> bool:
@@ -510,7 +510,7 @@ def mm(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = No
     return out.add_(total) if accumulate else out.copy_(total)
 
 
-# Head scores: GAT's attention-vector projections made by its feature GEMM (kernels/head_scores.py)
+# Head scores: GAT's attention-vector projections made by its feature GEMM (kernels/attention/head_scores.py)
 MAX_SCORES = 16  # R * H: the score columns of one GEMM, the extra inner range of its input gradient
 
 

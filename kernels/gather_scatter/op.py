@@ -11,8 +11,8 @@ destination row, edge row or dense, see ``kernels/runtime/roles.py``). Output ``
 gradient equally (``scatter_reduce`` semantics). Covers SAGEConv/GraphConv max, GINEConv-style
 ``relu(x_j + e_ij)`` messages and any pointwise chain PyG or users write.
 
-Kernels: on CUDA, the fused degree-split Triton kernels of ``kernels/gather_scatter_triton.py``
-(``phi`` and its VJP generated into them by ``kernels/codegen.py``; no edge-sized message tensor),
+Kernels: on CUDA, the fused degree-split Triton kernels of ``fused.py`` (forward) and ``backward.py``
+(``phi`` and its VJP generated into them by ``codegen.py`` and ``template.py``; no edge-sized message tensor),
 when ``phi`` lowers and no argument is float64; otherwise, and on every other device, the exact
 segment reference below. The optional ``t_plan = [t_rowptr, t_col, t_perm]`` (the transposed CSR),
 ``items`` and ``t_items`` (work items of the CSR and of its transpose, ``gnn_io::gather_scatter_items``)
@@ -44,8 +44,9 @@ from gnn_inductor.kernels.runtime.op_layout import contiguous_results, fresh_lik
 from gnn_inductor import config
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.kernels.dense import gemm as dense_triton
-from gnn_inductor.kernels.gather_scatter import fused
+from gnn_inductor.kernels.gather_scatter import backward, fused, launches
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_SRC, check_reduce, edge_values, fake_edge_values
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from gnn_inductor.kernels.runtime.reference import in_float32, recompute_grads, segment_reduce
 
 
@@ -77,13 +78,13 @@ def kernel_name(device_type: str, details: dict) -> str:
 
 def _on_kernel_device(rowptr: Tensor) -> bool:
     """CUDA tensors, or CPU tensors under the Triton interpreter when ``GNN_IO_TRITON_ON_CPU=1`` (the tests)."""
-    return rowptr.is_cuda or (config.interpreted() and config.get("triton_on_cpu"))
+    return rowptr.is_cuda or (INTERPRETED and config.get("triton_on_cpu"))
 
 
 def _runs_fused(args, roles, rowptr: Tensor, fn_keys) -> bool:
     """The Triton path: tensors on the kernels' device and a message the generator lowers (a key), or
     messages it lowers into one kernel (a list of keys)."""
-    return _on_kernel_device(rowptr) and fused.unsupported_reason(args, roles, fn_keys) is None
+    return _on_kernel_device(rowptr) and launches.unsupported_reason(args, roles, fn_keys) is None
 
 
 def _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items) -> fused.Plan:
@@ -93,7 +94,7 @@ def _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items) -> fused.
 
 def _out_dtype(args, roles, fn_key) -> torch.dtype:
     _, half = in_float32(list(args))
-    return half or fused.lowering(fn_key, fused._specs(args, roles)).message_dtype
+    return half or launches.lowering(fn_key, launches.argument_specs(args, roles)).message_dtype
 
 
 _lib = torch.library.Library("gnn_io", "FRAGMENT")
@@ -105,7 +106,7 @@ def _wants_arg(reduces, args, rowptr) -> bool:
     """Whether the forward should save the max/min arg: a max/min reduction, gradients wanted, on the kernels'
     device, ``GNN_IO_MAXMIN_BACKWARD=arg`` (decided above autograd, where it is known)."""
     return (any(reduce in ("max", "min") for reduce in reduces) and _on_kernel_device(rowptr)
-            and torch.is_grad_enabled() and any(a.requires_grad for a in args) and fused.maxmin_backward() == "arg")
+            and torch.is_grad_enabled() and any(a.requires_grad for a in args) and backward.maxmin_backward() == "arg")
 
 
 def _gather_scatter(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
@@ -129,14 +130,14 @@ def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor,
                            t_items: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """``(out, arg)``. With ``with_arg``, ``arg`` is the max/min arg (int32, ``out``'s shape: the CSR
     position of the one edge whose message is the result, -1 where there is none, see
-    ``kernels/gather_scatter_triton.py``; all -1 where the reference ran); else it is empty."""
+    ``fused.py``; all -1 where the reference ran); else it is empty."""
     check_reduce(reduce)
     num_dst = rowptr.shape[0] - 1
     if not _runs_fused(args, roles, rowptr, fn_key):
         out = gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
         return out, torch.full(out.shape if with_arg else (0,), -1, dtype=torch.int32, device=out.device)
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
-    shape = fused.lowering(fn_key, fused._specs(args, roles)).message_shape
+    shape = launches.lowering(fn_key, launches.argument_specs(args, roles)).message_shape
     arg = torch.full((num_dst, *shape) if with_arg else (0,), -1, dtype=torch.int32, device=rowptr.device)
     out = fused.forward(args, roles, plan, fn_key, reduce, arg=arg if with_arg else None)
     return out.reshape(num_dst, *shape).to(_out_dtype(args, roles, fn_key)), arg
@@ -174,7 +175,7 @@ def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce,
     if _runs_fused(args, roles, rowptr, fn_key):
         plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
         saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
-        return fused.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg, into=into)
+        return backward.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg, into=into)
     return recompute_grads(
         lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
         list(args), grad_out, needs_grad)
@@ -308,7 +309,7 @@ def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: T
         return [out for out, _ in pairs] + [arg for _, arg in pairs]
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
     num_dst = rowptr.shape[0] - 1
-    shape = fused.lowering(fn_keys[0], fused._specs(args, roles)).message_shape
+    shape = launches.lowering(fn_keys[0], launches.argument_specs(args, roles)).message_shape
     saves = [with_arg and reduce in ("max", "min") for reduce in reduces]
     member_args = [torch.full((num_dst, *shape) if save else (0,), -1, dtype=torch.int32, device=rowptr.device)
                    for save in saves]
@@ -380,7 +381,7 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
     totals = [None] * len(args)
     buffers = {}
     if len(walks) > 1 and _runs_fused(args, roles, rowptr, [key for _, key, *_ in walks]):
-        buffers = fused.gradient_buffers(args, roles, walks[0][1], needs_grad)
+        buffers = backward.gradient_buffers(args, roles, walks[0][1], needs_grad)
     for cotangent, key, reduce, out, member_arg in walks:
         member_grads = _member_grads(cotangent, args, roles, rowptr, col, row, perm, key, reduce, needs_grad, out,
                                      member_arg, t_plan, items, t_items, into=buffers)
@@ -395,7 +396,7 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
             del grad
         del member_grads
     for i, buffer in buffers.items():
-        totals[i] = fused.from_buffer(buffer, args[i])
+        totals[i] = backward.from_buffer(buffer, args[i])
     return [total if total is not None and need else a.new_empty((0,))
             for a, total, need in zip(args, totals, needs_grad)]
 

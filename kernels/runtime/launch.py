@@ -35,14 +35,16 @@ import triton
 from gnn_inductor import config
 
 ENV = config.SETTINGS["fast_launch"].env
-_INTERPRETED = config.interpreted()
+# Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): read once, at import, as ``@triton.jit``
+# reads it when it decorates a kernel; the one flag every kernel family checks
+INTERPRETED = config.interpreted()
 _INT32 = range(-2**31, 2**31)
 _INT64 = range(-2**63, 2**63)
 
 
 def enabled() -> bool:
     """The fast path is on unless ``GNN_IO_FAST_LAUNCH=0`` (or under Triton's interpreter)."""
-    return not _INTERPRETED and config.get("fast_launch")
+    return not INTERPRETED and config.get("fast_launch")
 
 
 def _scalar_key(arg, constexpr: bool):
@@ -122,7 +124,7 @@ def next_power_of_2(n: int) -> int:
 def fast_launch(kernel):
     """``kernel`` (a ``@triton.jit`` function) launched through :class:`FastKernel`; under the interpreter the
     kernel itself (nothing to save there)."""
-    return kernel if _INTERPRETED else FastKernel(kernel)
+    return kernel if INTERPRETED else FastKernel(kernel)
 
 
 def dot_precision(allow_tf32: bool, dtype: torch.dtype) -> str:

@@ -1,5 +1,5 @@
 r"""Block-sparse Tensor-Core SpMM (GCN-like layers): ``gnn_io::spmm``'s product over the block format of
-``kernels/block_sparse.py``, forward and backward.
+``gnn_inductor/plan/block_format.py``, forward and backward.
 
 .. math::
     Y_i = s_i \sum_{e = (j \to i)} a_e X_j, \qquad
@@ -7,7 +7,7 @@ r"""Block-sparse Tensor-Core SpMM (GCN-like layers): ``gnn_io::spmm``'s product 
     da_e = s_i \langle dY_i, X_j \rangle
 
 with ``s`` the optional row scale (``1 / max(1, deg_i)`` for ``reduce='mean'``, none for a sum; it multiplies
-``Y`` and ``dY`` by destination row, as in ``kernels/spmm.py``). Shapes: ``x [num_src, *F]`` (trailing dims
+``Y`` and ``dY`` by destination row, as in ``kernels/spmm/op.py``). Shapes: ``x [num_src, *F]`` (trailing dims
 flattened to ``F``), ``edge_values [E]``, ``row_scale [num_dst]``, ``Y [num_dst, *F]``.
 
 **Format and indexing.** Destination rows in windows of ``WINDOW`` along a node order, each window's distinct
@@ -70,7 +70,7 @@ def _feature_block(num_features: int) -> int:
 
 def values_by_edge_id(csr_values: Tensor, perm: Tensor) -> Tensor:
     """``gnn_io::spmm``'s CSR-order values in original edge-id order, the order ``tile_edge`` indexes:
-    ``out[perm[k]] = csr_values[k]`` (``perm`` the CSR plan's, ``kernels/csr.py``); differentiable."""
+    ``out[perm[k]] = csr_values[k]`` (``perm`` the CSR plan's, ``gnn_inductor/plan/csr.py``); differentiable."""
     return torch.empty_like(csr_values).index_copy(0, perm.long(), csr_values)
 
 

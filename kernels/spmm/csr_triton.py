@@ -4,7 +4,7 @@ r"""Triton SpMM with a degree split: ``Y = S A X`` for the CSR adjacency of a gr
     Y_i = s_i \sum_{k = \text{rowptr}_i}^{\text{rowptr}_{i+1} - 1} \text{values}_k \, X_{\text{col}_k},
     \qquad s_i = 1 \ (\text{reduce='sum'}) \ \text{or} \ 1/\max(1, \deg_i) \ (\text{reduce='mean'})
 
-the same result as :func:`gnn_inductor.kernels.spmm.op.csr_matmul` followed by the row scale of
+the same result as :func:`gnn_inductor.kernels.spmm.csr_product.csr_matmul` followed by the row scale of
 ``gnn_io::spmm`` (the CPU reference the tests compare with).
 
 Shapes: ``x [num_cols, *F]`` (the trailing dims are flattened into one feature dim ``F``),
@@ -44,7 +44,7 @@ from torch.library import triton_op, wrap_triton
 
 from gnn_inductor.plan.work_items import DEFAULT_MAX_EDGES
 from gnn_inductor.kernels.runtime.launch import cdiv, fast_launch, next_power_of_2
-from gnn_inductor.kernels.spmm.op import SPMM_REDUCTIONS
+from gnn_inductor.kernels.spmm.common import SPMM_REDUCTIONS
 
 DEFAULT_BLOCK_E = 8
 DEFAULT_NUM_WARPS = 1

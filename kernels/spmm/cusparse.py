@@ -1,12 +1,12 @@
 r"""cuSPARSE SpMM through nvmath-python's low-level bindings, with what cuSPARSE lets us cache.
 
 ``Y = A X`` for the CSR matrix ``A = (rowptr, col, values)`` of a graph plan and row-major dense
-``X [num_cols, F]``; the same product as :func:`gnn_inductor.kernels.spmm.op.csr_matmul` with
+``X [num_cols, F]``; the same product as :func:`gnn_inductor.kernels.spmm.csr_product.csr_matmul` with
 ``reduce='sum'``.
 
 ``torch.sparse`` (the fallback binding) builds a sparse tensor, cuSPARSE descriptors, a workspace
 and a zero-filled output on every call and always runs cuSPARSE's default algorithm. Here, per
-graph plan, feature width and dtype, one :class:`_Entry` keeps:
+graph, number of feature rows, feature width and dtype, one :class:`_Entry` keeps:
 
 - the sparse matrix descriptor (``cusparseCreateCsr``) and the two dense descriptors, whose data
   pointers are re-pointed per call (``cusparseDnMatSetValues``, ``cusparseCsrSetPointers``; cheap);
@@ -16,11 +16,14 @@ graph plan, feature width and dtype, one :class:`_Entry` keeps:
 - its workspace, and ``cusparseSpMM_preprocess`` for ``CSR_ALG3`` (the one that benefits);
 - the output is ``torch.empty`` with ``beta = 0``: no zero fill.
 
-Entries are keyed by the data pointers and sizes of the matrix and the features (at most
-``MAX_ENTRIES``, least recently used dropped): descriptors hold pointers only, so an entry is valid
-for any matrix at those addresses. The one content-dependent piece, ``CSR_ALG3``'s preprocessed
-analysis, is redone whenever the ``rowptr``/``col`` tensors differ from those it analysed (by
-identity and version counter), so it is never applied to another graph.
+Entries live in the graph's state (``gnn_inductor/plan/state.py``): the caller passes the slot of its CSR
+(:func:`~gnn_inductor.kernels.spmm.common.spmm_state` ``(rowptr, col).slot("cusparse")``), keyed by
+``(num_cols, features, dtype)``. That state is valid only for those very ``rowptr``/``col`` tensors, unchanged
+(identity and version counter), and dies with them: a new or changed CSR gets a new state, so new descriptors and
+the one content-dependent piece, ``CSR_ALG3``'s preprocessed analysis, done again; it is never applied to another
+graph. Inference tensors have no version counter: their state, and so the entry, is built at every call (their
+plan is rebuilt per call anyway). A matrix met first inside a CUDA-graph capture gets an entry that is used once
+and not kept (:func:`~gnn_inductor.kernels.runtime.cuda_graphs.kept_outside_graph_pool`).
 
 Available when ``nvmath-python`` (``pip install nvmath-python``, plus ``cuda-bindings`` and
 ``cuda-pathfinder``) imports and finds the cuSPARSE library of the CUDA runtime torch uses;
@@ -30,12 +33,11 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections import OrderedDict
 
 import numpy as np
 import torch
 from gnn_inductor import config
-from gnn_inductor.kernels.runtime.cuda_graphs import capturing, outside_graph_pool
+from gnn_inductor.kernels.runtime.cuda_graphs import kept_outside_graph_pool
 from torch import Tensor
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -46,7 +48,6 @@ _R_32F, _R_64F = 0, 1
 # (20k-node power-law graph, 128 features: ALG2 0.09 ms, ALG1 0.23 ms, ALG3 1.1 ms). GNN_IO_CUSPARSE_ALG forces one.
 CANDIDATE_ALGORITHMS = ("CSR_ALG2",)
 KNOWN_ALGORITHMS = config.SETTINGS["cusparse_alg"].choices
-MAX_ENTRIES = 32
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,11 +95,10 @@ class _Entry:
         self.algorithm = None
         self.workspace = None
         self.timings_ms = {}
-        self.analysed = None  # (weakref rowptr, weakref col, versions) of CSR_ALG3's preprocess
         self.num_rows, self.features = num_rows, features
         weakref.finalize(self, _destroy, self.matrix, self.x, self.y)
 
-    def _point(self, x: Tensor, y: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> None:
+    def point(self, x: Tensor, y: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> None:
         cs = _bindings()
         cs.csr_set_pointers(self.matrix, rowptr.data_ptr(), col.data_ptr(), values.data_ptr())
         cs.dn_mat_set_values(self.x, x.data_ptr())
@@ -111,7 +111,7 @@ class _Entry:
                                     self.compute, algorithm)
         return torch.empty(max(int(size), 1), dtype=torch.uint8, device=device)
 
-    def _run(self, handle: int, algorithm, workspace: Tensor) -> None:
+    def run(self, handle: int, algorithm, workspace: Tensor) -> None:
         cs = _bindings()
         cs.sp_mm(handle, cs.Operation.NON_TRANSPOSE, cs.Operation.NON_TRANSPOSE, self.alpha.ctypes.data,
                  self.matrix, self.x, self.beta.ctypes.data, self.y, self.compute, algorithm, workspace.data_ptr())
@@ -127,19 +127,6 @@ class _Entry:
             cs.sp_mm_preprocess(handle, cs.Operation.NON_TRANSPOSE, cs.Operation.NON_TRANSPOSE,
                                 self.alpha.ctypes.data, self.matrix, self.x, self.beta.ctypes.data, self.y,
                                 self.compute, algorithm, workspace.data_ptr())
-
-    def ensure_analysed(self, handle: int, rowptr: Tensor, col: Tensor) -> None:
-        """Redo CSR_ALG3's preprocess unless it analysed these very tensors, unchanged."""
-        if self.algorithm != _bindings().SpMMAlg.CSR_ALG3:
-            return
-        # inference tensors have no version counter: analysed again at every call (their plan is rebuilt per call)
-        current = None if rowptr.is_inference() or col.is_inference() else (rowptr._version, col._version)
-        if self.analysed is not None and current is not None:
-            rowptr_ref, col_ref, versions = self.analysed
-            if rowptr_ref() is rowptr and col_ref() is col and versions == current:
-                return
-        self._preprocess(handle, self.algorithm, self.workspace)
-        self.analysed = (weakref.ref(rowptr), weakref.ref(col), current)
 
     def choose(self, handle: int, device) -> None:
         """Time each candidate algorithm once (after one warm-up) and keep the fastest."""
@@ -159,10 +146,10 @@ class _Entry:
             algorithm = getattr(cs.SpMMAlg, name)
             try:
                 workspace = self._prepare(handle, algorithm, device)
-                self._run(handle, algorithm, workspace)
+                self.run(handle, algorithm, workspace)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                self._run(handle, algorithm, workspace)
+                self.run(handle, algorithm, workspace)
                 end.record()
                 end.synchronize()
                 elapsed = start.elapsed_time(end)
@@ -187,11 +174,9 @@ def _destroy(matrix: int, x: int, y: int) -> None:
         pass
 
 
-_ENTRIES: "OrderedDict[tuple, _Entry]" = OrderedDict()
-
-
-def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> Tensor:
-    """``A X`` with cached descriptors, algorithm and workspace (module docstring); ``x`` ``[num_cols, *F]``."""
+def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, entries: dict) -> Tensor:
+    """``A X`` with cached descriptors, algorithm and workspace (module docstring); ``x`` ``[num_cols, *F]``;
+    ``entries`` the ``cusparse`` slot of the graph state of ``(rowptr, col)``."""
     features = x.reshape(x.shape[0], -1)
     if not features.is_contiguous():
         features = features.contiguous()
@@ -200,39 +185,29 @@ def cusparse_spmm(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor) -> Ten
     out = torch.empty((num_rows, width), dtype=x.dtype, device=x.device)
     if col.numel() == 0 or width == 0:
         return out.zero_().view(num_rows, *x.shape[1:])
-    key = (x.device.index, rowptr.data_ptr(), col.data_ptr(), rowptr.numel(), col.numel(), rowptr.dtype,
-           x.shape[0], width, x.dtype)
-    entry = _ENTRIES.get(key)
     handle = _handle(x.device.index)
     _bindings().set_stream(handle, torch.cuda.current_stream(x.device).cuda_stream)
-    if entry is None and capturing(x.device):
-        # a new matrix met inside a CUDA-graph capture: nothing timed, nothing kept (a kept workspace would sit in
-        # the graph's pool untracked); CSR_ALG2 needs no preprocess, and its workspace lives as the graph's own
-        # intermediate, allocated and released in capture order at every replay
+
+    def build() -> _Entry:
+        # inside a CUDA-graph capture: nothing timed (CSR_ALG2, no preprocess), nothing kept (a kept workspace
+        # would sit in the graph's pool untracked): the workspace lives as the graph's own intermediate,
+        # allocated and released in capture order at every replay; outside, the kept workspace is built outside
+        # the graph pool
         entry = _Entry(rowptr, col, values, x.shape[0], width)
+        entry.point(features, out, values, rowptr, col)
         entry.choose(handle, x.device)
-        entry._point(features, out, values, rowptr, col)
-        entry._run(handle, entry.algorithm, entry.workspace)
-        return out.view(num_rows, *x.shape[1:])
-    if entry is None:
-        entry = _ENTRIES[key] = _Entry(rowptr, col, values, x.shape[0], width)
-        while len(_ENTRIES) > MAX_ENTRIES:
-            _ENTRIES.popitem(last=False)
-        entry._point(features, out, values, rowptr, col)
-        outside_graph_pool(lambda: entry.choose(handle, x.device), x.device)  # the kept workspace
-        entry.analysed = None if rowptr.is_inference() or col.is_inference() else \
-            (weakref.ref(rowptr), weakref.ref(col), (rowptr._version, col._version))
-    else:
-        _ENTRIES.move_to_end(key)
-    entry._point(features, out, values, rowptr, col)
-    entry.ensure_analysed(handle, rowptr, col)
-    entry._run(handle, entry.algorithm, entry.workspace)
+        return entry
+
+    entry = kept_outside_graph_pool(entries, (x.shape[0], width, x.dtype), build, x.device)
+    entry.point(features, out, values, rowptr, col)
+    entry.run(handle, entry.algorithm, entry.workspace)
     return out.view(num_rows, *x.shape[1:])
 
 
-def chosen_algorithms() -> list:
-    """``(rows, features, dtype, chosen algorithm, {algorithm: timed ms})`` of every cached entry."""
+def chosen_algorithms(entries: dict) -> list:
+    """``(rows, features, dtype, chosen algorithm, {algorithm: timed ms})`` of every entry of a graph's
+    ``cusparse`` slot."""
     cs = _bindings()
     names = {getattr(cs.SpMMAlg, name): name for name in KNOWN_ALGORITHMS}
     return [(e.num_rows, e.features, str(e.dtype), names.get(e.algorithm, str(e.algorithm)), dict(e.timings_ms))
-            for e in _ENTRIES.values()]
+            for e in entries.values()]

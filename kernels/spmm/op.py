@@ -13,82 +13,24 @@ weighted copy-and-sum.
 Backward: ``dX = A^T (s * dY)`` through the cached transposed CSR (no atomics), and when the weights
 need it ``da_e = <s_i dY_i, X_j>`` (an SDDMM over the nonzeros).
 
-Kernels: on CUDA, cuSPARSE SpMM through ``torch.sparse`` CSR matmul (the default), or the
-degree-split Triton kernel of ``kernels/spmm_triton.py`` when the plan carries work items
-(``items``/``t_items``, built once per graph, ``GNN_IO_SPMM=triton``); weight gradients use cuSPARSE SDDMM
-(``torch.sparse.sampled_addmm``). Every other device runs the segment-sum reference below, which is
+Kernels: on CUDA, the CSR product of ``kernels/spmm/csr_product.py`` (cuSPARSE, the default, or the
+degree-split Triton kernel of ``kernels/spmm/csr_triton.py`` when the plan carries work items,
+``items``/``t_items``, built once per graph, ``GNN_IO_SPMM=triton``), or the block-sparse Tensor-Core kernel
+where ``kernels/spmm/selector.py`` picks it for the graph; weight gradients use cuSPARSE SDDMM
+(``torch.sparse.sampled_addmm``). Every other device runs the segment-sum reference, which is
 exact up to summation order. dtype: that of ``x``; values are cast to it, accumulation is float32 on
 the Triton path.
 """
 from __future__ import annotations
 
-
 import torch
-from gnn_inductor import config
-from gnn_inductor.kernels.runtime.reference import segment_reduce
 from torch import Tensor
+
 from gnn_inductor.kernels.runtime.op_layout import contiguous_results, fresh_like
-
-SPMM_REDUCTIONS = ("sum", "mean")
-
-
-def _row_scale(rowptr: Tensor, reduce: str, like: Tensor):
-    if reduce == "sum":
-        return None
-    deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(like.dtype)
-    return deg.reciprocal().view(-1, *([1] * (like.dim() - 1)))
-
-
-SPMM_BINDINGS = config.SETTINGS["spmm"].choices
-
-
-def spmm_binding() -> str:
-    """The CUDA SpMM binding chosen by ``GNN_IO_SPMM``: ``cusparse`` (default: cuSPARSE through
-    nvmath-python with cached descriptors, algorithm and workspace, ``kernels/spmm_cusparse.py``, or
-    through ``torch.sparse`` when nvmath-python is missing), ``torch_sparse`` (always ``torch.sparse``)
-    or ``triton`` (``kernels/spmm_triton.py``); docs/spmm_binding.md."""
-    return config.get("spmm")
-
-
-def csr_matmul(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row, items=(), reduce: str = "sum") -> Tensor:
-    """``S A X`` for the CSR matrix (rowptr, col, values) and the row scale of ``reduce``; x
-    ``[num_cols, *F]`` (``row`` unused by a sum); ``items`` the Triton work items, if any."""
-    if items and x.is_cuda:
-        from gnn_inductor.plan.work_items import WorkItems
-        from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
-
-        return triton_spmm(x, values, rowptr, col, WorkItems(*items), reduce)
-    out = _csr_matmul_sum(x, values, rowptr, col, row)
-    scale = _row_scale(rowptr, reduce, out)
-    return out if scale is None else out * scale
-
-
-def _csr_matmul_sum(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, row) -> Tensor:
-    num_rows = rowptr.numel() - 1
-    if x.is_cuda and cusparse_accepts(col.numel(), num_rows, x.shape[0]):
-        if _native_cusparse(x):
-            from gnn_inductor.kernels.spmm.cusparse import cusparse_spmm
-
-            return cusparse_spmm(x, values, rowptr, col)
-        matrix = torch.sparse_csr_tensor(rowptr, col, values.to(x.dtype), size=(num_rows, x.shape[0]))
-        return (matrix @ x.reshape(x.shape[0], -1)).view(num_rows, *x.shape[1:])
-    messages = x.index_select(0, col) * values.to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
-    return segment_reduce(messages, row, rowptr, "sum")
-
-
-def cusparse_accepts(nnz: int, num_rows: int, num_cols: int) -> bool:
-    """False where cuSPARSE's ``cusparseCreateCsr`` refuses the matrix: it rejects more stored entries than
-    ``num_rows * num_cols`` ("dimension mismatch"), which duplicate edges reach on a tiny graph (20 copies of one
-    edge among 4 nodes, measured on the H100). Those graphs run the segment-sum reference instead."""
-    return nnz <= num_rows * num_cols
-
-
-def _native_cusparse(x: Tensor) -> bool:
-    from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
-
-    # float32 only: measured on the H100, cuSPARSE's CSR_ALG1/ALG2 with bfloat16 operands lose up to 18% on
-    # a hub row even with a float32 compute type; half precision keeps the torch.sparse path
-    return spmm_binding() == "cusparse" and x.dtype == torch.float32 and spmm_cusparse.available()
+from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
+from gnn_inductor.kernels.spmm import selector as spmm_paths
+from gnn_inductor.kernels.spmm.common import SPMM_REDUCTIONS, row_scale, spmm_state
+from gnn_inductor.kernels.spmm.csr_product import csr_matmul, cusparse_accepts, spmm_binding
 
 
 def kernel_name(device_type: str, details: dict | None = None) -> str:
@@ -98,13 +40,11 @@ def kernel_name(device_type: str, details: dict | None = None) -> str:
     binding = spmm_binding()
     if binding == "triton":
         return "degree-split Triton SpMM, transposed CSR backward"
-    from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
-
     if binding == "cusparse" and spmm_cusparse.available():
         name = "cuSPARSE SpMM (nvmath-python: cached descriptors, timed algorithm), transposed CSR backward"
     else:
         name = "cuSPARSE SpMM (torch.sparse CSR), transposed CSR backward"
-    return f"{name}; {_paths().kernel_name()}"
+    return f"{name}; {spmm_paths.kernel_name()}"
 
 
 def sddmm(left: Tensor, right: Tensor, rowptr: Tensor, col: Tensor, row: Tensor) -> Tensor:
@@ -128,33 +68,35 @@ def _check(x: Tensor, values: Tensor, col: Tensor, reduce: str) -> None:
         raise TypeError(f"spmm needs floating point features, got {x.dtype}")
 
 
-
-
 @torch.library.custom_op("gnn_io::spmm", mutates_args=())
 @contiguous_results
 def spmm(x: Tensor, values: Tensor, t_values: Tensor, rowptr: Tensor, col: Tensor, row: Tensor, t_rowptr: Tensor,
          t_col: Tensor, items: list[Tensor], t_items: list[Tensor], reduce: str) -> Tensor:
     _check(x, values, col, reduce)
-    decision = _block_decision(x, values, rowptr, col, items, reduce, (t_values, t_rowptr, t_col))
+    state = _selector_state(x, rowptr, col, items)
+    decision = _block_decision(state, x, values, rowptr, col, reduce, (t_values, t_rowptr, t_col))
     if decision is not None:
-        return _paths().forward(decision, x, values, rowptr, reduce)
-    return csr_matmul(x, values, rowptr, col, row, items, reduce)
+        return spmm_paths.forward(decision, x, values, rowptr, reduce)
+    return csr_matmul(x, values, rowptr, col, row, items, reduce, state)
 
 
-def _paths():
-    from gnn_inductor.kernels.spmm import selector as spmm_paths  # imports the block kernels, which import this module
-
-    return spmm_paths
-
-
-def _block_decision(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, items, reduce: str,
-                    transposed: tuple | None = None):
-    """The block-sparse decision of this plan when the block kernel runs it (``kernels/spmm_paths.py``): on
-    CUDA with the default cuSPARSE binding and no Triton work items, or a forced path under the interpreter.
-    ``transposed`` (``(t_values, t_rowptr, t_col)``) lets a first decision time the backward too."""
-    if items or spmm_binding() != "cusparse" or not _paths().applies(x):
+def _selector_state(x: Tensor, rowptr: Tensor, col: Tensor, items):
+    """The graph state of ``(rowptr, col)`` where the selector (``kernels/spmm/selector.py``) picks this call's
+    path: on CUDA with the default cuSPARSE binding and no Triton work items, or a forced path under the
+    interpreter; else None. Looked up once per call: the cuSPARSE binding keeps its entries there too."""
+    if items or spmm_binding() != "cusparse" or not spmm_paths.applies(x):
         return None
-    decision = _paths().decide(x, values, rowptr, col, reduce, transposed)
+    return spmm_state(rowptr, col)
+
+
+def _block_decision(state, x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str,
+                    transposed: tuple | None = None):
+    """The block-sparse decision of this plan when the block kernel runs it (``state`` from
+    :func:`_selector_state`, None where no path is chosen). ``transposed`` (``(t_values, t_rowptr, t_col)``) lets
+    a first decision time the backward too."""
+    if state is None:
+        return None
+    decision = spmm_paths.decide(x, values, rowptr, col, reduce, transposed, state)
     return decision if decision.path == "block" else None
 
 
@@ -169,12 +111,13 @@ def spmm_backward(grad_out: Tensor, x: Tensor, values: Tensor, t_values: Tensor,
                   row: Tensor, t_rowptr: Tensor, t_col: Tensor, t_items: list[Tensor], reduce: str,
                   needs_grad: list[bool]) -> list[Tensor]:
     """``[dX, dvalues]``, an empty tensor where ``needs_grad`` is False."""
-    decision = _block_decision(x, values, rowptr, col, t_items, reduce, (t_values, t_rowptr, t_col))
+    decision = _block_decision(_selector_state(x, rowptr, col, t_items), x, values, rowptr, col, reduce,
+                               (t_values, t_rowptr, t_col))
     if decision is not None:
-        grad_x, grad_values = _paths().backward(decision, grad_out, x, values, rowptr, reduce, needs_grad)
+        grad_x, grad_values = spmm_paths.backward(decision, grad_out, x, values, rowptr, reduce, needs_grad)
         return [grad_x if needs_grad[0] else x.new_empty((0,)),
                 grad_values.to(values.dtype) if needs_grad[1] else values.new_empty((0,))]
-    scale = _row_scale(rowptr, reduce, grad_out)
+    scale = row_scale(rowptr, reduce, grad_out)
     grad = grad_out if scale is None else grad_out * scale
     grad_x = csr_matmul(grad, t_values, t_rowptr, t_col, None, t_items) if needs_grad[0] else x.new_empty((0,))
     grad_values = sddmm(grad, x, rowptr, col, row).to(values.dtype) if needs_grad[1] else values.new_empty((0,))

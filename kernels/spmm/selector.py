@@ -1,5 +1,5 @@
 r"""Which kernel runs ``gnn_io::spmm`` on CUDA: cuSPARSE over the CSR, or the block-sparse Tensor-Core
-kernel of ``kernels/block_sparse_spmm.py``, decided once per graph plan.
+kernel of ``kernels/spmm/block_sparse.py``, decided once per graph plan.
 
 The block kernel gathers a ``TILE x F`` slab of ``X`` per tile (16 rows) where cuSPARSE gathers one row per
 edge, so it moves fewer bytes exactly when a tile holds more than a few edges: locally dense graphs
@@ -7,24 +7,23 @@ edge, so it moves fewer bytes exactly when a tile holds more than a few edges: l
 
 1. ``GNN_IO_SPMM_PATH=auto|cusparse|block`` (default ``auto``); ``block`` forces it where it can run.
 2. The block format of the plan is built on the device (destination rows in windows of 16 in the
-   plan's order, ``kernels/block_sparse.py``); it is kept only when every window is ``dense_ok`` (no
+   plan's order, ``gnn_inductor/plan/block_format.py``); it is kept only when every window is ``dense_ok`` (no
    duplicate ``(dst, src)`` pair: one cell cannot hold two edges; such graphs stay on cuSPARSE) and the
-   mean edges per tile reach :data:`MIN_EDGES_PER_TILE` (:data:`MIN_EDGES_PER_TILE_HALF` in fp16/bf16). A tile's 16 columns are distinct sources with
-   at least one edge each, so a tile holds 16 edges or more; 16 means each gathered row serves one edge
-   (a scattered sparse graph: the block kernel gathers as many rows as cuSPARSE, plus the empty cells),
-   24 that each serves 1.5 on average.
+   mean edges per tile reach :data:`MIN_EDGES_PER_TILE` (:data:`MIN_EDGES_PER_TILE_HALF` in fp16/bf16). A
+   tile's 16 columns are distinct sources with at least one edge each, so a tile holds 16 edges or more; 16
+   means each gathered row serves one edge (a scattered sparse graph: the block kernel gathers as many rows as
+   cuSPARSE, plus the empty cells), 24 that each serves 1.5 on average.
 3. Both paths are timed once, forward plus the backward's ``dX`` product (median of :data:`TIMING_REPS` after a
-   warm-up), and
-   the block path is taken only when it is at least :data:`MIN_GAIN` faster: a measured choice, so the pick
-   costs at most the timing noise against the better of the two (a forward-only timing picked cuSPARSE on a
-   graph where the block step was 1.05x faster, H100, bf16 GCNConv). fp32 features use TF32 dots only where the
-   user allowed TF32 (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE
+   warm-up), and the block path is taken only when it is at least :data:`MIN_GAIN` faster: a measured choice, so
+   the pick costs at most the timing noise against the better of the two (a forward-only timing picked cuSPARSE
+   on a graph where the block step was 1.05x faster, H100, bf16 GCNConv). fp32 features use TF32 dots only where
+   the user allowed TF32 (``torch.backends.cuda.matmul.allow_tf32`` / ``torch.set_float32_matmul_precision``), IEEE
    otherwise.
 
-The decision is cached with the plan (``attention_paths``' per-plan entries: same lifetime, same
-invalidation on an in-place change) and listed in the rewrite report with the attention decisions
-(family ``spmm``: statistics, format memory, the two measured forwards). The backward runs on the
-transposed block format (built once, when the block path is taken): no atomics.
+The decision is kept in the graph's state (:func:`~gnn_inductor.kernels.spmm.common.spmm_state`, slot
+``decisions``: it lives and is invalidated with the CSR tensors) and listed in the rewrite report with the
+attention decisions (family ``spmm``: statistics, format memory, the two measured forwards). The backward runs on
+the transposed block format (built once, when the block path is taken): no atomics.
 
 On CPU the op keeps its exact segment-sum path; under ``TRITON_INTERPRET=1`` a forced ``block`` runs the
 kernel there too (tests).
@@ -40,7 +39,10 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import decisions as plan_decisions
 from gnn_inductor.plan import block_format
 from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
+from gnn_inductor.kernels.spmm.common import row_scale, spmm_state
+from gnn_inductor.kernels.spmm.csr_product import csr_matmul
 from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, outside_graph_pool
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from torch import Tensor
 
 PATH_ENV = config.SETTINGS["spmm_path"].env
@@ -64,20 +66,20 @@ def path_setting() -> str:
 
 def applies(x: Tensor) -> bool:
     """Whether the path choice is made for this call: CUDA, or the Triton interpreter with a forced path."""
-    from gnn_inductor.kernels.attention import csr_triton as attention_triton
-
     if x.is_cuda:
         return True
-    return attention_triton.INTERPRETED and x.device.type == "cpu" and path_setting() == "block"
+    return INTERPRETED and x.device.type == "cpu" and path_setting() == "block"
 
 
 def decide(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str,
-           transposed: tuple | None = None) -> plan_decisions.PathDecision:
+           transposed: tuple | None = None, state: graph_state.GraphState | None = None) -> plan_decisions.PathDecision:
     """The SpMM path for this plan, dtype and width (cached with the plan). ``transposed``: the plan's
-    ``(t_values, t_rowptr, t_col)``, with which the timed comparison includes the backward's ``dX`` product."""
+    ``(t_values, t_rowptr, t_col)``, with which the timed comparison includes the backward's ``dX`` product;
+    ``state``: the graph state of ``(rowptr, col)`` (:func:`~gnn_inductor.kernels.spmm.common.spmm_state`) when the
+    caller has it."""
     setting = path_setting()
     precision = plan_decisions.precision_of(x.dtype)
-    entry = graph_state.state_of(rowptr, col, col)
+    entry = spmm_state(rowptr, col) if state is None else state
     key = ("spmm", precision, x.dtype, x[0].numel() if x.shape[0] else 0, setting)
     if key not in entry.slot("decisions"):
         if capturing(x.device) and setting != "cusparse":  # no block build, no timing: cuSPARSE, decided later
@@ -131,16 +133,13 @@ def _measure(block, x, values, rowptr, col, reduce, t_csr) -> dict:
     transposed CSR, which cuSPARSE's backward reads) is given. On the H100 (bf16 GCNConv on the block model)
     the block forward was 3% slower than cuSPARSE's, its step 1.05x faster, all of it in the backward; a
     forward-only choice took cuSPARSE there."""
-    from gnn_inductor.kernels.spmm.op import _row_scale as op_row_scale
-    from gnn_inductor.kernels.spmm.op import csr_matmul
-
     measured = {"cusparse": _time(lambda: csr_matmul(x, values, rowptr, col, None, (), reduce), x.device),
                 "block": _time(lambda: forward(block, x, values, rowptr, reduce), x.device)}
     if t_csr is None:
         return measured
     t_values, t_rowptr, t_col = t_csr
     grad = torch.ones((rowptr.numel() - 1, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    scale = op_row_scale(rowptr, reduce, grad)
+    scale = row_scale(rowptr, reduce, grad)
 
     def cusparse_backward():
         return csr_matmul(grad if scale is None else grad * scale, t_values, t_rowptr, t_col, None, ())
@@ -164,11 +163,9 @@ def _time(fn, device, reps: int = TIMING_REPS) -> float:
     return statistics.median(times)
 
 
-def _row_scale(rowptr: Tensor, reduce: str) -> Tensor | None:
-    """The op's own row scale (``kernels/spmm.py``), float32 and flat, as the block kernels read it."""
-    from gnn_inductor.kernels.spmm.op import _row_scale as op_row_scale
-
-    scale = op_row_scale(rowptr, reduce, rowptr.new_empty((0,), dtype=torch.float32))
+def _flat_row_scale(rowptr: Tensor, reduce: str) -> Tensor | None:
+    """The op's row scale (``kernels/spmm/common.py``), float32 and flat, as the block kernels read it."""
+    scale = row_scale(rowptr, reduce, rowptr.new_empty((0,), dtype=torch.float32))
     return None if scale is None else scale.view(-1)
 
 
@@ -179,7 +176,7 @@ def _allow_tf32(decision) -> bool:
 def forward(decision, x: Tensor, values: Tensor, rowptr: Tensor, reduce: str) -> Tensor:
     """``Y = s * (A x)`` on the block kernel (every window is dense: the whole output)."""
     return block_sparse_spmm.block_spmm_forward(x, values, decision.blocks, rowptr.numel() - 1,
-                                                _allow_tf32(decision), _row_scale(rowptr, reduce))
+                                                _allow_tf32(decision), _flat_row_scale(rowptr, reduce))
 
 
 def backward(decision, grad_out: Tensor, x: Tensor, values: Tensor, rowptr: Tensor, reduce: str,
@@ -187,9 +184,9 @@ def backward(decision, grad_out: Tensor, x: Tensor, values: Tensor, rowptr: Tens
     """``(dX or None, dvalues or None)`` over the transposed block format."""
     return block_sparse_spmm.block_spmm_backward(
         grad_out, x, values, decision.blocks, decision.transposed, x.shape[0], _allow_tf32(decision),
-        _row_scale(rowptr, reduce), need_values_grad=bool(needs_grad[1]), need_x_grad=bool(needs_grad[0]))
+        _flat_row_scale(rowptr, reduce), need_values_grad=bool(needs_grad[1]), need_x_grad=bool(needs_grad[0]))
 
 
 def kernel_name() -> str:
-    return ("path per graph at the first call (kernels/spmm_paths.py): cuSPARSE, or the block-sparse "
+    return ("path per graph at the first call (kernels/spmm/selector.py): cuSPARSE, or the block-sparse "
             "Tensor-Core SpMM where the graph is locally dense and it measured faster")

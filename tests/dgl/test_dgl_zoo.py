@@ -316,7 +316,7 @@ def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
 
 
 def test_sampled_blocks_switch_to_the_plain_compile(graph, dgl_graph, monkeypatch):
-    """A new small block every step (backend._Churn, on by default for CUDA; forced here): after the switch the
+    """A new small block every step (gnn_inductor/churn.py, on by default for CUDA; forced here): after the switch the
     compiled layer runs torch.compile's code of the traced DGL graph, results unchanged."""
     from gnn_inductor import rewrite_report
 

@@ -8,11 +8,12 @@ the CPU one bit for bit and keeps ``1 - p`` of the entries; the fused op keeps e
 forward and every gradient match the reference given the same seed; compiled layers match eager PyG given the
 regenerated mask, forward and backward, are unbiased in expectation, and allocate no ``[E, H]`` mask (peak memory
 with dropout on and off differs by far less than ``E * H * 4`` bytes). The graph has a hub far above the split
-threshold (``attention_triton.MAX_EDGES``), isolated nodes, self loops and duplicate edges.
+threshold (``csr_launch.MAX_EDGES``), isolated nodes, self loops and duplicate edges.
 """
 import pytest
 import torch
-from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
+from gnn_inductor.kernels.attention import selector as attention_paths
+from gnn_inductor.kernels.attention import csr_launch
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.op import attention_reference
@@ -37,12 +38,12 @@ def strict_backend(monkeypatch):
 
 def expected_kernel(layer) -> str:
     """The report's kernel: the fused family, and for the dot family the per-graph path choice too."""
-    name = attention_triton.kernel_name(FAMILY[layer])
+    name = csr_launch.kernel_name(FAMILY[layer])
     return f"{name}; {attention_paths.kernel_name()}" if FAMILY[layer] == "dot" else name
 
 
 def graph(seed=1):
-    edge_index = random_graph(NUM_NODES, 4000, seed=seed, hub_degree=3 * attention_triton.MAX_EDGES + 17)
+    edge_index = random_graph(NUM_NODES, 4000, seed=seed, hub_degree=3 * csr_launch.MAX_EDGES + 17)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(NUM_NODES, IN_CHANNELS, generator=generator)
     edge_attr = torch.randn(edge_index.shape[1], EDGE_DIM, generator=generator)
@@ -136,14 +137,14 @@ def test_fused_op_keeps_exactly_the_mask():
     _, edge_index, _ = graph(seed=4)
     src, dst = edge_index
     plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
-    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], attention_triton.MAX_EDGES))
+    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], csr_launch.MAX_EDGES))
     score_fn, message_fn, _, _ = CASES["gat"]
     score, message = (edge_functions.register(torch.fx.symbolic_trace(f)) for f in (score_fn, message_fn))
     zeros = torch.zeros(NUM_NODES, heads, device=CUDA)
     seed = torch.tensor(2024, device=CUDA)
     out = torch.ops.gnn_io.attention([torch.ones(NUM_NODES, heads, 1, device=CUDA), zeros, zeros],
                                      [ROLE_SRC, ROLE_SRC, ROLE_DST], *plan[:4], score, message, 1e-16, items,
-                                     attention_triton.MAX_EDGES, seed, p)
+                                     csr_launch.MAX_EDGES, seed, p)
     degree = plan[0].diff().double()
     counts = (out[:, :, 0].double() * degree[:, None] * (1 - p)).round().long()
     keep = rng.dropout_keep(seed, [src.numel(), heads], p)
@@ -175,7 +176,7 @@ def test_attention_dropout_backward_uses_the_forward_mask(name, dtype):
     _, edge_index, _ = graph(seed=3)
     src, dst = edge_index
     plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
-    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], attention_triton.MAX_EDGES))
+    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], csr_launch.MAX_EDGES))
     generator = torch.Generator().manual_seed(0)
     heads = 2
     # TransformerConv's message views alpha as [-1, 2, 1]: two heads
@@ -190,7 +191,7 @@ def test_attention_dropout_backward_uses_the_forward_mask(name, dtype):
         return [out.detach()] + [leaf.grad for leaf in leaves]
 
     fused = run(lambda a: torch.ops.gnn_io.attention(a, roles, *plan[:4], score, message, 1e-16, items,
-                                                     attention_triton.MAX_EDGES, dropout.seed.to(CUDA), dropout.p),
+                                                     csr_launch.MAX_EDGES, dropout.seed.to(CUDA), dropout.p),
                 [t.to(CUDA, dtype) for t in args], grad.to(CUDA))
     cpu_plan = [t.cpu() for t in plan[:4]]
     reference = run(lambda a: attention_reference(a, roles, *cpu_plan, score, message, 1e-16, dropout),
@@ -240,7 +241,7 @@ def test_dropout_allocates_no_edge_mask():
     src, dst = random_graph(num_nodes, 1_000_000, seed=6, hub_degree=2000).to(CUDA)
     mask_bytes = src.numel() * heads * 4
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
-    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], attention_triton.MAX_EDGES))
+    items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], csr_launch.MAX_EDGES))
     score_fn, message_fn, _, _ = CASES["gat"]
     score, message = (edge_functions.register(torch.fx.symbolic_trace(f)) for f in (score_fn, message_fn))
     generator = torch.Generator().manual_seed(0)
@@ -252,7 +253,7 @@ def test_dropout_allocates_no_edge_mask():
     def op_step(p):
         def step():
             out = torch.ops.gnn_io.attention(args, [ROLE_SRC, ROLE_SRC, ROLE_DST], *plan[:4], score, message, 1e-16,
-                                             items, attention_triton.MAX_EDGES, seed if p else None, p)
+                                             items, csr_launch.MAX_EDGES, seed if p else None, p)
             out.sum().backward()
             for a in args:
                 a.grad = None

@@ -75,9 +75,10 @@ def test_zoo_on_cuda_matches_eager(name, make, expect, binding, monkeypatch):
 
 
 def test_native_cusparse_entries_follow_the_matrix():
-    """Two graphs of identical sizes alternate at the same descriptor key sizes: every product must
-    be that of its own graph (the ALG3 analysis is redone when the matrix tensors change)."""
+    """Two graphs of identical sizes alternate: every product must be that of its own graph (each keeps its
+    entry in its own graph state; the ALG3 analysis is redone when the matrix tensors change)."""
     from gnn_inductor.kernels.spmm import cusparse as spmm_cusparse
+    from gnn_inductor.kernels.spmm.common import spmm_state
 
     if not spmm_cusparse.available():
         pytest.skip("nvmath-python's cuSPARSE bindings are not installed")
@@ -88,9 +89,11 @@ def test_native_cusparse_entries_follow_the_matrix():
         for rowptr, col, row, *_ in plans:
             values = torch.rand(col.numel(), device=CUDA)
             want = torch.zeros(500, 64, device=CUDA).index_add_(0, row.long(), x[col.long()] * values[:, None])
-            torch.testing.assert_close(spmm_cusparse.cusparse_spmm(x, values, rowptr, col), want,
+            entries = spmm_state(rowptr, col).slot("cusparse")
+            torch.testing.assert_close(spmm_cusparse.cusparse_spmm(x, values, rowptr, col, entries), want,
                                        rtol=1e-5, atol=1e-4)
-    assert spmm_cusparse.chosen_algorithms()
+    assert all(spmm_cusparse.chosen_algorithms(spmm_state(rowptr, col).slot("cusparse"))
+               for rowptr, col, *_ in plans)
 
 
 def test_cost_model_leaves_small_spmm_to_inductor(monkeypatch):

@@ -17,7 +17,7 @@ from torch_geometric.nn.aggr import MultiAggregation
 
 import gnn_inductor.kernels  # noqa: F401
 from gnn_inductor.kernels.runtime import edge_functions
-from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton
+from gnn_inductor.kernels.gather_scatter import fused, launches
 from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 
@@ -158,7 +158,7 @@ def test_split_threshold_cuts_the_hub():
     src, dst = graph["edge_index"]
     rowptr, col = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)[:2]
     shared = torch.ops.gnn_io.gather_scatter_items(rowptr, col)[3]
-    max_edges = gather_scatter_triton.split_threshold(rowptr, col)  # the pick the items op made
+    max_edges = fused.split_threshold(rowptr, col)  # the pick the items op made
     assert max_edges < HUB
     assert int((shared == 1).sum()) >= HUB // max_edges
 
@@ -194,17 +194,17 @@ def test_default_split_at_scale_runs_the_rows_kernel(reduce, monkeypatch):
     items apart and the light items run the rows kernel; forward and gradient against the reference (float32 for
     max, float64 for mean: comment below), on a graph of 600k rows (isolated ones too) with a hub of 100k
     neighbours."""
-    for name in (gather_scatter_triton.LIGHT_LAUNCH_ENV, gather_scatter_triton.LIGHT_ROWS_ENV):
+    for name in (launches.LIGHT_LAUNCH_ENV, launches.LIGHT_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
-    kinds, real = [], gather_scatter_triton._kernel
-    monkeypatch.setattr(gather_scatter_triton, "_kernel", lambda lowered, spec: kinds.append(spec.kind) or
+    kinds, real = [], launches.kernel
+    monkeypatch.setattr(launches, "kernel", lambda lowered, spec: kinds.append(spec.kind) or
                         real(lowered, spec))
     num_nodes = 600_000
     edge_index = random_graph(num_nodes, 2_400_000, seed=11, hub_degree=100_000).to(CUDA)
     src, dst = edge_index
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
     rowptr, col, row, perm, *t_plan = plan
-    assert torch.ops.gnn_io.gather_scatter_items(rowptr, col)[0].numel() >= gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS
+    assert torch.ops.gnn_io.gather_scatter_items(rowptr, col)[0].numel() >= launches.LIGHT_LAUNCH_MIN_ITEMS
     key = edge_functions.register(torch.fx.symbolic_trace(lambda x_j, e: torch.relu(x_j + e)))
     x = torch.randn(num_nodes, 32, device=CUDA, requires_grad=True)
     e = torch.randn(src.numel(), 32, device=CUDA, requires_grad=True)

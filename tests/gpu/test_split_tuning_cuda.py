@@ -1,4 +1,4 @@
-"""The measured degree split on CUDA (kernels/split_tuning.py): the probe runs, its pick is one of the
+"""The measured degree split on CUDA (kernels/gather_scatter/split_tuning.py): the probe runs, its pick is one of the
 candidates and the fastest of its own times, the items op cuts at the pick, and a second process reads it
 back from the cache file (skipped without CUDA; ``python -m pytest -q tests/gpu``)."""
 import json
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import gnn_inductor.kernels  # noqa: F401
-from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton, split_tuning
+from gnn_inductor.kernels.gather_scatter import fused, split_tuning
+from gnn_inductor.plan.work_items import PADDING
 from gnn_inductor.testing import random_graph
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -18,16 +19,16 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GNN_IO_KERNEL_CACHE", str(tmp_path))
     monkeypatch.delenv(split_tuning.OVERRIDE_ENV, raising=False)
     monkeypatch.delenv(split_tuning.SPLIT_ENV, raising=False)
-    split_tuning.clear()
+    split_tuning.PICKS.clear()
     yield tmp_path
-    split_tuning.clear()
+    split_tuning.PICKS.clear()
 
 
 def test_measured_pick_on_a_hub_graph(fresh_cache):
     num_nodes, hub = 20_000, 50_000
     src, dst = random_graph(num_nodes, 200_000, seed=3, hub_degree=hub).cuda()
     rowptr, col = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)[:2]
-    pick = split_tuning.choose(rowptr, col)
+    pick = split_tuning.choose(rowptr, col, fused.probe_ms)
     max_degree = int((rowptr[1:] - rowptr[:-1]).max())
     assert pick["source"] == "measured"
     assert sorted(pick["probe_ms"]) == split_tuning.candidates(max_degree)
@@ -36,14 +37,14 @@ def test_measured_pick_on_a_hub_graph(fresh_cache):
     print(f"\nsplit probe on {torch.cuda.get_device_name()} ({pick['key']}): {pick['probe_ms']} -> {pick['max_edges']}")
 
     items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
-    real = items[3] != gather_scatter_triton.PADDING
+    real = items[3] != PADDING
     hub_row = int((rowptr[1:] - rowptr[:-1]).argmax())
     assert int(((items[0] == hub_row) & real).sum()) == -(-max_degree // pick["max_edges"])
 
     stored = json.loads((fresh_cache / split_tuning.CACHE_FILE).read_text())
     assert stored[pick["key"]]["max_edges"] == pick["max_edges"]
-    split_tuning.clear()
-    again = split_tuning.choose(rowptr, col)
+    split_tuning.PICKS.clear()
+    again = split_tuning.choose(rowptr, col, fused.probe_ms)
     assert again["source"] == "measured (cached)" and again["max_edges"] == pick["max_edges"]
-    summary = gather_scatter_triton.split_summary(rowptr, col)
+    summary = fused.split_summary(rowptr, col)
     assert summary["source"] == "measured (cached)" and summary["max_edges"] == pick["max_edges"]

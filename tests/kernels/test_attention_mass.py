@@ -12,10 +12,13 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
 from gnn_inductor.kernels.attention import (
-    op as attention,
+    csr_backward,
+    csr_forward,
+    csr_launch,
+    dispatch,
     selector as attention_paths,
-    csr_triton as attention_triton,
 )
+from gnn_inductor.kernels.runtime.roles import ROLE_SRC
 
 from tests.kernels.interpreter import rerun_under_interpreter
 from tests.kernels.test_attention_split_backward import (
@@ -36,14 +39,14 @@ GAT_CASES = ["gat", "gat_edge", "gat_dropout"]
 
 
 def _spy_forward(monkeypatch) -> list:
-    """The ``mass`` flag of every attention_triton.forward call."""
+    """The ``mass`` flag of every csr_forward.forward call."""
     calls = []
-    original = attention_triton.forward
+    original = csr_forward.forward
 
     def spy(*args, **kwargs):
         calls.append(kwargs.get("mass", False))
         return original(*args, **kwargs)
-    monkeypatch.setattr(attention_triton, "forward", spy)
+    monkeypatch.setattr(csr_forward, "forward", spy)
     return calls
 
 
@@ -57,7 +60,7 @@ def test_mass_gradients_match_the_reference_and_the_segment_form(plan, name, mon
 
     def no_sum(*args, **kwargs):
         raise AssertionError("the mass form summed per-edge dst terms")
-    monkeypatch.setattr(attention_triton, "_sum_by_destination", no_sum)
+    monkeypatch.setattr(csr_backward, "_sum_by_destination", no_sum)
     out, grads = run_op(plan, name, "mass", monkeypatch)
     assert calls == [True], calls
     assert_close(out, out_segment.double().cpu(), torch.float32, "output")
@@ -99,9 +102,9 @@ def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkey
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     edge_index = random_graph(30, 90, seed=2, hub_degree=15, num_isolated=2)
     edge_attr = None if edge_dim is None else torch.randn(edge_index.shape[1], edge_dim)
-    results, original = {}, attention_triton.forward
+    results, original = {}, csr_forward.forward
     for variant in ("auto", "one_pass_segment"):
-        monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
+        monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
         torch.manual_seed(0)
         model = GATConv(8, 4, heads=2, edge_dim=edge_dim)
         x = torch.randn(30, 8, requires_grad=True)
@@ -111,7 +114,7 @@ def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkey
         torch._dynamo.reset()
         out = torch.compile(model, backend="gnn_io")(*inputs)
         out.backward(grad)
-        monkeypatch.setattr(attention_triton, "forward", original)
+        monkeypatch.setattr(csr_forward, "forward", original)
         compiled = [out.detach(), x.grad] + [p.grad for p in model.parameters()]
         x.grad = None
         model.zero_grad()
@@ -129,20 +132,20 @@ def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkey
 def test_src_register_cap_reaches_the_src_pass(plan, monkeypatch):  # noqa: F811
     """``GNN_IO_SRC_MAXNREG``: the src pass launches with that cap (and without one when unset), the gradients
     unchanged; a bad value is a clear error."""
-    caps, original = [], attention_triton._split_pass
+    caps, original = [], csr_backward.split_pass
 
     def spy(layout, major, *args):
-        if major == attention_triton.ROLE_SRC:
+        if major == ROLE_SRC:
             caps.append(args[9].get("maxnreg"))  # its launch config
         return original(layout, major, *args)
-    monkeypatch.setattr(attention_triton, "_split_pass", spy)
-    monkeypatch.delenv(attention_triton.SRC_MAXNREG_ENV, raising=False)
+    monkeypatch.setattr(csr_backward, "split_pass", spy)
+    monkeypatch.delenv(csr_launch.SRC_MAXNREG_ENV, raising=False)
     _, uncapped = run_op(plan, "gat", "mass", monkeypatch)
-    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "56")
+    monkeypatch.setenv(csr_launch.SRC_MAXNREG_ENV, "56")
     _, capped = run_op(plan, "gat", "mass", monkeypatch)
     assert caps == [None, 56], caps
     check_grads(capped, uncapped, reference_grads(plan, "gat"), "capped", "uncapped")
-    monkeypatch.setenv(attention_triton.SRC_MAXNREG_ENV, "many")
+    monkeypatch.setenv(csr_launch.SRC_MAXNREG_ENV, "many")
     with pytest.raises(ValueError, match="GNN_IO_SRC_MAXNREG"):
         run_op(plan, "gat", "mass", monkeypatch)
 
@@ -181,12 +184,12 @@ def _rule(plan, name="gat", dtype=torch.float32, requires_grad=True, device=DEVI
     args = [a.to(device).requires_grad_(requires_grad and a.is_floating_point())
             for a in make_args(kinds, plan[1].numel(), dtype)]
     on_device = [t.to(device) for t in plan[:4]]
-    return attention.mass_terms(args, roles, on_device[0], on_device[3], score, message)
+    return dispatch.mass_terms(args, roles, on_device[0], on_device[3], score, message)
 
 
 @pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(), reason="the fused kernels do not run here")
 def test_rule_picks_gat_dst_terms_in_float32_only(plan, monkeypatch):  # noqa: F811
-    monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
+    monkeypatch.delenv(csr_launch.BACKWARD_ENV, raising=False)
     monkeypatch.delenv(attention_paths.PATH_ENV, raising=False)
     allowed = torch.backends.cuda.matmul.allow_tf32
     try:
@@ -205,9 +208,9 @@ def _check_rule(plan, monkeypatch):  # noqa: F811
     assert _rule(plan, dtype=torch.bfloat16) == []
     assert _rule(plan, requires_grad=False) == []
     for variant in ("split", "one_pass_segment", "one_pass", "atomic"):
-        monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
+        monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
         assert _rule(plan) == [], variant
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "mass")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "mass")
     assert _rule(plan) == [2]
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
     assert _rule(plan) == []  # a forced block path makes no mass

@@ -12,8 +12,9 @@ import pytest
 import torch
 from gnn_inductor.kernels.attention import (
     selector as attention_paths,
-    csr_triton as attention_triton,
     block_dot as block_sparse,
+    dispatch,
+    layout as attention_layout,
 )
 from gnn_inductor.kernels.attention.op import attention_reference
 
@@ -54,7 +55,7 @@ def community_graph(num_nodes=256, community=16, seed=0):
 def setup(src, dst, num_nodes, dtype=torch.float32):
     plan = torch.ops.gnn_io.csr_plan(dst, src, num_nodes, num_nodes)
     args, roles, score, message, _ = dot_inputs(num_nodes, False, dtype)
-    layout = attention_triton.prepare(args, roles, plan[3], score, message)
+    layout = attention_layout.prepare(args, roles, plan[3], score, message)
     items = list(torch.ops.gnn_io.work_items(plan[0], plan[1], 256))
     return plan, args, roles, score, message, layout, items
 
@@ -144,7 +145,7 @@ def test_gatv2_runs_on_block_only_when_forced(monkeypatch):
     src, dst = graph(NUM_NODES, 200, seed=7)
     plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
     args = make_args(kinds, src.numel(), torch.bfloat16)
-    layout = attention_triton.prepare(args, [r for r, _ in kinds], plan[3], _fn(score_fn), _fn(message_fn))
+    layout = attention_layout.prepare(args, [r for r, _ in kinds], plan[3], _fn(score_fn), _fn(message_fn))
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16)
     assert decision.path == "csr" and "slower" in decision.reason
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
@@ -164,7 +165,7 @@ def test_unsupported_forms_stay_on_csr(monkeypatch):
     plan = torch.ops.gnn_io.csr_plan(dst, src, 20, 20)
     args = [torch.randn(src.numel(), HEADS, CHANNELS), torch.randn(20, HEADS), torch.randn(20, HEADS)]
     roles = [2, 0, 1]  # edge, src, dst
-    layout = attention_triton.prepare(args, roles, plan[3], _fn(gat_score), _fn(gat_message))
+    layout = attention_layout.prepare(args, roles, plan[3], _fn(gat_score), _fn(gat_message))
     assert layout.form.family == "gat"
     decision = attention_paths.decide(layout, plan[0], plan[1], plan[3], [], torch.bfloat16)
     assert decision.path == "csr" and "value" in decision.reason, decision.reason
@@ -437,9 +438,7 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     the pick and of CSR through the op's own step function, records both, and the result matches the reference
     whichever path it kept. With an order predicted to pay, both orders' steps are timed first (the identity
     order's backward with its own transposed format)."""
-    from gnn_inductor.kernels.attention import op as attention
-
-    monkeypatch.setattr(attention, "CHOOSE_ON_CPU", True)
+    monkeypatch.setattr(dispatch, "CHOOSE_ON_CPU", True)
     timed_steps = []
 
     def once(device, runs):  # one timed run per candidate, not four: the interpreter is slow

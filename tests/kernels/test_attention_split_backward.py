@@ -1,4 +1,4 @@
-"""The split backward of the fused CSR attention (kernels/attention_triton.py, ``GNN_IO_ATTENTION_BACKWARD``):
+"""The split backward of the fused CSR attention (kernels/attention/csr_backward.py, ``GNN_IO_ATTENTION_BACKWARD``):
 a dst pass over the CSR and a src pass over the transposed CSR, against the atomic backward and the float64
 reference of gnn_io::attention.
 
@@ -13,7 +13,12 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.plan import state as graph_state
 import pytest
 import torch
-from gnn_inductor.kernels.attention import selector as attention_paths, csr_triton as attention_triton
+from gnn_inductor.kernels.attention import selector as attention_paths
+from gnn_inductor.kernels.attention import csr_atomic_backward
+from gnn_inductor.kernels.attention import csr_backward
+from gnn_inductor.kernels.attention import csr_launch
+from gnn_inductor.kernels.attention import layout as attention_layout
+from gnn_inductor.plan import source_csr as plan_source_csr
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.op import attention_reference
 
@@ -69,7 +74,7 @@ def _case(name):
 def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDGES):
     """``(out, grads)`` of gnn_io::attention with the ``mode`` backward, on DEVICE."""
     score, message, roles, kinds = _case(name)
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, mode)
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, mode)
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], max_edges))
     args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), dtype)]
@@ -107,8 +112,8 @@ def _no_atomic_kernels(monkeypatch):
     class NotLaunched:
         def __getitem__(self, grid):
             raise AssertionError("the split backward launched an atomic backward kernel")
-    monkeypatch.setattr(attention_triton, "_backward_kernel", NotLaunched())
-    monkeypatch.setattr(attention_triton, "_backward_all_heads_kernel", NotLaunched())
+    monkeypatch.setattr(csr_atomic_backward, "atomic_backward_kernel", NotLaunched())
+    monkeypatch.setattr(csr_atomic_backward, "atomic_backward_all_heads_kernel", NotLaunched())
 
 
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
@@ -151,17 +156,6 @@ def test_split_half_precision(plan, name, monkeypatch):
             assert_close(s, r, torch.bfloat16, f"bf16 split grad of argument {i}")
 
 
-@runs_kernel
-def test_split_all_is_the_split_backward(plan, monkeypatch):
-    """``split_all``, the all-heads split backward's name while it was opt-in, still selects the split backward:
-    no atomic kernel, the same gradients bit for bit (no hub items: no atomic add to reorder on a GPU)."""
-    _no_atomic_kernels(monkeypatch)
-    _, split = run_op(plan, "gat_edge", "split", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
-    _, split_all = run_op(plan, "gat_edge", "split_all", monkeypatch, max_edges=NO_SPLIT_MAX_EDGES)
-    for i, (s, a) in enumerate(zip(split, split_all)):
-        assert torch.equal(s, a), f"grad of argument {i}"
-
-
 @interpreter_only
 @pytest.mark.parametrize("name", ["gat_edge", "transformer_edge"])
 def test_split_needs_no_atomics_without_hubs(plan, name, atomics, monkeypatch):
@@ -182,8 +176,8 @@ def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
     src pass)."""
     score, message, roles, kinds = _case("transformer_edge")
     args = make_args(kinds, plan[1].numel())
-    layout = attention_triton.prepare(args, roles, plan[3], score, message)
-    by_src = attention_triton.source_csr(layout, plan[0], plan[1], plan[3], MAX_EDGES)
+    layout = attention_layout.prepare(args, roles, plan[3], score, message)
+    by_src = csr_backward.source_csr(layout, plan[0], plan[1], plan[3], MAX_EDGES)
     dst_hub_items = int((torch.ops.gnn_io.work_items(plan[0], plan[1], MAX_EDGES)[3] == 1).sum())
     src_hub_items = int((by_src.items.shared == 1).sum())
     assert dst_hub_items >= 4 and src_hub_items >= 3
@@ -206,7 +200,7 @@ def test_more_outputs_than_slots_run_the_atomic_backward(plan, monkeypatch):
     roles = [ROLE_SRC] * 5
     args = make_args([(ROLE_SRC, V)] * 5, plan[1].numel())
     on_device = [t.to(DEVICE) for t in plan[:4]]
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "split")
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7))
     _, grads = grads_of(lambda a: torch.ops.gnn_io.attention(a, roles, *on_device, score, message, EPS),
                         [a.to(DEVICE) for a in args], grad.to(DEVICE))
@@ -222,7 +216,7 @@ def test_source_csr_is_the_transposed_plan(plan):
     """Rows are sources, edges in CSR order within a row: exactly csr_plan's own transposed arrays; the source
     hub spans several items covering its row."""
     rowptr, col, _, perm, t_rowptr, t_col, t_perm = plan
-    by_src = attention_triton.build_source_csr(rowptr, col, perm, NUM_NODES, MAX_EDGES)
+    by_src = plan_source_csr.build_source_csr(rowptr, col, perm, NUM_NODES, MAX_EDGES)
     assert torch.equal(by_src.rowptr, t_rowptr.long())
     assert torch.equal(by_src.dst, t_col)
     assert torch.equal(by_src.eid, perm[t_perm])
@@ -238,58 +232,53 @@ def test_source_csr_is_the_transposed_plan(plan):
 
 def test_source_csr_is_cached_with_the_plan(plan):
     score, message, roles, kinds = _case("transformer")
-    layout = attention_triton.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
+    layout = attention_layout.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
     rowptr, col, _, perm = [t.clone() for t in plan[:4]]
-    first = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
-    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is first
-    assert attention_triton.source_csr(layout, rowptr, col, perm, 2 * MAX_EDGES) is not first
+    first = csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    assert csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES) is first
+    assert csr_backward.source_csr(layout, rowptr, col, perm, 2 * MAX_EDGES) is not first
     col.add_(0)  # an in-place change invalidates the plan entry, and the transposed CSR with it
-    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not first
-    cached = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    assert csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not first
+    cached = csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES)
     graph_state.clear()
-    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not cached
+    assert csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES) is not cached
 
 
 def test_source_csr_is_not_built_inside_a_cuda_graph_capture(plan, monkeypatch):
     """Building the source CSR counts its hubs on the host, which a CUDA-graph capture refuses: during a capture a
     plan without one gets None (the op's backward then runs the atomic variant); one built before is still read."""
     score, message, roles, kinds = _case("transformer")
-    layout = attention_triton.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
+    layout = attention_layout.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
     rowptr, col, _, perm = [t.clone() for t in plan[:4]]
-    monkeypatch.setattr(attention_triton, "capturing", lambda device: True)
-    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is None
-    monkeypatch.setattr(attention_triton, "capturing", lambda device: False)
-    built = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
-    monkeypatch.setattr(attention_triton, "capturing", lambda device: True)
-    assert attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES) is built
+    monkeypatch.setattr(plan_source_csr, "capturing", lambda device: True)
+    assert csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES) is None
+    monkeypatch.setattr(plan_source_csr, "capturing", lambda device: False)
+    built = csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    monkeypatch.setattr(plan_source_csr, "capturing", lambda device: True)
+    assert csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES) is built
 
 
 def test_backward_variant_defaults_to_auto(monkeypatch):
     """Unset: ``auto``, the split backward for GATv2 and the dot family, the segment form for GAT (session 20:
     1.09x the split backward's step on RMAT 2^20, 1.17x on a uniform graph of 16M edges, H100)."""
-    monkeypatch.delenv(attention_triton.BACKWARD_ENV, raising=False)
-    assert attention_triton.backward_variant() == "auto"
+    monkeypatch.delenv(csr_launch.BACKWARD_ENV, raising=False)
+    assert csr_launch.backward_variant() == "auto"
     for family in ("dot", "gatv2"):
         assert "split backward (dst pass, src pass over the transposed CSR, all heads per program)" in \
-            attention_triton.kernel_name(family)
-    assert "summed per destination" in attention_triton.kernel_name("gat")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
-    assert "split backward (dst pass" in attention_triton.kernel_name("gat")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "atomic")
-    assert attention_triton.backward_variant() == "atomic"
-    assert "atomic backward" in attention_triton.kernel_name("dot")
+            csr_launch.kernel_name(family)
+    assert "summed per destination" in csr_launch.kernel_name("gat")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "split")
+    assert "split backward (dst pass" in csr_launch.kernel_name("gat")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "atomic")
+    assert csr_launch.backward_variant() == "atomic"
+    assert "atomic backward" in csr_launch.kernel_name("dot")
 
 
-def test_split_all_is_a_synonym_and_other_values_raise(monkeypatch):
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
-    assert attention_triton.backward_variant() == "split"
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
-    name = attention_triton.kernel_name("dot")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split_all")
-    assert attention_triton.kernel_name("dot") == name
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "fast")
-    with pytest.raises(ValueError, match="auto, split, atomic"):
-        attention_triton.backward_variant()
+def test_other_backward_values_raise(monkeypatch):
+    for value in ("split_all", "fast"):
+        monkeypatch.setenv(csr_launch.BACKWARD_ENV, value)
+        with pytest.raises(ValueError, match="auto, split, atomic"):
+            csr_launch.backward_variant()
 
 
 @runs_kernel
@@ -300,7 +289,7 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
     column spans of one [N, width] tensor, written there by the split passes themselves (their buffers are those
     spans: a row stride of ``width``), equal to attention_backward's; the others (GATv2's dense ``att``, GAT's
     per-head scalar terms, edge terms) are unchanged entries of the list."""
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
     score, message, roles, kinds = _case(name)
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
@@ -317,18 +306,18 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
     offsets, width = [-1] * len(args), 0
     for i in reversed(rows):  # packed in the reverse order: offsets need not follow the arguments'
         offsets[i], width = width, width + args[i][0].numel()
-    targets, real = [], attention_triton._grad_buffers
+    targets, real = [], csr_backward.grad_buffers
 
     def recording(layout, wanted, stored, device, given=None):
         targets.append(given or {})
         return real(layout, wanted, stored, device, given)
-    monkeypatch.setattr(attention_triton, "_grad_buffers", recording)
+    monkeypatch.setattr(csr_backward, "grad_buffers", recording)
     packed, *got = torch.ops.gnn_io.attention_backward_packed(*common, offsets, width)
     assert packed.shape == (NUM_NODES, width) and torch.isfinite(packed).all()
     # GAT's default segment backward sums its dst-role score term per destination after the src pass (a new
     # [N, H] tensor, copied into its span); every other row gradient is written into its span by the passes
     summed = {i for i in rows if roles[i] == ROLE_DST} if name.startswith("gat") and not name.startswith("gatv2") \
-        and attention_triton.backward_variant() in ("auto", "one_pass_segment") else set()
+        and csr_launch.backward_variant() in ("auto", "one_pass_segment") else set()
     assert targets and set(targets[0]) == set(rows) - summed, "the split passes wrote the packed spans themselves"
     for i, (g, w) in enumerate(zip(got, want)):
         if offsets[i] >= 0:

@@ -1,4 +1,4 @@
-"""The fused CSR attention kernels (kernels/attention_triton.py) against the CPU reference of gnn_io::attention.
+"""The fused CSR attention kernels (kernels/attention/csr_*.py) against the CPU reference of gnn_io::attention.
 
 Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
 (``test_kernels_under_interpreter``; see tests/kernels/test_spmm_triton.py for why a subprocess). Under the
@@ -16,10 +16,16 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
 import torch.nn.functional as F
-from gnn_inductor.kernels.attention import csr_triton as attention_triton
+from gnn_inductor.kernels.attention import csr_backward
+from gnn_inductor.kernels.attention import csr_delta
+from gnn_inductor.kernels.attention import csr_forward
+from gnn_inductor.kernels.attention import csr_launch
+from gnn_inductor.kernels.attention import csr_split_backward
+from gnn_inductor.kernels.attention import forms as attention_forms
+from gnn_inductor.kernels.attention import layout as attention_layout
+from gnn_inductor.plan import source_csr as plan_source_csr
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.config import SettingError
 from gnn_inductor.kernels.runtime.launch import next_power_of_2
 from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference, kernel_name
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
@@ -183,7 +189,7 @@ def check_case(name, plan, dtype=torch.float32, heads=HEADS, channels=CHANNELS):
     roles = [role for role, _ in kinds]
     rowptr, col, row, perm = plan[:4]
     args = make_args(kinds, col.numel(), dtype, heads=heads, channels=channels)
-    layout = attention_triton.prepare(args, roles, perm, score, message)
+    layout = attention_layout.prepare(args, roles, perm, score, message)
     assert not isinstance(layout, str), layout
     assert layout.form.family == family
     grad = torch.randn(NUM_NODES, heads, channels, generator=torch.Generator().manual_seed(7))
@@ -292,7 +298,7 @@ def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_var
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
     stored; nothing is left unwritten, and the gradients are the reference's. ``D`` starts uninitialised too."""
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, backward_variant)
     score_fn, message_fn, _, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
@@ -317,7 +323,7 @@ def test_unrecognised_functions_run_the_reference(plan):
     x = torch.randn(NUM_NODES, HEADS, CHANNELS)
     a = torch.randn(NUM_NODES, HEADS, CHANNELS)
     roles = [ROLE_SRC, ROLE_DST]
-    assert isinstance(attention_triton.prepare([x, a], roles, plan[3], score, message), str)
+    assert isinstance(attention_layout.prepare([x, a], roles, plan[3], score, message), str)
     on_device = [t.to(DEVICE) for t in plan[:4]]
     out = torch.ops.gnn_io.attention([x.to(DEVICE), a.to(DEVICE)], roles, *on_device, score, message, EPS)
     ref = attention_reference([x, a], roles, *plan[:4], score, message, EPS)
@@ -344,8 +350,8 @@ def test_opcheck_fused(plan):
 def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
     """Output, lse and gradients of the one-program-per-item kernels, forward and split backward (hub split and
     combined, isolated nodes 0); 2 heads: the half-precision and mixing tests below."""
-    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    monkeypatch.setenv(csr_launch.HEADS_ENV, "all")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "split")
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
     assert (items[3] == 1).sum() > 2, "the hub must span several items"
@@ -367,7 +373,7 @@ def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
 
 @runs_kernel
 def test_all_heads_half_precision(plan, monkeypatch):
-    monkeypatch.setenv(attention_triton.HEADS_ENV, "all")
+    monkeypatch.setenv(csr_launch.HEADS_ENV, "all")
     check_case("transformer_edge", plan, torch.bfloat16)
 
 
@@ -380,15 +386,15 @@ def test_variants_mix(plan, forward_variant, backward_variant):
     roles = [role for role, _ in kinds]
     rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
     args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
-    layout = attention_triton.prepare(args, roles, perm, score, message)
+    layout = attention_layout.prepare(args, roles, perm, score, message)
     items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     needs = [True] * len(args)
-    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant=forward_variant)
-    mixed = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+    out, lse = csr_forward.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant=forward_variant)
+    mixed = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm,
                                       needs, items, MAX_EDGES, variant=backward_variant)
-    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant="per_head")
-    default = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+    out, lse = csr_forward.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES, variant="per_head")
+    default = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm,
                                         needs, items, MAX_EDGES, variant="per_head")
     for i, (g, r) in enumerate(zip(mixed, default)):
         assert_close(g, r.double().cpu(), torch.float32, f"grad of argument {i}")
@@ -400,51 +406,43 @@ def split_backward_case(name, plan, dropout=None) -> tuple:
     score_fn, message_fn, _, kinds = CASES[name]
     rowptr, col, row, perm = [t.to(DEVICE) for t in plan[:4]]
     args = [a.to(DEVICE) for a in make_args(kinds, col.numel())]
-    layout = attention_triton.prepare(args, [role for role, _ in kinds], perm, _fn(score_fn), _fn(message_fn),
+    layout = attention_layout.prepare(args, [role for role, _ in kinds], perm, _fn(score_fn), _fn(message_fn),
                                       dropout)
     items = list(torch.ops.gnn_io.work_items(rowptr, col, MAX_EDGES))
-    by_src = attention_triton.source_csr(layout, rowptr, col, perm, MAX_EDGES)
+    by_src = csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES)
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    out, lse = attention_triton.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
+    out, lse = csr_forward.forward(layout, rowptr, col, perm, EPS, items, MAX_EDGES)
     return layout, rowptr, col, perm, items, by_src, grad, [True] * len(args), out, lse
 
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gatv2_edge", "transformer_edge"])
 def test_split_passes_launch_apart(plan, name, monkeypatch):
-    """Each split pass takes its own launch (session 17's measured pair, session 9's, or one pass overridden down to
-    one edge per block): the launches change no gradient, and each pass ran with the launch asked of it. Both
-    passes: ``split`` (GAT's default is the segment form, a src pass alone)."""
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "split")
+    """Each split pass takes its own launch (the measured pair, or one pass overridden down to one edge per block):
+    the launches change no gradient, and each pass ran with the launch asked of it. Both passes: ``split`` (GAT's
+    default is the segment form, a src pass alone)."""
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "split")
     family = CASES[name][2]
     layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan)
     launches = []
-    split_pass = attention_triton._split_pass
-    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (launches.append(
+    split_pass = csr_backward.split_pass
+    monkeypatch.setattr(csr_backward, "split_pass", lambda layout, major, *a: (launches.append(
         (major, next(x["block_e"] for x in a if isinstance(x, dict) and "block_e" in x))), split_pass(layout, major, *a)))
 
-    def run(setting, config=None):
-        monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, setting)
+    def run(config=None):
         launches.clear()
-        grads = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
-                                          needs, items, MAX_EDGES, by_src=by_src, config=config)
+        grads = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm, needs, items,
+                                      MAX_EDGES, by_src=by_src, config=config)
         return grads, dict(launches)
-    measured, blocks = run("measured")
+    measured, blocks = run()
     width = next_power_of_2(HEADS) * max(16, next_power_of_2(CHANNELS))  # BLOCK_H * BLOCK_C of this case
-    (dst_tile, _), (src_tile, _) = attention_triton.SPLIT_BACKWARD_LAUNCH[family]
+    (dst_tile, _), (src_tile, _) = csr_launch.SPLIT_BACKWARD_LAUNCH[family]
     assert blocks == {ROLE_DST: max(1, dst_tile // width), ROLE_SRC: max(1, src_tile // width)}, blocks
-    session9, blocks9 = run("session9")
-    assert set(blocks9.values()) == {max(2, attention_triton.SPLIT_BACKWARD_LAUNCH_SESSION9[family][0] // width)}
-    single, blocks1 = run("measured", {"src": {"block_e": 1}, "dst": {"block_e": 1, "num_warps": 1}})
+    single, blocks1 = run({"src": {"block_e": 1}, "dst": {"block_e": 1, "num_warps": 1}})
     assert blocks1 == {ROLE_DST: 1, ROLE_SRC: 1}
-    for i, (a, b, c) in enumerate(zip(measured, session9, single)):
+    for i, (a, c) in enumerate(zip(measured, single)):
         if a is not None:
-            assert_close(b, a.double().cpu(), torch.float32, f"grad of argument {i}, session 9 launch")
             assert_close(c, a.double().cpu(), torch.float32, f"grad of argument {i}, one edge per block")
-    monkeypatch.setenv(attention_triton.SPLIT_LAUNCH_ENV, "fastest")
-    with pytest.raises(SettingError, match="GNN_IO_SPLIT_LAUNCH"):
-        attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm, needs,
-                                  items, MAX_EDGES, by_src=by_src)
 
 
 @runs_kernel
@@ -455,25 +453,25 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
     edge and summed over each destination's CSR row by the SpMM), the other families keep the dst pass; either
     way the gradients equal the two-pass backward's and the reference's (a hub split over several items, self
     loops, duplicates, isolated nodes)."""
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, variant)
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
     score_fn, message_fn, family, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
     dropout = dropout_for(name, DEVICE)
     layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan, dropout)
     passes = []
-    launch = attention_triton._split_pass
-    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, *a: (passes.append(major),
+    launch = csr_backward.split_pass
+    monkeypatch.setattr(csr_backward, "split_pass", lambda layout, major, *a: (passes.append(major),
                                                                                     launch(layout, major, *a)))
     summed = []
-    sum_by_destination = attention_triton._sum_by_destination
-    monkeypatch.setattr(attention_triton, "_sum_by_destination", lambda *a: (summed.append(1),
+    sum_by_destination = csr_backward._sum_by_destination
+    monkeypatch.setattr(csr_backward, "_sum_by_destination", lambda *a: (summed.append(1),
                                                                              sum_by_destination(*a))[1])
     grads = {}
     for one_pass in (True, False):
         passes.clear()
         summed.clear()
-        grads[one_pass] = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr,
+        grads[one_pass] = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr,
                                                     col, perm, needs, items, MAX_EDGES, by_src=by_src,
                                                     one_pass=one_pass)
         expected = [ROLE_SRC] if one_pass and family == "gat" else [ROLE_DST, ROLE_SRC]
@@ -498,25 +496,25 @@ def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_pos
     per destination reads it through :func:`source_positions`; without that map (``by_position=False``: a source
     CSR that leaves edges out) it stores at edge ids, as before. Either way the gradients are the two-pass
     backward's and the reference's."""
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, "one_pass_segment")
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "one_pass_segment")
     score_fn, message_fn, _, kinds = CASES[name]
     roles = [role for role, _ in kinds]
     dropout = dropout_for(name, DEVICE)
     layout, rowptr, col, perm, items, by_src, grad, needs, out, lse = split_backward_case(name, plan, dropout)
-    positions = attention_triton.source_positions(rowptr, col, perm, by_src)
+    positions = plan_source_csr.source_positions(rowptr, col, perm, by_src)
     # the map is the inverse of the source CSR's order: the same edge on both sides
     assert positions is not None and torch.equal(by_src.eid.long()[positions.long()], perm.long())
     if not by_position:
-        monkeypatch.setattr(attention_triton, "source_positions", lambda *a: None)
+        monkeypatch.setattr(csr_backward, "source_positions", lambda *a: None)
     store_roles = []
-    launch = attention_triton._split_pass
-    monkeypatch.setattr(attention_triton, "_split_pass", lambda layout, major, outputs, *a: (
+    launch = csr_backward.split_pass
+    monkeypatch.setattr(csr_backward, "split_pass", lambda layout, major, outputs, *a: (
         store_roles.extend(o[1] for o in outputs if layout.roles[o[0]] == ROLE_DST),
         launch(layout, major, outputs, *a)))
-    got = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm, needs,
+    got = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm, needs,
                                     items, MAX_EDGES, by_src=by_src)
-    assert store_roles == [attention_triton._BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
-    two_pass = attention_triton.backward(layout, grad, attention_triton.delta(grad, out), lse, rowptr, col, perm,
+    assert store_roles == [csr_split_backward.BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
+    two_pass = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm,
                                          needs, items, MAX_EDGES, by_src=by_src, one_pass=False)
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
     _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], _fn(score_fn), _fn(message_fn), EPS,
@@ -530,10 +528,10 @@ def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_pos
 def test_source_positions_only_where_every_edge_has_a_source_row(plan):
     """A source CSR of fewer rows than the sources in ``col`` leaves those edges unwalked: no position map then."""
     rowptr, col, _, perm = plan[:4]
-    short = attention_triton.build_source_csr(rowptr, col, perm, int(col.max()), MAX_EDGES)
-    assert attention_triton.source_positions(rowptr, col, perm, short) is None
-    full = attention_triton.build_source_csr(rowptr, col, perm, int(col.max()) + 1, MAX_EDGES)
-    positions = attention_triton.source_positions(rowptr, col, perm, full)
+    short = plan_source_csr.build_source_csr(rowptr, col, perm, int(col.max()), MAX_EDGES)
+    assert plan_source_csr.source_positions(rowptr, col, perm, short) is None
+    full = plan_source_csr.build_source_csr(rowptr, col, perm, int(col.max()) + 1, MAX_EDGES)
+    positions = plan_source_csr.source_positions(rowptr, col, perm, full)
     assert positions.dtype == col.dtype and torch.equal(full.eid.long()[positions.long()], perm.long())
 
 
@@ -574,8 +572,8 @@ def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backw
     the hub combine as they store a row, written into the rows without edges (outputs start uninitialised), added
     afterwards behind the per-head kernel. Every backward variant reads ``D = <dout, out - b>`` (``attention_delta``
     subtracts ``b`` in its kernel), and ``b``'s gradient is ``dout`` summed over the rows."""
-    monkeypatch.setenv(attention_triton.HEADS_ENV, heads)
-    monkeypatch.setenv(attention_triton.BACKWARD_ENV, backward_variant)
+    monkeypatch.setenv(csr_launch.HEADS_ENV, heads)
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, backward_variant)
     _check_bias(plan, name, DEVICE)
 
 
@@ -615,16 +613,16 @@ def test_bias_of_the_wrong_size_is_an_error(plan):
 
 
 def test_heads_variant_defaults_to_all_heads_forward(monkeypatch):
-    monkeypatch.delenv(attention_triton.HEADS_ENV, raising=False)
-    assert attention_triton.heads_variant() == "all"
-    assert attention_triton.heads_variant(default="per_head") == "per_head"  # the atomic backward's default
-    assert "all heads per program (forward)" in attention_triton.kernel_name("gat")
-    monkeypatch.setenv(attention_triton.HEADS_ENV, "per_head")
-    assert attention_triton.heads_variant() == "per_head"
-    assert "all heads per program (forward)" not in attention_triton.kernel_name("gat")
-    monkeypatch.setenv(attention_triton.HEADS_ENV, "every")
+    monkeypatch.delenv(csr_launch.HEADS_ENV, raising=False)
+    assert csr_launch.heads_variant() == "all"
+    assert csr_launch.heads_variant(default="per_head") == "per_head"  # the atomic backward's default
+    assert "all heads per program (forward)" in csr_launch.kernel_name("gat")
+    monkeypatch.setenv(csr_launch.HEADS_ENV, "per_head")
+    assert csr_launch.heads_variant() == "per_head"
+    assert "all heads per program (forward)" not in csr_launch.kernel_name("gat")
+    monkeypatch.setenv(csr_launch.HEADS_ENV, "every")
     with pytest.raises(ValueError, match="per_head, all"):
-        attention_triton.heads_variant()
+        csr_launch.heads_variant()
 
 
 # ---- recognition and the CPU op (every machine) ----
@@ -639,7 +637,7 @@ def test_opcheck_reference(plan):
 @pytest.mark.parametrize("name", list(CASES))
 def test_recognise_families(name):
     score_fn, message_fn, family, kinds = CASES[name]
-    form = attention_triton.recognise(_fn(score_fn), _fn(message_fn), [r for r, _ in kinds])
+    form = attention_forms.recognise(_fn(score_fn), _fn(message_fn), [r for r, _ in kinds])
     assert not isinstance(form, str), form
     assert form.family == family
     if family == "dot":
@@ -650,15 +648,15 @@ def test_recognise_rejects_other_math():
     roles = [ROLE_SRC, ROLE_DST]
     message = _fn(lambda alpha, a0, a1: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1), a0))
     tanh = _fn(lambda a0, a1: aten.tanh.default(aten.add.Tensor(a0, a1)))
-    assert "neither" in attention_triton.recognise(tanh, message, roles)
+    assert "neither" in attention_forms.recognise(tanh, message, roles)
     score = _fn(_gat_score)
     squared = _fn(lambda alpha, a0, a1, a2: aten.mul.Tensor(aten.unsqueeze.default(alpha, -1),
                                                             aten.mul.Tensor(a0, a0)))
-    assert isinstance(attention_triton.recognise(score, squared, [ROLE_SRC, ROLE_SRC, ROLE_DST]), str)
+    assert isinstance(attention_forms.recognise(score, squared, [ROLE_SRC, ROLE_SRC, ROLE_DST]), str)
     # alpha times a tensor (an attention weight, or a keep-mask the rewrite did not fold): the reference runs it
     weighted = _fn(lambda alpha, a0, a1, a2, a3: aten.mul.Tensor(aten.unsqueeze.default(aten.mul.Tensor(alpha, a3), -1),
                                                                  a0))
-    assert "alpha (times constants)" in attention_triton.recognise(
+    assert "alpha (times constants)" in attention_forms.recognise(
         _fn(lambda a0, a1, a2, a3: aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)), weighted,
         [ROLE_SRC, ROLE_SRC, ROLE_DST, ROLE_EDGE])
 
@@ -689,7 +687,7 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
     torch.compile(model, backend="gnn_io")(*inputs)
     (rewrite,) = [w for r in rewrite_report.reports()[first:] for w in r.rewrites if w.pattern == "attention"]
     # the dot family also names the per-graph path choice (CSR, block-sparse or hybrid)
-    assert kernel_name("cuda", rewrite.details).startswith(attention_triton.kernel_name(family)), \
+    assert kernel_name("cuda", rewrite.details).startswith(csr_launch.kernel_name(family)), \
         kernel_name("cuda", rewrite.details)
     if name.endswith("_dropout"):
         assert rewrite.details["dropout_p"] == 0.5 and "mask regenerated" in kernel_name("cuda", rewrite.details)
@@ -717,7 +715,7 @@ def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family
     result = check_rewrites(model, *inputs, expect={"attention": 1, "near_miss": 0}, calls=1)
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "attention"]
     # the report names the CPU reference on CPU; the CUDA name from the same details is the fused family's
-    assert kernel_name("cuda", rewrite["details"]).startswith(attention_triton.kernel_name(family)), rewrite
+    assert kernel_name("cuda", rewrite["details"]).startswith(csr_launch.kernel_name(family)), rewrite
 
 
 # ---- attention dropout ----
@@ -867,8 +865,8 @@ def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, m
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
-    assert isinstance(attention_triton._forward_kernel, InterpretedFunction), \
-        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.csr_triton is imported"
+    assert isinstance(csr_forward.forward_kernel, InterpretedFunction), \
+        "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.csr_forward is imported"
 
 
 @pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")

@@ -11,7 +11,8 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.plan import block_format
 import pytest
 import torch
-from gnn_inductor.kernels.attention import csr_triton as attention_triton, block_dot as block_sparse
+from gnn_inductor.kernels.attention import block_dot as block_sparse
+from gnn_inductor.kernels.attention import csr_delta
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference
@@ -328,7 +329,7 @@ def test_dot_backward_only_what_is_needed():
     args, perm, dropout = [a.to(DEVICE) for a in args], plan[3].to(DEVICE), dropout_on(dropout, DEVICE)
     out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
     grad_out = torch.ones_like(out)
-    grads = dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score, message,
+    grads = dot_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm, score, message,
                          blocks, transposed,
                          [True, False, False], dropout=dropout)
     assert grads[1] is None and grads[2] is None and grads[0].shape == args[0].shape
@@ -352,7 +353,7 @@ def test_dot_backward_stores_into_packed_columns(case):
     args, perm = [a.to(DEVICE) for a in args], plan[3].to(DEVICE)
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
     out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
-    delta = attention_triton.delta(grad_out, out)
+    delta = csr_delta.delta(grad_out, out)
     expected = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, [True] * 3)
     width = HEADS * CHANNELS
     packed = torch.full((num_nodes, 3 * width + 2), float("nan"), device=DEVICE)
@@ -392,7 +393,7 @@ def test_dot_backward_of_an_input_that_is_key_and_value():
     needs = [True, True, False]
     grad_out = torch.randn(num_nodes, HEADS, CHANNELS, generator=torch.Generator().manual_seed(9)).to(DEVICE)
     out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
-    delta = attention_triton.delta(grad_out, out)
+    delta = csr_delta.delta(grad_out, out)
     expected = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, needs)
     places = {0: torch.zeros(num_nodes, HEADS, CHANNELS, device=DEVICE)}
     grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, needs,
@@ -417,7 +418,7 @@ def test_launch_options_change_no_result(monkeypatch):
 
     def run():
         out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS)
-        return [out, lse] + dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+        return [out, lse] + dot_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm,
                                          score, message, blocks, transposed,
                                          [True] * len(args))
     expected = run()
@@ -451,7 +452,7 @@ def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypat
             for key in (name, f"{name}:fp32"):
                 monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, {"heads": per_program})
         out, lse = dot_forward(args, roles, perm, score, message, blocks, num_nodes, EPS, dropout=dropout)
-        return [out, lse] + dot_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+        return [out, lse] + dot_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm,
                                          score, message, blocks, transposed,
                                          [True] * len(args), dropout=dropout)
     expected = run(1)

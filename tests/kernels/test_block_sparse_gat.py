@@ -10,10 +10,12 @@ import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
 import torch
 from gnn_inductor.kernels.attention import (
-    csr_triton as attention_triton,
     block_dot as block_sparse,
     block_gat as block_sparse_gat,
 )
+from gnn_inductor.kernels.attention import csr_delta
+from gnn_inductor.kernels.attention import forms as attention_forms
+from gnn_inductor.kernels.attention import layout as attention_layout
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.attention.op import _reference_with_lse
@@ -218,7 +220,7 @@ def test_gat_backward_only_what_is_needed(name):
     grad_out = torch.ones_like(out)
     for picked in range(len(args)):
         needs = [i == picked for i in range(len(args))]
-        grads = gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm, score, message,
+        grads = gat_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm, score, message,
                              blocks, transposed, needs,
                              dropout=dropout)
         assert all((g is not None) == need for g, need in zip(grads, needs))
@@ -238,7 +240,7 @@ def test_launch_options_change_no_result(name, monkeypatch):
 
     def run():
         out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS)
-        return [out, lse] + gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+        return [out, lse] + gat_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm,
                                          score, message, blocks, transposed,
                                          [True] * len(args))
     expected = run()
@@ -266,7 +268,7 @@ def test_all_heads_program_masks_the_padded_heads(name, max_channels, monkeypatc
     def run(per_program):
         set_heads_per_program(monkeypatch, per_program)
         out, lse = gat_forward(args, roles, perm, score, message, blocks, NUM_NODES, EPS, dropout=dropout)
-        return [out, lse] + gat_backward(grad_out, attention_triton.delta(grad_out, out), lse, args, roles, perm,
+        return [out, lse] + gat_backward(grad_out, csr_delta.delta(grad_out, out), lse, args, roles, perm,
                                          score, message, blocks, transposed,
                                          [True] * len(args), dropout=dropout)
     expected = run(1)
@@ -281,10 +283,10 @@ def test_all_heads_program_masks_the_padded_heads(name, max_channels, monkeypatc
 def test_cases_are_gat_families(name):
     score_fn, message_fn, family, kinds = CASES[name]
     roles = [role for role, _ in kinds]
-    form = attention_triton.recognise(_fn(score_fn), _fn(message_fn), roles)
+    form = attention_forms.recognise(_fn(score_fn), _fn(message_fn), roles)
     assert not isinstance(form, str), form
     assert form.family == family
-    layout = attention_triton.prepare(make_args(kinds, 7, torch.float32), roles, torch.arange(7), _fn(score_fn),
+    layout = attention_layout.prepare(make_args(kinds, 7, torch.float32), roles, torch.arange(7), _fn(score_fn),
                                       _fn(message_fn))
     assert gat_form_reason(layout) is None
 

@@ -1,4 +1,4 @@
-"""The block-sparse SpMM (kernels/block_sparse_spmm.py) against the float64 CPU reference of gnn_io::spmm: the
+"""The block-sparse SpMM (kernels/spmm/block_sparse.py) against the float64 CPU reference of gnn_io::spmm: the
 output, the features' gradient and the values' gradient, in fp32 (IEEE), TF32 and bf16.
 
 The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
@@ -8,7 +8,6 @@ interpreter multiplies bf16 ``tl.dot`` operands as their raw 16-bit patterns and
 widened exactly, fp32 rounded to TF32's 10 mantissa bits when asked) before the float32 product: the bf16 and
 TF32 cases then check the kernels' precision contract on CPU too, and the IEEE case that no TF32 slips in.
 """
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import numpy as np
@@ -26,10 +25,10 @@ from gnn_inductor.kernels.spmm.block_sparse import (
 )
 
 from gnn_inductor.testing import TOLERANCES
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.interpreter import rerun_under_interpreter
 from tests.kernels.test_block_sparse import dense_rows_of, graph
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
 

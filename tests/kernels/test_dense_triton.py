@@ -1,4 +1,4 @@
-"""The 3xTF32 GEMM (kernels/dense_triton.py): values against float64 in every launch shape, operand layout and
+"""The 3xTF32 GEMM (kernels/dense/gemm.py): values against float64 in every launch shape, operand layout and
 epilogue, the policy that decides where it runs, and its errors.
 
 The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter through
@@ -6,16 +6,15 @@ The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Trito
 against float64 at float32's tolerance, tighter than cuBLAS's own float32 error there (``docs/dense.md``); the
 interpreter computes the products in plain float32.
 """
-import os
 
 import pytest
 import torch
 
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.config import SettingError
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.interpreter import rerun_under_interpreter
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
                                  reason="no GPU: run by test_under_interpreter_rerun")
@@ -225,14 +224,14 @@ def test_under_interpreter_rerun():
 def test_policy_thresholds_and_setting(monkeypatch):
     assert dense_triton.shape_kind(1 << 20, 128, 128) == "tall"
     assert dense_triton.shape_kind(1 << 17, 128, 512) == "tall"
-    # a tie or a loss on the H100 (session 24); with the weight-stationary kernel, 0.91x per SAGEConv max step
-    # (session 27: the kernel's own 0.09 ms against cuBLAS's 0.12 did not pay for its call's CPU time)
+    # a tie or a loss on the H100; with the weight-stationary kernel, 0.91x per SAGEConv max step
+    # (the kernel's own 0.09 ms against cuBLAS's 0.12 did not pay for its call's CPU time)
     assert dense_triton.shape_kind(1 << 17, 128, 128) is None
     assert dense_triton.shape_kind(128, 1 << 20, 128) == "wide"
     assert dense_triton.shape_kind(128, 1 << 17, 128) is None
     assert dense_triton.shape_kind(1 << 20, 4096, 128) is None  # a wide weight: not the measured shapes
     assert dense_triton.shape_kind(1 << 17, 128, 384) is None  # TransformerConv's arxiv-size GEMM: cuBLAS
-    # under CUDA graphs a replay has no launch cost: the tall kernels from 2^31 multiply-adds (session 33)
+    # under CUDA graphs a replay has no launch cost: the tall kernels from 2^31 multiply-adds
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     assert dense_triton.shape_kind(1 << 17, 128, 384) == "tall"
     assert dense_triton.shape_kind(1 << 17, 128, 128) == "tall"

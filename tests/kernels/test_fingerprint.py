@@ -4,16 +4,15 @@ The CPU fingerprint (XXH3-128 of the bytes) on every machine; the Triton kernel 
 definition on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
 (``test_triton_under_interpreter``).
 """
-import os
 
 import numpy as np
 import pytest
 import torch
 
 from gnn_inductor.plan import fingerprint as fp
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.interpreter import rerun_under_interpreter
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
                                  reason="no GPU: run by test_triton_under_interpreter")

@@ -1,5 +1,5 @@
-"""The fused gather-scatter kernels (kernels/gather_scatter_triton.py) and their expression compiler
-(kernels/codegen.py) against the exact CPU reference of ``gnn_io::gather_scatter``.
+"""The fused gather-scatter kernels (kernels/py) and their expression compiler
+(kernels/gather_scatter/codegen.py, template.py) against the exact CPU reference of ``gnn_io::gather_scatter``.
 
 The codegen tests run everywhere (no kernel runs). The kernel tests run through the op on CUDA when
 there is a GPU, and on CPU tensors under Triton's interpreter: ``test_kernels_under_interpreter``
@@ -18,11 +18,12 @@ import torch.nn.functional as F
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.kernels.runtime import edge_functions
-from gnn_inductor.kernels.gather_scatter import codegen, fused as gather_scatter_triton
+from gnn_inductor.kernels.gather_scatter import codegen, fused, launches
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC, edge_values
 from gnn_inductor.config import SettingError
 from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
-from gnn_inductor.plan.work_items import PADDING
+from gnn_inductor.kernels.gather_scatter.split_tuning import MIN_MAX_EDGES
+from gnn_inductor.plan.work_items import PADDING, hub_item_count
 from gnn_inductor.testing import TOLERANCES, random_graph
 from tests.kernels.interpreter import rerun_under_interpreter
 
@@ -89,8 +90,8 @@ def test_unsupported_messages_say_why(fn, specs, reason):
 def test_unsupported_message_runs_the_reference():
     key = _key(lambda x: x.sum(-1))
     x = torch.randn(4, 3)
-    assert "not a pointwise op" in gather_scatter_triton.unsupported_reason([x], [S], key)
-    assert gather_scatter_triton.unsupported_reason([x.double()], [S], _key(lambda x: x)).startswith("float64")
+    assert "not a pointwise op" in launches.unsupported_reason([x], [S], key)
+    assert launches.unsupported_reason([x.double()], [S], _key(lambda x: x)).startswith("float64")
 
 
 def test_generated_source_is_cached_by_hash(tmp_path, monkeypatch):
@@ -104,11 +105,11 @@ def test_generated_source_is_cached_by_hash(tmp_path, monkeypatch):
 def test_split_threshold_follows_the_mean_degree(monkeypatch):
     monkeypatch.delenv("GNN_IO_GS_MAX_EDGES", raising=False)
     rowptr = torch.arange(0, 1001, 10)  # 100 rows of degree 10
-    assert gather_scatter_triton.split_threshold(rowptr) == 128
+    assert fused.split_threshold(rowptr) == 128
     no_edges = torch.zeros(5, dtype=torch.long)
-    assert gather_scatter_triton.split_threshold(no_edges) == gather_scatter_triton.MIN_MAX_EDGES
+    assert fused.split_threshold(no_edges) == MIN_MAX_EDGES
     monkeypatch.setenv("GNN_IO_GS_MAX_EDGES", "4")
-    assert gather_scatter_triton.split_threshold(rowptr) == gather_scatter_triton.MIN_MAX_EDGES
+    assert fused.split_threshold(rowptr) == MIN_MAX_EDGES
 
 
 def test_plan_items_are_padded_to_a_size_only_bound(plan):
@@ -147,13 +148,13 @@ def test_hub_items_lead_and_their_count_is_known(plan):
     rowptr, col = plan[0], plan[1]
     items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
     row, start, _, shared = items
-    hubs = gather_scatter_triton.hub_item_count(items)
+    hubs = hub_item_count(items)
     assert hubs == int((shared == 1).sum()) > 1
     assert bool((shared[:hubs] == 1).all()) and not bool((shared[hubs:] == 1).any())
     assert bool((start[1:hubs] > start[:hubs - 1]).all())  # the hub row's items in CSR order
     light = row[hubs:][shared[hubs:] == 0]
     assert bool((light[1:] > light[:-1]).all())
-    assert gather_scatter_triton.hub_item_count([t.clone() for t in items]) is None
+    assert hub_item_count([t.clone() for t in items]) is None
 
 
 @runs_kernel
@@ -162,23 +163,23 @@ def test_forward_launches_hub_and_light_items_apart(plan, reduce, monkeypatch):
     """``GNN_IO_GS_LIGHT_LAUNCH=forward``: with the plan's own items the forward launches over the hub items with
     ``LAUNCH`` and over the light items with ``LIGHT_LAUNCH``, each grid as long as its items; the result is the
     reference's, and the same as one launch over every item (a launch asked for by the caller)."""
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")
-    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
-    calls, real = [], gather_scatter_triton._launch
-    monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "forward")
+    monkeypatch.delenv(launches.LIGHT_ROWS_ENV, raising=False)
+    calls, real = [], launches.launch
+    monkeypatch.setattr(launches, "launch", lambda kernel, n, tensors, f, launch: (
         calls.append((n, tensors[-4].numel(), launch)), real(kernel, n, tensors, f, launch))[1])
     key = _key(lambda x_j: x_j)
     (x,) = _valued_inputs([(S, (6,))], "random", seed=4)
     rowptr, col, row, perm, *t_plan = plan
     items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
-    hubs = gather_scatter_triton.hub_item_count(items)
-    p = gather_scatter_triton.make_plan(rowptr, col, row, perm, NUM_NODES, *t_plan[:3], items=items)
-    split = gather_scatter_triton.forward([x.to(DEVICE)], [S], p, key, reduce)
-    forward_calls = [c for c in calls if c[2] in (gather_scatter_triton.LAUNCH, gather_scatter_triton.LIGHT_LAUNCH)]
-    assert forward_calls == [(hubs, hubs, gather_scatter_triton.LAUNCH),
-                             (items[0].numel() - hubs, items[0].numel() - hubs, gather_scatter_triton.LIGHT_LAUNCH)]
+    hubs = hub_item_count(items)
+    p = fused.make_plan(rowptr, col, row, perm, NUM_NODES, *t_plan[:3], items=items)
+    split = fused.forward([x.to(DEVICE)], [S], p, key, reduce)
+    forward_calls = [c for c in calls if c[2] in (launches.LAUNCH, launches.LIGHT_LAUNCH)]
+    assert forward_calls == [(hubs, hubs, launches.LAUNCH),
+                             (items[0].numel() - hubs, items[0].numel() - hubs, launches.LIGHT_LAUNCH)]
     calls.clear()
-    one = gather_scatter_triton.forward([x.to(DEVICE)], [S], p, key, reduce, launch=dict(gather_scatter_triton.LAUNCH))
+    one = fused.forward([x.to(DEVICE)], [S], p, key, reduce, launch=dict(launches.LAUNCH))
     assert [c[0] for c in calls] == [items[0].numel()]
     ref, _ = _reference([x], [S], plan, key, reduce, torch.zeros(NUM_NODES, 6))
     _assert_within(split, ref)
@@ -194,11 +195,11 @@ def test_rows_kernel_takes_the_light_items(plan, message, block_r, monkeypatch):
     them), the hub items the item kernel; every member
     (sum, mean, max, min of one walk) equals the reference, as does the arg forward, which keeps the item kernel.
     The light items of this graph are not a multiple of 4 rows: the last program's rows are partly past them."""
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "1")
-    monkeypatch.setitem(gather_scatter_triton.ROWS_LAUNCH, "block_e", block_r)
-    kinds, real = [], gather_scatter_triton._kernel
-    monkeypatch.setattr(gather_scatter_triton, "_kernel", lambda lowered, spec: kinds.append(spec.kind) or
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "forward")
+    monkeypatch.setenv(launches.LIGHT_ROWS_ENV, "1")
+    monkeypatch.setitem(launches.ROWS_LAUNCH, "block_e", block_r)
+    kinds, real = [], launches.kernel
+    monkeypatch.setattr(launches, "kernel", lambda lowered, spec: kinds.append(spec.kind) or
                         real(lowered, spec))
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
@@ -221,16 +222,16 @@ def test_rows_kernel_takes_the_light_items(plan, message, block_r, monkeypatch):
 def test_light_rows_setting(monkeypatch):
     """Unset: the rows kernel from LIGHT_LAUNCH_MIN_ITEMS work items, the item kernel below; ``1`` / ``0`` force it at
     any size; anything else is refused by name."""
-    least = gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS
-    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
-    assert gather_scatter_triton.light_rows(least) and not gather_scatter_triton.light_rows(least - 1)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "1")
-    assert gather_scatter_triton.light_rows(1)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "0")
-    assert not gather_scatter_triton.light_rows(least)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_ROWS_ENV, "on")
+    least = launches.LIGHT_LAUNCH_MIN_ITEMS
+    monkeypatch.delenv(launches.LIGHT_ROWS_ENV, raising=False)
+    assert launches.light_rows(least) and not launches.light_rows(least - 1)
+    monkeypatch.setenv(launches.LIGHT_ROWS_ENV, "1")
+    assert launches.light_rows(1)
+    monkeypatch.setenv(launches.LIGHT_ROWS_ENV, "0")
+    assert not launches.light_rows(least)
+    monkeypatch.setenv(launches.LIGHT_ROWS_ENV, "on")
     with pytest.raises(SettingError, match="0 or 1"):
-        gather_scatter_triton.light_rows(least)
+        launches.light_rows(least)
 
 
 @runs_kernel
@@ -238,11 +239,11 @@ def test_light_rows_setting(monkeypatch):
 def test_backward_light_launch_matches_the_reference(plan, reduce, monkeypatch):
     """``GNN_IO_GS_LIGHT_LAUNCH=both``: the gradient walks launch their light items apart too (a hub item's tie-count
     row is its index within the plan's items, kept since the hub items lead); the gradients are the reference's."""
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "both")
-    monkeypatch.delenv(gather_scatter_triton.LIGHT_ROWS_ENV, raising=False)
-    launches, real = [], gather_scatter_triton._launch
-    monkeypatch.setattr(gather_scatter_triton, "_launch", lambda kernel, n, tensors, f, launch: (
-        launches.append(launch), real(kernel, n, tensors, f, launch))[1])
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "both")
+    monkeypatch.delenv(launches.LIGHT_ROWS_ENV, raising=False)
+    used, real = [], launches.launch
+    monkeypatch.setattr(launches, "launch", lambda kernel, n, tensors, f, launch: (
+        used.append(launch), real(kernel, n, tensors, f, launch))[1])
     fn, specs = MESSAGES["leaky_dst"]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, "integer", seed=5)
@@ -252,31 +253,31 @@ def test_backward_light_launch_matches_the_reference(plan, reduce, monkeypatch):
     _assert_within(out, ref)
     for g, r in zip(grads, ref_grads):
         _assert_within(g, r)
-    assert launches.count(gather_scatter_triton.LIGHT_LAUNCH) >= 2  # the forward's and a gradient walk's
+    assert used.count(launches.LIGHT_LAUNCH) >= 2  # the forward's and a gradient walk's
 
 
 def test_light_launch_setting(monkeypatch):
     """Which walks launch their light items apart. By default (``auto``) the forward from ``LIGHT_LAUNCH_MIN_ITEMS``
     work items, or at any size under CUDA graphs, never the gradient walks; ``forward``, ``both`` and ``off`` at any
     size; anything else is an error that names the values."""
-    large, small = gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS, gather_scatter_triton.LIGHT_LAUNCH_MIN_ITEMS - 1
+    large, small = launches.LIGHT_LAUNCH_MIN_ITEMS, launches.LIGHT_LAUNCH_MIN_ITEMS - 1
     monkeypatch.delenv("GNN_IO_CUDAGRAPHS", raising=False)
     for value, forward, backward in [(None, True, False), ("auto", True, False), ("forward", True, False),
                                      ("both", True, True), ("off", False, False)]:
         if value is None:
-            monkeypatch.delenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, raising=False)
+            monkeypatch.delenv(launches.LIGHT_LAUNCH_ENV, raising=False)
         else:
-            monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, value)
-        assert gather_scatter_triton._light_launch("forward", large) is forward
-        assert gather_scatter_triton._light_launch("backward", large) is backward
+            monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, value)
+        assert launches.light_launch("forward", large) is forward
+        assert launches.light_launch("backward", large) is backward
         automatic = value in (None, "auto")
-        assert gather_scatter_triton._light_launch("forward", small) is (forward and not automatic)
-    monkeypatch.delenv(gather_scatter_triton.LIGHT_LAUNCH_ENV)
+        assert launches.light_launch("forward", small) is (forward and not automatic)
+    monkeypatch.delenv(launches.LIGHT_LAUNCH_ENV)
     monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
-    assert gather_scatter_triton._light_launch("forward", 1) and not gather_scatter_triton._light_launch("backward", 1)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "yes")
+    assert launches.light_launch("forward", 1) and not launches.light_launch("backward", 1)
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "yes")
     with pytest.raises(SettingError, match="auto, forward, both or off"):
-        gather_scatter_triton._light_launch("forward", large)
+        launches.light_launch("forward", large)
 
 
 class _Messages(torch.nn.Module):
@@ -378,9 +379,9 @@ def test_forward_and_backward_match_the_reference(plan, message, reduce):
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _inputs(specs, torch.float32)
-    assert gather_scatter_triton.unsupported_reason([a.float() for a in args], roles, key) is None
-    grad_out = torch.randn(NUM_NODES, *gather_scatter_triton.lowering(
-        key, gather_scatter_triton._specs([a.float() for a in args], roles)).message_shape, dtype=torch.float64)
+    assert launches.unsupported_reason([a.float() for a in args], roles, key) is None
+    grad_out = torch.randn(NUM_NODES, *launches.lowering(
+        key, launches.argument_specs([a.float() for a in args], roles)).message_shape, dtype=torch.float64)
     out, grads = _run([a.float().to(DEVICE) for a in args], roles, plan, key, reduce, grad_out.to(DEVICE))
     ref, ref_grads = _reference(args, roles, plan, key, reduce, grad_out)
     _assert_close(out, ref, torch.float32)
@@ -435,7 +436,7 @@ def test_only_the_requested_gradients(plan):
 @runs_kernel
 def test_op_takes_the_fused_path(plan, monkeypatch):
     calls = []
-    monkeypatch.setattr(gather_scatter_triton, "forward",
+    monkeypatch.setattr(fused, "forward",
                         lambda *a, **k: calls.append(1) or torch.zeros(NUM_NODES, 6, device=DEVICE))
     x = torch.randn(NUM_NODES, 6, device=DEVICE)
     key = _key(lambda x_j: x_j + 1.0)
@@ -462,7 +463,7 @@ ARG_MESSAGES = ("identity", "relu_edge", "leaky_dst")  # SRC only; an EDGE argum
 # edges per tile row (of the hub and the light launches alike; the arg tests split the forward's launch, the other
 # tests that run the arg forward keep the default, one launch at these sizes): the hub launch's default, and 2, where
 # the light rows (up to MAX_EDGES) hold several edges per lane
-BLOCK_E = [gather_scatter_triton.LAUNCH["block_e"], 2]
+BLOCK_E = [launches.LAUNCH["block_e"], 2]
 
 
 def _valued_inputs(specs, values, seed=0):
@@ -478,7 +479,7 @@ def _valued_inputs(specs, values, seed=0):
 
 
 def _grad_out(key, args, roles, seed=0):
-    lowered = gather_scatter_triton.lowering(key, gather_scatter_triton._specs([a.float() for a in args], roles))
+    lowered = launches.lowering(key, launches.argument_specs([a.float() for a in args], roles))
     return torch.randn(NUM_NODES, *lowered.message_shape, generator=torch.Generator().manual_seed(seed),
                        dtype=torch.float64)
 
@@ -515,8 +516,8 @@ def arg_backward(monkeypatch):
 @pytest.fixture
 def launched(monkeypatch):
     """The ``KernelSpec`` of every kernel the op launches while the test runs."""
-    specs, kernel = [], gather_scatter_triton._kernel
-    monkeypatch.setattr(gather_scatter_triton, "_kernel",
+    specs, kernel = [], launches.kernel
+    monkeypatch.setattr(launches, "kernel",
                         lambda lowered, spec: specs.append(spec) or kernel(lowered, spec))
     return specs
 
@@ -543,9 +544,9 @@ def test_forward_arg_is_the_one_edge_at_the_result(arg_backward, plan, message, 
     """Exactly the brute-force arg: duplicate edges, integer ties (across lanes and, with 2 edges per
     tile row, within one), zero results, the isolated nodes and the split hub all get -1, every other
     pair the CSR position of its edge."""
-    monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
-    monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
+    monkeypatch.setitem(launches.LAUNCH, "block_e", block_e)
+    monkeypatch.setitem(launches.LIGHT_LAUNCH, "block_e", block_e)
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)
@@ -566,9 +567,9 @@ def test_forward_arg_is_the_one_edge_at_the_result(arg_backward, plan, message, 
 def test_arg_backward_matches_the_reference(arg_backward, plan, message, reduce, values, block_e, launched, monkeypatch):
     """Through the op with autograd: the forward saves the arg, the arg kernel and the narrowed walk
     together give the reference's gradients (ties shared, the zero base's share, hub rows)."""
-    monkeypatch.setitem(gather_scatter_triton.LAUNCH, "block_e", block_e)
-    monkeypatch.setitem(gather_scatter_triton.LIGHT_LAUNCH, "block_e", block_e)
-    monkeypatch.setenv(gather_scatter_triton.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
+    monkeypatch.setitem(launches.LAUNCH, "block_e", block_e)
+    monkeypatch.setitem(launches.LIGHT_LAUNCH, "block_e", block_e)
+    monkeypatch.setenv(launches.LIGHT_LAUNCH_ENV, "forward")  # the light items in their own launch
     fn, specs = MESSAGES[message]
     key, roles = _key(fn), [role for role, _ in specs]
     args = _valued_inputs(specs, values)
@@ -820,8 +821,8 @@ def test_multi_members_that_share_no_kernel_run_one_by_one(plan, launched):
             _key(lambda x_j: x_j.sum(-1, keepdim=True))]
     reduces = ["max", "mean", "sum"]
     args = [a.float() for a in _inputs(specs, torch.float32, seed=14)]
-    assert "different shapes" in gather_scatter_triton.unsupported_reason(args, roles, keys[:2])
-    assert "not a pointwise op" in gather_scatter_triton.unsupported_reason(args, roles, keys[::2])
+    assert "different shapes" in launches.unsupported_reason(args, roles, keys[:2])
+    assert "not a pointwise op" in launches.unsupported_reason(args, roles, keys[::2])
     grad_outs = [_grad_out(key, args, roles, seed=15 + j) for j, key in enumerate(keys[:2])]
     grad_outs.append(torch.randn(NUM_NODES, 1, dtype=torch.float64))
     outs, grads = _run_multi([a.to(DEVICE) for a in args], roles, plan, keys, reduces,

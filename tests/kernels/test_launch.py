@@ -1,5 +1,5 @@
-"""kernels/launch.py: the fast launch path's cache, with a stand-in for a jitted kernel (the real one needs CUDA;
-tests/gpu/ runs every kernel through it on the device)."""
+"""kernels/runtime/launch.py: the fast launch path's cache, with a stand-in for a jitted kernel (the real one needs
+CUDA; tests/gpu/ runs every kernel through it on the device)."""
 import inspect
 
 import pytest
@@ -42,7 +42,7 @@ class _Jit:
 
 @pytest.fixture
 def kernel(monkeypatch):
-    monkeypatch.setattr(launch, "_INTERPRETED", False)
+    monkeypatch.setattr(launch, "INTERPRETED", False)
     monkeypatch.delenv(launch.ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
@@ -125,8 +125,8 @@ def test_the_jit_runs_where_the_fast_path_cannot_mirror_it(kernel, monkeypatch, 
 
 
 def test_under_the_interpreter_the_kernel_is_left_as_it_is(monkeypatch):
-    monkeypatch.setattr(launch, "_INTERPRETED", True)
+    monkeypatch.setattr(launch, "INTERPRETED", True)
     jit = _Jit()
     assert launch.fast_launch(jit) is jit
-    monkeypatch.setattr(launch, "_INTERPRETED", False)
+    monkeypatch.setattr(launch, "INTERPRETED", False)
     assert isinstance(launch.fast_launch(jit), launch.FastKernel)

@@ -1,18 +1,17 @@
-"""The counter-based generator of attention dropout (kernels/rng.py): the torch implementation against Philox's
+"""The counter-based generator of attention dropout (kernels/runtime/rng.py): the torch implementation against Philox's
 published answer and Triton's ``tl.randint`` bit for bit, its statistics, and the ``gnn_io::dropout_keep`` op.
 
 The Triton side runs on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
 (``test_triton_under_interpreter``; tests/kernels/test_spmm_triton.py says why a subprocess).
 """
-import os
 
 import pytest
 import torch
 from gnn_inductor.kernels.runtime import rng
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 
 from tests.kernels.interpreter import rerun_under_interpreter
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 SEEDS = [0, 1, 123456789, rng.SEED_HIGH - 1, 2**40 + 3]  # the last: a key with a high word
 

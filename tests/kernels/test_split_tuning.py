@@ -1,11 +1,12 @@
-"""The measured degree split (kernels/split_tuning.py): candidates, the pick, its cache on disk, and the
+"""The measured degree split (kernels/gather_scatter/split_tuning.py): candidates, the pick, its cache on disk, and the
 fallbacks. The probe kernel's clock is faked here (CPU); tests/gpu/test_split_tuning_cuda.py measures."""
 import json
 
 import pytest
 import torch
 
-from gnn_inductor.kernels.gather_scatter import fused as gather_scatter_triton, split_tuning
+from gnn_inductor.kernels.gather_scatter import fused, split_tuning
+from gnn_inductor.plan.work_items import PADDING
 
 
 @pytest.fixture
@@ -14,10 +15,10 @@ def tuning(tmp_path, monkeypatch):
     monkeypatch.setenv("GNN_IO_KERNEL_CACHE", str(tmp_path))
     monkeypatch.delenv(split_tuning.OVERRIDE_ENV, raising=False)
     monkeypatch.delenv(split_tuning.SPLIT_ENV, raising=False)
-    monkeypatch.setattr(split_tuning, "_measures", lambda rowptr: True)
-    split_tuning.clear()
+    monkeypatch.setattr(split_tuning, "can_measure", lambda rowptr: True)
+    split_tuning.PICKS.clear()
     yield tmp_path
-    split_tuning.clear()
+    split_tuning.PICKS.clear()
 
 
 def _hub_csr(hub_degree=3000, rows=200):
@@ -42,32 +43,28 @@ def test_the_fastest_candidate_wins_and_is_cached_on_disk(tuning, monkeypatch):
         calls.append(max_edges)
         return abs(max_edges - 256) / 100 + 1.0  # fastest at 256
 
-    monkeypatch.setattr(split_tuning, "_probe_ms", fake_probe)
     rowptr, col = _hub_csr()
-    pick = split_tuning.choose(rowptr, col)
+    pick = split_tuning.choose(rowptr, col, fake_probe)
     assert pick["max_edges"] == 256 and pick["source"] == "measured"
     assert sorted(calls) == split_tuning.candidates(3000)
-    assert gather_scatter_triton.split_threshold(rowptr, col) == 256  # same profile: no second probe
+    assert fused.split_threshold(rowptr, col) == 256  # same profile: no second probe
     assert len(calls) == len(split_tuning.candidates(3000))
     stored = json.loads((tuning / split_tuning.CACHE_FILE).read_text())
     assert [v["max_edges"] for v in stored.values()] == [256]
 
-    split_tuning.clear()  # a new process: the pick comes from disk, nothing is timed
-    monkeypatch.setattr(split_tuning, "_probe_ms", lambda *a: pytest.fail("measured again"))
-    again = split_tuning.choose(rowptr, col)
+    split_tuning.PICKS.clear()  # a new process: the pick comes from disk, nothing is timed
+    again = split_tuning.choose(rowptr, col, lambda *a: pytest.fail("measured again"))
     assert again["max_edges"] == 256 and again["source"] == "measured (cached)"
     items = torch.ops.gnn_io.gather_scatter_items(rowptr, col)
-    hub_items = int(((items[0] == 7) & (items[3] != gather_scatter_triton.PADDING)).sum())
+    hub_items = int(((items[0] == 7) & (items[3] != PADDING)).sum())
     assert hub_items == -(-3000 // 256)  # the items op cuts the hub at the pick
 
 
 def test_a_different_degree_profile_is_measured_on_its_own(tuning, monkeypatch):
-    monkeypatch.setattr(split_tuning, "_probe_ms", lambda r, c, t, x: 1.0 / t)  # largest wins
     rowptr, col = _hub_csr(hub_degree=3000)
-    assert split_tuning.choose(rowptr, col)["max_edges"] == 1024
-    monkeypatch.setattr(split_tuning, "_probe_ms", lambda r, c, t, x: float(t))  # smallest wins
+    assert split_tuning.choose(rowptr, col, lambda r, c, t, x: 1.0 / t)["max_edges"] == 1024  # largest wins
     rowptr2, col2 = _hub_csr(hub_degree=200_000)
-    assert split_tuning.choose(rowptr2, col2)["max_edges"] == 32
+    assert split_tuning.choose(rowptr2, col2, lambda r, c, t, x: float(t))["max_edges"] == 32  # smallest wins
 
 
 def test_fallbacks_rule_env_no_hubs_and_failed_probe(tuning, monkeypatch):
@@ -77,22 +74,21 @@ def test_fallbacks_rule_env_no_hubs_and_failed_probe(tuning, monkeypatch):
     def broken(*args):
         raise RuntimeError("no device")
 
-    monkeypatch.setattr(split_tuning, "_probe_ms", broken)
-    failed = split_tuning.choose(rowptr, col)
+    failed = split_tuning.choose(rowptr, col, broken)
     assert failed["max_edges"] == rule and failed["source"].startswith("rule (probe failed")
     monkeypatch.setenv(split_tuning.SPLIT_ENV, "rule")
-    assert split_tuning.choose(rowptr, col) == {"max_edges": rule, "source": "rule"}
+    assert split_tuning.choose(rowptr, col, broken) == {"max_edges": rule, "source": "rule"}
     monkeypatch.setenv(split_tuning.OVERRIDE_ENV, "100")
-    assert split_tuning.choose(rowptr, col) == {"max_edges": 100, "source": "env"}
+    assert split_tuning.choose(rowptr, col, broken) == {"max_edges": 100, "source": "env"}
     monkeypatch.delenv(split_tuning.OVERRIDE_ENV)
     monkeypatch.delenv(split_tuning.SPLIT_ENV)
     light = torch.arange(0, 801, 4)  # 200 rows of degree 4: every candidate gives the same items
-    assert split_tuning.choose(light, torch.zeros(800, dtype=torch.long))["source"] == "no hubs"
-    assert split_tuning.choose(rowptr, col[:0])["source"] == "rule (not measured)"  # no neighbours to probe
+    assert split_tuning.choose(light, torch.zeros(800, dtype=torch.long), broken)["source"] == "no hubs"
+    assert split_tuning.choose(rowptr, col[:0], broken)["source"] == "rule (not measured)"  # no neighbours to probe
 
 
 def test_without_a_gpu_the_rule_holds(monkeypatch):
     monkeypatch.delenv(split_tuning.OVERRIDE_ENV, raising=False)
     rowptr, col = _hub_csr()
-    if not split_tuning._measures(rowptr):
-        assert split_tuning.choose(rowptr, col)["source"] == "rule"
+    if not split_tuning.can_measure(rowptr):
+        assert split_tuning.choose(rowptr, col, fused.probe_ms)["source"] == "rule"

@@ -1,24 +1,22 @@
-"""The SpMM path choice (kernels/spmm_paths.py): ``gnn_io::spmm`` through the block-sparse kernel when it is
+"""The SpMM path choice (kernels/spmm/selector.py): ``gnn_io::spmm`` through the block-sparse kernel when it is
 forced or chosen, against the op's exact CPU path (output, features' and values' gradients), and the
 decisions' rules (duplicates, sparse tiles, the setting).
 
 The kernel runs on CUDA when there is a GPU and on CPU under Triton's interpreter in a subprocess
 (``test_kernels_under_interpreter``); the decision rules that need no kernel run on CPU directly.
 """
-import os
-
-import gnn_inductor.kernels  # noqa: F401  (registers the ops)
-from gnn_inductor.plan import state as graph_state
-from gnn_inductor.plan import block_format
 import pytest
 import torch
-from gnn_inductor.kernels.attention import selector as attention_paths
-from gnn_inductor.kernels.spmm import selector as spmm_paths
 
+import gnn_inductor.kernels  # noqa: F401  (registers the ops)
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
+from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
+from gnn_inductor.kernels.spmm import selector as spmm_paths
+from gnn_inductor.plan import block_format
+from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import TOLERANCES
 from tests.kernels.interpreter import rerun_under_interpreter
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 ops = torch.ops.gnn_io
 NUM_NODES = 48
 
@@ -99,11 +97,8 @@ def test_forced_block_path_matches_exact_op(path, reduce):
 
 @runs_kernel
 def test_forced_block_path_stores_every_row(path, monkeypatch):
-    """The block path's outputs are not zero-filled (session 39): the kernel must store every row, the isolated
+    """The block path's outputs are not zero-filled: the kernel must store every row, the isolated
     node's and the rows of windows without tiles included. Uninitialised outputs are poisoned with NaN here."""
-    from gnn_inductor.kernels.attention import block_dot as block_sparse
-    from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
-
     device = torch.device("cpu" if INTERPRETED else "cuda")
     fresh, poisoned = block_sparse_spmm._fresh_rows, []
 
@@ -133,9 +128,6 @@ def test_forced_block_path_stores_every_row(path, monkeypatch):
 def test_fresh_rows_are_zeros_unless_every_window_is_stored(monkeypatch):
     """Zeros where the kernel leaves rows alone (windows that are not dense_ok, or a format of other rows), an
     uninitialised tensor only where it stores every row: the allocation each case takes, recorded."""
-    from gnn_inductor.kernels.attention import block_dot as block_sparse
-    from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
-
     src, dst = batched_graph(duplicates=True)
     rowptr, col, row, perm = plan_of(src, dst, "cpu")[:4]
     blocks = block_format.build_block_format(rowptr, col, perm, NUM_NODES)
@@ -183,7 +175,7 @@ def test_auto_keeps_sparse_graphs_on_cusparse(path):
 
 @pytest.mark.parametrize("with_backward", [True, False])
 def test_auto_choice_weighs_the_backward_when_it_has_the_transposed_plan(path, monkeypatch, with_backward):
-    """The block kernel's forward may be slower and its step still faster (session 21, GCN on the block model):
+    """The block kernel's forward may be slower and its step still faster (GCN on the block model, H100):
     with the plan's transposed CSR the timed choice adds each path's backward dX product. Timings are canned
     here (cuSPARSE forward 1.0 ms, block 1.1; backward 1.2 against 0.6): block wins only when the backward
     counts."""
@@ -207,7 +199,7 @@ def test_auto_choice_weighs_the_backward_when_it_has_the_transposed_plan(path, m
 
 def test_half_precision_times_tiles_of_one_edge_per_column(path, monkeypatch):
     """In fp16/bf16 a graph of about one edge per tile column is still timed (the block model's 15.7 edges per
-    tile won 1.05x in bf16, session 21); in float32 it stays on cuSPARSE untimed."""
+    tile won 1.05x in bf16 on the H100); in float32 it stays on cuSPARSE untimed."""
     path("auto")
     n = 2000
     rowptr, col = sparse_random_plan(n)

@@ -1,4 +1,4 @@
-"""The Triton SpMM (kernels/spmm_triton.py) against the CPU reference ``csr_matmul``, and its work items.
+"""The Triton SpMM (kernels/spmm/csr_triton.py) against the CPU reference ``csr_matmul``, and its work items.
 
 The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter:
 ``TRITON_INTERPRET=1`` only takes effect for kernels defined after it is set, and setting it in the
@@ -7,22 +7,21 @@ one, so ``test_kernels_under_interpreter`` runs this file again in a subprocess 
 The operator's fake implementation and its decomposition into a kernel call (what Inductor inlines)
 are checked without running the kernel, so on any machine.
 """
-import os
 
 import pytest
 import torch
 
 import gnn_inductor.kernels  # noqa: F401  (registers gnn_io::csr_plan)
 from gnn_inductor.kernels.spmm import csr_triton as spmm_triton
-from gnn_inductor.kernels.spmm.op import csr_matmul
+from gnn_inductor.kernels.spmm.csr_product import csr_matmul
 from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import work_items as work_items_module
 from gnn_inductor.plan.work_items import PADDING, WorkItems, padded_item_count, work_items
 from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
 from gnn_inductor.testing import TOLERANCES, random_graph
+from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.interpreter import rerun_under_interpreter
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
 HUB_DEGREE = 40

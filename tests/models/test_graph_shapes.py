@@ -167,7 +167,7 @@ def test_half_precision_layers_across_awkward_graphs(name, dtype, device, monkey
 
     GATConv's LeakyReLU has a kink at score 0: a score within rounding of 0 can take the other slope in the compiled
     model (whose scores are float32 sums of half-precision projections) or in eager (half-precision sums), and the
-    gradients then differ by that edge's whole contribution. In session 32 about 1 of 30 random draws of the hub
+    gradients then differ by that edge's whole contribution. About 1 of 30 random draws of the hub
     graph's inputs did that to GATConv with edge features in bfloat16 (a 10% error in its weight gradient, eager
     under 1%). The inputs here are seeded (``_graph_calls``), so the test is deterministic, but a change in how the
     scores round can flip one such score and fail it: check the scores near 0 before suspecting the kernels."""

@@ -19,12 +19,12 @@ def graphs(monkeypatch):
     """The graphs the backend hands to Inductor, in compile order."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     seen = []
-    inner = backend._inner_compile
+    inner = backend.inductor_compile
 
     def capture(gm, example_inputs, *args, **kwargs):
         seen.append(gm)
         return inner(gm, example_inputs, *args, **kwargs)
-    monkeypatch.setattr(backend, "_inner_compile", capture)
+    monkeypatch.setattr(backend, "inductor_compile", capture)
     return seen
 
 
