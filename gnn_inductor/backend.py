@@ -11,7 +11,6 @@ returns, the forward and backward Inductor compiled included.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import copy
 import functools
@@ -44,15 +43,28 @@ OP_BY_OP = "; it runs op by op instead"
 _SETTINGS: contextvars.ContextVar = contextvars.ContextVar("gnn_io_settings", default=None)
 
 
-@contextlib.contextmanager
-def settings_in_force(settings: config.Snapshot):
-    """``settings`` applied (``config.applied``) and named as the compile's for what compiles inside."""
-    token = _SETTINGS.set(settings)
-    try:
-        with config.applied(settings):
-            yield
-    finally:
-        _SETTINGS.reset(token)
+class settings_in_force:
+    """``with settings_in_force(settings):`` ``settings`` applied (``config.applied``) and named as the compile's for
+    what compiles inside. A plain class, not a generator context manager: it runs at every call of a compiled
+    graph (forward and backward), where the generator's setup cost more than the work."""
+
+    __slots__ = ("settings", "_token", "_applied")
+
+    def __init__(self, settings: config.Snapshot):
+        self.settings = settings
+
+    def __enter__(self):
+        self._token = _SETTINGS.set(self.settings)
+        self._applied = config.applied(self.settings)
+        self._applied.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        try:
+            self._applied.__exit__(*exc_info)
+        finally:
+            _SETTINGS.reset(self._token)
+        return False
 
 
 class UnderSettings:
@@ -66,6 +78,8 @@ class UnderSettings:
         self._boxed_call = getattr(compiled, "_boxed_call", False)
 
     def __call__(self, *args):
+        if _SETTINGS.get() is self.settings:  # inside the backend's own call of this compile: already in force
+            return self.compiled(*args)
         with settings_in_force(self.settings):
             return self.compiled(*args)
 
