@@ -65,7 +65,7 @@ def gemms(rows: int, width: int) -> dict:
 
 
 def x3_gemms(rows: int, width: int, out_width: int, precisions=("tf32x3", "x3split"), only: str = "") -> dict:
-    """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense_triton.py``) in its launches, for a linear
+    """cuBLAS float32 against the 3xTF32 Triton GEMM (``kernels/dense/gemm.py``) in its launches, for a linear
     map ``width -> out_width`` over ``rows`` nodes: forward, input gradient, weight gradient. Errors are the max
     absolute error over the max magnitude, against float64."""
     from gnn_inductor.kernels.dense import gemm as dense_triton
@@ -147,7 +147,7 @@ STATIONARY_SWEEP = [(64, 64, 4, 3, p, c) for p in (1, 2) for c in (32, 64, 128)]
 def stationary_gemms(rows: int, width: int, out_width: int) -> dict:
     """The tall products of a ``width -> out_width`` linear map (forward ``x @ W^T + b``, input gradient ``g @ W``)
     by cuBLAS float32, session 24's 3xTF32 tile kernel (``tf32x3``), and the weight-stationary persistent kernel
-    (``kernels/dense_triton.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back
+    (``kernels/dense/gemm.py``'s ``stationary_mm``) at each launch of :data:`STATIONARY_SWEEP`: ms per call back
     to back (:func:`loop_ms`) and the max error over the max magnitude against float64."""
     from gnn_inductor.kernels.dense import gemm as dense_triton
 

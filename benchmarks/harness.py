@@ -63,7 +63,7 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "pna": lambda: pyg.PNAConv(f, f, aggregators=["mean", "min", "max", "std"],
                                    scalers=["identity", "amplification", "attenuation"], deg=PNA_DEGREE_HISTOGRAM,
                                    towers=1),
-        # a linear layer on gathered rows (gnn_inductor/gather_linear.py moves it before the gather)
+        # a linear layer on gathered rows (gnn_inductor/passes/gather_linear.py moves it before the gather)
         "general_max": lambda: pyg.GeneralConv(f, f, aggr="max"),
         "edge_conv": lambda: pyg.EdgeConv(torch.nn.Linear(2 * f, f), aggr="max"),
         "gat": lambda: pyg.GATConv(f, f // HEADS, heads=HEADS),

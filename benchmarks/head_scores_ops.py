@@ -1,4 +1,4 @@
-"""GAT's feature GEMM with its head scores (kernels/head_scores.py) product by product, against the same products
+"""GAT's feature GEMM with its head scores (kernels/attention/head_scores.py) product by product, against the same products
 without the score terms, on the GPU: what each epilogue costs, and each form of the weight gradient's side product.
 
     python -m benchmarks.head_scores_ops --rows 1048576 --features 128 --heads 4 --channels 32

@@ -1,7 +1,7 @@
 """CPU cost of one gnn_io op call on a tiny graph (GPU work negligible), taken apart: through the dispatcher
-(``torch.ops``), its direct twin (what compiled graphs call, gnn_inductor/direct_ops.py), the op's Python alone (its implementation called directly), the same with its kernel launches
+(``torch.ops``), its direct twin (what compiled graphs call, gnn_inductor/passes/direct_ops.py), the op's Python alone (its implementation called directly), the same with its kernel launches
 skipped, and one bare launch of its kernel; each row with Triton's JIT launching the kernels
-(``GNN_IO_FAST_LAUNCH=0``) and with kernels/launch.py's fast path (the default).
+(``GNN_IO_FAST_LAUNCH=0``) and with kernels/runtime/launch.py's fast path (the default).
 
     python -m benchmarks.op_overhead
 

@@ -1,4 +1,4 @@
-"""What the plan cache's structure fingerprint costs at each reuse of a graph plan (gnn_inductor/plan.py).
+"""What the plan cache's structure fingerprint costs at each reuse of a graph plan (gnn_inductor/plan/cache.py).
 
     python -m benchmarks.plan_check --edges 10556,1166243,16000000,62000000
 

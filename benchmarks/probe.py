@@ -483,7 +483,7 @@ MASS_MAXNREG = (40, 48, 56, 64, 80)
 
 
 def part_mass_launch(graph, plan, device):
-    """GAT's mass form, fp32 (kernels/attention.py's ``attention_forward_mass``): the forward with the mass at
+    """GAT's mass form, fp32 (kernels/attention/op.py's ``attention_forward_mass``): the forward with the mass at
     each launch of :data:`MASS_SWEEP` (``block_e`` edges per block, warps; rows ``forward_mass``) against the plain
     forward at its default (row ``forward``), the D kernel with and without the mass, and the src pass without
     the dst term's gradient (rows ``src_pass``) at each launch; each checked against the default launch."""

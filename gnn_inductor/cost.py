@@ -46,14 +46,14 @@ SPMM_MIN_EDGES_CUDA = config.default("spmm_min_edges")
 # 396k edges (2.51 against 1.39 ms), MUSAE-github / 578k (2.19 against 1.85) and RMAT 2^17 / 1.1M (3.89 against
 # 3.37), won at soc-Slashdot0902 / 1.1M (2.05 against 3.01) and from 4.2M edges on (grid 11.45 against 15.68, RMAT
 # 2^20 13.70 against 53.39). Mid-size graphs are bound by the ops' per-call CPU work. With the compiled graphs
-# calling the ops' direct twins (gnn_inductor/direct_ops.py), forced against Inductor at 1.1M edges, three runs on
+# calling the ops' direct twins (gnn_inductor/passes/direct_ops.py), forced against Inductor at 1.1M edges, three runs on
 # two H100 machines: RMAT 2^17 2.72 / 2.76 / 2.35 ms against 3.52 / 3.46 / 3.41, soc-Slashdot0902 2.52 against 3.07.
 # So the fused kernels take graphs from 1M edges; the 0.4-0.6M graphs that lost stay with Inductor.
 GATHER_SCATTER_MIN_EDGES_CUDA = config.default("gs_min_edges")
 
 
 # Fused CSR attention in float32 without TF32, against Inductor's own kernels, H100, forward+backward, 128 features,
-# 4 heads, the forward at its measured launch (kernels/attention_triton.py). Small graphs are bound by per-call CPU
+# 4 heads, the forward at its measured launch (kernels/attention/csr_*.py). Small graphs are bound by per-call CPU
 # work (custom-op dispatch, launches), where Inductor's fused code wins; large ones by memory, where ours wins:
 # - TransformerConv: Inductor wins from Cora (2.13 against 5.63 ms) to ca-AstroPh (2.27 against 4.70); ours
 #   8.6x ahead at 4.2M edges. The all-heads split backward moves the crossover down: at RMAT 2^17 / 1.1M edges

@@ -17,7 +17,7 @@ Attention dropout (PyG's ``F.dropout(alpha)`` in training) is folded into the op
 ``alpha * (rand(E, H) > p) * (1 / (1 - p))`` (``canonical.as_dropout``); the rewrite drops the random keep-mask
 from the message and gives the op ``p`` and a seed drawn in the graph (``randint(2^31 - 1)`` from torch's
 default generator: ``torch.manual_seed`` governs it, every call draws a new one). The kernels regenerate the
-mask from the seed and the edge id in forward and backward (``kernels/rng.py``): no ``[E, H]`` tensor. A node
+mask from the seed and the edge id in forward and backward (``kernels/runtime/rng.py``): no ``[E, H]`` tensor. A node
 that reads the dropped-out alpha outside the message (PyG's returned attention weights) reads the same mask,
 ``gnn_io.dropout_keep(seed, [E, H], p)``. In eval mode there is no dropout in the graph at all.
 
@@ -157,7 +157,7 @@ _RESHAPES = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.
 
 
 def fold_bias(gm) -> list:
-    """Fold ``attention(...) + bias`` into the attention op's ``bias`` argument (kernels/attention.py: the sum is
+    """Fold ``attention(...) + bias`` into the attention op's ``bias`` argument (kernels/attention/op.py: the sum is
     made in the op's output, so the attention output and the layer's output are one tensor). Two spellings: PyG's
     GATConv and GATv2Conv add a bias of ``H * C`` elements to the concatenated heads, ``view(out, [N, H * C]) +
     bias``; DGL's GATConv adds one of shape ``[1, H, C]`` to ``out`` itself. Only for an attention output read by

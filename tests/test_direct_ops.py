@@ -1,4 +1,4 @@
-"""Compiled graphs call the gnn_io ops' direct twins (gnn_inductor/direct_ops.py): same results, same shapes,
+"""Compiled graphs call the gnn_io ops' direct twins (gnn_inductor/passes/direct_ops.py): same results, same shapes,
 none of custom_op's per-call Python, only inside compiled graphs."""
 import pytest
 import torch

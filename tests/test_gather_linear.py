@@ -1,4 +1,4 @@
-"""Linear maps of gathered rows moved before the gather (gnn_inductor/gather_linear.py): which GEMMs move, the
+"""Linear maps of gathered rows moved before the gather (gnn_inductor/passes/gather_linear.py): which GEMMs move, the
 moved graph computes the same values, and PyG layers whose messages start with a linear layer (GeneralConv,
 CGConv, EdgeConv, PointNetConv, PNAConv) stay correct, gradients included, with their aggregation then fused."""
 import pytest

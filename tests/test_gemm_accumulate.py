@@ -1,4 +1,4 @@
-"""GEMMs adding into a fresh buffer in place (gnn_inductor/gemm_accumulate.py): which adds are folded, the folded
+"""GEMMs adding into a fresh buffer in place (gnn_inductor/passes/gemm_accumulate.py): which adds are folded, the folded
 graph computes the same values, and the layers where it applies stay correct, gradients included."""
 import pytest
 import torch

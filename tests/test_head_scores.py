@@ -1,5 +1,5 @@
-"""GAT's feature GEMM with its attention scores in the epilogue (kernels/head_scores.py, ``gnn_io::linear_scores``)
-and the pass that puts it into compiled graphs (``GNN_IO_SCORE_FOLD=epilogue``, gnn_inductor/score_fold.py):
+"""GAT's feature GEMM with its attention scores in the epilogue (kernels/attention/head_scores.py, ``gnn_io::linear_scores``)
+and the pass that puts it into compiled graphs (``GNN_IO_SCORE_FOLD=epilogue``, gnn_inductor/passes/score_fold.py):
 values and every gradient against eager, with the kernels running (CUDA, or CPU tensors under Triton's interpreter
 with the thresholds lowered to the tests' sizes) and without them (ATen, exact)."""
 import copy

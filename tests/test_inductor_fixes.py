@@ -1,4 +1,4 @@
-"""The Inductor fixes the backend applies (gnn_inductor/inductor_fixes.py): each fails on the torch it fixes."""
+"""The Inductor fixes the backend applies (gnn_inductor/passes/inductor_fixes.py): each fails on the torch it fixes."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""One GEMM for the linear maps of a shared input (gnn_inductor/linear_fusion.py): which maps are fused, the
+"""One GEMM for the linear maps of a shared input (gnn_inductor/passes/linear_fusion.py): which maps are fused, the
 fused graph computes the same values, and the layers that have such maps stay correct, gradients included."""
 import pytest
 import torch

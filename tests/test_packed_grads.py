@@ -1,4 +1,4 @@
-"""Attention gradients written into a fused linear map's packed gradient (gnn_inductor/packed_grads.py): where the
+"""Attention gradients written into a fused linear map's packed gradient (gnn_inductor/passes/packed_grads.py): where the
 pass applies, the compiled layer stays correct (outputs and every gradient against eager PyG), the report says so,
 and the switch turns it off. The pattern matcher is also checked on a traced backward-like graph."""
 import operator
@@ -18,7 +18,7 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 @pytest.mark.parametrize("heads", [1, 4])
 def test_transformer_conv_packs_query_key_value_gradients(heads, monkeypatch):
-    """TransformerConv's query, key and value maps run as one GEMM (gnn_inductor/linear_fusion.py); its backward's
+    """TransformerConv's query, key and value maps run as one GEMM (gnn_inductor/passes/linear_fusion.py); its backward's
     three attention gradients become the packed gradient the op returns, with no concatenation left. Strict: a
     graph Inductor failed to compile would run op by op, unpacked."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
@@ -31,7 +31,7 @@ def test_transformer_conv_packs_query_key_value_gradients(heads, monkeypatch):
 
 def test_switch_off_and_layers_without_the_pattern(monkeypatch):
     """``GNN_IO_PACKED_GRADS=0`` keeps the concatenation (same values); GATConv without its score fold
-    (gnn_inductor/score_fold.py), whose one linear map then feeds the attention once, has nothing to pack; a bad
+    (gnn_inductor/passes/score_fold.py), whose one linear map then feeds the attention once, has nothing to pack; a bad
     value of the switch is an error."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv(packed_grads.ENV, "0")

@@ -1,5 +1,5 @@
 """The fused linear map's gradients made from the attention's packed gradient by blocks of rows
-(``gnn_io::attention_backward_projected``, kernels/attention.py; the graph pass in gnn_inductor/packed_grads.py).
+(``gnn_io::attention_backward_projected``, kernels/attention/op.py; the graph pass in gnn_inductor/passes/packed_grads.py).
 
 The op is checked against the packed op followed by the three products (every block count, float32 and bfloat16,
 either product or the row sum left out), the compiled layers against eager PyG with the blocks forced small, and

@@ -1,4 +1,4 @@
-"""GAT's attention-vector projections folded into its feature GEMM (gnn_inductor/score_fold.py): which sums are
+"""GAT's attention-vector projections folded into its feature GEMM (gnn_inductor/passes/score_fold.py): which sums are
 folded, the folded graph computes the same values (bias and padding included), compiled GAT layers stay correct
 with their gradients packed, and the switch turns it off."""
 import os

@@ -2,7 +2,7 @@
 
 With TF32 off (PyTorch's default), a GNN layer's linear maps run in cuBLAS's float32 kernels on the CUDA cores:
 at 2^20 nodes and 128 features each of GATConv's three GEMMs takes 0.68-0.93 ms of its 11 ms step on the H100,
-and TransformerConv's fused ``128 -> 512`` map 2.7-3.3 ms each. ``kernels/dense_triton.py`` runs them as the
+and TransformerConv's fused ``128 -> 512`` map 2.7-3.3 ms each. ``kernels/dense/gemm.py`` runs them as the
 3xTF32 split (three TF32 Tensor Core products, float32 accumulation), measured no less accurate than cuBLAS's
 float32 against float64 and 1.05-1.66x faster at those sizes (``docs/dense.md``); the tall products of an inner
 size up to 128 run on its weight-stationary kernel, which splits each program's columns of the weight once

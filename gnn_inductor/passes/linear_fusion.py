@@ -25,7 +25,7 @@ Only groups of at least :data:`MIN_GROUP` maps are fused. The backward pays for 
 the members' output gradients are concatenated into the fused GEMM's ``[N, sum F_out]`` gradient. Measured
 on the H100 (RMAT 2^20 / 15.4M edges, 128 features, fp32, forward+backward of the layer):
 TransformerConv's four maps fused 25.00 ms against 25.80 unfused; GATv2Conv's two 20.41 against 20.06.
-Where every member feeds an attention op, that copy is gone (``gnn_inductor/packed_grads.py``: the attention
+Where every member feeds an attention op, that copy is gone (``gnn_inductor/passes/packed_grads.py``: the attention
 backward writes the packed gradient itself), and :data:`ATTENTION_MIN_GROUP` maps suffice: GATv2Conv's two maps
 fused took 17.80 ms against 18.13 apart (H100, same graph, 12 interleaved rounds, all won).
 ``GNN_IO_FUSE_MIN_GROUP`` sets one minimum for every group instead (to measure).

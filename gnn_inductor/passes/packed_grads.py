@@ -1,6 +1,6 @@
 """Attention gradients written into the packed gradient of a fused linear map, instead of concatenated after.
 
-TransformerConv's query, key and value maps read the same ``x``; ``gnn_inductor/linear_fusion.py`` runs them as one
+TransformerConv's query, key and value maps read the same ``x``; ``gnn_inductor/passes/linear_fusion.py`` runs them as one
 GEMM whose ``[N, 3F]`` output the attention op reads through three column slices. AOTAutograd's backward then
 rebuilds the GEMM's output gradient from the op's three separate gradients::
 
@@ -13,19 +13,19 @@ rebuilds the GEMM's output gradient from the op's three separate gradients::
 Inductor lowers the sum of slice-scatters to one pointwise kernel: at 2^20 nodes and ``3F = 384`` in float32 it
 reads 1.5 GiB and writes 1.5 GiB, and both the three gradients and ``d`` are alive at the step's peak.
 
-This pass replaces the pattern by ``gnn_io::attention_backward_packed`` (kernels/attention.py), which returns
+This pass replaces the pattern by ``gnn_io::attention_backward_packed`` (kernels/attention/op.py), which returns
 ``d`` itself, the gradients written in place by the split backward's kernels through a row stride (elsewhere
 computed as before and copied into their columns). It applies when the slice-scatters of the op's gradients,
 each reached from its ``getitem`` through views only and read by nothing else, over one zero ``full``, are summed by
 a chain of additions with no other term, and their column spans do not overlap (columns between them, which
-only the zero base fills, the op zeroes: gnn_inductor/score_fold.py pads its GEMM so). The pass runs on the
+only the zero base fills, the op zeroes: gnn_inductor/passes/score_fold.py pads its GEMM so). The pass runs on the
 graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
 ``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
 
 **The products by blocks of rows.** The packed gradient ``d`` is then read by the fused map's three
 products: ``mm(d, W)`` (its input's gradient), ``mm(t(d), x)`` (its weight's) and ``sum(d, [0])`` (its bias's).
 Where those are its only readers, :func:`project_all` replaces them by ``gnn_io::attention_backward_projected``,
-which makes ``d`` one block of rows at a time and multiplies each block before the next (kernels/attention.py), so
+which makes ``d`` one block of rows at a time and multiplies each block before the next (kernels/attention/op.py), so
 the whole ``d`` never exists: TransformerConv's step on RMAT 2^20 3.53 -> 2.79 GiB, 2% slower (measured on
 the H100). Only where the sizes are fixed and ``d`` takes more than one block
 (``GNN_IO_GRAD_CHUNK_KB``), and for the GATv2 and dot-product families; ``GNN_IO_PROJECTED_GRADS=0`` turns it off.

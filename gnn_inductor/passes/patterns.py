@@ -111,7 +111,7 @@ class RewriteContext:
         return node
 
     def csr(self, dst_index: Node, src_index: Node, num_dst, num_src) -> "PlanNodes":
-        """The CSR plan nodes for edges ``src -> dst`` (see ``kernels/csr.py``); one per distinct
+        """The CSR plan nodes for edges ``src -> dst`` (see ``gnn_inductor/plan/csr.py``); one per distinct
         (destination, source, sizes) in the graph, placed right after its last input."""
         key = (index_key(dst_index), index_key(src_index), str(num_dst), str(num_src))
         inputs = [n for n in (dst_index, src_index, num_dst, num_src) if isinstance(n, Node)]

@@ -16,7 +16,7 @@ Since ``(x W^T)_h . a_h = x . (W_h^T a_h)``, a projection is ``H`` more output c
     h = out[:, :H C].view(N, H, C); alpha_src = out[:, H C:H C + H]; alpha_dst = out[:, H C + H:H C + 2 H]
 
 The attention op reads the three as strided views (its kernels take row strides). In the backward, AOTAutograd
-concatenates their gradients into the GEMM's output gradient, which ``gnn_inductor/packed_grads.py`` turns into the
+concatenates their gradients into the GEMM's output gradient, which ``gnn_inductor/passes/packed_grads.py`` turns into the
 attention backward writing them in place; ``dx`` and ``dW`` are then the GEMM's own, and the attention vectors'
 gradients come from ``dWa`` (an ``[H, F]`` product), not from a pass over ``h``.
 
@@ -28,7 +28,7 @@ Where nothing else reads the features (GATConv's edge features, ``lin_edge(edge_
 output instead of an ``[E, H C]`` one.
 
 ``GNN_IO_SCORE_FOLD``: ``epilogue`` (default) makes the features and every projection of them with one
-``gnn_io::linear_scores`` call (kernels/head_scores.py), the scores reduced from the 3xTF32 GEMM's accumulator
+``gnn_io::linear_scores`` call (kernels/attention/head_scores.py), the scores reduced from the 3xTF32 GEMM's accumulator
 tiles and their gradients taken inside the backward GEMMs, wherever that kernel runs at the graph's sizes (float32,
 TF32 off, CUDA, fixed sizes of a tall product, heads of a power-of-two width: ``_epilogue_takes``); elsewhere the
 graph keeps its reductions for Inductor. ``0`` folds nothing; ``auto`` folds only projections whose features nothing

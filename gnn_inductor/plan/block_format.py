@@ -45,7 +45,7 @@ class BlockFormat(NamedTuple):
 
 def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
                        order: Tensor | None = None) -> BlockFormat:
-    """The block format of the CSR plan ``(rowptr, col, perm)`` (``kernels/csr.py``) whose sources are
+    """The block format of the CSR plan ``(rowptr, col, perm)`` (``gnn_inductor/plan/csr.py``) whose sources are
     ``< num_src``, with row windows cut from ``order`` (a permutation of the ``N`` destination rows)."""
     num_dst, num_edges = rowptr.shape[0] - 1, col.shape[0]
     degree = (rowptr[1:] - rowptr[:-1]).long()

@@ -1,7 +1,7 @@
 """A fingerprint of a graph's structure tensors, so that a cached graph plan is only reused for the graph it was
 built from.
 
-The plan cache (``gnn_inductor/plan.py``) keys a plan by the identity and version counter of ``edge_index`` (and
+The plan cache (``gnn_inductor/plan/cache.py``) keys a plan by the identity and version counter of ``edge_index`` (and
 the other structure tensors). The version counter misses writes that bypass autograd's bookkeeping: through
 ``tensor.data``, ``tensor.numpy()``, DLPack or another library's kernels. The fingerprint catches those: it is
 computed when a plan is built and again at each reuse, and a different value rebuilds the plan.

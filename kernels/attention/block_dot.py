@@ -17,7 +17,7 @@ those windows to the CSR kernel. The build is torch ops only, on the inputs' dev
 over rows or edges (it syncs for sizes: the number of distinct (window, column) pairs and of tiles).
 
 **Forward** (dot-product family: TransformerConv without edge features, optionally with PyG's attention
-dropout, its mask ``w`` regenerated per cell from the call's seed and ``tile_edge``: ``kernels/rng.py``). One
+dropout, its mask ``w`` regenerated per cell from the call's seed and ``tile_edge``: ``kernels/runtime/rng.py``). One
 program per (dense window, block of heads): every head by default, the tile's columns and edge ids read once and
 the dots batched over the heads (``[H, WINDOW, C] x [H, C, TILE]``); :data:`BLOCK_LAUNCH` can set a program per
 head:

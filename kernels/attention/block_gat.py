@@ -1,5 +1,5 @@
 r"""Block-sparse attention for the GAT and GATv2 families: forward and backward over the block format of
-``kernels/block_sparse.py`` (row windows of ``WINDOW`` destination rows, each window's source columns condensed
+``kernels/attention/block_dot.py`` (row windows of ``WINDOW`` destination rows, each window's source columns condensed
 into tiles of ``TILE``, ``tile_edge`` the original edge id of each cell, -1 where there is none).
 
 **Scores** (``kernels/attention/forms.py``'s families), per cell ``(i, j)`` of a tile and head ``h``, with
@@ -15,7 +15,7 @@ registers) tile, masked by ``tile_edge >= 0``; then the dot kernel's online soft
 and ``P V`` as a ``tl.dot`` of ``WINDOW x TILE`` by ``TILE x C`` (``V`` the sum of the value terms, gathered by
 the tile's source columns). ``out = message_scale * acc / (total + eps)``, ``lse`` per (row, head), 0 for rows
 without edges; PyG's attention dropout multiplies ``P`` by ``keep / (1 - p)`` before the dot, the mask
-regenerated per cell from the call's seed and the cell's edge id (``kernels/rng.py``). One program per
+regenerated per cell from the call's seed and the cell's edge id (``kernels/runtime/rng.py``). One program per
 (dense window, block of heads) (``block_sparse.head_launch``: a program per head, or every head in one program
 with each per-tile tensor carrying a leading head axis: ``[H, WINDOW, TILE]`` scores, gatv2's ``[H, WINDOW, TILE,
 C]`` terms, batched ``P V`` dots); rows of windows that are not ``dense_ok`` are left 0, as

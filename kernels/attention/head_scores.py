@@ -6,7 +6,7 @@ vector (``R`` of them: ``att_src`` and ``att_dst``)::
     h = x @ W^T (+ b)                           # [N, H C]
     score[:, r] = (h.view(N, H, C) * att[r]).sum(-1)    # [N, H]
 
-In float32 with TF32 off, where the GEMM runs in the 3xTF32 kernel (kernels/dense_triton.py), this op makes both
+In float32 with TF32 off, where the GEMM runs in the 3xTF32 kernel (kernels/dense/gemm.py), this op makes both
 in one launch: each output tile of ``h`` holds whole heads, and the kernel reduces the tile against ``att`` before
 it stores it, so the pass of a separate reduction over ``h`` (0.19 ms at 2^20 nodes and 128 features on the
 H100) is gone. The backward has no pass over ``[N, H C]`` either. With ``s = grad_score`` (``[N, R H]``)::
@@ -54,7 +54,7 @@ def runs_fused(rows: int, features: int, width: int, count: int, heads: int, dty
     """Whether the 3xTF32 kernel with the score epilogue runs ``[rows, features] -> [rows, width]`` with ``count``
     vectors of ``heads`` heads: float32 on the kernels' device with TF32 off, a tall product by the kernel's
     thresholds, heads of a power-of-two width, at most ``MAX_SCORES`` scores per row. The op asks at each call, the
-    graph pass (gnn_inductor/score_fold.py) at compile time with the graph's sizes."""
+    graph pass (gnn_inductor/passes/score_fold.py) at compile time with the graph's sizes."""
     return (dtype == torch.float32 and dense_triton.shape_kind(rows, features, width) == "tall"
             and count * heads <= dense_triton.MAX_SCORES and width % heads == 0
             and dense_triton.score_launch(width, width // heads) is not None

@@ -19,7 +19,7 @@ Ops:
 - Attention dropout (training): with an int64 scalar ``dropout_seed`` and ``0 < dropout_p < 1``, entry
   ``(e, h)`` of alpha is kept where ``u(seed, e * H + h) >= p`` and scaled by ``1 / (1 - p)``, else 0
   (``e`` the edge's position in the edge index the op's plan was built from, ``h`` the head; ``u`` the
-  counter-based generator of ``kernels/rng.py``). The message function gets the dropped alpha. Forward,
+  counter-based generator of ``kernels/runtime/rng.py``). The message function gets the dropped alpha. Forward,
   backward and the reference all regenerate the same mask from the seed: nothing edge-sized is stored.
 - ``bias`` (optional, a tensor of the message's per-edge shape ``M`` or of ``prod(M)`` elements): ``out + bias``
   (PyG's GATConv and GATv2Conv add their bias to the concatenated heads; ``patterns/attention.py`` folds that

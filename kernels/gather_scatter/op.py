@@ -198,7 +198,7 @@ def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tenso
                                arg: Tensor | None = None, t_plan: list[Tensor] | None = None,
                                items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> list[Tensor]:
     """:func:`gather_scatter_backward`'s gradients, argument ``index``'s plus ``a @ b`` (a graph's
-    ``mm(a, b) + grad``, folded by ``gnn_inductor/gemm_accumulate.py``). On the kernels' path, for a float32
+    ``mm(a, b) + grad``, folded by ``gnn_inductor/passes/gemm_accumulate.py``). On the kernels' path, for a float32
     ``[rows, features]`` argument, the product is the buffer the walk adds that gradient into: no zero-filled
     gradient buffer, no copy, no separate add. Elsewhere the product is added to the gradient."""
     base = dense_triton.matmul(a, b)

@@ -3,7 +3,7 @@
 
 Compiled GATConv, GATv2Conv and TransformerConv (backend ``gnn_io``) against eager PyG: forward and every
 gradient, with and without edge features, dropout off, float32 and bfloat16; the report must name the fused
-Triton kernel. With attention dropout (the mask regenerated from a seed, kernels/rng.py): the CUDA generator is
+Triton kernel. With attention dropout (the mask regenerated from a seed, kernels/runtime/rng.py): the CUDA generator is
 the CPU one bit for bit and keeps ``1 - p`` of the entries; the fused op keeps exactly the mask's edges and its
 forward and every gradient match the reference given the same seed; compiled layers match eager PyG given the
 regenerated mask, forward and backward, are unbiased in expectation, and allocate no ``[E, H]`` mask (peak memory
@@ -82,7 +82,7 @@ def test_fused_layer_matches_eager(layer, kwargs, with_edge_attr, dtype, monkeyp
 
 @pytest.mark.parametrize("setting", ["1", "tight"])
 def test_gat_with_its_score_fold_matches_eager(setting, monkeypatch):
-    """GATConv with its attention-vector projections folded into the feature GEMM (gnn_inductor/score_fold.py,
+    """GATConv with its attention-vector projections folded into the feature GEMM (gnn_inductor/passes/score_fold.py,
     opt-in): the kernels read the features and scores through the folded output's row stride (144 or 136 floats)
     and write the packed gradient; forward and every gradient against eager, with edge features."""
     monkeypatch.setenv("GNN_IO_SCORE_FOLD", setting)

@@ -113,7 +113,7 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
         assert not declined, declined
     if "_blocks" in name:
         assert sum(r.projected_grads for r in rewrite_report.reports(layer)) >= 1
-    if name.startswith("gat_x3"):  # its GEMM and scores are one gnn_io::linear_scores call (kernels/head_scores.py)
+    if name.startswith("gat_x3"):  # its GEMM and scores are one gnn_io::linear_scores call (kernels/attention/head_scores.py)
         assert "gnn_io::linear_scores" in rewrite_report.format_text(layer)
     elif name.endswith("_x3"):
         assert sum(sum(r.dense_gemms.values()) for r in rewrite_report.reports(layer)) >= 2

@@ -112,7 +112,7 @@ def test_compiled_layer_matches_eager(name, dtype, monkeypatch):
     assert rewrite["kernel"].startswith("fused degree-split Triton")
 
 
-# a linear layer on gathered rows, moved before the gather (gnn_inductor/gather_linear.py), then fused
+# a linear layer on gathered rows, moved before the gather (gnn_inductor/passes/gather_linear.py), then fused
 GATHER_LINEAR = {
     "general_max": (lambda: pyg.GeneralConv(CHANNELS, 16, aggr="max"), ("x", "edge_index"), 1),
     "cg_sum": (lambda: pyg.CGConv(CHANNELS, dim=EDGE_DIM), ("x", "edge_index", "edge_attr"), 2),

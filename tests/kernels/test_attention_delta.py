@@ -1,4 +1,4 @@
-"""``gnn_io::attention_delta`` (kernels/attention.py): the attention backward's ``D = <dout, out - bias>`` and the
+"""``gnn_io::attention_delta`` (kernels/attention/op.py): the attention backward's ``D = <dout, out - bias>`` and the
 bias gradient, computed before ``gnn_io::attention_backward`` so that the kernels never read the forward's output.
 
 - The op against a float64 formula: with and without a bias, bf16 inputs, shapes whose rows do not split into

@@ -1,4 +1,4 @@
-"""GAT's dst score terms from the forward's mass (kernels/attention.py, ``gnn_io::attention_forward_mass``): the
+"""GAT's dst score terms from the forward's mass (kernels/attention/op.py, ``gnn_io::attention_forward_mass``): the
 forward also makes ``M_i = sum_j alpha_ij s'_ij (w_ij v_j - out_i)`` and the backward's D kernel returns
 ``<dout_i, M_i>``, the gradient of a dst-role score term, instead of the src pass storing a term per edge that is
 then summed per destination.

@@ -1,4 +1,4 @@
-"""The attention path choice (kernels/attention_paths.py): the cost model and decisions on CPU, and the
+"""The attention path choice (kernels/attention/selector.py): the cost model and decisions on CPU, and the
 block / hybrid paths through ``gnn_io::attention_forward`` (forward and every gradient) against the float64
 reference, on CUDA or under Triton's interpreter (forced paths)."""
 import os

@@ -285,7 +285,7 @@ def test_other_backward_values_raise(monkeypatch):
 @pytest.mark.parametrize("name, variant", [("transformer", "auto"), ("transformer_dropout", "auto"), ("gatv2", "auto"),
                                            ("gat", "auto"), ("gat", "split")])
 def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant, monkeypatch):
-    """gnn_io::attention_backward_packed (gnn_inductor/packed_grads.py): the node-row gradients land in their
+    """gnn_io::attention_backward_packed (gnn_inductor/passes/packed_grads.py): the node-row gradients land in their
     column spans of one [N, width] tensor, written there by the split passes themselves (their buffers are those
     spans: a row stride of ``width``), equal to attention_backward's; the others (GATv2's dense ``att``, GAT's
     per-head scalar terms, edge terms) are unchanged entries of the list."""

@@ -6,7 +6,7 @@ interpreter ``torch.ops.gnn_io.attention`` itself takes the fused path on CPU te
 through the op, its autograd formula and the launchers. Family recognition runs everywhere, including on the
 edge functions the backend cuts from real PyG layers.
 
-Attention dropout (``*_dropout`` cases: the op given a seed and ``p``, kernels/rng.py): the kernels against the
+Attention dropout (``*_dropout`` cases: the op given a seed and ``p``, kernels/runtime/rng.py): the kernels against the
 reference with the same seed, the reference against PyG's own math with the mask drawn in the user's edge order,
 and compiled PyG layers in training against eager PyG given the mask regenerated from the seed the op drew.
 """
@@ -722,7 +722,7 @@ def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family
 
 def pyg_attention(args, roles, plan, score, message, dropout):
     """What PyG computes, in the user's edge order: scores, softmax by destination (``torch_geometric.utils``),
-    ``F.dropout`` of the ``[E, H]`` alpha with the mask of kernels/rng.py (counter ``e * H + h``), messages summed
+    ``F.dropout`` of the ``[E, H]`` alpha with the mask of kernels/runtime/rng.py (counter ``e * H + h``), messages summed
     by destination."""
     rowptr, col, row, perm = plan[:4]
     src = torch.empty_like(col).scatter_(0, perm.long(), col)

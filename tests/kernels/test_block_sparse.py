@@ -1,4 +1,4 @@
-"""The block format (kernels/block_sparse.py) exactly, and the block-sparse dot-product forward against the
+"""The block format (kernels/attention/block_dot.py) exactly, and the block-sparse dot-product forward against the
 CPU reference of gnn_io::attention.
 
 Format tests run on CPU everywhere. The kernel runs on CUDA when there is a GPU, and on CPU tensors under

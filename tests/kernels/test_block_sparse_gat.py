@@ -1,4 +1,4 @@
-"""The block-sparse GAT and GATv2 kernels (kernels/block_sparse_gat.py) against the float64 CPU reference of
+"""The block-sparse GAT and GATv2 kernels (kernels/attention/block_gat.py) against the float64 CPU reference of
 gnn_io::attention: output, lse and every gradient.
 
 The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess

@@ -1,4 +1,4 @@
-"""Structure fingerprints (kernels/fingerprint.py): what the plan cache compares at each reuse of a graph plan.
+"""Structure fingerprints (gnn_inductor/plan/fingerprint.py): what the plan cache compares at each reuse of a graph plan.
 
 The CPU fingerprint (XXH3-128 of the bytes) on every machine; the Triton kernel against a NumPy reference of its
 definition on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
@@ -35,7 +35,7 @@ def tensors() -> list:
 
 
 def reference(t: torch.Tensor) -> list:
-    """The kernel's definition (module docstring of kernels/fingerprint.py) in NumPy, as two signed int64."""
+    """The kernel's definition (module docstring of gnn_inductor/plan/fingerprint.py) in NumPy, as two signed int64."""
     words = fp.words(t).numpy().view(np.uint32).astype(np.uint64)
     position = np.arange(words.size, dtype=np.uint64) & np.uint64(0xFFFFFFFF)
     sums = []

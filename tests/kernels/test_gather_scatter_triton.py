@@ -959,7 +959,7 @@ def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
 @pytest.mark.parametrize("aggr", ["max", "min"])
 def test_compiled_sage_backward_adds_into_the_root_gemm(plan, aggr, monkeypatch, launched):
     """SAGEConv's ``dX = dY W_r + (the aggregation's gradient)``: the backward op takes the GEMM
-    (``gather_scatter_backward_mm``, gnn_inductor/gemm_accumulate.py) and its kernels add into the product
+    (``gather_scatter_backward_mm``, gnn_inductor/passes/gemm_accumulate.py) and its kernels add into the product
     (``accumulate``) instead of a zero-filled buffer; outputs and gradients match eager PyG."""
     from torch_geometric.nn import SAGEConv
 

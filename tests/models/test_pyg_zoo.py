@@ -297,7 +297,7 @@ def test_two_layer_gat(graph):
 # ---------------------------------------------------------------------------------------------
 # Attention dropout: random, so not comparable with eager call by call (tests/kernels/test_attention_triton.py
 # compares with eager given the same mask). It stays fused: the attention op draws the mask from a seed the
-# graph takes from torch's generator (patterns/attention.py, kernels/rng.py).
+# graph takes from torch's generator (patterns/attention.py, kernels/runtime/rng.py).
 # ---------------------------------------------------------------------------------------------
 
 DROPOUT_LAYERS = {"gat": GATConv, "gatv2": GATv2Conv, "transformer": TransformerConv}
