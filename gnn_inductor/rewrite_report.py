@@ -194,6 +194,7 @@ def as_json(model=None) -> dict:
         "rewrites": [dict(graph_id=r.graph_id, **w.as_json()) for r in chosen for w in r.rewrites],
         "near_misses": [dict(graph_id=r.graph_id, **m.as_json()) for r in chosen for m in r.near_misses],
         "attention_paths": _attention_paths(),
+        "graph_state": graph_state.summary(),
         "dgl_declines": [{"where": where, "why": why} for where, why in frontend_declines.declines()],
     }
 
