@@ -161,3 +161,34 @@ def real(name: str, data_root: str) -> Graph:
 
 REAL_GRAPHS = ("Planetoid-Cora", "ca-AstroPh", "email-Enron", "MUSAE-github", "soc-Slashdot0902",
                "road-luxembourg-osm", "MUSAE-wikipedia-squirrel", "SNAP-facebook_combined")
+
+
+def graph_suite(names: list, data_root: str, device) -> list:
+    out = []
+    for name in names:
+        if name == "rmat-large":
+            out.append(rmat(20, 16_000_000, seed=0, device=device))
+        elif name == "rmat-arxiv":
+            out.append(rmat(17, 1_150_000, seed=0, device=device))
+        elif name == "uniform-large":
+            out.append(uniform(1 << 20, 16_000_000, seed=0, device=device))
+        elif name == "grid-large":
+            out.append(grid(1024, device=device))
+        elif name == "sbm-dense":  # locally dense: communities of 32 in random order, 262k nodes, ~6.8M edges
+            out.append(sbm(1 << 18, 32, 11_000_000, seed=0, device=device))
+        elif name == "batch-random":  # locally dense: 20,000 graphs of 50 nodes in batch order, ~16.8M edges
+            out.append(batched_random(20_000, 50, 1_000, seed=0, device=device))
+        elif name == "tu-batch":
+            out.append(tu_batch(data_root))
+        elif name == "rmat-small":
+            out.append(rmat(10, 8_000, seed=0, device=device))
+        elif name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
+            scale, edges = name.split("-")[1:]
+            out.append(rmat(int(scale), int(edges), seed=0, device=device))
+        else:
+            out.append(real(name, data_root))
+    return out
+
+
+SUITE = ["Planetoid-Cora", "ca-AstroPh", "MUSAE-github", "soc-Slashdot0902", "road-luxembourg-osm",
+         "rmat-arxiv", "grid-large", "uniform-large", "rmat-large"]

@@ -37,7 +37,7 @@ import torch
 
 import gnn_inductor  # noqa: F401  (also enables Dynamo's dynamic-output-shape capture for Inductor)
 from gnn_inductor.plan import state as graph_state
-from benchmarks import graphs as graph_lib
+from benchmarks.graphs import SUITE, graph_suite  # noqa: F401  (the harness's graphs; other scripts import them here)
 
 HEADS = 4
 EDGE_DIM = 16
@@ -377,37 +377,6 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return record
-
-
-def graph_suite(names: list, data_root: str, device) -> list:
-    out = []
-    for name in names:
-        if name == "rmat-large":
-            out.append(graph_lib.rmat(20, 16_000_000, seed=0, device=device))
-        elif name == "rmat-arxiv":
-            out.append(graph_lib.rmat(17, 1_150_000, seed=0, device=device))
-        elif name == "uniform-large":
-            out.append(graph_lib.uniform(1 << 20, 16_000_000, seed=0, device=device))
-        elif name == "grid-large":
-            out.append(graph_lib.grid(1024, device=device))
-        elif name == "sbm-dense":  # issue 8: dense communities of 32 in random order, 262k nodes, ~6.8M edges
-            out.append(graph_lib.sbm(1 << 18, 32, 11_000_000, seed=0, device=device))
-        elif name == "batch-random":  # issue 8: 20,000 graphs of 50 nodes in batch order, ~16.8M edges
-            out.append(graph_lib.batched_random(20_000, 50, 1_000, seed=0, device=device))
-        elif name == "tu-batch":
-            out.append(graph_lib.tu_batch(data_root))
-        elif name == "rmat-small":
-            out.append(graph_lib.rmat(10, 8_000, seed=0, device=device))
-        elif name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
-            scale, edges = name.split("-")[1:]
-            out.append(graph_lib.rmat(int(scale), int(edges), seed=0, device=device))
-        else:
-            out.append(graph_lib.real(name, data_root))
-    return out
-
-
-SUITE = ["Planetoid-Cora", "ca-AstroPh", "MUSAE-github", "soc-Slashdot0902", "road-luxembourg-osm",
-         "rmat-arxiv", "grid-large", "uniform-large", "rmat-large"]
 
 
 def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True) -> str:

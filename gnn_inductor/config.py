@@ -44,8 +44,8 @@ class SettingError(ValueError):
 @dataclass(frozen=True)
 class Setting:
     """One setting. ``kind``: ``bool`` (``0`` / ``1``), ``int`` (from ``minimum``, up to ``maximum``), ``choice``
-    (one of ``choices``; ``any_case``: matched ignoring case, read as spelled in ``choices``; ``aliases``: old names
-    of a choice) or ``path`` (any string). ``default`` None: unset, the reader decides (``default_doc`` says how)."""
+    (one of ``choices``; ``any_case``: matched ignoring case, read as spelled in ``choices``) or ``path`` (any
+    string). ``default`` None: unset, the reader decides (``default_doc`` says how)."""
 
     name: str
     kind: str
@@ -56,7 +56,6 @@ class Setting:
     minimum: int = 0
     maximum: int | None = None
     any_case: bool = False
-    aliases: tuple = ()  # (old, choice) pairs
     env: str = ""  # GNN_IO_ + the upper-case name unless given
     default_doc: str = ""  # the table's default where ``default`` alone does not say it
     more: str = ""  # where the docs explain it
@@ -100,7 +99,6 @@ class Setting:
                 raise self._invalid(label, raw) from None
             return self.check_int(number, label, raw)
         if self.kind == "choice":
-            text = dict(self.aliases).get(text, text)
             if self.any_case:
                 text = next((c for c in self.choices if c.lower() == text.lower()), text)
             if text not in self.choices:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from benchmarks import fit_attention, suite_table
+from benchmarks import fit_attention, suite_table, tree_ab
 
 
 def _probe_rows(csr, block):
@@ -62,3 +62,14 @@ def test_suite_table_joins_pieces_and_prices_the_pick(tmp_path, capsys):
     assert g1[10:13] == ["2.00", "-", "+25%"]
     assert "first.md" in g1[-1] and "second.txt" in g1[-1]
     assert g2[10:13] == ["3.00", "1.50", "+0%"]
+
+
+def test_tree_ab_measures_each_tree_staged_on_its_own(capsys, monkeypatch):
+    """Both trees (here the same revision) run in their own interpreter from their staged copy (the child checks the
+    package it imported is the staged one) and land in one table."""
+    monkeypatch.setenv("GNN_IO_FORCE", "1")
+    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
+    assert tree_ab.main(["--base", "HEAD", "--graphs", "rmat-small", "--layers", "gcn", "--device", "cpu",
+                         "--steps", "1", "--reps", "1", "--warmup", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| rmat-10-8000 | gcn |")]
+    assert len(rows) == 1 and float(rows[0].split("|")[5]) > 0
