@@ -23,15 +23,9 @@ import torch
 
 from gnn_inductor.plan.csr import degree_stats
 from gnn_inductor.plan.fingerprint import fingerprints
+from gnn_inductor.plan.state import version_of
 
 MAX_PLANS_PER_GRAPH = 8
-
-
-def _version(t) -> Optional[int]:
-    try:
-        return t._version
-    except RuntimeError:  # inference tensors have no version counter: never cache them
-        return None
 
 
 def fingerprint_checked(check: str, on_cuda: bool) -> bool:
@@ -78,7 +72,7 @@ class PlanCache:
     def __call__(self, inputs: list) -> tuple:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         scalars = [int(s) for s in inputs if not isinstance(s, torch.Tensor)]
-        versions = [_version(t) for t in tensors]
+        versions = [version_of(t) for t in tensors]  # None: an inference tensor, never cached
         for entry in self.entries:
             if entry.scalars == scalars and entry.versions == versions and \
                     all(r() is t for r, t in zip(entry.refs, tensors)):

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from gnn_inductor import config
 from gnn_inductor.config import SettingError
+from gnn_inductor.plan.decisions import sync
 
 # Block-sparse format: rows in windows of TILE_ROWS, each window's distinct source columns
 # condensed and cut into tiles of TILE_COLS.
@@ -294,11 +295,6 @@ class ReorderDecision:
                 "predicted_gain_ms": round(self.predicted_gain_ms, 3)}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def load_libraries(name: str) -> None:
     """Import what the candidate ``name`` needs before its build is timed: a one-time process cost, not a
     per-graph one (scipy.sparse.csgraph took 0.7 s cold on a 2-core machine; on the H200 a plan's
@@ -314,12 +310,12 @@ def _build(name: str, rowptr: Tensor, col: Tensor):
     """Order, inverse and permuted CSR of one candidate, with the milliseconds it took (library
     imports excluded: they are paid once per process, not per graph)."""
     load_libraries(name)
-    _sync(rowptr.device)
+    sync(rowptr.device)
     start = time.perf_counter()
     order = CANDIDATES[name](rowptr, col)
     inverse = inverse_order(order)
     permuted = permute_csr(rowptr, col, order, inverse)
-    _sync(rowptr.device)
+    sync(rowptr.device)
     return order, inverse, permuted, (time.perf_counter() - start) * 1e3
 
 

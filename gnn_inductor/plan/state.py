@@ -28,12 +28,18 @@ MAX_GRAPHS = 64   # states alive at once: per graph one for its CSR and one per 
 MAX_DECISIONS = 256
 
 
-def _versions(tensors) -> tuple | None:
-    """The version counters of ``tensors``; None where one is an inference tensor (it has none)."""
+def version_of(t: Tensor) -> int | None:
+    """``t``'s version counter; None for an inference tensor, which has none (never cache what it derives)."""
     try:
-        return tuple(t._version for t in tensors)
+        return t._version
     except RuntimeError:
         return None
+
+
+def _versions(tensors) -> tuple | None:
+    """The version counters of ``tensors``; None where one is an inference tensor."""
+    versions = tuple(version_of(t) for t in tensors)
+    return None if None in versions else versions
 
 
 def key_of(tensors) -> tuple:
