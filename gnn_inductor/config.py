@@ -366,9 +366,7 @@ def snapshot() -> Snapshot:
 
 class applied:
     """``with config.applied(snapshot):``: every setting reads as in ``snapshot`` until the block ends, whatever the
-    environment says (:func:`is_set` too). Nests with :class:`patch` as one more override; entering it where it is
-    already the innermost override (the backend's call wrapping Inductor's, both under one compile's snapshot)
-    changes nothing."""
+    environment says (:func:`is_set` too). Nests with :class:`patch` as one more override."""
 
     __slots__ = ("snapshot", "_tokens")
 
@@ -377,17 +375,11 @@ class applied:
         self._tokens: list = []
 
     def __enter__(self):
-        frames = _FRAMES
-        if frames and frames[-1][1] is self.snapshot._values:
-            self._tokens.append(None)
-        else:
-            self._tokens.append(_push(self.snapshot._values, self.snapshot._given))
+        self._tokens.append(_push(self.snapshot._values, self.snapshot._given))
         return self
 
     def __exit__(self, *exc_info) -> bool:
-        token = self._tokens.pop()
-        if token is not None:
-            _pop(token)
+        _pop(self._tokens.pop())
         return False
 
 
