@@ -45,11 +45,6 @@ ENV = config.SETTINGS["gemm_accumulate"].env
 _GEMMS = (aten.mm.default, aten.addmm.default)
 
 
-def enabled() -> bool:
-    return config.get("gemm_accumulate")
-
-
-
 def _fresh(node: Node) -> bool:
     """Whether ``node``'s tensor is memory of its own, made in this graph: a GEMM's result, or an output of a
     gnn_io op (custom ops return fresh tensors: ``torch.library`` refuses outputs that alias inputs)."""
