@@ -61,7 +61,7 @@ def main():
         reference = g.forward([x], [0], plan, key, args.reduce)
         whole_ms = median_ms(lambda: g.forward([x], [0], plan, key, args.reduce), args.reps)
         fns, index = launches.lowered_members([key], launches.argument_specs([x], [0]))
-        spec = KernelSpec("forward", "dst", args.reduce, with_arg=False, members=((args.reduce, index[0]),))
+        spec = KernelSpec("forward", "dst", args.reduce, members=((args.reduce, index[0]),))
         kernel = launches.kernel(fns, spec)
         out = reference.clone()
         print(f"== {graph.name}: {num_items} items, {hubs} hub items; forward as today {whole_ms:.3f} ms (with its "
@@ -72,7 +72,7 @@ def main():
         def launch(part, block_e, warps):
             lo, hi = (0, hubs) if part == "hub" else (hubs, num_items)
             items = [t[lo:hi] for t in plan.items]
-            tensors = [x, out, out, plan.rowptr, plan.col, plan.col, plan.perm, *items]
+            tensors = [x, out, plan.rowptr, plan.col, plan.col, plan.perm, *items]
             setting = {"block_e": block_e, "block_f": 128, "num_warps": warps}
             if part == "rows":  # the rows kernel over the light items: block_e rows per program
                 launches.launch(rows_kernel, cdiv(hi - lo, block_e), [*tensors, hi - lo], f, setting)

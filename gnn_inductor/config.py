@@ -163,9 +163,8 @@ _DECLARED = (
             minimum=1, maximum=3, more="architecture.md"),
     Setting("inductor_max_autotune", "bool", False, "`1`: Inductor's `max_autotune` and `coordinate_descent_tuning` "
             "for the graphs the backend compiles (what `mode=\"max-autotune\"` sets)", more="this page"),
-    Setting("fp32_gemm", "choice", "x3", "float32 GEMMs: `x3` by the 3xTF32 Triton kernels where they pay, `x3tile` "
-            "the same without the weight-stationary kernel, `cublas` cuBLAS only", choices=("x3", "x3tile", "cublas"),
-            more="dense.md"),
+    Setting("fp32_gemm", "choice", "x3", "float32 GEMMs: `x3` by the 3xTF32 Triton kernels where they pay, "
+            "`cublas` cuBLAS only", choices=("x3", "cublas"), more="dense.md"),
     Setting("fp32_tall_log2", "int", None, "sets the tall 3xTF32 GEMM threshold to `2**value` multiply-adds (a "
             "measurement knob)", minimum=20, maximum=40, default_doc="measured", more="dense.md"),
     Setting("spmm", "choice", "cusparse", "the CUDA SpMM binding", choices=("cusparse", "torch_sparse", "triton"),
@@ -178,8 +177,6 @@ _DECLARED = (
             "rule", choices=("measure", "rule"), more="reductions.md"),
     Setting("gs_max_edges", "int", None, "a fixed item size for the reduction kernels' degree split (0: unset)",
             default_doc="measured", more="reductions.md"),
-    Setting("maxmin_backward", "choice", "walk", "max/min backward: every edge walked, or the arg saved by the "
-            "forward", choices=("arg", "walk"), more="reductions.md"),
     Setting("gs_light_rows", "bool", None, "`1` / `0`: the forward's light items through the rows kernel (several "
             "rows per program) at any size / never", default_doc="from 2^19 work items", more="reductions.md"),
     Setting("gs_light_launch", "choice", "auto", "reduction kernels: light items in a launch of their own (`auto`: "
@@ -199,7 +196,7 @@ _DECLARED = (
             choices=("auto", "H100", "H200"), any_case=True, more="kernel_selection.md"),
     Setting("attention_backward", "choice", "auto", "attention backward variant (`mass`: GATConv's dst score terms "
             "from the forward)",
-            choices=("auto", "split", "atomic", "one_pass", "one_pass_segment", "mass"), more="attention.md"),
+            choices=("auto", "split", "atomic", "one_pass_segment", "mass"), more="attention.md"),
     Setting("attention_heads", "choice", None, "heads per program of the CSR attention kernels",
             choices=("per_head", "all"), default_doc="`all` (the atomic backward: `per_head`)", more="attention.md"),
     Setting("src_maxnreg", "int", None, "a register cap for the attention backward's src pass (0: none)",
@@ -217,9 +214,8 @@ _DECLARED = (
             more="attention.md"),
     Setting("projected_grads", "bool", True, "that map's gradients from the packed one, by blocks of rows",
             more="attention.md"),
-    Setting("score_fold", "choice", "epilogue", "GATConv's attention scores from its GEMM's kernel "
-            "(`gnn_io::linear_scores`); `0`: Inductor's reductions; `1`, `auto`, `tight`: as more GEMM columns",
-            choices=("0", "auto", "1", "tight", "epilogue"), more="dense.md, architecture.md"),
+    Setting("score_fold", "bool", True, "GATConv's attention scores from its GEMM's kernel "
+            "(`gnn_io::linear_scores`); `0`: Inductor's reductions", more="dense.md, architecture.md"),
     Setting("grad_chunk_kb", "int", 256 << 10, "KiB per block of rows of the projected gradients (0: one block)",
             more="attention.md"),
     Setting("grad_whole_kb", "int", 768 << 10, "a gradient under this many KiB, of a graph under 2^19 nodes, is one "

@@ -239,22 +239,13 @@ def _attention_bias(state: CompileState) -> list:
     return folded
 
 
-def _score_kernel(folded: dict) -> str:
-    if folded.get("epilogue"):
-        return ("gnn_io::linear_scores: the scores made from the feature GEMM's tiles (3xTF32 kernel), their "
-                "gradients inside the backward GEMMs: no pass over the features for either")
-    if folded["scores_only"]:
-        return (f"the scores alone from the GEMM ({folded['columns']} columns): the projected features are never "
-                f"made, Inductor/cuBLAS")
-    return (f"columns of the feature GEMM ({folded['columns']} wide): no pass over the features for the scores or "
-            f"their gradients, Inductor/cuBLAS")
-
-
 def _score_projection(state: CompileState) -> list:
-    """GAT's attention-vector projections as more columns of its feature GEMM (gnn_inductor/passes/score_fold.py)."""
+    """GAT's attention-vector projections made by its feature GEMM's kernel (gnn_inductor/passes/score_fold.py)."""
     folded = [Rewrite(
         "score_projection", "aten::sum of (features * attention vector) over channels", f["source"],
-        {k: f[k] for k in ("weight", "vectors", "columns", "scores_only")}, kernel=_score_kernel(f))
+        {k: f[k] for k in ("weight", "vectors", "columns")},
+        kernel="gnn_io::linear_scores: the scores made from the feature GEMM's tiles (3xTF32 kernel), their "
+               "gradients inside the backward GEMMs: no pass over the features for either")
         for f in score_fold.fold_score_projections(state.gm, state.settings)]
     state.report.rewrites.extend(folded)
     return folded

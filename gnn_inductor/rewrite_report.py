@@ -253,8 +253,8 @@ def format_text_for(chosen: list) -> list:
             made = ", ".join(f"{n} in the {g}" for g, n in r.dense_gemms.items() if n)
             lines.append("  float32 GEMMs on Tensor Cores by the 3xTF32 split, float32 accuracy (gnn_io::mm, "
                          "gnn_inductor/passes/dense_gemm.py; tall products of an inner size up to 128 on the "
-                         "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off, =x3tile keeps the tile "
-                         f"kernel): {made}")
+                         "weight-stationary kernel; GNN_IO_FP32_GEMM=cublas turns it off): "
+                         f"{made}")
         if r.passes:
             lines.append("  passes: " + ", ".join(p.as_text() for p in r.passes))
         if r.cuda_graphs:

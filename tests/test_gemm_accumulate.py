@@ -94,7 +94,7 @@ def test_backward_mm_op_is_well_formed_and_adds_the_product():
     x = torch.randn(20, 6)
     grad_out = torch.randn(20, 6)
     a, b = torch.randn(20, 5), torch.randn(5, 6)
-    args = (grad_out, [x], [0], rowptr, col, row, perm, key, "max", [True], None, None, list(t_plan[:3]))
+    args = (grad_out, [x], [0], rowptr, col, row, perm, key, "max", [True], None, list(t_plan[:3]))
     torch.library.opcheck(torch.ops.gnn_io.gather_scatter_backward_mm.default, (a, b, 0, *args),
                           test_utils=("test_schema", "test_faketensor"))
     (plain,) = torch.ops.gnn_io.gather_scatter_backward(*args)

@@ -1,5 +1,5 @@
 """GAT's feature GEMM with its attention scores in the epilogue (kernels/attention/head_scores.py, ``gnn_io::linear_scores``)
-and the pass that puts it into compiled graphs (``GNN_IO_SCORE_FOLD=epilogue``, gnn_inductor/passes/score_fold.py):
+and the pass that puts it into compiled graphs (``GNN_IO_SCORE_FOLD=1``, gnn_inductor/passes/score_fold.py):
 values and every gradient against eager, with the kernels running (CUDA, or CPU tensors under Triton's interpreter
 with the thresholds lowered to the tests' sizes) and without them (ATen, exact)."""
 import copy
@@ -172,9 +172,9 @@ def test_bad_input_is_a_clear_error(case):
 
 @runs_kernel
 def test_compiled_gatconv_with_the_epilogue(kernel_sizes, monkeypatch):
-    """GATConv compiled with ``GNN_IO_SCORE_FOLD=epilogue``: its projections and GEMM are one ``linear_scores``
+    """GATConv compiled with ``GNN_IO_SCORE_FOLD=1``: its projections and GEMM are one ``linear_scores``
     call, and the output, the input gradient and every parameter's gradient match eager PyG."""
-    monkeypatch.setenv("GNN_IO_SCORE_FOLD", "epilogue")
+    monkeypatch.setenv("GNN_IO_SCORE_FOLD", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     calls, real = [], dense_triton.linear_scores
@@ -202,7 +202,7 @@ def test_compiled_gatconv_with_the_epilogue(kernel_sizes, monkeypatch):
 def test_pass_leaves_graphs_the_kernel_does_not_run(monkeypatch):
     """On the CPU without the interpreter (or with TF32 allowed, or below the thresholds) the pattern stays for
     Inductor: no ``linear_scores`` in the report, and the compiled layer still matches eager."""
-    monkeypatch.setenv("GNN_IO_SCORE_FOLD", "epilogue")
+    monkeypatch.setenv("GNN_IO_SCORE_FOLD", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)

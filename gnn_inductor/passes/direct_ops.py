@@ -5,7 +5,7 @@ A ``custom_op`` call goes through its Python autograd kernel (which, under no gr
 autograd), its Python backend wrapper (an aliasing check of the outputs, a Dynamo-disable wrapper) and then the
 implementation. In the graphs Inductor compiles, after AOTAutograd has split forward from backward, none of that
 is needed: autograd is already in the graph's structure, the implementation is opaque to Dynamo, and the
-outputs are fresh tensors by construction. Measured on the H100 (``benchmarks/op_overhead.py``, a tiny graph):
+outputs are fresh tensors by construction. Measured on the H100 (one op call on a tiny graph, timed both ways):
 ``gnn_io::gather_scatter_forward`` took 179.5 us per call through ``torch.ops`` against 82.3 us for its
 implementation called directly, for every op call of every step.
 

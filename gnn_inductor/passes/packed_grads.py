@@ -18,7 +18,7 @@ This pass replaces the pattern by ``gnn_io::attention_backward_packed`` (kernels
 computed as before and copied into their columns). It applies when the slice-scatters of the op's gradients,
 each reached from its ``getitem`` through views only and read by nothing else, over one zero ``full``, are summed by
 a chain of additions with no other term, and their column spans do not overlap (columns between them, which
-only the zero base fills, the op zeroes: gnn_inductor/passes/score_fold.py pads its GEMM so). The pass runs on the
+only the zero base fills, the op zeroes). The pass runs on the
 graphs AOTAutograd hands Inductor (only the backward has the pattern), in graphs the backend rewrote;
 ``GNN_IO_PACKED_GRADS=0`` turns it off, to compare.
 

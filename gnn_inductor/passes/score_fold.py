@@ -1,4 +1,4 @@
-"""GAT's attention-vector projections folded into the feature GEMM.
+"""GAT's attention-vector projections made in the feature GEMM's kernel (``gnn_io::linear_scores``).
 
 PyG's GATConv (DGL's likewise) projects the node features and then reduces the projection against each attention
 vector::
@@ -9,56 +9,26 @@ vector::
 
 Each reduction reads all of ``h`` again (0.5 GiB at 2^20 nodes, 128 features, fp32). Its backward reads ``h`` once
 more for the attention vector's gradient, and adds ``g * att`` into ``h``'s gradient, a read and a write of it.
-Since ``(x W^T)_h . a_h = x . (W_h^T a_h)``, a projection is ``H`` more output columns of the same GEMM, with rows
-``Wa[h] = sum_c a[h, c] W[h C + c, :]`` (and ``b . a`` per head for a bias)::
 
-    out = mm(x, t(cat([W, Wa_src, Wa_dst, 0])))   # [N, H C + 2 H (+ zero columns)]
-    h = out[:, :H C].view(N, H, C); alpha_src = out[:, H C:H C + H]; alpha_dst = out[:, H C + H:H C + 2 H]
-
-The attention op reads the three as strided views (its kernels take row strides). In the backward, AOTAutograd
-concatenates their gradients into the GEMM's output gradient, which ``gnn_inductor/passes/packed_grads.py`` turns into the
-attention backward writing them in place; ``dx`` and ``dW`` are then the GEMM's own, and the attention vectors'
-gradients come from ``dWa`` (an ``[H, F]`` product), not from a pass over ``h``.
-
-The folded sum is reassociated (``x . (W^T a)`` for ``(x W^T) . a``): in float32 it differs from eager by rounding
-(relative ~1e-7 of the score).
-
-Where nothing else reads the features (GATConv's edge features, ``lin_edge(edge_attr)``, which only make
-``alpha_edge``; a bipartite layer's destination features), the GEMM keeps the score columns alone: an ``[E, H]``
-output instead of an ``[E, H C]`` one.
-
-``GNN_IO_SCORE_FOLD``: ``epilogue`` (default) makes the features and every projection of them with one
-``gnn_io::linear_scores`` call (kernels/attention/head_scores.py), the scores reduced from the 3xTF32 GEMM's accumulator
-tiles and their gradients taken inside the backward GEMMs, wherever that kernel runs at the graph's sizes (float32,
-TF32 off, CUDA, fixed sizes of a tall product, heads of a power-of-two width: ``_epilogue_takes``); elsewhere the
-graph keeps its reductions for Inductor. ``0`` folds nothing; ``auto`` folds only projections whose features nothing
-else reads; ``1`` folds the others too, padding the GEMM's width to a multiple of :data:`COLUMN_MULTIPLE` with zero
-columns so the attention kernels read rows whose stride Triton can specialise on (16 elements; a 136-float row is
-not); ``tight`` folds them without padding.
+The pass replaces the GEMM and its reductions by one ``gnn_io::linear_scores`` call (kernels/attention/head_scores.py):
+the features and every projection of them, the scores reduced from the 3xTF32 GEMM's accumulator tiles and their
+gradients taken inside the backward GEMMs. It does so wherever that kernel runs at the graph's sizes (float32, TF32
+off, CUDA, fixed sizes of a tall product, heads of a power-of-two width: ``_epilogue_takes``) and something besides
+the projections reads the features; elsewhere the graph keeps its reductions for Inductor. ``GNN_IO_SCORE_FOLD=0``
+turns the pass off.
 
 The epilogue measured 1.02x on GATConv's step (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32,
-10.50 -> 10.26 ms and 10.59 -> 10.41, 10 interleaved rounds each, all won). On the same setup, with the GEMMs in
-the 3xTF32 kernel, the column fold measured 10.82 against 11.73 ms unfolded-to-folded (0.92x), its
-144-column products 1.06 ms each against 0.60.
-
-The column forms are off because none measured faster (H100, RMAT 2^20 with 15.4M edges, 128 features, 4 heads, fp32):
-- GATConv: 11.81 ms padded against 11.22 unfolded (16 interleaved rounds, none won), 14.05 tight (the kernels'
-  loads of 136-float rows). The profile shows why: cuBLAS's kernels for 144 output columns took 3.54 ms of GEMM
-  per step against 2.50 for 128, more than the 0.74 ms of reductions and pointwise passes the fold removes.
-- GATConv with 16 and with 64 edge features (``auto``): 15.64 against 15.68 ms and 19.55 against 19.41, the
-  same 2.33 GB step memory both ways. Inductor's own graph never kept the ``[E, H C]`` edge projection either.
-
-Only float32 and float64 are folded. In bf16 the attention vectors' gradient, formed as ``W_h^T (g^T x)`` from a
-rounded ``[H, F]`` product, was 0.54 (relative, in norm) from a float32 run where eager's own bf16 error is 0.13.
+10.50 -> 10.26 ms and 10.59 -> 10.41, 10 interleaved rounds each, all won). Folding the projections as more
+columns of the GEMM instead (``Wa[h] = sum_c a[h, c] W[h C + c, :]``) measured slower on the same setup (0.92x,
+its 144-column products 1.06 ms each against 0.60 for 128 columns), and was removed.
 
 Matched: ``sum(mul(view(M, [N, H, C]), A), [-1])`` (either operand order), ``M`` a linear map of graph-input
 weights (``linear_fusion.linear_map``) whose weight has ``H C`` rows, ``A`` a graph input of ``H C`` elements shaped
-``[1, H, C]`` or ``[H, C]`` of ``M``'s dtype and device, the product read by the sum alone. Every such sum of one
-``M`` joins its GEMM.
+``[1, H, C]`` or ``[H, C]`` of ``M``'s dtype (float32 or float64) and device, the product read by the sum alone.
+Every such sum of one ``M`` joins its GEMM.
 """
 from __future__ import annotations
 
-import contextlib
 import operator
 from collections import defaultdict
 
@@ -73,9 +43,6 @@ from gnn_inductor.rewrite_report import source_of
 
 aten = torch.ops.aten
 ENV = config.SETTINGS["score_fold"].env
-COLUMN_MULTIPLE = 16
-MODES = config.SETTINGS["score_fold"].choices
-DEFAULT = config.default("score_fold")
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 
 
@@ -108,27 +75,18 @@ def _projection(node: Node):
 
 
 def fold_score_projections(gm: GraphModule, settings) -> list:
-    """Fold the matched projections the ``score_fold`` setting of ``settings`` (``config.snapshot()``) allows
-    (module docstring) into their GEMMs, in place. Returns one ``{"source", "weight", "vectors", "columns",
-    "scores_only"}`` per rewritten GEMM."""
-    mode = settings["score_fold"]
-    if mode == "0":
+    """Make the matched projections with their GEMM (module docstring) where the ``score_fold`` setting of
+    ``settings`` (``config.snapshot()``) is on, in place. Returns one ``{"source", "weight", "vectors", "columns"}``
+    per rewritten GEMM."""
+    if not settings["score_fold"]:
         return []
     found = defaultdict(list)
     for node in gm.graph.nodes:
         match = _projection(node)
         if match is not None:
             found[match[0]].append((node, match[2]))
-    folded = []
-    for matrix, sums in found.items():
-        scores_only = _read_only_by(matrix, {node.args[0] for node, _ in sums})
-        if mode == "epilogue":
-            if not scores_only and _epilogue_takes(matrix, sums):
-                folded.append(_epilogue(gm, matrix, sums))
-            continue
-        if not scores_only and mode == "auto":
-            continue
-        folded.append(_fold(gm, matrix, sums, scores_only, pad=mode == "1"))
+    folded = [_epilogue(gm, matrix, sums) for matrix, sums in found.items()
+              if not _read_only_by(matrix, {node.args[0] for node, _ in sums}) and _epilogue_takes(matrix, sums)]
     if folded:
         gm.graph.lint()
         gm.recompile()
@@ -139,68 +97,6 @@ def _read_only_by(matrix: Node, muls: set) -> bool:
     """Whether every read of ``matrix`` goes through a view read only by the products in ``muls``."""
     return all(view.op == "call_function" and view.target in _VIEWS and set(view.users) <= muls
                for view in matrix.users)
-
-
-def _fold(gm: GraphModule, matrix: Node, sums: list, scores_only: bool, pad: bool) -> dict:
-    """``matrix``'s GEMM with the projections of ``sums`` as more columns (only those, when ``scores_only``)."""
-    x, weight, bias = linear_map(matrix)
-    rows, features = tensor_val(weight).shape
-    heads = tensor_val(sums[0][0]).shape[1]
-    channels = rows // heads
-    kept = 0 if scores_only else rows
-    width = kept + heads * len(sums)
-    padding = (-width) % COLUMN_MULTIPLE if pad and not scores_only else 0
-    like = tensor_val(weight)
-    with gm.graph.inserting_before(matrix):
-        per_head = call_node(gm, aten.view.default, (weight, [heads, channels, features]))
-        pieces, bias_pieces = ([] if scores_only else [weight]), ([] if scores_only else [bias])
-        for _, att in sums:
-            column = call_node(gm, aten.view.default, (att, [heads, channels, 1]))
-            pieces.append(call_node(gm, aten.sum.dim_IntList, (call_node(gm, aten.mul.Tensor, (per_head, column)), [1])))
-            if bias is not None:
-                flat = call_node(gm, aten.view.default, (att, [heads, channels]))
-                by_head = call_node(gm, aten.view.default, (bias, [heads, channels]))
-                bias_pieces.append(call_node(gm, aten.sum.dim_IntList, (call_node(gm, aten.mul.Tensor, (by_head, flat)), [1])))
-        if padding:
-            pieces.append(_zeros(gm, [padding, features], like))
-            bias_pieces.append(_zeros(gm, [padding], like))
-        stacked = pieces[0] if len(pieces) == 1 else call_node(gm, aten.cat.default, (pieces, 0))
-        stacked_t = call_node(gm, aten.t.default, (stacked,))
-        if bias is None:
-            out = call_node(gm, aten.mm.default, (x, stacked_t))
-        else:
-            bias_all = bias_pieces[0] if len(bias_pieces) == 1 else call_node(gm, aten.cat.default, (bias_pieces, 0))
-            out = call_node(gm, aten.addmm.default, (bias_all, x, stacked_t))
-        out.meta["stack_trace"] = matrix.meta.get("stack_trace")
-        if not scores_only:
-            features_view = call_node(gm, aten.slice.Tensor, (out, 1, 0, rows))
-            features_view.meta.update({k: v for k, v in matrix.meta.items() if k != "val"})
-            matrix.replace_all_uses_with(features_view)
-    start = kept
-    for node, _ in sums:
-        with gm.graph.inserting_after(out):
-            scores = out if width == heads else call_node(gm, aten.slice.Tensor, (out, 1, start, start + heads))
-        if scores is not out:
-            scores.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        mul = node.args[0]
-        node.replace_all_uses_with(scores)
-        gm.graph.erase_node(node)
-        gm.graph.erase_node(mul)
-        start += heads
-    for view in list(matrix.users):  # scores only: the views the products read, now read by nothing
-        gm.graph.erase_node(view)
-    gm.graph.erase_node(matrix)
-    return {"source": source_of(sums[0][0]), "weight": parameter_name(weight),
-            "vectors": [parameter_name(att) for _, att in sums], "columns": width + padding,
-            "scores_only": scores_only}
-
-
-def _zeros(gm: GraphModule, shape: list, like) -> Node:
-    """A ``zeros`` node of ``like``'s dtype and device, its fake value made under ``like``'s fake mode."""
-    node = gm.graph.call_function(aten.zeros.default, (shape,), {"dtype": like.dtype, "device": like.device})
-    with getattr(like, "fake_mode", None) or contextlib.nullcontext():
-        node.meta["val"] = torch.zeros(shape, dtype=like.dtype, device=like.device)
-    return node
 
 
 def _epilogue_takes(matrix: Node, sums: list) -> bool:
@@ -241,5 +137,4 @@ def _epilogue(gm: GraphModule, matrix: Node, sums: list) -> dict:
         gm.graph.erase_node(node)
         gm.graph.erase_node(mul)
     return {"source": source_of(sums[0][0]), "weight": parameter_name(weight),
-            "vectors": [parameter_name(att) for _, att in sums], "columns": heads * channels,
-            "scores_only": False, "epilogue": True}
+            "vectors": [parameter_name(att) for _, att in sums], "columns": heads * channels}

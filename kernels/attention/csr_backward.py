@@ -20,19 +20,18 @@ op's forward makes the mass, else ``one_pass_segment``, and the others ``split``
   the transposed CSR once per graph (a stable sort of ``E``) and keeps it in the graph's state. Row gradients
   stored by their own pass start uninitialised: only the rows without edges and the hub rows (several items add)
   are zeroed first (:func:`_stored_rows`).
-- ``one_pass`` (opt-in; the split backward where the family is not GAT): for the GAT family a dst-role
-  gradient is a per-head scalar score term, so the src pass, which already computes every edge's ``ds_e``,
-  also adds it to its destination's ``[H]`` gradient row by a float32 atomic (``E * H`` scalar atomics), and
-  the dst pass, a second gather of every edge's ``[H, C]`` value row, is skipped (:func:`one_pass_outputs`).
-  Measured slower on the H100: its atomics onto a hub's row cost more than the dst pass they replace.
-- ``one_pass_segment`` (GAT's default): as ``one_pass``, but the src pass stores each edge's dst-role score-term
+- ``one_pass_segment`` (GAT's default): for the GAT family a dst-role gradient is a per-head scalar score term,
+  so the src pass, which already computes every edge's ``ds_e``, also stores each edge's dst-role score-term
   gradient (``[H]`` per edge) at the edge's position in the transposed CSR, contiguously
   (:func:`gnn_inductor.plan.source_csr.source_positions` maps the CSR's positions to those; where the transposed
   CSR leaves edges out, at edge ids instead), and :func:`_sum_by_destination` sums them over each destination's
-  CSR row, with ``D`` from :func:`csr_delta.delta_kernel` (the bias subtracted there). No atomics onto hub rows,
-  no second gather of the value rows. On the H100, GATConv on RMAT 2^20 (15.4M edges): 11.23 ms against the split
-  backward's 12.20 per step (20 interleaved rounds, all won), 1.17x on the uniform graph of 16M edges; the
-  backward's kernels 4.59 against 5.46 ms (src pass 3.42, sum 0.81 before its launch was fitted, ``D`` 0.36).
+  CSR row, with ``D`` from :func:`csr_delta.delta_kernel` (the bias subtracted there); the dst pass, a second
+  gather of every edge's ``[H, C]`` value row, is skipped (:func:`one_pass_outputs`). No atomics onto hub rows:
+  adding the terms into the destinations' ``[H]`` rows by float32 atomics instead lost on the H100 (backward
+  7.42 ms against 5.73, GATConv on RMAT 2^20: the atomics into a hub's row serialise). On the H100, GATConv on
+  RMAT 2^20 (15.4M edges): 11.23 ms against the split backward's 12.20 per step (20 interleaved rounds, all won),
+  1.17x on the uniform graph of 16M edges; the backward's kernels 4.59 against 5.46 ms (src pass 3.42, sum 0.81
+  before its launch was fitted, ``D`` 0.36).
 - ``atomic`` (kernels/attention/csr_atomic_backward.py): one pass over the CSR's work items, src- and edge-role
   gradients by float32 atomics. It also runs where the split one cannot: for the hybrid block/CSR path
   (``selector.run_backward`` passes only the rows left to the CSR kernel, and a src pass over all
@@ -73,8 +72,9 @@ def grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:
 
 def one_pass_outputs(form: AttentionForm, dst_outputs: list, src_outputs: list) -> bool:
     """Whether the src pass can write the dst pass's gradients too, so that the dst pass is skipped: the GAT
-    family, where a dst-role gradient is only a per-head scalar score term (one atomic per edge and head) and
-    edge-role ones are plain stores by edge id (each edge is walked once in either pass)."""
+    family, where a dst-role gradient is only a per-head scalar score term (stored per edge and summed per
+    destination afterwards) and edge-role ones are plain stores by edge id (each edge is walked once in either
+    pass)."""
     return (form.family == "gat" and bool(dst_outputs)
             and len(dst_outputs) + len(src_outputs) <= MAX_GRAD_OUTPUTS
             and all(role == ROLE_EDGE or (role == ROLE_DST and t > 0 and v == 0 and q == 0)
@@ -91,8 +91,7 @@ def source_csr(layout: Layout, rowptr: Tensor, col: Tensor, perm: Tensor, max_ed
 
 def backward(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowptr: Tensor, col: Tensor,
              perm: Tensor, needs_grad, items=(), max_edges: int = 0, config: dict | None = None,
-             variant: str | None = None, by_src: SourceCSR | None = None, one_pass: bool | None = None,
-             pack: dict | None = None):
+             variant: str | None = None, by_src: SourceCSR | None = None, pack: dict | None = None):
     """Gradients of every argument flagged in ``needs_grad`` (None elsewhere), the dropout mask (if any)
     regenerated from ``layout.dropout``. ``delta`` is ``D = <dout, out>`` per (row, head), float32 and shaped as
     ``lse`` (:func:`csr_delta.delta`, run before the backward so that the forward's output need not be kept for it).
@@ -101,12 +100,11 @@ def backward(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowpt
     without it the atomic one, per head or for all heads at once (``variant``, default per head:
     :func:`csr_launch.heads_variant`). The split backward needs every row's items: a caller passing a subset of rows (the
     hybrid path's ``csr_items``) must pass no ``by_src``, or a source's edges into the other rows would be
-    counted too. ``one_pass`` (default: on unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split``): for the GAT
-    family the src pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`): per edge, summed
-    per destination after it (``one_pass_segment``, and the default ``auto``), or by atomics (``one_pass``); the
-    dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. ``config`` (launch keys
-    ``block_e``, ``num_warps``...) overrides both split passes' launch; its ``"src"`` and ``"dst"`` entries (dicts
-    of the same keys) override one pass's.
+    counted too. Unless ``GNN_IO_ATTENTION_BACKWARD`` is ``split`` (or ``atomic``), for the GAT family the src
+    pass also writes the dst-role scalar gradients (:func:`one_pass_outputs`), per edge, summed per destination
+    after it, and the dst pass, a second gather of every edge's ``[H, C]`` value row, is not run. ``config``
+    (launch keys ``block_e``, ``num_warps``...) overrides both split passes' launch; its ``"src"`` and ``"dst"``
+    entries (dicts of the same keys) override one pass's.
 
     ``pack`` (argument -> a tensor of the argument's shape and dtype whose rows are not contiguous with each
     other: a column slice of one ``[N, F]`` gradient, kernels/attention/op.py's ``attention_backward_packed``): the
@@ -124,20 +122,18 @@ def backward(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowpt
     split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= MAX_GRAD_OUTPUTS
     by_edge = []  # dst-role outputs the src pass stores per edge, summed over the CSR rows after it
     positions = None  # where it stores them: at source_positions (transposed-CSR positions), or at edge ids
-    if split:
-        setting = backward_variant()
-        if one_pass is None:
-            one_pass = setting in ("one_pass", "one_pass_segment", "auto", "mass")
-        if one_pass and form.family != "gatv2" and one_pass_outputs(form, dst_outputs, src_outputs):
-            if setting in ("one_pass_segment", "auto", "mass"):
-                by_edge = [o for o in dst_outputs
-                           if o[1] == ROLE_DST and layout.views[o[0]].shape[0] == rowptr.numel() - 1]
-                # stored at each edge's position in the transposed CSR (contiguous) where every edge has one, else
-                # at its edge id (scattered)
-                positions = source_positions(rowptr, col, perm, by_src) if by_edge else None
-                store_role = ROLE_EDGE if positions is None else BY_SOURCE_POSITION
-                dst_outputs = [(o[0], store_role, *o[2:]) if o in by_edge else o for o in dst_outputs]
-            src_outputs, dst_outputs = src_outputs + dst_outputs, []
+    # the segment form: the src pass stores the dst-role score terms per edge, summed per destination after it;
+    # only where every dst-role output has the CSR's rows (else both passes run)
+    if split and backward_variant() in ("one_pass_segment", "auto", "mass") and \
+            one_pass_outputs(form, dst_outputs, src_outputs) and \
+            all(o[1] != ROLE_DST or layout.views[o[0]].shape[0] == rowptr.numel() - 1 for o in dst_outputs):
+        by_edge = [o for o in dst_outputs if o[1] == ROLE_DST]
+        # stored at each edge's position in the transposed CSR (contiguous) where every edge has one, else at its
+        # edge id (scattered)
+        positions = source_positions(rowptr, col, perm, by_src) if by_edge else None
+        store_role = ROLE_EDGE if positions is None else BY_SOURCE_POSITION
+        dst_outputs = [(o[0], store_role, *o[2:]) if o in by_edge else o for o in dst_outputs]
+        src_outputs, dst_outputs = src_outputs + dst_outputs, []
     by_edge_ids = [o[0] for o in by_edge]
     targets = {}
     if split and pack:
@@ -193,8 +189,8 @@ def _sum_by_destination(by_edge: Tensor, rowptr: Tensor, index: Tensor, items) -
     """``[N, H]``: row ``i`` sums ``by_edge[index[q]]`` over the CSR positions ``q`` of row ``i`` (``by_edge`` is
     ``[E, H]`` by edge id with ``index = perm``, or by transposed-CSR position with ``index`` from
     :func:`source_positions`): the Triton SpMM over the CSR with ``index`` as its columns and unit values, on the
-    CSR's degree-split work items (a hub row's items add; the one-pass backward's per-edge atomics into one ``[H]``
-    row serialise on a hub instead). The unit values are kept with the plan's items (:func:`items_memo`). The launch
+    CSR's degree-split work items (a hub row's items add, where per-edge atomics into one ``[H]`` row would
+    serialise on a hub). The unit values are kept with the plan's items (:func:`items_memo`). The launch
     fits these narrow rows (:data:`SEGMENT_SUM_LAUNCH`)."""
     ones = items_memo(items, ("unit_values", index.numel()),
                       lambda: torch.ones(index.numel(), dtype=torch.float32, device=index.device))

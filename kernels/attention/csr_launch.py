@@ -12,15 +12,15 @@ DENSE_GRAD_SLOTS = 32    # the att gradient is summed into this many slots, then
 
 HEADS_ENV = settings.SETTINGS["attention_heads"].env  # "all": one forward program per work item for every head
 HEADS_VARIANTS = settings.SETTINGS["attention_heads"].choices
-BACKWARD_ENV = settings.SETTINGS["attention_backward"].env  # split, atomic, one_pass, one_pass_segment; unset: auto
-# one_pass: split, GAT's dst pass folded into the src pass; one_pass_segment: the same, the dst score terms' gradients
-# stored per edge and summed over each destination's CSR row (no atomics on hub rows)
+BACKWARD_ENV = settings.SETTINGS["attention_backward"].env  # split, atomic, one_pass_segment, mass; unset: auto
+# one_pass_segment: split, GAT's dst pass folded into the src pass, the dst score terms' gradients stored per edge and
+# summed over each destination's CSR row (no atomics on hub rows)
 # mass: GAT's dst score terms' gradients from the forward's mass (kernels/attention/op.py's attention_forward_mass: a
 # row sum in the D kernel, no per-edge term), where that op runs, else one_pass_segment
 # auto (unset): mass, else one_pass_segment, for the GAT family; split for the others
 BACKWARD_VARIANTS = settings.SETTINGS["attention_backward"].choices
 # the variants that run the split passes over a source CSR (the op's backward builds one for them)
-SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass", "one_pass_segment", "mass")
+SOURCE_CSR_VARIANTS = ("auto", "split", "one_pass_segment", "mass")
 # the variants under which GAT's forward makes the score-term mass where it can (kernels/attention/op.py)
 MASS_VARIANTS = ("auto", "mass")
 
@@ -122,11 +122,10 @@ def heads_variant(default: str = "all") -> str:
 
 def backward_variant() -> str:
     """Which backward the op runs: ``"auto"`` (default: ``"mass"`` where it runs, else ``"one_pass_segment"``,
-    for the GAT family; ``"split"`` for the others), ``"split"``, ``"atomic"``, ``"one_pass"``,
-    ``"one_pass_segment"`` (the split backward with the one-pass GAT forms of
-    :func:`kernels.attention.csr_backward.backward`) or ``"mass"`` (kernels/attention/op.py's
-    ``attention_forward_mass``), from the ``GNN_IO_ATTENTION_BACKWARD`` environment variable, read at each call
-    (kernels/attention/csr_backward.py's docstring)."""
+    for the GAT family; ``"split"`` for the others), ``"split"``, ``"atomic"``, ``"one_pass_segment"`` (the split
+    backward with the one-pass GAT form of :func:`kernels.attention.csr_backward.backward`) or ``"mass"``
+    (kernels/attention/op.py's ``attention_forward_mass``), from the ``GNN_IO_ATTENTION_BACKWARD`` environment
+    variable, read at each call (kernels/attention/csr_backward.py's docstring)."""
     return settings.get("attention_backward")
 
 
@@ -136,9 +135,6 @@ def kernel_name(family: str) -> str:
     variant = backward_variant()
     if variant == "atomic":
         backward = "atomic backward"
-    elif family == "gat" and variant == "one_pass":
-        backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program, the dst "
-                    "score terms' gradients by atomics)")
     elif family == "gat" and variant in MASS_VARIANTS:
         backward = ("one-pass split backward (src pass over the transposed CSR, all heads per program); the dst "
                     "score terms' gradients from the forward's score-term mass, summed in the D kernel (float32 "

@@ -95,17 +95,6 @@ def _write_row_grad_heads(ptr, row_stride, row0, R: tl.constexpr, T: tl.constexp
                 tl.atomic_add(ptr + offsets, total, mask=node_mask)
 
 
-@triton.jit
-def _scatter_dst_grad_heads(ptr, R: tl.constexpr, T: tl.constexpr, MAJOR: tl.constexpr, dst, heads, num_heads,
-                            score_mask, grad_terms):
-    """A dst-role gradient written from the src pass (the one-pass GAT backward): GAT's per-head scalar score
-    term, one float32 atomic per edge and head into its destination's ``[H]`` row (``dst`` is ``[BLOCK_E, 1]``,
-    ``grad_terms`` ``[BLOCK_E, BLOCK_H]``). Only such outputs are given to the src pass (:func:`csr_backward.backward`)."""
-    if MAJOR == 0:
-        if R == 1:
-            tl.atomic_add(ptr + dst.to(tl.int64) * num_heads + heads[None, :], grad_terms * T, mask=score_mask)
-
-
 @fast_launch
 @triton.jit
 def split_backward_kernel(
@@ -220,11 +209,6 @@ def split_backward_kernel(
                                tile_mask, grad_terms, grad_value, grad_query)
         _store_edge_grad_heads(g3, G3R, G3T, G3V, G3Q, KIND, eid, pos, heads, num_heads, head_dim, chans, score_mask,
                                tile_mask, grad_terms, grad_value, grad_query)
-        if KIND == 0:  # GAT: dst-role score terms summed by atomics in the src pass (one-pass backward)
-            _scatter_dst_grad_heads(g0, G0R, G0T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
-            _scatter_dst_grad_heads(g1, G1R, G1T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
-            _scatter_dst_grad_heads(g2, G2R, G2T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
-            _scatter_dst_grad_heads(g3, G3R, G3T, MAJOR, dst, heads, num_heads, score_mask, grad_terms)
 
     sum_terms = tl.sum(acc_terms, axis=0)
     sum_value = tl.sum(acc_value, axis=0)

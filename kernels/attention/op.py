@@ -272,8 +272,7 @@ def attention_backward_packed(grad_out: Tensor, args: list[Tensor], roles: list[
     """``[packed, *attention_backward's list]``: the gradient of each argument ``i`` with ``pack_offsets[i] >= 0``
     (``[rows, *F]``, ``prod(F)`` columns) sits in columns ``[pack_offsets[i], pack_offsets[i] + prod(F))`` of
     ``packed`` (``[rows, pack_width]``, the arguments' dtype), and its entry in the list is an empty tensor. The
-    offsets' spans do not overlap; columns outside them (zero columns the forward's GEMM carries for alignment,
-    gnn_inductor/passes/score_fold.py) are zeros.
+    offsets' spans do not overlap; columns outside them are zeros.
 
     A backward graph pass (gnn_inductor/passes/packed_grads.py) calls it where the graph concatenates those gradients
     (TransformerConv's query, key and value maps fused into one GEMM, gnn_inductor/passes/linear_fusion.py): the split

@@ -289,10 +289,10 @@ def _device_facts(device) -> tuple:
 
 def stationary_takes(a: Tensor, b: Tensor) -> bool:
     """Whether the tall ``a @ b`` can run on the weight-stationary kernel: the inner size at most
-    :data:`STATIONARY_MAX_K`, ``a`` and ``b.T`` at unit stride along it, ``GNN_IO_FP32_GEMM`` not ``x3tile``, and
-    (on CUDA) a device with the shared memory its launch needs."""
+    :data:`STATIONARY_MAX_K`, ``a`` and ``b.T`` at unit stride along it, and (on CUDA) a device with the shared
+    memory its launch needs. The callers have checked :func:`takes`."""
     return (a.shape[1] <= STATIONARY_MAX_K and (a.stride(1) == 1 or a.shape[1] == 1)
-            and (b.stride(0) == 1 or b.shape[0] == 1) and setting() == "x3"
+            and (b.stride(0) == 1 or b.shape[0] == 1)
             and (not a.is_cuda or _device_facts(a.device)[1]))
 
 
@@ -391,7 +391,7 @@ def takes(a: Tensor, b: Tensor) -> bool:
     # cheapest first: most calls (small graphs) stop at the sizes, before the environment is read
     return (a.dim() == 2 == b.dim() and shape_kind(a.shape[0], a.shape[1], b.shape[1]) is not None
             and a.dtype == torch.float32 == b.dtype and a.device == b.device and kernel_device(a.device.type)
-            and float32_exact() and setting() in ("x3", "x3tile"))
+            and float32_exact() and setting() == "x3")
 
 
 def matmul(a: Tensor, b: Tensor, bias: Tensor | None = None, out: Tensor | None = None,

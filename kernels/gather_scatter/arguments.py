@@ -31,10 +31,9 @@ class Arguments:
     def off(self, i):
         return {"full": "f", "scalar": None, "partial": f"off{i}"}[self.kinds[i]]
 
-    def load(self, i, index, emask, tile=False) -> str:
-        """Tile of argument i at node/edge ``index``: None for dense, a scalar (``emask`` None), a
-        [BLOCK_E] vector (one per tile row, ``emask`` its mask) or, ``tile``, a [BLOCK_E, BLOCK_F] tile
-        of them (one per (row, feature) pair, ``emask`` its 2-D mask)."""
+    def load(self, i, index, emask) -> str:
+        """Tile of argument i at node/edge ``index``: None for dense, a scalar (``emask`` None) or a
+        [BLOCK_E] vector (one per tile row, ``emask`` its mask)."""
         layout, o = self.layouts[i], self.off(i)
         row = layout.numel
 
@@ -44,9 +43,6 @@ class Arguments:
             if o is None:
                 return conv(f"tl.load(A{i})")
             return conv(f"tl.load(A{i} + {o}[None, :], mask=fmask[None, :], other=0)")
-        if tile:
-            at = index if o is None else f"{index} * {row} + {o}[None, :]"
-            return conv(f"tl.load(A{i} + {at}, mask={emask}, other=0)")
         if emask is None:  # one node for the whole item
             if o is None:
                 return conv(f"tl.load(A{i} + {index} * {row})")
@@ -59,23 +55,21 @@ class Arguments:
         """Argument i's contribution of the pairs in ``live`` (a [BLOCK_E, BLOCK_F] tile)."""
         return f"tl.where(live, {self.lowered.vjp_results[i]} + zero, 0.0)"
 
-    def add_grad(self, i, index, emask=None, store=False) -> str:
-        """The line adding the contributions ``c{i}`` into ``G{i}`` at node/edge ``index``: a [BLOCK_E]
-        vector (one per tile row, ``emask`` its mask) or, without ``emask``, a [BLOCK_E, BLOCK_F] tile
-        (one per pair). ``store`` where the full-layout gradient element has no other writer (an edge's,
-        a destination row's in the arg kernel); else relaxed atomics issued for the live pairs, a scalar
-        argument's summed over the features first when the index is per row."""
+    def add_grad(self, i, index, emask, store=False) -> str:
+        """The line adding the contributions ``c{i}`` into ``G{i}`` at node/edge ``index``, a [BLOCK_E]
+        vector (one per tile row, ``emask`` its mask). ``store`` where the full-layout gradient element has
+        no other writer (an edge's); else relaxed atomics issued for the live pairs, a scalar argument's
+        summed over the features first."""
         row, o = self.layouts[i].numel, self.off(i)
-        at = index if emask is None else f"{index}[:, None]"
+        at = f"{index}[:, None]"
         if store and self.accumulate:  # no other writer: load, add, store
             target = f"G{i} + {at} * {row} + f[None, :]"
             return f"tl.store({target}, tl.load({target}, mask=live, other=0) + c{i}, mask=live)"
         if store:
             return f"tl.store(G{i} + {at} * {row} + f[None, :], c{i}, mask=live)"
-        if o is None and emask is not None:
+        if o is None:
             return f"tl.atomic_add(G{i} + {index}, tl.sum(c{i}, axis=1), mask={emask}, sem='relaxed')"
-        target = at if o is None else f"{at} * {row} + {o}[None, :]"
-        return f"tl.atomic_add(G{i} + {target}, c{i}, mask=live, sem='relaxed')"
+        return f"tl.atomic_add(G{i} + {at} * {row} + {o}[None, :], c{i}, mask=live, sem='relaxed')"
 
     def dense_grad(self, i) -> list:
         """Lines adding ``r{i}`` (the program's sum over its rows) into one of the ``DENSE_SLOTS`` partial

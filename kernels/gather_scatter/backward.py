@@ -15,18 +15,14 @@ element, not one per edge and feature). EDGE arguments are stored per edge; DENS
 one of ``DENSE_SLOTS`` partial rows (spreading the atomics) and summed on the host. Arguments broadcast over
 features (an edge weight ``[E, 1]``) sum over the features they are broadcast over too.
 
-**Max/min backward with the arg** (opt-in with the forward's arg, ``fused.py``; the walk just described is the
-default). A pair whose arg is an edge has ``count_i = 1`` and a nonzero result, so that edge takes the whole
-``dY_i`` and no walk is needed to find it: the *arg kernel* (``BLOCK_E`` rows x ``BLOCK_F`` features per program)
-loads each such pair's edge inputs by the arg (one edge per element: the SRC row ``col[arg]``, the EDGE row
-``perm[arg]``, the pair's DST row, DENSE), evaluates the VJP of ``phi`` there with cotangent ``dY_i`` and adds into
-the gradients: SRC rows and partial layouts by atomics (one per pair, as the walk's), full EDGE and DST elements by
-plain stores (they have no other writer), DENSE into the slots. The count kernel (hub rows) and the gradient kernel
-run as before for the other pairs only: the gradient kernel narrows its feature mask to the pairs whose arg is
-negative and skips the item where none is left, so it walks the rows with ties, zero results or a split only. The
-two kernels write disjoint elements of full-layout gradients and add into the others, in either order. Kernels
-generated with ``KernelSpec.accumulate`` load, add and store where the others store, so several backward calls can
-add into one buffer (``gather_scatter_multi``'s members, ``backward(..., into=...)``).
+The max/min backward walks every edge again rather than having the forward save the arg (the one edge at each
+result) for it: that variant measured slower on the H100 (SAGEConv max, 128 features, forward+backward: RMAT 2^20 /
+15.4M edges 13.83 ms against 15.91 ms with the arg, RMAT 2^17 / 1.1M edges 2.22 against 2.57 ms), as the arg costs
+the forward a 4-byte fill and store per output element and the hub rows, 64% of that graph's edges, are walked
+either way (docs/reductions.md).
+
+Kernels generated with ``KernelSpec.accumulate`` load, add and store where the others store, so several backward
+calls can add into one buffer (``gather_scatter_multi``'s members, ``backward(..., into=...)``).
 """
 from __future__ import annotations
 
@@ -35,28 +31,12 @@ import math
 import torch
 from torch import Tensor
 
-from gnn_inductor import config
 from gnn_inductor.kernels.gather_scatter import fused, launches
 from gnn_inductor.kernels.gather_scatter.fused import Plan
 from gnn_inductor.kernels.gather_scatter.arguments import DENSE_SLOTS
 from gnn_inductor.kernels.gather_scatter.template import KernelSpec
-from gnn_inductor.kernels.runtime.launch import cdiv
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.plan.work_items import hub_items
-
-MAXMIN_BACKWARD_ENV = config.SETTINGS["maxmin_backward"].env
-MAXMIN_BACKWARDS = config.SETTINGS["maxmin_backward"].choices
-
-
-def maxmin_backward() -> str:
-    """How the max/min backward finds the edges that reached the output: ``"walk"`` (default: no arg,
-    every edge walked) or ``"arg"`` (the forward saves the arg, ``fused.py``), from the
-    ``GNN_IO_MAXMIN_BACKWARD`` environment variable, read when the op's forward runs (or is traced).
-    The walk is the default because it measured faster on the H100 (SAGEConv max, 128 features, forward+
-    backward: RMAT 2^20 / 15.4M edges 13.83 ms against 15.91 ms with the arg, RMAT 2^17 / 1.1M edges 2.22
-    against 2.57 ms): the arg costs the forward a 4-byte fill and store per output
-    element, and hub rows, 64% of that graph's edges, are walked either way."""
-    return config.get("maxmin_backward")
 
 
 def grad_walks(layouts, needs_grad, reduce: str) -> dict:
@@ -64,8 +44,7 @@ def grad_walks(layouts, needs_grad, reduce: str) -> dict:
     atomics), DST by destination; EDGE and DENSE ride along with the walk that runs anyway (by
     destination when there is no SRC gradient). Max/min: everything by destination, where the
     output and cotangent rows are loaded once per item, and SRC rows get atomics only from the
-    edges whose message is the max/min (about one per output element); the arg kernel, when it
-    runs, writes the same gradients."""
+    edges whose message is the max/min (about one per output element)."""
     wanted = [i for i, (layout, need) in enumerate(zip(layouts, needs_grad)) if need and not layout.is_bool]
     if reduce in ("max", "min"):
         return {"src": (), "dst": tuple(wanted)}
@@ -80,13 +59,11 @@ def grad_walks(layouts, needs_grad, reduce: str) -> dict:
 
 
 def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str, needs_grad, out=None,
-             arg=None, launch=None, into: dict | None = None) -> list:
+             launch=None, into: dict | None = None) -> list:
     """Gradients of the arguments flagged in ``needs_grad`` (None for the others), in their dtypes.
-    ``out`` is the forward result (float32, ``[num_dst, F]``) for max/min; recomputed when None.
-    ``arg`` is the forward's max/min arg (int32, ``num_dst * F`` elements): the pairs with an edge
-    there take the arg kernel, the walks only the others; None walks every edge. ``into``: float32 buffers
-    (argument index -> ``[rows, numel]``, from :func:`gradient_buffers`) the kernels add this call's gradients
-    to, for those arguments; then the result holds None there."""
+    ``out`` is the forward result (float32, ``[num_dst, F]``) for max/min; recomputed when None. ``into``:
+    float32 buffers (argument index -> ``[rows, numel]``, from :func:`gradient_buffers`) the kernels add this
+    call's gradients to, for those arguments; then the result holds None there."""
     explicit_launch = launch is not None
     launch = launch or launches.LAUNCH
     lowered = launches.lowering(fn_key, launches.argument_specs(args, roles))
@@ -110,14 +87,12 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
         count = torch.zeros((num_dst if hubs is None else max(hubs, 1), num_features), dtype=torch.float32,
                             device=device)
         kernel = launches.kernel(lowered, KernelSpec("count", "dst", reduce))
-        tensors = [*launches.prepare(args, roles), res, count, count, count, width, plan.rowptr, plan.col, plan.col,
+        tensors = [*launches.prepare(args, roles), res, count, count, width, plan.rowptr, plan.col, plan.col,
                    plan.perm, *plan.items]
         launches.launch(kernel, plan.items[0].shape[0] if hubs is None else hubs, tensors, num_features, launch)
     cot, res = cot.contiguous(), res.contiguous()
     if reduce not in ("max", "min"):
         count, width = cot, 0  # unused
-    with_arg = arg is not None and reduce in ("max", "min")
-    arg = arg.reshape(num_dst, num_features).contiguous() if with_arg else cot  # cot: unused
     prepared = launches.prepare(args, roles)
     into = into or {}
     grads = {i: into[i] if i in into else torch.zeros(grad_shape(args[i], layout), dtype=torch.float32,
@@ -128,23 +103,18 @@ def backward(grad_out: Tensor, args, roles, plan: Plan, fn_key: str, reduce: str
     for walk, indices in walks.items():
         if not indices:
             continue
-        kernel = launches.kernel(lowered, KernelSpec("grad", walk, reduce, indices, with_arg, accumulate=accumulate))
+        kernel = launches.kernel(lowered, KernelSpec("grad", walk, reduce, indices, accumulate=accumulate))
         if walk == "dst":
             index = [plan.rowptr, plan.col, plan.col, plan.perm, *plan.items]
             items = plan.items
         else:
             index = [plan.t_rowptr, plan.t_col, plan.t_perm, plan.perm, *plan.t_items]
             items = plan.t_items
-        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, arg, width, *index[:-len(items)]]
+        tensors = [*prepared, *(grads[i] for i in indices), res, cot, count, width, *index[:-len(items)]]
         # only a hub item's program needs its index within the plan's items (its tie-count row); a light item's
         # index only spreads the dense slots, so the light items may run in a launch of their own
         launches.launch_items(kernel, items, tensors, num_features, launch,
                               not explicit_launch and launches.light_launch("backward", items[0].shape[0]))
-    if with_arg and walks["dst"]:
-        # the pairs whose arg is an edge: that edge's VJP with the whole dY, blocks of BLOCK_E rows
-        kernel = launches.kernel(lowered, KernelSpec("arg", "dst", reduce, walks["dst"], accumulate=accumulate))
-        tensors = [*prepared, *(grads[i] for i in walks["dst"]), cot, arg, plan.col, plan.perm, num_dst]
-        launches.launch(kernel, cdiv(num_dst, launch["block_e"]), tensors, num_features, launch)
     result = []
     for i, a in enumerate(args):
         if i not in grads or i in into:

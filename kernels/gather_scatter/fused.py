@@ -27,20 +27,9 @@ are so order-nondeterministic in the last bits; max/min are exact.
 **Several members, one walk** (:func:`forward_multi`, ``gnn_io::gather_scatter_multi``). The forward
 kernel takes a list of members, each an edge function and a reduce over the same arguments: per edge
 block it loads the arguments once, computes each distinct edge function once and folds it into one
-accumulator per member; the epilogue above runs per member (its own result, arg and output). The single
+accumulator per member; the epilogue above runs per member (its own result and output). The single
 op's forward is the one-member case. The members' functions must give the same message shape and
 argument layouts (:func:`launches.lowered_members`).
-
-**The max/min arg** (opt-in, ``GNN_IO_MAXMIN_BACKWARD=arg``: measured slower than the walk on the
-H100, :func:`backward.maxmin_backward`). Asked for (``with_arg``: the op does when gradients are wanted and the
-switch is set), the max/min forward also writes an int32 ``arg [num_dst, F]``:
-the CSR position (index into ``col``) of the one edge whose message is the result of that (node,
-feature), or -1 where no single edge is: ties (two or more messages equal to the result), a result
-of 0 (the zero base ties with it, below), empty rows, NaN results and every row of a hub (its items
-meet through atomics and none sees the whole row). Next to each accumulator lane's best message the
-kernel keeps the position of the edge holding it (-2 once two edges hold it, -1 before the lane's
-first edge), one int32 ``[BLOCK_E, BLOCK_F]`` tile more; after the loop, the lanes at the row's
-result tell whether exactly one edge holds it. The backward (``backward.py``) reads it.
 
 Launch: ``launches.py`` (its docstring): the hub items and the light items apart where that pays.
 ``max_edges`` (the split threshold) is chosen per graph by :func:`split_threshold` when the plan is built
@@ -200,18 +189,15 @@ def make_plan(rowptr, col, row, perm, num_src: int, t_rowptr=None, t_col=None, t
     return Plan(rowptr, col, row, perm, t_rowptr, t_col, t_perm, tuple(items), tuple(t_items))
 
 
-def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None, arg=None) -> Tensor:
-    """``out`` of the op as float32 ``[num_dst, F]`` (the caller casts and reshapes). ``arg``: for
-    max/min, an int32 tensor of ``num_dst * F`` elements filled with -1, where the kernel writes the
-    arg of the light rows (module docstring)."""
-    return forward_multi(args, roles, plan, [fn_key], [reduce], launch, None if arg is None else [arg])[0]
+def forward(args, roles, plan: Plan, fn_key: str, reduce: str, launch=None) -> Tensor:
+    """``out`` of the op as float32 ``[num_dst, F]`` (the caller casts and reshapes)."""
+    return forward_multi(args, roles, plan, [fn_key], [reduce], launch)[0]
 
 
-def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=None, arg=None) -> list:
+def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=None) -> list:
     """One output per member ``(fn_keys[j], reduces[j])``, each as :func:`forward`'s, from one walk over the
     edges: every edge's arguments are loaded once, each distinct edge function is computed once per edge
-    and each member folds it into its own accumulator. ``arg``: None, or one int32 tensor per member
-    (filled with -1; read for the max/min members only, where the kernel writes their args)."""
+    and each member folds it into its own accumulator."""
     explicit_launch = launch is not None
     launch = launch or launches.LAUNCH
     fns, fn_index = launches.lowered_members(list(fn_keys), launches.argument_specs(args, roles))
@@ -235,15 +221,12 @@ def forward_multi(args, roles, plan: Plan, fn_keys: list, reduces: list, launch=
             launches.prefill_kernel()[(cdiv(num_items, 64),)](
                 out, plan.items[0], plan.items[3], num_items, num_features, FILL[reduce], BLOCK_I=64,
                 BLOCK_F=launches.block_f(num_features, launch))
-    max_like = [reduce in ("max", "min") for reduce in reduces]
-    with_arg = arg is not None and any(max_like)
-    spec = KernelSpec("forward", "dst", "+".join(reduces), with_arg=with_arg, members=tuple(zip(reduces, fn_index)))
+    spec = KernelSpec("forward", "dst", "+".join(reduces), members=tuple(zip(reduces, fn_index)))
     kernel = launches.kernel(fns, spec)
-    args_out = [a if with_arg and like else out for a, like, out in zip(arg or outs, max_like, outs)]
-    tensors = [*launches.prepare(args, roles), *outs, *args_out, plan.rowptr, plan.col, plan.col, plan.perm]
+    tensors = [*launches.prepare(args, roles), *outs, plan.rowptr, plan.col, plan.col, plan.perm]
     light = not explicit_launch and launches.light_launch("forward", num_items)
     rows = None
-    if light and not with_arg and launches.light_rows(num_items):
+    if light and launches.light_rows(num_items):
         rows = launches.kernel(fns, KernelSpec("rows", "dst", spec.reduce, members=spec.members))
     launches.launch_items(kernel, plan.items, tensors, num_features, launch, light, rows)
     return outs

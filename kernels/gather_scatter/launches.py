@@ -150,7 +150,8 @@ def block_f(num_features: int, params) -> int:
 
 
 def launch(kernel, num_programs: int, tensors, num_features, params):
-    """``kernel`` on the grid ``(num_programs, cdiv(F, BLOCK_F))`` (work items, or row blocks for the arg kernel)."""
+    """``kernel`` on the grid ``(num_programs, cdiv(F, BLOCK_F))`` (work items, or blocks of them: the rows
+    kernel)."""
     features = block_f(num_features, params)
     if num_programs == 0 or num_features == 0:
         return

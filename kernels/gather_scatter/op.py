@@ -19,11 +19,8 @@ segment reference below. The optional ``t_plan = [t_rowptr, t_col, t_perm]`` (th
 come from the graph plan; the kernels compute them when they are not given.
 
 ``gnn_io::gather_scatter`` is CompositeImplicitAutograd over ``gnn_io::gather_scatter_forward``,
-which returns ``(out, arg)`` and owns the autograd formula: for max/min on the Triton path, when
-gradients are wanted and ``GNN_IO_MAXMIN_BACKWARD=arg``, ``arg`` (int32, ``out``'s shape, 4 bytes per
-output element) is the CSR position of the one edge whose message is each result (-1 where none is),
-saved for the backward, which then walks only the rows it leaves open. The default (``walk``) makes no
-arg and walks every edge: it measured faster on the H100. The gradients are the same either way.
+which owns the autograd formula. The max/min backward walks every edge again (``backward.py`` says why the
+forward saves no arg for it).
 
 Several reductions over the same messages (``SAGEConv(aggr=['mean', 'max'])``, ``MultiAggregation``,
 PNA's mean/min/max/std) share one pass: ``gnn_io::gather_scatter_multi(args, roles, rowptr, col, row,
@@ -102,19 +99,9 @@ _lib.define("gather_scatter(Tensor[] args, int[] roles, Tensor rowptr, Tensor co
             "str fn_key, str reduce, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor")
 
 
-def _wants_arg(reduces, args, rowptr) -> bool:
-    """Whether the forward should save the max/min arg: a max/min reduction, gradients wanted, on the kernels'
-    device, ``GNN_IO_MAXMIN_BACKWARD=arg`` (decided above autograd, where it is known)."""
-    return (any(reduce in ("max", "min") for reduce in reduces) and _on_kernel_device(rowptr)
-            and torch.is_grad_enabled() and any(a.requires_grad for a in args) and backward.maxmin_backward() == "arg")
-
-
 def _gather_scatter(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
-    """The op (CompositeImplicitAutograd): :func:`gather_scatter_forward`'s ``out``, its forward asked
-    for the max/min arg where the backward will use it (:func:`_wants_arg`)."""
-    with_arg = _wants_arg([reduce], args, rowptr)
-    return gather_scatter_forward(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items,
-                                  t_items)[0]
+    """The op (CompositeImplicitAutograd): :func:`gather_scatter_forward`."""
+    return gather_scatter_forward(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan, items, t_items)
 
 
 _lib.impl("gather_scatter", _gather_scatter, "CompositeImplicitAutograd")
@@ -122,81 +109,73 @@ _lib.impl("gather_scatter", _gather_scatter, "CompositeImplicitAutograd")
 
 @torch.library.custom_op("gnn_io::gather_scatter_forward", mutates_args=(), schema=(
     "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, str reduce, "
-    "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> (Tensor, Tensor)"))
+    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor"))
 @contiguous_results
 def gather_scatter_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
-                           perm: Tensor, fn_key: str, reduce: str, with_arg: bool,
-                           t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
-                           t_items: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
-    """``(out, arg)``. With ``with_arg``, ``arg`` is the max/min arg (int32, ``out``'s shape: the CSR
-    position of the one edge whose message is the result, -1 where there is none, see
-    ``fused.py``; all -1 where the reference ran); else it is empty."""
+                           perm: Tensor, fn_key: str, reduce: str, t_plan: list[Tensor] | None = None,
+                           items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> Tensor:
+    """``out``: the fused kernels where they run, else the reference."""
     check_reduce(reduce)
     num_dst = rowptr.shape[0] - 1
     if not _runs_fused(args, roles, rowptr, fn_key):
-        out = gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
-        return out, torch.full(out.shape if with_arg else (0,), -1, dtype=torch.int32, device=out.device)
+        return gather_scatter_reference(args, roles, rowptr, col, row, perm, fn_key, reduce)
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
     shape = launches.lowering(fn_key, launches.argument_specs(args, roles)).message_shape
-    arg = torch.full((num_dst, *shape) if with_arg else (0,), -1, dtype=torch.int32, device=rowptr.device)
-    out = fused.forward(args, roles, plan, fn_key, reduce, arg=arg if with_arg else None)
-    return out.reshape(num_dst, *shape).to(_out_dtype(args, roles, fn_key)), arg
+    out = fused.forward(args, roles, plan, fn_key, reduce)
+    return out.reshape(num_dst, *shape).to(_out_dtype(args, roles, fn_key))
 
 
 @gather_scatter_forward.register_fake
-def _(args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan=None, items=None, t_items=None):
+def _(args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan=None, items=None, t_items=None):
     messages = edge_functions.lookup(fn_key)(*fake_edge_values(args, roles, col.shape[0]))
-    out = messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
-    return out, out.new_empty(out.shape if with_arg else (0,), dtype=torch.int32)
+    return messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:]))
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_backward", mutates_args=(), schema=(
     "(Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str fn_key, "
-    "str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, Tensor[]? t_plan=None, "
-    "Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+    "str reduce, bool[] needs_grad, Tensor? out=None, Tensor[]? t_plan=None, Tensor[]? items=None, "
+    "Tensor[]? t_items=None) -> Tensor[]"))
 @contiguous_results
 def gather_scatter_backward(grad_out: Tensor, args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor,
                             row: Tensor, perm: Tensor, fn_key: str, reduce: str, needs_grad: list[bool],
-                            out: Tensor | None = None, arg: Tensor | None = None,
-                            t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
-                            t_items: list[Tensor] | None = None) -> list[Tensor]:
+                            out: Tensor | None = None, t_plan: list[Tensor] | None = None,
+                            items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> list[Tensor]:
     """Gradient for each argument (an empty tensor where ``needs_grad`` is False); ``out`` is the
-    forward result (max/min ties are found against it when it is float32, else recomputed), ``arg``
-    the forward's max/min arg (the pairs with an edge there need no walk; None: every edge walked)."""
-    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg,
+    forward result (max/min ties are found against it when it is float32, else recomputed)."""
+    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out,
                           t_plan, items, t_items)
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
-def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg, t_plan, items,
+def _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, t_plan, items,
                   t_items, into=None) -> list:
     """:func:`gather_scatter_backward`'s gradients, None where not needed. ``into`` (fused path only): float32
     buffers the kernels add the gradients of those arguments to (None for them in the result)."""
     if _runs_fused(args, roles, rowptr, fn_key):
         plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
         saved = out if out is not None and out.dtype == torch.float32 and reduce in ("max", "min") else None
-        return backward.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, arg, into=into)
+        return backward.backward(grad_out, args, roles, plan, fn_key, reduce, needs_grad, saved, into=into)
     return recompute_grads(
         lambda *a: gather_scatter_reference(list(a), roles, rowptr, col, row, perm, fn_key, reduce),
         list(args), grad_out, needs_grad)
 
 
 @gather_scatter_backward.register_fake
-def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None, t_plan=None,
-      items=None, t_items=None):
+def _(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, t_plan=None, items=None,
+      t_items=None):
     return [fresh_like(a) if need else grad_out.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_backward_mm", mutates_args=(), schema=(
     "(Tensor a, Tensor b, int index, Tensor grad_out, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, "
-    "Tensor row, Tensor perm, str fn_key, str reduce, bool[] needs_grad, Tensor? out=None, Tensor? arg=None, "
+    "Tensor row, Tensor perm, str fn_key, str reduce, bool[] needs_grad, Tensor? out=None, "
     "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
 @contiguous_results
 def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tensor, args: list[Tensor],
                                roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_key: str,
                                reduce: str, needs_grad: list[bool], out: Tensor | None = None,
-                               arg: Tensor | None = None, t_plan: list[Tensor] | None = None,
-                               items: list[Tensor] | None = None, t_items: list[Tensor] | None = None) -> list[Tensor]:
+                               t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
+                               t_items: list[Tensor] | None = None) -> list[Tensor]:
     """:func:`gather_scatter_backward`'s gradients, argument ``index``'s plus ``a @ b`` (a graph's
     ``mm(a, b) + grad``, folded by ``gnn_inductor/passes/gemm_accumulate.py``). On the kernels' path, for a float32
     ``[rows, features]`` argument, the product is the buffer the walk adds that gradient into: no zero-filled
@@ -208,21 +187,21 @@ def gather_scatter_backward_mm(a: Tensor, b: Tensor, index: int, grad_out: Tenso
             and target.dim() == 2 and tuple(base.shape) == tuple(target.shape) and base.is_contiguous()
             and roles[index] != ROLE_DENSE):
         into = {index: base}
-    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out, arg,
+    grads = _member_grads(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out,
                           t_plan, items, t_items, into=into or None)
     grads[index] = base if into else base + grads[index]
     return [g if g is not None else grad_out.new_empty((0,)) for g in grads]
 
 
 @gather_scatter_backward_mm.register_fake
-def _(a, b, index, grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None, arg=None,
+def _(a, b, index, grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, needs_grad, out=None,
       t_plan=None, items=None, t_items=None):
     return [fresh_like(x) if need else grad_out.new_empty((0,)) for x, need in zip(args, needs_grad)]
 
 
 def _save(ctx, args, plan_and_results: list, t_plan, items, t_items) -> None:
     """Save what a backward needs: the arguments, ``plan_and_results`` (the CSR tensors, the forward's
-    outputs and args) and the optional plan lists, whose sizes ``_saved`` reads back."""
+    outputs) and the optional plan lists, whose sizes ``_saved`` reads back."""
     extras = [list(t_plan or []), list(items or []), list(t_items or [])]
     ctx.save_for_backward(*args, *plan_and_results, *extras[0], *extras[1], *extras[2])
     ctx.sizes = (len(args), len(plan_and_results), [None if e is None else len(e) for e in (t_plan, items, t_items)])
@@ -246,19 +225,17 @@ def _saved(ctx) -> tuple:
 
 
 def _setup(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, fn_key, reduce, with_arg, t_plan, items, t_items = inputs
-    out, arg = output
-    ctx.mark_non_differentiable(arg)
-    _save(ctx, args, [rowptr, col, row, perm, out, arg], t_plan, items, t_items)
-    ctx.meta = (roles, fn_key, reduce, with_arg)
+    args, roles, rowptr, col, row, perm, fn_key, reduce, t_plan, items, t_items = inputs
+    _save(ctx, args, [rowptr, col, row, perm, output], t_plan, items, t_items)
+    ctx.meta = (roles, fn_key, reduce)
 
 
-def _backward(ctx, grad_out, _grad_arg):
-    roles, fn_key, reduce, with_arg = ctx.meta
-    args, (rowptr, col, row, perm, out, arg), extras, no_grads = _saved(ctx)
+def _backward(ctx, grad_out):
+    roles, fn_key, reduce = ctx.meta
+    args, (rowptr, col, row, perm, out), extras, no_grads = _saved(ctx)
     grads = gather_scatter_backward(grad_out, args, roles, rowptr, col, row, perm, fn_key, reduce, ctx.needs, out,
-                                    arg if with_arg else None, *extras)
-    return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 8, *no_grads
+                                    *extras)
+    return [g if need else None for g, need in zip(grads, ctx.needs)], *(None,) * 7, *no_grads
 
 
 gather_scatter_forward.register_autograd(_backward, setup_context=_setup)
@@ -276,11 +253,9 @@ _lib.define("gather_scatter_multi(Tensor[] args, int[] roles, Tensor rowptr, Ten
 def _gather_scatter_multi(args, roles, rowptr, col, row, perm, fn_keys, reduces, t_plan=None, items=None,
                           t_items=None):
     """The op (CompositeImplicitAutograd): the outputs of :func:`gather_scatter_multi_forward`, one per
-    member, its forward asked for the max/min args where the backward will use them (:func:`_wants_arg`)."""
-    with_arg = _wants_arg(reduces, args, rowptr)
-    results = gather_scatter_multi_forward(args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan,
-                                           items, t_items)
-    return results[:len(fn_keys)]
+    member."""
+    return gather_scatter_multi_forward(args, roles, rowptr, col, row, perm, fn_keys, reduces, t_plan, items,
+                                        t_items)
 
 
 _lib.impl("gather_scatter_multi", _gather_scatter_multi, "CompositeImplicitAutograd")
@@ -288,14 +263,13 @@ _lib.impl("gather_scatter_multi", _gather_scatter_multi, "CompositeImplicitAutog
 
 @torch.library.custom_op("gnn_io::gather_scatter_multi_forward", mutates_args=(), schema=(
     "(Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, str[] fn_keys, str[] reduces, "
-    "bool with_arg, Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
+    "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
 @contiguous_results
 def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: Tensor, col: Tensor, row: Tensor,
-                                 perm: Tensor, fn_keys: list[str], reduces: list[str], with_arg: bool,
+                                 perm: Tensor, fn_keys: list[str], reduces: list[str],
                                  t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
                                  t_items: list[Tensor] | None = None) -> list[Tensor]:
-    """The members' outputs, then their args (each as :func:`gather_scatter_forward`'s: with ``with_arg``,
-    the max/min members' args, -1 where the reference ran; empty otherwise)."""
+    """The members' outputs (each as :func:`gather_scatter_forward`'s)."""
     if len(fn_keys) != len(reduces) or not fn_keys:
         raise ValueError(f"gather_scatter_multi needs one reduce per edge function, got {len(fn_keys)} functions "
                          f"and {len(reduces)} reduces")
@@ -303,51 +277,41 @@ def gather_scatter_multi_forward(args: list[Tensor], roles: list[int], rowptr: T
         check_reduce(reduce)
     if not _runs_fused(args, roles, rowptr, fn_keys):
         # members that cannot share a kernel run as the single op does, each on its own path
-        pairs = [gather_scatter_forward(args, roles, rowptr, col, row, perm, key, reduce,
-                                        with_arg and reduce in ("max", "min"), t_plan, items, t_items)
-                 for key, reduce in zip(fn_keys, reduces)]
-        return [out for out, _ in pairs] + [arg for _, arg in pairs]
+        return [gather_scatter_forward(args, roles, rowptr, col, row, perm, key, reduce, t_plan, items, t_items)
+                for key, reduce in zip(fn_keys, reduces)]
     plan = _plan(args, roles, rowptr, col, row, perm, t_plan, items, t_items)
     num_dst = rowptr.shape[0] - 1
     shape = launches.lowering(fn_keys[0], launches.argument_specs(args, roles)).message_shape
-    saves = [with_arg and reduce in ("max", "min") for reduce in reduces]
-    member_args = [torch.full((num_dst, *shape) if save else (0,), -1, dtype=torch.int32, device=rowptr.device)
-                   for save in saves]
-    outs = fused.forward_multi(args, roles, plan, fn_keys, reduces, arg=member_args if any(saves) else None)
-    return ([out.reshape(num_dst, *shape).to(_out_dtype(args, roles, key)) for out, key in zip(outs, fn_keys)]
-            + member_args)
+    outs = fused.forward_multi(args, roles, plan, fn_keys, reduces)
+    return [out.reshape(num_dst, *shape).to(_out_dtype(args, roles, key)) for out, key in zip(outs, fn_keys)]
 
 
 @gather_scatter_multi_forward.register_fake
-def _(args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan=None, items=None, t_items=None):
+def _(args, roles, rowptr, col, row, perm, fn_keys, reduces, t_plan=None, items=None, t_items=None):
     values = fake_edge_values(args, roles, col.shape[0])
     outs = []
     for key in fn_keys:
         messages = edge_functions.lookup(key)(*values)
         outs.append(messages.new_empty((rowptr.shape[0] - 1, *messages.shape[1:])))
-    return outs + [out.new_empty(out.shape if with_arg and reduce in ("max", "min") else (0,), dtype=torch.int32)
-                   for out, reduce in zip(outs, reduces)]
+    return outs
 
 
 def _setup_multi(ctx, inputs, output):
-    args, roles, rowptr, col, row, perm, fn_keys, reduces, with_arg, t_plan, items, t_items = inputs
-    count = len(fn_keys)
-    ctx.mark_non_differentiable(*output[count:])
+    args, roles, rowptr, col, row, perm, fn_keys, reduces, t_plan, items, t_items = inputs
     ctx.set_materialize_grads(False)  # members whose output is unused get no backward
     _save(ctx, args, [rowptr, col, row, perm, *output], t_plan, items, t_items)
-    ctx.meta = (roles, list(fn_keys), list(reduces), with_arg)
+    ctx.meta = (roles, list(fn_keys), list(reduces))
 
 
 @torch.library.custom_op("gnn_io::gather_scatter_multi_backward", mutates_args=(), schema=(
     "(Tensor?[] grad_outs, Tensor[] args, int[] roles, Tensor rowptr, Tensor col, Tensor row, Tensor perm, "
-    "str[] fn_keys, str[] reduces, bool[] needs_grad, Tensor[] outs, Tensor[] member_args, bool with_arg, "
+    "str[] fn_keys, str[] reduces, bool[] needs_grad, Tensor[] outs, "
     "Tensor[]? t_plan=None, Tensor[]? items=None, Tensor[]? t_items=None) -> Tensor[]"))
 @contiguous_results
 def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Tensor], roles: list[int],
                                   rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor, fn_keys: list[str],
                                   reduces: list[str], needs_grad: list[bool], outs: list[Tensor],
-                                  member_args: list[Tensor], with_arg: bool, t_plan: list[Tensor] | None = None,
-                                  items: list[Tensor] | None = None,
+                                  t_plan: list[Tensor] | None = None, items: list[Tensor] | None = None,
                                   t_items: list[Tensor] | None = None) -> list[Tensor]:
     r"""Gradient for each argument of :func:`gather_scatter_multi_forward` (an empty tensor where ``needs_grad``
     is False): :math:`\sum_j` member ``j``'s gradient (:func:`gather_scatter_backward`), members with no
@@ -360,31 +324,31 @@ def gather_scatter_multi_backward(grad_outs: list[Tensor | None], args: list[Ten
     would store. Elsewhere each walk's gradients are added into the first walk's, in place. Either way no sum of
     the members' gradients is left to the backward graph, where Inductor fused it into one add and so kept every
     member's gradient alive (an edge tensor's are edge-sized: PNA's messages)."""
-    walks = []  # (cotangent, key, reduce, out, arg)
+    walks = []  # (cotangent, key, reduce, out)
     linear: dict = {}
     for j, (key, reduce, grad) in enumerate(zip(fn_keys, reduces, grad_outs)):
         if grad is None:
             continue
         if reduce in ("max", "min"):
-            walks.append((grad, key, reduce, outs[j], member_args[j] if with_arg else None))
+            walks.append((grad, key, reduce, outs[j]))
         else:
             linear.setdefault(key, []).append((grad, reduce))
     for key, cotangents in linear.items():
         if len(cotangents) == 1:
             (grad, reduce), = cotangents
-            walks.append((grad, key, reduce, None, None))
+            walks.append((grad, key, reduce, None))
             continue
         degree = (rowptr[1:] - rowptr[:-1]).clamp(min=1).float()
         total = sum(grad.float() if reduce == "sum" else grad.float() / degree.view(-1, *[1] * (grad.dim() - 1))
                     for grad, reduce in cotangents)
-        walks.append((total.to(cotangents[0][0].dtype), key, "sum", None, None))
+        walks.append((total.to(cotangents[0][0].dtype), key, "sum", None))
     totals = [None] * len(args)
     buffers = {}
     if len(walks) > 1 and _runs_fused(args, roles, rowptr, [key for _, key, *_ in walks]):
         buffers = backward.gradient_buffers(args, roles, walks[0][1], needs_grad)
-    for cotangent, key, reduce, out, member_arg in walks:
+    for cotangent, key, reduce, out in walks:
         member_grads = _member_grads(cotangent, args, roles, rowptr, col, row, perm, key, reduce, needs_grad, out,
-                                     member_arg, t_plan, items, t_items, into=buffers)
+                                     t_plan, items, t_items, into=buffers)
         for i, grad in enumerate(member_grads):
             if grad is None:
                 continue
@@ -407,21 +371,19 @@ def _shares_memory(tensor: Tensor, others: list) -> bool:
 
 
 @gather_scatter_multi_backward.register_fake
-def _(grad_outs, args, roles, rowptr, col, row, perm, fn_keys, reduces, needs_grad, outs, member_args, with_arg,
-      t_plan=None, items=None, t_items=None):
+def _(grad_outs, args, roles, rowptr, col, row, perm, fn_keys, reduces, needs_grad, outs, t_plan=None, items=None,
+      t_items=None):
     return [fresh_like(a) if need else a.new_empty((0,)) for a, need in zip(args, needs_grad)]
 
 
 def _backward_multi(ctx, grads):
-    roles, fn_keys, reduces, with_arg = ctx.meta
-    args, (rowptr, col, row, perm, *results), extras, no_grads = _saved(ctx)
-    count = len(fn_keys)
-    if all(grad is None for grad in grads[:count]):
-        return [None] * len(args), *(None,) * 8, *no_grads
-    total_grads = gather_scatter_multi_backward(list(grads[:count]), args, roles, rowptr, col, row, perm, fn_keys,
-                                                reduces, ctx.needs, results[:count], results[count:], with_arg,
-                                                *extras)
-    return [g if need else None for g, need in zip(total_grads, ctx.needs)], *(None,) * 8, *no_grads
+    roles, fn_keys, reduces = ctx.meta
+    args, (rowptr, col, row, perm, *outs), extras, no_grads = _saved(ctx)
+    if all(grad is None for grad in grads):
+        return [None] * len(args), *(None,) * 7, *no_grads
+    total_grads = gather_scatter_multi_backward(list(grads), args, roles, rowptr, col, row, perm, fn_keys, reduces,
+                                                ctx.needs, outs, *extras)
+    return [g if need else None for g, need in zip(total_grads, ctx.needs)], *(None,) * 7, *no_grads
 
 
 gather_scatter_multi_forward.register_autograd(_backward_multi, setup_context=_setup_multi)

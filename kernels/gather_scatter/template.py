@@ -19,14 +19,12 @@ from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    kind: str            # "forward", "rows", "count", "grad" or "arg"
+    kind: str            # "forward", "rows", "count" or "grad"
     walk: str            # "dst" (CSR) or "src" (transposed CSR)
     reduce: str          # forward: its members' reductions joined by "+" (a label; ``members`` holds them)
     grads: tuple = ()    # argument indices whose gradients this kernel writes
-    with_arg: bool = False  # max/min: the forward writes the arg (of each max/min member), the gradient walk
-    #                         skips the pairs it resolves
     members: tuple = ()  # forward: (reduce, index of its edge function) of each output, all folded in one walk
-    accumulate: bool = False  # grad/arg: a stored gradient element adds to what its buffer holds (the gradients
+    accumulate: bool = False  # grad: a stored gradient element adds to what its buffer holds (the gradients
     #                           of the earlier members of a gather_scatter_multi; atomics add anyway)
 
 
@@ -59,7 +57,7 @@ def indented(lines: list) -> list:
 
 PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
 
-# the item (or row block) and feature slice of a program, the layouts' feature offsets; every kernel starts so
+# the item (or block of items) and feature slice of a program, the layouts' feature offsets; every kernel starts so
 _HEADER = """
 @triton.jit
 def kernel($params):
@@ -68,27 +66,10 @@ def kernel($params):
     fmask = f < num_features
     $offsets"""
 
-# BLOCK_E destination rows x BLOCK_F features, each pair's one edge (its arg) or none: that edge's VJP with the
-# whole dY (``backward.py``)
-ARG_KERNEL = _HEADER + """
-    node = (item * BLOCK_E + tl.arange(0, BLOCK_E)).to(tl.int64)
-    rmask = node < num_rows
-    offsets = node[:, None] * num_features + f[None, :]
-    k = tl.load(ARG + offsets, mask=rmask[:, None] & fmask[None, :], other=-1)
-    live = k >= 0
-    m2 = live
-    $edges
-    g = tl.load(COT + offsets, mask=live, other=0.0)
-    zero = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)
-    $loads
-    $vjp
-    $grads
-"""
-
 # BLOCK_E light items per program, one destination row each (its tile row), BLOCK_F features; step s loads the
 # s-th edge of every row at once, so a program keeps BLOCK_E rows' gathers in flight where the item kernel keeps
 # one row's. Each member folds its messages per row (no reduction across tile rows) and its result is stored:
-# light items are whole rows (no atomics, no arg: a forward asked for the arg keeps the item kernel). Padding items
+# light items are whole rows (no atomics). Padding items
 # (and a hub item, should one reach this launch) store nothing.
 ROWS_KERNEL = _HEADER + """
     items = item * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -117,14 +98,12 @@ ROWS_KERNEL = _HEADER + """
 """
 
 # one work item (a node's edges from start to end) per program: the forward, the tie count and the gradient walks.
-# ``$narrow`` narrows the feature mask (the gradient walk with the arg); ``$walked`` is WALKED, under a guard where
-# the kernel skips the item (no feature left; the count kernel on a light item)
+# ``$walked`` is WALKED, under a guard where the kernel skips the item (the count kernel on a light item)
 WALK_KERNEL = _HEADER + """
     node = tl.load(item_row + item).to(tl.int64)
     start = tl.load(item_start + item)
     end = tl.load(item_end + item)
     shared = tl.load(item_shared + item)
-    $narrow
     $walked
 """
 
@@ -174,16 +153,7 @@ else:
 cot = tl.where(count > 0, cot / tl.maximum(count + tl.where(res == 0.0, 1.0, 0.0), 1.0), 0.0)
 """
 
-# a forward member's arg: the edges at the result per lane (1, 2 standing for two or more, 0) and the position of
-# the row's one edge there, -1 for ties, for the zero base's tie (result 0) and where no lane holds it
-MEMBER_ARG = """
-at_best = acc{j} == result{j}[None, :]
-held = tl.sum(tl.where(at_best, tl.where(best_at{j} >= 0, 1, tl.where(best_at{j} == -2, 2, 0)), 0), axis=0)
-arg{j} = tl.where((held == 1) & (result{j} != 0.0), tl.max(tl.where(at_best, best_at{j}, -1), axis=0), -1)
-"""
-
-# a hub item combines into its row by atomics, a light item stores (its arg too: a hub row's items keep the -1 the
-# host filled in)
+# a hub item combines into its row by atomics, a light item stores
 FORWARD_EPILOGUE = """
 $degree
 $results
@@ -233,14 +203,10 @@ _ATOMIC = {"sum": "tl.atomic_add", "mean": "tl.atomic_add", "max": "tl.atomic_ma
 
 def _signature(lowered: codegen.Lowered, spec: KernelSpec) -> list:
     params = [f"A{i}" for i in range(len(lowered.layouts))] + [f"G{i}" for i in spec.grads]
-    if spec.kind == "arg":
-        return params + ["COT", "ARG", "nbr", "perm", "num_rows", "num_features", "BLOCK_E: tl.constexpr",
-                         "BLOCK_F: tl.constexpr"]
-    if spec.kind in ("forward", "rows"):  # one result (and arg) per member
-        members = range(len(spec.members))
+    if spec.kind in ("forward", "rows"):  # one result per member
         walk = _WALK_PARAMS if spec.kind == "forward" else [*_WALK_PARAMS[:8], "num_items", *_WALK_PARAMS[8:]]
-        return params + [f"RES{j}" for j in members] + [f"ARG{j}" for j in members] + walk
-    return params + ["RES", "COT", "CNT", "ARG", "count_width"] + _WALK_PARAMS
+        return params + [f"RES{j}" for j in range(len(spec.members))] + walk
+    return params + ["RES", "COT", "CNT", "count_width"] + _WALK_PARAMS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,44 +233,15 @@ def _fold_line(j: int, reduce: str, k: int) -> str:
 
 
 def kernel_source(lowered, spec: KernelSpec) -> str:
-    """Source of one ``triton.jit`` kernel named ``kernel`` (``fused.py`` and ``backward.py`` for the walks and the
-    arg kernel). ``lowered`` is the :class:`codegen.Lowered` edge function or, for the forward, a tuple
+    """Source of one ``triton.jit`` kernel named ``kernel`` (``fused.py`` and ``backward.py`` for the walks).
+    ``lowered`` is the :class:`codegen.Lowered` edge function or, for the forward, a tuple
     of them (the members' distinct functions, sharing their argument layouts: ``spec.members`` index it)."""
     fns = lowered if isinstance(lowered, tuple) else (lowered,)
     arguments = Arguments(fns[0], spec.accumulate)
     header = {"params": ", ".join(_signature(fns[0], spec)), "offsets": arguments.offsets()}
-    if spec.kind == "arg":
-        return fill(ARG_KERNEL, **header, **_arg_holes(spec, arguments))
     if spec.kind == "rows":
         return fill(ROWS_KERNEL, **header, **_rows_holes(fns, spec, arguments))
     return fill(WALK_KERNEL, **header, **_walk_holes(fns, spec, arguments))
-
-
-def _arg_holes(spec: KernelSpec, a: Arguments) -> dict:
-    edges, loads, grads = [], [], []
-    if any(layout.role == ROLE_SRC for layout in a.layouts):
-        edges.append("other = tl.load(nbr + k, mask=live, other=0).to(tl.int64)")
-    if a.needs_edge:
-        edges.append("edge = tl.load(perm + k, mask=live, other=0).to(tl.int64)")
-    tiles = {ROLE_SRC: "other", ROLE_EDGE: "edge"}
-    for i, layout in enumerate(a.layouts):
-        if layout.role == ROLE_DENSE:
-            loads.append(f"a{i} = {a.load(i, None, None)}")
-        elif layout.role == ROLE_DST:
-            loads.append(f"a{i} = {a.load(i, 'node', 'rmask')}")
-        else:
-            loads.append(f"a{i} = {a.load(i, tiles[layout.role], 'live', tile=True)}")
-    for i in spec.grads:
-        role = a.layouts[i].role
-        grads.append(f"c{i} = {a.contribution(i)}")
-        if role == ROLE_DENSE:
-            grads.append(f"r{i} = tl.sum(c{i}, axis=0)")
-            grads.extend(a.dense_grad(i))
-        elif role == ROLE_DST:
-            grads.append(a.add_grad(i, "node", "rmask", store=a.kinds[i] == "full"))
-        else:
-            grads.append(a.add_grad(i, tiles[role], store=a.kinds[i] == "full" and role == ROLE_EDGE))
-    return {"edges": edges, "loads": loads, "vjp": list(a.lowered.vjp), "grads": grads}
 
 
 def _rows_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
@@ -358,11 +295,6 @@ def _walk_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
     lowered, layouts = a.lowered, a.layouts
     node_role = ROLE_DST if spec.walk == "dst" else ROLE_SRC
     max_like = spec.reduce in ("max", "min")
-    # per forward member: whether it tracks the arg (the op asks for it for every max/min member or none)
-    tracks = [spec.kind == "forward" and spec.with_arg and reduce in ("max", "min") for reduce, _ in spec.members]
-    # the pairs whose arg is an edge are the arg kernel's: the walk keeps the others' features only, and runs
-    # (everything in WALKED) only where one is left
-    skips_arg = spec.kind == "grad" and spec.with_arg and max_like
     accumulated = [i for i in spec.grads if layouts[i].role in (node_role, ROLE_DENSE)]
 
     # loop-invariant loads: the item's node and dense arguments, its rows of the cotangent and result
@@ -382,10 +314,6 @@ def _walk_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
     if spec.kind == "forward":
         for j, (reduce, _) in enumerate(spec.members):
             accumulators.append(f"acc{j} = tl.full([BLOCK_E, BLOCK_F], {_INIT[reduce]}, tl.float32)")
-            if tracks[j]:
-                # per lane (tile row, feature): CSR position of the one edge at the lane's best so far, -2 where
-                # two or more are, -1 before the lane's first edge
-                accumulators.append(f"best_at{j} = tl.full([BLOCK_E, BLOCK_F], -1, tl.int32)")
     elif spec.kind == "count":
         accumulators.append("acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)")
     accumulators.extend(f"acc{i} = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)" for i in accumulated)
@@ -400,12 +328,7 @@ def _walk_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
     if spec.kind == "forward":
         # each distinct edge function once per edge block; each member's accumulator folds its messages
         step.extend(_message_lines(fns))
-        for j, (reduce, k) in enumerate(spec.members):
-            if tracks[j]:  # max/min only
-                beyond = ">" if reduce == "max" else "<"
-                step.append(f"best_at{j} = tl.where(m2 & (msg{k} {beyond} acc{j}), k[:, None], "
-                            f"tl.where(m2 & (msg{k} == acc{j}), -2, best_at{j}))")
-            step.append(_fold_line(j, reduce, k))
+        step.extend(_fold_line(j, reduce, k) for j, (reduce, k) in enumerate(spec.members))
     elif spec.kind == "count" or max_like:
         step.extend(lowered.forward)
         step.append(f"msg = {lowered.forward_result} + zero")
@@ -416,7 +339,7 @@ def _walk_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
 
     epilogue = []
     if spec.kind == "forward":
-        epilogue = _forward_epilogue(spec, tracks)
+        epilogue = _forward_epilogue(spec)
     elif spec.kind == "count":
         epilogue = fill_lines(COUNT_EPILOGUE, count_row=COUNT_ROW)
     for i in accumulated:
@@ -424,14 +347,11 @@ def _walk_holes(fns, spec: KernelSpec, a: Arguments) -> dict:
 
     walked = fill_lines(WALKED, invariant=invariant, accumulators=accumulators, ties=ties, edge_block=edge_block,
                         step=step, epilogue=epilogue)
-    if skips_arg:
-        walked = ["if tl.max(fmask.to(tl.int32), axis=0) > 0:", *indented(walked)]
     if spec.kind == "count":
         # only hub rows (light rows count their ties in the gradient kernel): the other programs end after the
         # item's loads (the launch covers the hub items alone where their number is known, hub_item_count)
         walked = ["if shared == 1:", *indented(walked)]
-    narrow = ["fmask = fmask & (tl.load(ARG + node * num_features + f, mask=fmask, other=0) < 0)"] if skips_arg else []
-    return {"narrow": narrow, "walked": walked}
+    return {"walked": walked}
 
 
 def _grad_step(spec: KernelSpec, a: Arguments, accumulated: list, max_like: bool) -> list:
@@ -457,7 +377,7 @@ def _grad_step(spec: KernelSpec, a: Arguments, accumulated: list, max_like: bool
     return lines
 
 
-def _forward_epilogue(spec: KernelSpec, tracks: list) -> list:
+def _forward_epilogue(spec: KernelSpec) -> list:
     degree = []
     if any(reduce == "mean" for reduce, _ in spec.members):
         degree.append("degree = tl.maximum(tl.load(rowptr + node + 1) - tl.load(rowptr + node), 1).to(tl.float32)")
@@ -466,12 +386,8 @@ def _forward_epilogue(spec: KernelSpec, tracks: list) -> list:
         results.append(f"result{j} = {_FOLD[reduce]}(acc{j}, axis=0)")
         if reduce == "mean":
             results.append(f"result{j} = result{j} / degree")
-        if tracks[j]:
-            results.extend(MEMBER_ARG.strip("\n").format(j=j).split("\n"))
         atomics.append(f"{_ATOMIC[reduce]}(RES{j} + offsets, result{j}, mask=fmask, sem='relaxed')")
         stores.append(f"tl.store(RES{j} + offsets, result{j}, mask=fmask)")
-        if tracks[j]:
-            stores.append(f"tl.store(ARG{j} + offsets, arg{j}, mask=fmask)")
     return fill_lines(FORWARD_EPILOGUE, degree=degree, results=results, atomics=atomics, stores=stores)
 
 

@@ -207,7 +207,7 @@ def _check_rule(plan, monkeypatch):  # noqa: F811
     assert _rule(plan, "gatv2") == [] and _rule(plan, "transformer") == []
     assert _rule(plan, dtype=torch.bfloat16) == []
     assert _rule(plan, requires_grad=False) == []
-    for variant in ("split", "one_pass_segment", "one_pass", "atomic"):
+    for variant in ("split", "one_pass_segment", "atomic"):
         monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
         assert _rule(plan) == [], variant
     monkeypatch.setenv(csr_launch.BACKWARD_ENV, "mass")

@@ -293,7 +293,7 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant", ["split", "one_pass", "one_pass_segment"])
+@pytest.mark.parametrize("backward_variant", ["split", "one_pass_segment"])
 def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
@@ -447,13 +447,11 @@ def test_split_passes_launch_apart(plan, name, monkeypatch):
 
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("variant", ["one_pass", "one_pass_segment"])
-def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
-    """GAT's split backward is one src pass (dst score terms by atomics, or with ``one_pass_segment`` stored per
-    edge and summed over each destination's CSR row by the SpMM), the other families keep the dst pass; either
-    way the gradients equal the two-pass backward's and the reference's (a hub split over several items, self
-    loops, duplicates, isolated nodes)."""
-    monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
+def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
+    """With ``one_pass_segment``, GAT's split backward is one src pass (dst score terms stored per edge and summed
+    over each destination's CSR row by the SpMM), the other families keep the dst pass; either way the gradients
+    equal the two-pass backward's (``split``) and the reference's (a hub split over several items, self loops,
+    duplicates, isolated nodes)."""
     score_fn, message_fn, family, kinds = CASES[name]
     score, message = _fn(score_fn), _fn(message_fn)
     roles = [role for role, _ in kinds]
@@ -468,16 +466,16 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, variant, monkeypatch):
     monkeypatch.setattr(csr_backward, "_sum_by_destination", lambda *a: (summed.append(1),
                                                                              sum_by_destination(*a))[1])
     grads = {}
-    for one_pass in (True, False):
+    for segment in (True, False):
+        monkeypatch.setenv(csr_launch.BACKWARD_ENV, "one_pass_segment" if segment else "split")
         passes.clear()
         summed.clear()
-        grads[one_pass] = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr,
-                                                    col, perm, needs, items, MAX_EDGES, by_src=by_src,
-                                                    one_pass=one_pass)
-        expected = [ROLE_SRC] if one_pass and family == "gat" else [ROLE_DST, ROLE_SRC]
-        assert passes == expected, (one_pass, passes)
+        grads[segment] = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr,
+                                                  col, perm, needs, items, MAX_EDGES, by_src=by_src)
+        expected = [ROLE_SRC] if segment and family == "gat" else [ROLE_DST, ROLE_SRC]
+        assert passes == expected, (segment, passes)
         # GAT's one dst-role score term: summed per destination by the SpMM in the segment variant only
-        assert len(summed) == int(one_pass and family == "gat" and variant == "one_pass_segment"), summed
+        assert len(summed) == int(segment and family == "gat"), summed
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
     _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS,
                                                           dropout_for(name)), wide, grad.double().cpu())
@@ -514,8 +512,9 @@ def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_pos
     got = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm, needs,
                                     items, MAX_EDGES, by_src=by_src)
     assert store_roles == [csr_split_backward.BY_SOURCE_POSITION if by_position else ROLE_EDGE], store_roles
+    monkeypatch.setenv(csr_launch.BACKWARD_ENV, "split")
     two_pass = csr_backward.backward(layout, grad, csr_delta.delta(grad, out), lse, rowptr, col, perm,
-                                         needs, items, MAX_EDGES, by_src=by_src, one_pass=False)
+                                         needs, items, MAX_EDGES, by_src=by_src)
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, col.numel())]
     _, ref_grads = grads_of(lambda a: attention_reference(a, roles, *plan[:4], _fn(score_fn), _fn(message_fn), EPS,
                                                           dropout_for(name)), wide, grad.double().cpu())
@@ -565,7 +564,7 @@ def _check_bias(plan, name, device, dtype=torch.float32):
 @runs_kernel
 @pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
 @pytest.mark.parametrize("heads, backward_variant", [
-    ("all", "split"), ("all", "one_pass"), ("all", "one_pass_segment"), ("per_head", "atomic")])
+    ("all", "split"), ("all", "one_pass_segment"), ("per_head", "atomic")])
 def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, poisoned_empty,
                                                         monkeypatch):
     """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor: added by the all-heads kernel and

@@ -121,8 +121,8 @@ def test_stationary_kernel_matches_float64(m, k, n):
 @runs_kernel
 def test_stationary_kernel_epilogues(monkeypatch):
     """``matmul``'s tall products on the weight-stationary kernel: accumulating into a strided view of a wider
-    buffer, the extra inner range of ``mm_extra`` and the head scores of ``linear_scores``; ``GNN_IO_FP32_GEMM=x3tile``
-    gives the tile kernel the same values."""
+    buffer, the extra inner range of ``mm_extra`` and the head scores of ``linear_scores``, which takes the tile
+    kernel for an inner size above :data:`STATIONARY_MAX_K`."""
     monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
     monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
     a, b = _operands(200, 96, 64, seed=5)
@@ -144,21 +144,17 @@ def test_stationary_kernel_epilogues(monkeypatch):
         exact = a.double() @ b.double() + ea.double() @ eb.double()
         assert _error(dense_triton.mm_extra(a, b, ea, eb), exact) < TOLERANCE
         assert _error(dense_triton.mm_extra(a, b, ea.t().contiguous().t(), eb.t().contiguous().t()), exact) < TOLERANCE
-    x = torch.randn(200, 96, device=DEVICE)
-    weight = torch.randn(128, 96, device=DEVICE) / 10
-    bias = torch.randn(128, device=DEVICE)
-    results = {}
-    for setting in ("x3", "x3tile"):
-        monkeypatch.setenv("GNN_IO_FP32_GEMM", setting)
-        assert dense_triton.stationary_takes(x, weight.t()) == (setting == "x3")
+    for features in (96, 160):  # the weight-stationary kernel, then the tile kernel
+        x = torch.randn(200, features, device=DEVICE)
+        weight = torch.randn(128, features, device=DEVICE) / 10
+        bias = torch.randn(128, device=DEVICE)
+        assert dense_triton.stationary_takes(x, weight.t()) == (features <= dense_triton.STATIONARY_MAX_K)
         for count in (1, 2, 3):  # two attention rows held per program, a third read per tile
             att = torch.randn(count, 4, 32, device=DEVICE)
             h_exact = x.double() @ weight.double().t() + bias.double()
             scores_exact = torch.einsum("nhc,rhc->nrh", h_exact.view(200, 4, 32), att.double())
             h, scores = dense_triton.linear_scores(x, weight, bias, att)
             assert _error(h, h_exact) < TOLERANCE and _error(scores, scores_exact) < TOLERANCE
-        results[setting] = dense_triton.matmul(a, b)
-    torch.testing.assert_close(results["x3"], results["x3tile"], rtol=1e-5, atol=1e-5)
 
 
 @runs_kernel
@@ -249,8 +245,8 @@ def test_policy_thresholds_and_setting(monkeypatch):
     cpu = torch.zeros(4, 4)
     monkeypatch.delenv("GNN_IO_TRITON_ON_CPU", raising=False)
     assert not dense_triton.takes(cpu, cpu)  # CPU tensors outside the tests' interpreter mode: cuBLAS's place
-    monkeypatch.setenv("GNN_IO_FP32_GEMM", "x3tile")
-    assert dense_triton.setting() == "x3tile"
+    monkeypatch.setenv("GNN_IO_FP32_GEMM", "cublas")
+    assert dense_triton.setting() == "cublas"
     monkeypatch.setenv("GNN_IO_FP32_GEMM", "fast")
     with pytest.raises(SettingError, match="GNN_IO_FP32_GEMM"):
         dense_triton.setting()
