@@ -91,8 +91,8 @@ PREDICTED_DOUBT = 0.15
 ORDER_MIN_GAIN = 0.05
 
 # Forward+backward cost at 4 heads x 32 channels on the H100 (torch 2.11, Triton 3.6), least-squares fits of
-# `python -m benchmarks.probe --parts build,attention` (docs/benchmarks/block_sparse/probe.md for the block
-# kernel) through the op: nanoseconds per edge / row / tile,
+# `python -m benchmarks.probe --parts build,attention` through the op (refit by `python -m benchmarks.fit_attention`):
+# nanoseconds per edge / row / tile,
 # milliseconds per call. CSR (all heads per program forward and backward): four graphs (block
 # model, 20,000 batched graphs, RMAT 2^17, squirrel); a per-row term does not fit (the fit went negative),
 # the fixed term is the op's per-call work. Block: the block model in three orders (435k to 155k tiles) and the
