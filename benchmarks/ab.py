@@ -79,7 +79,7 @@ def ab_case(layer_name: str, graph, features: int, rounds: int, device, modes=MO
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", default="gcn,gin,sage_mean")
     parser.add_argument("--graphs", default="Planetoid-Cora,ca-AstroPh,MUSAE-github,soc-Slashdot0902,"
                                             "road-luxembourg-osm,rmat-arxiv")

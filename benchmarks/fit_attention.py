@@ -1,4 +1,4 @@
-"""Fit the attention path cost model's constants (``kernels/attention_paths.CALIBRATION``) to a probe run.
+"""Fit the attention path cost model's constants (``kernels/attention/selector.CALIBRATION``) to a probe run.
 
 ``python -m benchmarks.probe --parts attention --families dot --orders none,rcm --out DIR`` times the attention op
 (forward+backward, 4 heads x 32 channels) per path, order and precision on a few graphs and writes
@@ -15,8 +15,8 @@ and each point's prediction against its measurement::
 
     python -m benchmarks.fit_attention DIR/probe.json --family dot --precision tf32 --block-per-row
 
-(session 38's H200 refit, ``kernels/attention_paths.DEVICE_CALIBRATION``). A block format's rows are taken as its
-windows x 16 (the window size of ``kernels/block_sparse``).
+(how the H200 entry of ``kernels/attention/selector.DEVICE_CALIBRATION`` was fitted). A block format's rows are
+taken as its windows x 16 (``WINDOW`` of ``gnn_inductor/plan/block_format.py``).
 """
 from __future__ import annotations
 

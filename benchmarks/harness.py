@@ -9,9 +9,8 @@ leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forwar
 parameters and gradients included); "step GB" is that peak less what was allocated before the step (inputs,
 weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. Outputs kept
 for comparison (the mode's own no-grad output, eager's as the reference) are held on the host, so they count
-in no mode's peak (before session 14 they stayed on the device: up to 2 output-sized tensors too many in
-later modes' peaks), and the input that requires grad shares the no-grad input's storage (before session 14 it
-was a copy: one input-sized tensor too many in every mode's peak). The roofline column is the least bytes a layer must move
+in no mode's peak, and the input that requires grad shares the no-grad input's storage (no second copy of the
+input in any peak). The roofline column is the least bytes a layer must move
 (see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
 ``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
 by a time limit keeps what it measured, the chart at the end.
@@ -35,7 +34,7 @@ import traceback
 
 import torch
 
-import gnn_inductor  # noqa: F401  (also enables Dynamo's dynamic-output-shape capture for Inductor)
+import gnn_inductor  # registers the backend; also enables Dynamo's dynamic-output-shape capture for Inductor
 from gnn_inductor.plan import state as graph_state
 from benchmarks.graphs import SUITE, graph_suite  # noqa: F401  (the harness's graphs; other scripts import them here)
 
@@ -45,6 +44,12 @@ ATTENTION_DROPOUT = 0.1  # the "_drop" layers: PyG's dropout on the attention we
 # PNAConv's degree histogram (its scalers' average degree): fixed, so the layer does not depend on the graph it
 # is timed on; every bucket from degree 1 to 32 holds as many nodes
 PNA_DEGREE_HISTOGRAM = torch.tensor([0] + [1] * 32)
+
+
+# every layer make_layer builds (``--layers all``)
+LAYERS = ("gcn", "sage_mean", "sage_max", "gin", "graphconv", "graphconv_max", "sage_multi", "pna", "general_max",
+          "edge_conv", "gat", "gat_edge", "gat_edge64", "gatv2", "transformer", "gat_drop", "gatv2_drop",
+          "transformer_drop")
 
 
 def make_layer(name: str, features: int) -> torch.nn.Module:
@@ -285,13 +290,18 @@ def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=N
 
 
 def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
+    if mode == "turbo_gnn":
+        from benchmarks import peers
+
+        missing = peers.missing(layer_name, device)
+        if missing:  # a row of the table, not the end of the run
+            return {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
+                    "edges": graph.num_edges, "error": missing}
     torch.manual_seed(0)
     x = torch.randn(graph.num_nodes, features, device=device, dtype=dtype)
     edge_index = graph.edge_index.to(device)
     if mode == "turbo_gnn":
-        from benchmarks.peers import TurboLayer
-
-        layer = TurboLayer(layer_name, features, edge_index, graph.num_nodes).to(device=device, dtype=dtype)
+        layer = peers.TurboLayer(layer_name, features, edge_index, graph.num_nodes).to(device=device, dtype=dtype)
         model, reference = layer, None  # different normalisation on directed graphs: no rel_err
     elif mode == "dense_floor":
         layer = DenseFloor(make_layer(layer_name, features)).to(device=device, dtype=dtype)
@@ -342,7 +352,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
             if "cg" in mode:
                 # a replayed step's memory is the CUDA graphs' pool, allocated at recording and so already in
-                # ``resident`` (session 33's tables read 0.0 GB): not measured here
+                # ``resident`` (the step itself would read 0.0 GB): not measured here
                 record["peak_gb"] = record["step_gb"] = None
         if mode.startswith("gnn_io"):
             fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
@@ -352,8 +362,6 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             ref = reference.float().cpu()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
         record["out"] = out.detach()
-        from gnn_inductor.kernels.attention import selector as attention_paths
-
         picks = [f"{d['family']}:{d['path']}" + (f"[{d['order']}]" if d["order"] != "none" else "")
                  for d in graph_state.decisions()]
         if picks:
@@ -365,10 +373,8 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         traceback.print_exc(limit=2)
     finally:
-        del model, layer
+        model = layer = None  # freed before the next mode
         torch._dynamo.reset()
-        from gnn_inductor.kernels.attention import selector as attention_paths
-
         graph_state.clear()  # block formats held for plans of this mode must not count in the next one's peak
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -462,12 +468,14 @@ def chart(records: list, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", default="gcn,sage_mean,gin")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", default="gcn,sage_mean,gin", help="comma list of make_layer's names, or 'all'")
     parser.add_argument("--graphs", default="suite", help="comma list, or 'suite'")
     parser.add_argument("--modes", default="eager,inductor,gnn_io",
-                        help="also: gnn_io_triton, gnn_io_cusparse, turbo_gnn (when installed), dense_floor (the "
-                             "layer's GEMMs alone, DenseFloor)")
+                        help="eager (PyG), inductor (torch.compile default), gnn_io; also turbo_gnn (turbo-gnn's "
+                             "SpMM, gcn/sage_mean/gin, when installed: benchmarks/peers.py), dense_floor (the "
+                             "layer's GEMMs alone, DenseFloor), inductor_cg (reduce-overhead) and the gnn_io "
+                             "variants of MODE_ENV (gnn_io_csr, gnn_io_block, gnn_io_cg, ...)")
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 for float32 matmuls (all modes)")
@@ -485,6 +493,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out)
+    if args.layers == "all":
+        args.layers = ",".join(LAYERS)
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -494,7 +504,8 @@ def main(argv=None) -> int:
     names = SUITE if args.graphs == "suite" else args.graphs.split(",")
     bandwidth = copy_bandwidth(device)
     meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "triton": _version("triton"), "torch_geometric": _version("torch_geometric"),
+            "gnn_inductor": gnn_inductor.__version__, "torch": torch.__version__, "triton": _version("triton"),
+            "torch_geometric": _version("torch_geometric"),
             "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
             "dtype": args.dtype + (" (TF32 allowed)" if args.tf32 else ""), "features": args.features, "copy_gbps": bandwidth / 1e9}
@@ -536,8 +547,8 @@ def main(argv=None) -> int:
 
 def float32_reference(layer_name: str, graph, features: int, dtype, device):
     """For half-precision runs: the eager layer's output in float32 from the same half-precision inputs and
-    weights as every mode's (same seed as :func:`_run_case`), for each mode's ``err_vs_fp32`` (issue 8's
-    accuracy bound: gnn_io's bf16 error against PyG eager's own). None for float32 runs."""
+    weights as every mode's (same seed as :func:`_run_case`), for each mode's ``err_vs_fp32`` (the accuracy
+    bound: gnn_io's bf16 error against PyG eager's own). None for float32 runs."""
     if dtype not in (torch.float16, torch.bfloat16):
         return None
     torch.manual_seed(0)
@@ -555,8 +566,8 @@ def _isolated_records(args, names: list, keep=lambda records: None) -> list:
     JSON line per finished mode, so a child that dies mid-case still gives the modes it finished. The modes
     it did not finish run again in a fresh child (with PyG eager run first, unrecorded, as their ``rel_err``
     reference): a CUDA error in one mode (``torch.compile`` default's "misaligned address" on GATConv in bf16)
-    leaves the process's CUDA context unusable, and every later mode of that child would die with it (session
-    38: every gnn_io mode on two graphs). A mode that kills a fresh child as its first mode gets an ``error``
+    leaves the process's CUDA context unusable, and every later mode of that child would die with it (every
+    gnn_io mode after it, on each graph where it happens). A mode that kills a fresh child as its first mode gets an ``error``
     record with the exit status and the last line of the child's stderr. ``keep`` gets the records so far
     after each case."""
     records = []
@@ -597,7 +608,8 @@ def _isolated_records(args, names: list, keep=lambda records: None) -> list:
 
 
 def merge(paths: list, out_dir: str) -> int:
-    """One table from several runs (the suite is split across device calls of 10 minutes)."""
+    """One table from several runs (a suite too long for one job, run in pieces: ``--merge A/results.json
+    B/results.json --out DIR``)."""
     runs = [json.load(open(p)) for p in paths]
     meta = dict(runs[0]["meta"])
     meta["command"] = " ; ".join(r["meta"]["command"] for r in runs)

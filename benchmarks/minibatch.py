@@ -75,28 +75,7 @@ class TwoLayers(torch.nn.Module):
         return self.second(torch.relu(self.first(x, edge_index)), edge_index)
 
 
-def _profile(step, sync, name: str, steps: int = 10) -> None:
-    """Where a mini-batch step's CPU time goes: the torch profiler's CPU table (syncs and host reads show as
-    ``cudaStreamSynchronize``/``aten::item``...) and a sampled Python stack (benchmarks/stack_sampler.py)."""
-    from benchmarks.stack_sampler import StackSampler
-
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for i in range(steps):
-            step(i)
-        sync()
-    print(f"== profile {name}: per {steps} steps")
-    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=70))
-    with StackSampler() as sampler:
-        for i in range(5 * steps):
-            step(steps + i)
-        sync()
-    print(sampler.table(rows=60))
-
-
-def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, profile=False):
+def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup):
     """``inductor_breaks``: ``torch.compile`` default as a user gets it without gnn_inductor imported, Dynamo
     breaking the graph at data-dependent sizes (``capture_dynamic_output_shape_ops`` off; loading the backend
     turns it on for every mode of the process)."""
@@ -138,8 +117,6 @@ def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, prof
             back_to_back = (time.perf_counter() - t) * 1e3 / steps
         finally:
             gc.enable()
-        if profile:
-            _profile(lambda i: step(warmup + 2 * steps + i), sync, f"{layer} {mode}")
         record = {"layer": layer, "mode": mode, "alone_ms": statistics.median(alone),
                   "back_to_back_ms": back_to_back, "compiles": counters["stats"]["unique_graphs"] - compiles_before}
         if mode.startswith("gnn_io"):
@@ -157,7 +134,7 @@ def run_mode(layer, mode, pool, features_all, batch, device, steps, warmup, prof
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", default="rmat-arxiv")
     parser.add_argument("--layers", default="sage_mean,sage_max,gcn,gat,transformer")
     parser.add_argument("--modes", default="eager,inductor,gnn_io")
@@ -167,8 +144,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--features", type=int, default=128)
-    parser.add_argument("--profile", default="", help="comma-separated modes to profile after timing")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
     parser.add_argument("--same-process", action="store_true",
                         help="every mode in this process (by default each mode runs in a fresh one)")
     parser.add_argument("--records-out", default=None, help=argparse.SUPPRESS)  # a child's records, as JSON
@@ -177,7 +154,7 @@ def main(argv=None):
     if not args.same_process and args.records_out is None and len(modes) > 1:
         return _isolated(argv, args, modes)
     device = torch.device(args.device)
-    (graph,) = graph_suite([args.graph], os.environ.get("GNN_IO_DATA", "../shared/data"), "cpu")
+    (graph,) = graph_suite([args.graph], args.data_root, "cpu")
     rowptr, sources = in_csr(graph.edge_index.cpu(), graph.num_nodes)
     generator = torch.Generator().manual_seed(0)
     pool = []
@@ -196,8 +173,7 @@ def main(argv=None):
         reference = _eager_output(layer, pool[0], features_all, args.batch)
         for mode in modes:
             try:
-                record = run_mode(layer, mode, pool, features_all, args.batch, device, args.steps, args.warmup,
-                                  profile=mode in args.profile.split(","))
+                record = run_mode(layer, mode, pool, features_all, args.batch, device, args.steps, args.warmup)
             except Exception as exc:  # a crash of one mode is a result
                 record = {"layer": layer, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
             out = record.pop("out", None)

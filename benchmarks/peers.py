@@ -9,15 +9,31 @@ GIN ``norm='none'``.
 """
 from __future__ import annotations
 
+import importlib
+
 import torch
+
+
+LAYERS = ("gcn", "sage_mean", "gin")  # the harness layers with a turbo-gnn counterpart
 
 
 def available() -> bool:
     try:
-        import turbo_gnn  # noqa: F401
+        importlib.import_module("turbo_gnn")
     except Exception:  # not installed, or no CUDA build
         return False
     return True
+
+
+def missing(layer: str, device) -> str | None:
+    """Why the harness's ``turbo_gnn`` mode cannot run ``layer`` here, or None when it can."""
+    if layer not in LAYERS:
+        return f"no turbo-gnn wrapper for {layer}"
+    if torch.device(device).type != "cuda":
+        return "turbo-gnn runs on CUDA only"
+    if not available():
+        return "turbo-gnn is not installed (benchmarks/README.md)"
+    return None
 
 
 def _csr(edge_index: torch.Tensor, num_nodes: int, self_loops: bool):
@@ -37,7 +53,7 @@ class TurboLayer(torch.nn.Module):
 
     def __init__(self, kind: str, features: int, edge_index: torch.Tensor, num_nodes: int):
         super().__init__()
-        if kind not in ("gcn", "sage_mean", "gin"):
+        if kind not in LAYERS:
             raise ValueError(f"no turbo-gnn wrapper for {kind}")
         self.kind = kind
         self.indptr, self.indices = _csr(edge_index, num_nodes, self_loops=kind == "gcn")

@@ -1,6 +1,7 @@
-"""Kernel-level probe for one GPU call: times and checks many variants of the SpMM and attention kernels
-against each other, prints a short table last (issue 8: block-sparse against CSR, node orders; issue 3:
-work-item order of the Triton SpMM against cuSPARSE).
+"""Kernel-level probe on one GPU: times and checks many variants of the SpMM and attention kernels
+against each other, prints a short table last (block-sparse against CSR, node orders; the work-item order of the
+Triton SpMM against cuSPARSE). Its ``attention`` part is the calibration run of the attention path cost model
+(``kernels/attention/selector.py``), fitted by ``python -m benchmarks.fit_attention``.
 
     python -m benchmarks.probe --parts build,spmm,attention [--graphs sbm-dense,batch-random,...]
 
@@ -13,13 +14,14 @@ Parts:
 - ``attn_launch``: the CSR attention kernels' launch parameters (edge block, warps, item size), forward and
   split backward timed apart, per family, fp32, each checked against the default launch.
 - ``reduction``: the fused gather-scatter forward (identity message; sum, mean, max) at each split threshold
-  candidate, against the least bytes over the measured copy bandwidth (issue 4's 50% target).
+  candidate, against the least bytes over the measured copy bandwidth (target: 50% of it).
 - ``attention``: the GATConv, GATv2Conv and TransformerConv attentions (4 heads x 32 channels) through
   ``gnn_io::attention_forward``, forward+backward, with the path forced: CSR (fp32, bf16), block
   (TF32, bf16) in each candidate order, and the chooser's own pick (``auto``); max relative error of each
   (output and every gradient) against the CSR fp32 result, and the decision's predicted times.
 
-Every row of the table is printed as JSON too (``{"probe": ...}``) for the calibration in ``gnn_inductor/cost.py``.
+Every row of the table is printed as JSON too (``{"probe": ...}``); ``--out DIR`` writes ``probe.md`` and
+``probe.json``, the input of ``benchmarks/fit_attention.py``.
 """
 from __future__ import annotations
 
@@ -28,11 +30,10 @@ import json
 import os
 import time
 
-import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import block_format
 import torch
-from gnn_inductor.kernels.attention import selector as attention_paths, block_dot as block_sparse
+from gnn_inductor.kernels.attention import block_dot as block_sparse  # (gnn_inductor.kernels registers the ops)
 from gnn_inductor.kernels.attention import csr_backward, csr_delta, csr_forward, csr_split_backward
 from gnn_inductor.kernels.attention import layout as attention_layout
 from gnn_inductor.plan import source_csr as plan_source_csr
@@ -559,7 +560,7 @@ def part_reduction(graph, plan, device, bandwidth):
     """The fused gather-scatter forward (identity message, fp32, 128 features) per reduction, at the measured
     split pick and at each candidate threshold: its time against the least bytes (each input read once: the
     features, rowptr, col, the work items; the output written once) over the measured copy bandwidth
-    (issue 4: at least 50% on the RMAT graph)."""
+    (the target: at least 50% on the RMAT graph)."""
     from gnn_inductor.kernels.gather_scatter import fused as gs
     from gnn_inductor.kernels.gather_scatter import split_tuning
 
@@ -599,7 +600,7 @@ def table(rows) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="build,spmm,attention")
     parser.add_argument("--graphs", default="sbm-dense,batch-random,tu-batch,MUSAE-wikipedia-squirrel,"
                                             "SNAP-facebook_combined,rmat-arxiv,rmat-large")
@@ -610,12 +611,13 @@ def main():
     parser.add_argument("--families", default="dot,gat,gatv2")
     parser.add_argument("--block-dtype", default="bf16", choices=("bf16", "tf32"),
                         help="inputs of the block_launch sweep (tf32: float32 with TF32 allowed)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="folder for probe.md and probe.json (fit_attention's input)")
+    parser.add_argument("--data-root", default=os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data")))
     args = parser.parse_args()
     device = torch.device("cuda")
     parts = args.parts.split(",")
     order_names = args.orders.split(",")
-    data_root = os.environ.get("GNN_IO_DATA", "../shared/data")
+    data_root = args.data_root
     names = list(dict.fromkeys(args.graphs.split(",")))
     bandwidth = copy_bandwidth(device)
     emit(part="copy", graph="-", kernel="copy_", ms="", copy_gbps=round(bandwidth / 1e9))

@@ -11,14 +11,16 @@ from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer, with_gr
 
 
 def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None,
-               dtype=torch.float32):
+               dtype=torch.float32, data_root=None):
     """``step()``: one forward+backward of ``layer`` compiled in ``mode`` (its harness environment applied) on
-    ``graph_name`` (or on the loaded ``graph``), on CUDA unless ``device`` says otherwise, with every gradient
+    ``graph_name`` (read from ``data_root``, by default ``GNN_IO_DATA`` or ``../shared/data``; or the loaded
+    ``graph``), on CUDA unless ``device`` says otherwise, with every gradient
     set to None first, as the harness times it. Same seed, same weights and inputs for every mode."""
     os.environ.update(MODE_ENV.get(mode, {}))
     device = torch.device(device or "cuda")
     if graph is None:
-        (graph,) = graph_suite([graph_name], os.environ.get("GNN_IO_DATA", "../shared/data"), device)
+        data_root = data_root or os.environ.get("GNN_IO_DATA", os.path.join("..", "shared", "data"))
+        (graph,) = graph_suite([graph_name], data_root, device)
     torch.manual_seed(0)
     edge_index = graph.edge_index.to(device)
     model = build(mode, with_graph(make_layer(layer, features).to(device=device, dtype=dtype), edge_index))
@@ -40,7 +42,7 @@ def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, devi
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layer", default="gcn")
     parser.add_argument("--graph", default="rmat-arxiv")
     parser.add_argument("--mode", default="gnn_io")
@@ -48,11 +50,14 @@ def main():
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (float32)")
+    parser.add_argument("--data-root", default=None, help="the real graphs' folder (default: GNN_IO_DATA or "
+                        "../shared/data)")
     args = parser.parse_args()
     if args.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.set_float32_matmul_precision("high")
-    step = layer_step(args.layer, args.graph, args.mode, args.features, dtype=getattr(torch, args.dtype))
+    step = layer_step(args.layer, args.graph, args.mode, args.features, dtype=getattr(torch, args.dtype),
+                      data_root=args.data_root)
     for _ in range(5):
         step()
     torch.cuda.synchronize()

@@ -130,7 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--timeout", type=int, default=600)
-    parser.add_argument("--data-root", default=os.path.join(ROOT, "..", "shared", "data"))
+    parser.add_argument("--data-root",
+                        default=os.environ.get("GNN_IO_DATA", os.path.join(ROOT, "..", "shared", "data")))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

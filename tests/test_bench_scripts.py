@@ -1,9 +1,9 @@
-"""The benchmark helpers that turn device outputs into the repo's tables and constants."""
+"""The benchmark tools besides the harness: the attention cost-model fit and the A/B timer of two git trees."""
 import json
 
 import pytest
 
-from benchmarks import fit_attention, suite_table, tree_ab
+from benchmarks import fit_attention, tree_ab
 
 
 def _probe_rows(csr, block):
@@ -40,28 +40,6 @@ def test_fit_attention_recovers_the_constants_it_was_given(tmp_path, capsys):
     for key, value in {**csr, **block}.items():
         assert fitted[key] == pytest.approx(value, rel=1e-3, abs=1e-3), key
     assert out.count("| c | block |") == 2  # the hybrid row is not a point
-
-
-def test_suite_table_joins_pieces_and_prices_the_pick(tmp_path, capsys):
-    header = ("| graph | nodes | edges | layer | eager | inductor | gnn_io | gnn_io path | gnn_io_csr |\n"
-              "|---|---|---|---|---|---|---|---|---|\n")
-    first = tmp_path / "first.md"
-    first.write_text("# Benchmarks\n\n" + header
-                     + "| g1 | 10 | 20 | gat | 4.00 | RuntimeError: x | process died (exit 1): y | - | 3.00 |\n"
-                     + "| g2 | 10 | 20 | gat | 6.00 | 3.00 | 2.00 | gat:csr | 2.00 |\n")
-    second = tmp_path / "second.txt"
-    second.write_text("g1 gat: 2/2 modes finished\n" + header.replace(" gnn_io_csr |", " gnn_io_block |")
-                      + "| g1 | 10 | 20 | gat | - | AcceleratorError: z | 2.00 | gat:block | 1.60 |\n")
-    assert suite_table.main([str(first), str(second)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    g1 = [c.strip() for c in lines[2].strip("|").split("|")]
-    g2 = [c.strip() for c in lines[3].strip("|").split("|")]
-    # g1: eager from the first piece, gnn_io and its path from the second (a number replaces an error), the
-    # Inductor error kept as text; the pick 2.00 against the fastest gnn_io mode 1.60 (block forced): +25%
-    assert g1[:8] == ["g1", "gat", "4.00", "AcceleratorError: z", "2.00", "gat:block", "3.00", "1.60"]
-    assert g1[10:13] == ["2.00", "-", "+25%"]
-    assert "first.md" in g1[-1] and "second.txt" in g1[-1]
-    assert g2[10:13] == ["3.00", "1.50", "+0%"]
 
 
 def test_tree_ab_measures_each_tree_staged_on_its_own(capsys, monkeypatch):

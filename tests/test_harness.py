@@ -99,6 +99,12 @@ def test_isolated_run_end_to_end(tmp_path):
     assert [r["mode"] for r in rerun] == ["gnn_io"] and rerun[0]["rel_err"] < 1e-4
 
 
+def test_every_listed_layer_builds():
+    """``--layers all`` is every name make_layer knows."""
+    for name in harness.LAYERS:
+        assert isinstance(harness.make_layer(name, 8), torch.nn.Module), name
+
+
 def test_dense_floor_runs_the_layers_linear_maps():
     import torch
 
@@ -134,6 +140,27 @@ def test_an_interrupted_run_keeps_the_cases_it_finished(monkeypatch, tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert [(r["layer"], r["fwdbwd_ms"]) for r in data["results"]] == [("gcn", 2.5)]
     assert "| rmat-10-8000 |" in (tmp_path / "results.md").read_text()
+
+
+def test_merge_joins_runs_into_one_table(tmp_path):
+    """``--merge``: the results of runs split across device calls in one results.json / results.md (the results
+    page), the metadata joined (every command, every date, the lower copy bandwidth)."""
+    def run(name, mode, ms, command, gbps):
+        path = tmp_path / name
+        meta = {"device": "GPU", "torch": "t", "triton": "tr", "torch_geometric": "pyg", "python": "3",
+                "date": f"{name}-date", "command": command, "dtype": "float32", "features": 8, "copy_gbps": gbps}
+        record = {"layer": "gcn", "graph": "g", "mode": mode, "nodes": 10, "edges": 20, "fwdbwd_ms": ms}
+        path.write_text(json.dumps({"meta": meta, "results": [record]}))
+        return str(path)
+
+    out = tmp_path / "merged"
+    assert harness.main(["--merge", run("a.json", "eager", 4.0, "first", 100.0),
+                         run("b.json", "gnn_io", 2.0, "second", 90.0), "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [r["mode"] for r in data["results"]] == ["eager", "gnn_io"]
+    assert data["meta"]["command"] == "first ; second" and data["meta"]["copy_gbps"] == 90.0
+    row = next(line for line in (out / "results.md").read_text().splitlines() if line.startswith("| g |"))
+    assert [c.strip() for c in row.strip("|").split("|")][3:8] == ["gcn", "4.00", "-", "2.00", "2.00"]
 
 
 def test_ab_compiles_each_mode_under_its_own_environment():
@@ -184,15 +211,3 @@ def test_edge_feature_layers_get_seeded_features_for_their_graph():
     wide = harness.with_graph(harness.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
     assert wide.edge_attr.shape[1] == 64 and wide.edge_attr.dtype == torch.float64
 
-
-def test_edge_input_steps_runs_on_cpu(capsys, monkeypatch):
-    """benchmarks/edge_input_steps.py on a small graph on CPU: every mode gives a row (the CPU run counts the sync
-    probe's own self-check, one per step)."""
-    from benchmarks import edge_input_steps
-
-    monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
-    monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "0")  # the script sets it per mode; restored after the test
-    assert edge_input_steps.main(["--graph", "rmat-small", "--device", "cpu", "--layers", "gcn_weight",
-                                  "--modes", "eager,gnn_io", "--features", "8", "--reps", "2"]) == 0
-    table = capsys.readouterr().out.split("| layer | mode |")[-1]
-    assert "| gcn_weight | eager | 1 |" in table and "| gcn_weight | gnn_io | 1 |" in table, table

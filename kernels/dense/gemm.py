@@ -31,7 +31,7 @@ from gnn_inductor import config
 from gnn_inductor.kernels.runtime.launch import INTERPRETED, cdiv, fast_launch, next_power_of_2
 
 SETTING = config.SETTINGS["fp32_gemm"].env
-# Where the split GEMM is taken (H100, `benchmarks/dense_ops.py --x3`): a product of at least
+# Where the split GEMM is taken (H100, each product timed alone against cuBLAS float32): a product of at least
 # TALL_MIN_WORK multiply-adds with a large row count (the forward and the input gradient: 1.31-1.66x over cuBLAS at
 # 2^20 rows, a tie or a loss at 2^17 x 128 x 128 = 2^31), and a weight gradient (inner size large) of at least
 # WIDE_MIN_WORK (1.05x at 2^20 x 128 x 128, 1.12x at 2^20 x 128 x 512, a loss at 2^17 rows).
@@ -119,17 +119,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, k_per_split,
                            + ks[None, :].to(tl.int64) * stride_sdk, mask=side_mask[:, None] & k_mask[None, :],
                            other=0.0)
             side_acc = tl.dot(side, b, side_acc, input_precision=PRECISION)
-        if PRECISION == "x3split":
-            # benchmarks only (dense_ops --x3): the same three TF32 products, split here by bit masks (the head
-            # keeps a float32's top 10 mantissa bits, the tail the exact rest, truncated again by the hardware);
-            # 5-10% faster than tf32x3 but 1.4e-6 to 6.7e-5 off float64 (docs/dense.md), so never used
-            a_hi = (a.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
-            b_hi = (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
-            acc = tl.dot(a - a_hi, b_hi, acc, input_precision="tf32")
-            acc = tl.dot(a_hi, b - b_hi, acc, input_precision="tf32")
-            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if SIDE > 0:
         tl.store(side_out_ptr + split * stride_sos + side_index[:, None].to(tl.int64) * stride_som + cols[None, :],
                  side_acc, mask=side_mask[:, None] & col_mask[None, :])
@@ -264,7 +254,7 @@ def _stationary_kernel(a_ptr, bt_ptr, c_ptr, bias_ptr, M, N, K, stride_am, strid
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, programs per SM[, inner chunk]) of the weight-stationary kernel, measured
-# on the H100 (`benchmarks/dense_ops.py --stationary`, docs/dense.md): 64 x 64 tiles on one warpgroup,
+# on the H100 (a sweep of launches, each product timed alone; docs/dense.md): 64 x 64 tiles on one warpgroup,
 # three stages, two programs per SM, inner chunks of 32 (STATIONARY_K_CHUNK). [2^20, 128] @ [128, 128] took 0.552 ms
 # (forward, with a bias) and 0.546 (input gradient) against 0.634 / 0.620 for TALL_LAUNCH's tile kernel and 0.849 /
 # 0.884 for cuBLAS float32, at the tile kernel's error (1.9e-7 of the largest value against float64). 128-row or
@@ -338,7 +328,7 @@ def stationary_mm(a: Tensor, bt: Tensor, bias: Tensor | None = None, launch: tup
     return out
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); `benchmarks/dense_ops.py --x3` sweeps them (H100)
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); the fastest of a sweep of launches (H100, 2^20 x 128 x 128)
 TALL_LAUNCH = (128, 64, 32, 4, 3)  # output width up to 128
 TALL_WIDE_LAUNCH = (128, 128, 64, 8, 3)  # wider outputs
 SPLIT_LAUNCH = (128, 64, 32, 4, 4)

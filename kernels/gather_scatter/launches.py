@@ -29,7 +29,7 @@ from gnn_inductor.plan.work_items import hub_item_count
 # ``block_f`` None: the features rounded up to a power of two, between 16 and MAX_BLOCK_F.
 LAUNCH = {"block_e": 8, "block_f": None, "num_warps": 2}
 # The forward's light items (rows at or below the split threshold, a few edges each) in a launch of their own: 4 edges
-# x 128 features on one warp. Measured on the H100 (``python -m benchmarks.gather_launch_probe``, max,
+# x 128 features on one warp. Measured on the H100 (a sweep of launches, the kernel timed alone, max,
 # fp32, F=128): RMAT 2^20 light items 1.159 ms against 1.415 with LAUNCH, RMAT 2^17 0.162 against 0.209; the hub
 # items keep LAUNCH (0.731 and 0.079 ms, within 8% of the best candidate on both graphs). Per SAGEConv max step
 # (interleaved A/B, 6 rounds): RMAT 2^20 (1.44M light items) 10.32 -> 10.11 ms, every round won; RMAT 2^17 (161k),
@@ -41,7 +41,7 @@ LIGHT_LAUNCH_MIN_ITEMS = 1 << 19
 LIGHT_LAUNCH_ENV = config.SETTINGS["gs_light_launch"].env
 LIGHT_LAUNCH_SETTINGS = config.SETTINGS["gs_light_launch"].choices
 # The rows kernel for the light items: BLOCK_E light rows per program, the s-th edge of each loaded at step s. Measured
-# on the H100 (``python -m benchmarks.gather_launch_probe``, max, fp32, F=128): 2 rows on one warp was its
+# on the H100 (a sweep of launches, the kernel timed alone, max, fp32, F=128): 2 rows on one warp was its
 # best candidate, RMAT 2^20 light items 0.931 ms against 1.118 for the item kernel with LIGHT_LAUNCH, but RMAT 2^17
 # 0.157 against 0.139-0.146. Per SAGEConv max step with this launch (H100, interleaved A/B): RMAT 2^20 10.41 ->
 # 10.31 ms, 6 rounds of 6 won; RMAT 2^17 under CUDA graphs 1.43 -> 1.41 ms, 14 of 20 won (within the kernel-level
