@@ -15,8 +15,8 @@ os.environ.setdefault("GNN_IO_CPU_REWRITE", "1")
 # Inductor's multi-threaded CPU kernels add scattered values with atomic_add_vec, whose compiled code (GCC, AVX2) reads
 # a by-value vector argument with an aligned load from the stack (vmovdqa 0x8(%rsp)): it segfaults when the stack
 # at the call is not 32-byte aligned, which depends on the C call path from Python, so it comes and goes with
-# unrelated changes (session 35: tests/test_backend.py then tests/test_plan.py crashed in a GCNConv backward kernel
-# after a change to the cost model's CUDA-only branches; gdb put the fault on that instruction). Single-threaded
+# unrelated changes (tests/test_backend.py then tests/plan/test_plan.py crashed in a GCNConv backward kernel after a
+# change to the cost model's CUDA-only branches; gdb put the fault on that instruction). Single-threaded
 # kernels accumulate without it. Torch's bug, not the backend's: plain torch.compile emits the same kernels.
 torch._inductor.config.cpp.threads = 1
 
@@ -75,18 +75,22 @@ def graph() -> Graph:
     )
 
 
-def pytest_collection_finish(session):
-    """The interpreter reruns start now, on the other core, and their tests move to the session's end, where each
-    waits for its own (tests/kernels/interpreter.py)."""
-    from tests.kernels import interpreter
-
-    picked = interpreter.prefetch(session.items)
-    if picked:
-        ids = {id(item) for item in picked}
-        session.items[:] = [item for item in session.items if id(item) not in ids] + picked
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow (the full grids)")
 
 
-def pytest_sessionfinish(session, exitstatus):
-    from tests.kernels import interpreter
-
-    interpreter.stop()
+def pytest_collection_modifyitems(config, items):
+    """The tiers (pyproject.toml's markers, tests/run.py): ``slow`` only with ``--slow``; ``cuda`` only with a GPU;
+    ``triton`` with a GPU or under Triton's interpreter (``TRITON_INTERPRET=1``). What a tier leaves out is
+    deselected, not skipped, so a skip in the report is a real one."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    cuda = torch.cuda.is_available()
+    keep, drop = [], []
+    for item in items:
+        left_out = ((item.get_closest_marker("slow") and not config.getoption("--slow"))
+                    or (item.get_closest_marker("cuda") and not cuda)
+                    or (item.get_closest_marker("triton") and not (cuda or interpreted)))
+        (drop if left_out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

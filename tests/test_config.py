@@ -220,7 +220,7 @@ def test_report_option_writes_the_json_report(tmp_path, monkeypatch):
 
 def test_plan_check_option_trusts_the_version_counter(monkeypatch):
     """``options={"plan_check": "version"}``: a write through ``.data`` is not followed (the default checks CPU
-    graphs, tests/test_plan.py), because the option holds at each call, where the plan is reused."""
+    graphs, tests/plan/test_plan.py), because the option holds at each call, where the plan is reused."""
     monkeypatch.delenv("GNN_IO_PLAN_CHECK", raising=False)
     torch._dynamo.reset()
     torch.manual_seed(0)

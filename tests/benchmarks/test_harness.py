@@ -8,7 +8,7 @@ from benchmarks import harness
 from benchmarks.graphs import grid, real, rmat, uniform
 
 # the project's real graphs, next to the repository (as examples/gat_cora.py reads them)
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def test_harness_writes_results(tmp_path):

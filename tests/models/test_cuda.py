@@ -1,5 +1,5 @@
 """GPU paths against eager PyG on CUDA (skipped without CUDA; run on the device machine with
-``python -m pytest -q tests/gpu``)."""
+``python tests/run.py`` on a GPU machine)."""
 import pytest
 import torch
 from torch_geometric import nn as pyg
@@ -7,7 +7,7 @@ from torch_geometric import nn as pyg
 import gnn_inductor.kernels  # noqa: F401
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda
 ops = torch.ops.gnn_io
 CUDA = torch.device("cuda")
 

@@ -13,7 +13,7 @@ from gnn_inductor.kernels.attention import selector as attention_paths
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.testing import random_graph
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda
 
 LAYERS = {
     "gcn": lambda: pyg.GCNConv(32, 32),

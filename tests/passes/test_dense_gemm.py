@@ -14,7 +14,6 @@ from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.dense import ops as dense_ops
 from gnn_inductor.testing import random_graph
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
-from tests.kernels.interpreter import rerun_under_interpreter
 
 aten = torch.ops.aten
 
@@ -92,8 +91,7 @@ def test_op_without_the_kernel_is_cublas_with_bias():
     assert fake.shape == (5, 4) and fake.device.type == "meta"
 
 
-@pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                    reason="the kernels on CPU: run by test_under_interpreter_rerun")
+@pytest.mark.triton
 @pytest.mark.parametrize("layer", ["gat", "sage_max"])
 def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch):
     """The compiled layer with every linear map's GEMMs (forward, input and weight gradients) in the kernel:
@@ -101,7 +99,7 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     # GATConv's GEMM as a plain linear map (by default it and its scores are one gnn_io::linear_scores call,
-    # tests/test_head_scores.py)
+    # tests/kernels/attention/test_head_scores.py)
     monkeypatch.setenv("GNN_IO_SCORE_FOLD", "0")
     if INTERPRETED:
         monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
@@ -137,7 +135,3 @@ def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch
     assert made >= 3 and len(ran) >= 3, (made, ran)
     assert "gnn_io::mm" in gnn_inductor.rewrite_report.format_text(model)
 
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
-def test_under_interpreter_rerun():
-    rerun_under_interpreter(__file__, select="compiled_layers")

@@ -11,7 +11,6 @@ from torch_geometric.nn import GATConv, TransformerConv
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -107,7 +106,8 @@ def output_shape_ops():
         yield
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch, output_shape_ops):
     """Under Triton's interpreter the compiled TransformerConv runs the fused kernels end to end, and the split
     passes write the query, key and value gradients into the packed gradient themselves; outputs and every
@@ -149,7 +149,8 @@ def _compiled_matches_eager(model, edge_index, tf32: bool = False) -> None:
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 def test_compiled_layer_writes_packed_gradients_with_the_kernels_on_the_block_path(monkeypatch, output_shape_ops):
     """The same on the block-sparse path (TF32 allowed, the path forced, a graph of dense communities whose every
     row window goes to Tensor Cores): the block kernels store the query, key and value gradients into the packed
@@ -175,11 +176,6 @@ def test_compiled_layer_writes_packed_gradients_with_the_kernels_on_the_block_pa
     _compiled_matches_eager(model, edge_index, tf32=True)
     assert stored == [True, True, True], stored
     assert "attention path (dot, tf32): block," in gnn_inductor.rewrite_report.format_text(model)
-
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="with_the_kernels")
 
 
 def _gat_score(a0, a1, a2):

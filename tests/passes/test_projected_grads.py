@@ -15,12 +15,10 @@ import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.kernels.attention import csr_chunked, dispatch
 from gnn_inductor.testing import TOLERANCES, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_kernels = pytest.mark.skipif(not INTERPRETED and DEVICE == "cpu",
-                                   reason="the kernel path on CPU: run by test_under_interpreter")
+needs_kernels = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def _dot_score(q, k, v):
@@ -173,11 +171,6 @@ def test_compiled_layers_with_the_kernels_by_blocks(layer, monkeypatch):
     assert _layer_check(model, x, edge_index, edge_attr) == 1
     assert ran == [True], ran
     assert "attention_backward_projected" in gnn_inductor.rewrite_report.format_text(model)
-
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
-def test_under_interpreter():
-    rerun_under_interpreter(__file__, select="blocks or matches_the_packed")
 
 
 def test_switch_off_keeps_the_products_in_the_graph(monkeypatch):

@@ -1,6 +1,6 @@
 """GAT's attention-vector projections made with their feature GEMM (gnn_inductor/passes/score_fold.py): which sums
 are matched, the rewritten graph computes the same values, a compiled GAT layer with edge features stays correct,
-and the switch turns it off. tests/test_head_scores.py checks the op itself and GATConv compiled with it."""
+and the switch turns it off. tests/kernels/attention/test_head_scores.py checks the op itself and GATConv compiled with it."""
 import os
 
 import pytest
@@ -14,7 +14,6 @@ from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.passes import score_fold
 from gnn_inductor.config import SettingError
 from gnn_inductor.testing import check_rewrites, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 aten = torch.ops.aten
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -90,7 +89,8 @@ def test_gat_conv_with_the_fold_off_and_gatv2_without_projections(monkeypatch):
                    expect={"attention": 1, "score_projection": 0})
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="the kernel path on CPU: run by test_kernels_under_interpreter")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 def test_compiled_gat_with_edge_features_needing_grads_with_the_kernels(monkeypatch):
     """GATConv with edge features that need a gradient (``check_rewrites`` makes them leaves), compiled with the
     3xTF32 kernels at the test's sizes: the node features' GEMM and both projections are one ``linear_scores``
@@ -112,7 +112,3 @@ def test_compiled_gat_with_edge_features_needing_grads_with_the_kernels(monkeypa
     assert fold["details"]["vectors"] == ["att_src", "att_dst"] and fold["details"]["columns"] == 32
     assert "linear_scores" in gnn_inductor.rewrite_report.format_text(model)
 
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="with_the_kernels")

@@ -1,8 +1,7 @@
 """Structure fingerprints (gnn_inductor/plan/fingerprint.py): what the plan cache compares at each reuse of a graph plan.
 
 The CPU fingerprint (XXH3-128 of the bytes) on every machine; the Triton kernel against a NumPy reference of its
-definition on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_triton_under_interpreter``).
+definition on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
 
 import numpy as np
@@ -11,11 +10,9 @@ import torch
 
 from gnn_inductor.plan import fingerprint as fp
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
-from tests.kernels.interpreter import rerun_under_interpreter
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_triton_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def tensors() -> list:
@@ -94,7 +91,3 @@ def test_kernel_sees_a_one_word_change_and_an_edge_swap():
     if not torch.equal(swapped, edge_index):
         assert not torch.equal(base, fp.fingerprint(swapped, use_kernel=True))
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernel tests run in this process")
-def test_triton_under_interpreter():
-    rerun_under_interpreter(__file__, select="kernel")

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.dgl.conftest import load_dgl
+from tests.frontends.dgl.conftest import load_dgl
 
 dgl = load_dgl()
 from dgl import function as fn
@@ -15,7 +15,7 @@ from dgl import function as fn
 from gnn_inductor import rewrite_report
 from gnn_inductor.frontends import dgl_udf
 from gnn_inductor.testing import check_rewrites
-from tests.dgl.test_dgl_zoo import OUT_CHANNELS, only, reductions
+from tests.frontends.dgl.test_dgl_zoo import OUT_CHANNELS, only, reductions
 
 # reduce functions that reduce their mailbox (every spelling of each kind), with what they become
 REDUCING = {

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.dgl.conftest import load_dgl
+from tests.frontends.dgl.conftest import load_dgl
 
 dgl = load_dgl()
 from dgl import function as fn
@@ -109,7 +109,7 @@ def test_attention_dropout_is_part_of_the_op(graph, dgl_graph, layer, monkeypatc
     the graph), and the output and every gradient are eager DGL's with its dropout given the mask regenerated
     from the seed the op read."""
     from gnn_inductor import rewrite_report
-    from tests.kernels.test_attention_triton import compiled_and_regenerated_eager
+    from tests.kernels.attention.test_attention_triton import compiled_and_regenerated_eager
 
     torch.manual_seed(0)
     model = layer(graph.in_channels, 4, 2, attn_drop=0.4, allow_zero_in_degree=True).train()

@@ -1,5 +1,5 @@
 """Fused CSR attention on CUDA against eager PyG (skipped without CUDA; on the device machine:
-``python -m pytest -q tests/gpu/test_attention_cuda.py``).
+``python -m pytest -q tests/kernels/attention/test_attention_cuda.py``).
 
 Compiled GATConv, GATv2Conv and TransformerConv (backend ``gnn_io``) against eager PyG: forward and every
 gradient, with and without edge features, dropout off, float32 and bfloat16; the report must name the fused
@@ -23,9 +23,9 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
-from tests.kernels.test_attention_triton import CASES, compiled_and_regenerated_eager
+from tests.kernels.attention.test_attention_triton import CASES, compiled_and_regenerated_eager
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda")
 NUM_NODES, IN_CHANNELS, EDGE_DIM = 400, 16, 5
 FAMILY = {GATConv: "gat", GATv2Conv: "gatv2", TransformerConv: "dot"}

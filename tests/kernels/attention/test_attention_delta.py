@@ -2,8 +2,8 @@
 bias gradient, computed before ``gnn_io::attention_backward`` so that the kernels never read the forward's output.
 
 - The op against a float64 formula: with and without a bias, bf16 inputs, shapes whose rows do not split into
-  ``lse``'s heads (an empty ``D``), on the torch path and on the Triton kernel (CUDA, or CPU under the
-  interpreter in a subprocess).
+  ``lse``'s heads (an empty ``D``), on the torch path and on the Triton kernel (CUDA, or CPU in the
+  interpreter tier).
 - In a compiled TransformerConv step (whose attention output is not the layer's output: the skip map's sum is),
   the saved attention output is read by ``attention_delta`` alone in the backward graph, so Inductor frees it
   before the gradients are allocated; the step's gradients still match eager PyG.
@@ -19,12 +19,10 @@ from torch_geometric.nn import TransformerConv
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_delta_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def _expected(grad, out, bias):
@@ -111,7 +109,7 @@ def test_rows_that_do_not_split_into_heads_give_an_empty_delta():
 @runs_kernel
 def test_backward_op_refuses_a_delta_of_another_shape():
     """The fused backward checks ``D`` against ``lse`` before any kernel reads it."""
-    from tests.kernels.test_attention_triton import CASES, NUM_NODES, _fn, make_args
+    from tests.kernels.attention.test_attention_triton import CASES, NUM_NODES, _fn, make_args
 
     score_fn, message_fn, _, kinds = CASES["transformer"]
     score, message, roles = _fn(score_fn), _fn(message_fn), [role for role, _ in kinds]
@@ -122,10 +120,6 @@ def test_backward_op_refuses_a_delta_of_another_shape():
     with pytest.raises(ValueError, match="statistics of shape"):
         torch.ops.gnn_io.attention_backward(out, args, roles, *plan, score, message, 1e-16, [], 0, None, 0.0,
                                             lse[:, :1], lse, [True] * len(args))
-
-
-def test_delta_under_interpreter():
-    rerun_under_interpreter(__file__, select="test_delta_kernel or strided or refuses")
 
 
 def test_compiled_backward_reads_the_attention_output_only_for_delta(monkeypatch):

@@ -3,8 +3,7 @@ forward also makes ``M_i = sum_j alpha_ij s'_ij (w_ij v_j - out_i)`` and the bac
 ``<dout_i, M_i>``, the gradient of a dst-role score term, instead of the src pass storing a term per edge that is
 then summed per destination.
 
-Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``), on the split-backward tests' graph: a destination hub and a source hub split
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py), on the split-backward tests' graph: a destination hub and a source hub split
 into several work items (so the hub combine merges the mass's partial sums), isolated nodes, self loops and
 duplicate edges. The rule of where the op runs is checked everywhere.
 """
@@ -20,8 +19,7 @@ from gnn_inductor.kernels.attention import (
 )
 from gnn_inductor.kernels.runtime.roles import ROLE_SRC
 
-from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_attention_split_backward import (
+from tests.kernels.attention.test_attention_split_backward import (
     DEVICE,
     INTERPRETED,
     NUM_NODES,
@@ -31,10 +29,9 @@ from tests.kernels.test_attention_split_backward import (
     reference_grads,
     run_op,
 )
-from tests.kernels.test_attention_triton import assert_close, make_args
+from tests.kernels.attention.test_attention_triton import assert_close, make_args
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 GAT_CASES = ["gat", "gat_edge", "gat_dropout"]
 
 
@@ -88,7 +85,8 @@ def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
     assert not mass.cpu()[-3:].any()
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 @pytest.mark.parametrize("edge_dim", [None, 3])
 def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkeypatch):
     """PyG's GATConv (2 heads, its bias, with and without edge features) compiled with ``gnn_io``: the attention
@@ -187,7 +185,7 @@ def _rule(plan, name="gat", dtype=torch.float32, requires_grad=True, device=DEVI
     return dispatch.mass_terms(args, roles, on_device[0], on_device[3], score, message)
 
 
-@pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(), reason="the fused kernels do not run here")
+@pytest.mark.triton
 def test_rule_picks_gat_dst_terms_in_float32_only(plan, monkeypatch):  # noqa: F811
     monkeypatch.delenv(csr_launch.BACKWARD_ENV, raising=False)
     monkeypatch.delenv(attention_paths.PATH_ENV, raising=False)
@@ -221,7 +219,3 @@ def test_rule_is_off_where_the_fused_kernels_do_not_run(plan):  # noqa: F811
         pytest.skip("CPU tensors run the fused kernels under the interpreter")
     assert _rule(plan, device=torch.device("cpu")) == []
 
-
-@pytest.mark.skipif(INTERPRETED, reason="reruns this file")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__)

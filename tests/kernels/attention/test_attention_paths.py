@@ -19,15 +19,14 @@ from gnn_inductor.kernels.attention import (
 from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import TOLERANCES
-from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, dropout_on, graph
+from tests.kernels.attention.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, dropout_on, graph
+from tests.tiers import tiered
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_paths_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +138,7 @@ def test_fp32_without_tf32_stays_on_csr(monkeypatch):
 
 
 def test_gatv2_runs_on_block_only_when_forced(monkeypatch):
-    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+    from tests.kernels.attention.test_block_sparse_gat import CASES, NUM_NODES, make_args
 
     score_fn, message_fn, family, kinds = CASES["gatv2"]
     src, dst = graph(NUM_NODES, 200, seed=7)
@@ -342,7 +341,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
 @pytest.mark.parametrize("case", ["gat", "gat_edge", "gatv2", "gatv2_dropout"])
 def test_gat_paths_match_reference(case, dtype, monkeypatch):
     # GAT and GATv2 through the op on the block path (duplicate windows on CSR): forward and every gradient
-    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, dropout_of, make_args
+    from tests.kernels.attention.test_block_sparse_gat import CASES, NUM_NODES, dropout_of, make_args
 
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
     score_fn, message_fn, family, kinds = CASES[case]
@@ -377,7 +376,7 @@ def test_gat_paths_match_reference(case, dtype, monkeypatch):
 def test_bias_paths_match_reference(monkeypatch):
     # GAT with a bias on the hybrid path: the op adds the bias after the block and CSR kernels, and both backwards
     # get out - bias for D; the bias's gradient is dout summed over rows
-    from tests.kernels.test_block_sparse_gat import CASES, NUM_NODES, make_args
+    from tests.kernels.attention.test_block_sparse_gat import CASES, NUM_NODES, make_args
 
     monkeypatch.setenv(attention_paths.PATH_ENV, "block")
     score_fn, message_fn, _, kinds = CASES["gat"]
@@ -432,7 +431,7 @@ def test_dropout_paths_match_reference(monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("reorder", ["off", "applied"])
+@pytest.mark.parametrize("reorder", tiered(["off", "applied"], ["off"]))
 def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     """Left to the chooser (a cost model that predicts a hybrid), the first call times the forward and backward of
     the pick and of CSR through the op's own step function, records both, and the result matches the reference
@@ -513,12 +512,6 @@ def test_order_gain_is_timed_against_what_the_identity_order_would_run(identity_
     timed = attention_paths._measure_order_gain(entry, decision, forward_fn, None, items, "half", 1.0, "block")
     assert ran == [("hybrid" if identity_windows else "csr", True), ("block", True)]
     assert set(timed) == {"none fwd+bwd" if identity_windows else "none fwd+bwd (csr)", "rcm fwd+bwd"}
-
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_paths_under_interpreter():
-    # gat_paths_match and dropout_paths_match included
-    rerun_under_interpreter(__file__, select="paths_match or automatic_choice")
 
 
 def test_report_lists_decisions(monkeypatch):

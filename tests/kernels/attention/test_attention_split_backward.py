@@ -2,8 +2,7 @@
 a dst pass over the CSR and a src pass over the transposed CSR, against the atomic backward and the float64
 reference of gnn_io::attention.
 
-Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``); there they also count the interpreter's atomic operations. The graph has a
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py); there they also count the interpreter's atomic operations. The graph has a
 destination hub and a source hub, both split into several work items (``MAX_EDGES = 8``), isolated nodes, self
 loops and duplicate edges. The transposed CSR and its cache are plain torch and run everywhere.
 """
@@ -23,8 +22,8 @@ from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_attention_triton import (
+from tests.tiers import tiered
+from tests.kernels.attention.test_attention_triton import (
     CASES,
     CHANNELS,
     EPS,
@@ -46,9 +45,10 @@ NO_SPLIT_MAX_EDGES = 64  # above every degree: no hub item, so the split backwar
 SOURCE_HUB, SOURCE_HUB_DEGREE = 1, 20
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
-interpreter_only = pytest.mark.skipif(not INTERPRETED, reason="counts the interpreter's atomics: run under it")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
+def interpreter_only(test):
+    """Counts the interpreter's atomic operations: the interpreter tier only."""
+    return pytest.mark.triton(pytest.mark.skipif(not INTERPRETED, reason="counts the interpreter's atomics")(test))
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def _no_atomic_kernels(monkeypatch):
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
 
 @runs_kernel
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", tiered(CASES, ["gat_edge", "gatv2_dropout", "transformer"]))
 def test_split_matches_atomic_and_reference(plan, name, monkeypatch):
     """Every family (GAT with and without an edge term, GATv2, TransformerConv with ``v_j + e_ij``, each with edge
     terms also with attention dropout: the dst and src passes regenerate the forward's mask from the seed and the
@@ -330,7 +330,7 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
 
 def test_packed_backward_checks_its_layout(plan):
     """Offsets that overlap, run past the width, or pack an argument without a gradient are refused before any
-    work (a gap between spans is allowed: tests/test_packed_grads.py checks that it comes back zero)."""
+    work (a gap between spans is allowed: tests/passes/test_packed_grads.py checks that it comes back zero)."""
     score, message, roles, kinds = _case("transformer")
     args = make_args(kinds, plan[1].numel(), torch.float32)
     out, lse = torch.zeros(NUM_NODES, HEADS, CHANNELS), torch.zeros(NUM_NODES, HEADS)
@@ -349,8 +349,4 @@ def test_packed_backward_checks_its_layout(plan):
         call([0, width], 2 * width)
 
 
-# ---- the interpreter run ----
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__)
+# ---- the interpreter tier ----

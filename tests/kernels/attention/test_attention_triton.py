@@ -1,7 +1,6 @@
 """The fused CSR attention kernels (kernels/attention/csr_*.py) against the CPU reference of gnn_io::attention.
 
-Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``; see tests/kernels/test_spmm_triton.py for why a subprocess). Under the
+Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py). Under the
 interpreter ``torch.ops.gnn_io.attention`` itself takes the fused path on CPU tensors, so these tests go
 through the op, its autograd formula and the launchers. Family recognition runs everywhere, including on the
 edge functions the backend cuts from real PyG layers.
@@ -34,7 +33,7 @@ from torch_geometric.utils import softmax as pyg_softmax
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
+from tests.tiers import tiered
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -44,8 +43,7 @@ EPS = 1e-16
 DROPOUT_P, DROPOUT_SEED = 0.3, 1234567
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 # where the op's own tests run: the fused kernels (CUDA, the interpreter), else the CPU reference
 OP_DEVICE = DEVICE if INTERPRETED or torch.cuda.is_available() else torch.device("cpu")
 
@@ -345,7 +343,8 @@ def test_opcheck_fused(plan):
 # ---- the all-heads forward (GNN_IO_ATTENTION_HEADS=all) ----
 
 @runs_kernel
-@pytest.mark.parametrize("heads, channels", [(1, 4), (4, 4), (3, 5)], ids=["1x4", "4x4", "3x5_padded"])
+@pytest.mark.parametrize("heads, channels", tiered([pytest.param(1, 4, id="1x4"), pytest.param(4, 4, id="4x4"),
+                                                    pytest.param(3, 5, id="3x5_padded")], [(3, 5)]))
 @pytest.mark.parametrize("name", list(CASES))
 def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
     """Output, lse and gradients of the one-program-per-item kernels, forward and split backward (hub split and
@@ -694,11 +693,12 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
         assert "dropout_p" not in rewrite.details
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 @pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
 @pytest.mark.parametrize("name, make, family", LAYERS[:3], ids=[name for name, _, _ in LAYERS[:3]])
 def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family, with_edge_attr, monkeypatch):
-    """The CUDA tests' matrix (tests/gpu/test_attention_cuda.py) on the fused kernels, interpreted: GATConv,
+    """The CUDA tests' matrix (tests/kernels/attention/test_attention_cuda.py) on the fused kernels, interpreted: GATConv,
     GATv2Conv and TransformerConv compiled with ``gnn_io``, with and without edge features, against eager PyG,
     forward and the gradients of every input (edge features included, as ``check_rewrites`` makes them leaves
     that need one) and parameter. Here the trace-time rules that only look at arguments the fused kernels take
@@ -858,16 +858,13 @@ def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, m
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 
-# ---- the interpreter run ----
+# ---- the interpreter tier ----
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(csr_forward.forward_kernel, InterpretedFunction), \
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.csr_forward is imported"
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__)

@@ -2,8 +2,7 @@
 CPU reference of gnn_io::attention.
 
 Format tests run on CPU everywhere. The kernel runs on CUDA when there is a GPU, and on CPU tensors under
-Triton's interpreter in a subprocess (``test_kernels_under_interpreter``; tests/kernels/test_spmm_triton.py
-says why a subprocess).
+Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
 import os
 
@@ -21,7 +20,6 @@ from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, do
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import TOLERANCES, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -30,8 +28,7 @@ EPS = 1e-16
 DROPOUT = rng.Dropout(torch.tensor(1234567), 0.3)  # attention dropout: the mask regenerated from the seed
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def graph(num_nodes, num_edges, *, seed=0, duplicates=0, hub_degree=0, num_isolated=3):
@@ -197,7 +194,7 @@ def _fn(f):
     return edge_functions.register(torch.fx.symbolic_trace(f))
 
 
-# TransformerConv's edge functions as the backend cuts them (tests/kernels/test_attention_triton.py)
+# TransformerConv's edge functions as the backend cuts them (tests/kernels/attention/test_attention_triton.py)
 def _dot_score(a0, a1, a2):
     return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0)
 
@@ -503,16 +500,13 @@ def test_other_families_are_refused():
         dot_forward(args, [ROLE_SRC, ROLE_SRC, ROLE_DST], plan[3], _fn(gat_score), _fn(gat_message), blocks, 20, EPS)
 
 
-# ---- the interpreter run ----
+# ---- the interpreter tier ----
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse._dot_forward_kernel, InterpretedFunction), \
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.block_dot is imported"
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="dot_forward or dot_backward or interpreted or all_heads")

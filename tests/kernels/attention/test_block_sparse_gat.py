@@ -1,8 +1,7 @@
 """The block-sparse GAT and GATv2 kernels (kernels/attention/block_gat.py) against the float64 CPU reference of
 gnn_io::attention: output, lse and every gradient.
 
-The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``; tests/kernels/test_spmm_triton.py says why a subprocess).
+The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
 import os
 
@@ -29,8 +28,8 @@ from gnn_inductor.kernels.attention.block_gat import (
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import TOLERANCES
-from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_block_sparse import dense_rows_of, graph, plan_and_blocks
+from tests.kernels.attention.test_block_sparse import dense_rows_of, graph, plan_and_blocks
+from tests.tiers import tiered
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -38,15 +37,14 @@ NUM_NODES, HEADS, CHANNELS = 40, 2, 4
 EPS = 1e-16
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def _fn(f):
     return edge_functions.register(torch.fx.symbolic_trace(f))
 
 
-# GATConv / GATv2Conv edge functions as the backend cuts them (tests/kernels/test_attention_triton.py)
+# GATConv / GATv2Conv edge functions as the backend cuts them (tests/kernels/attention/test_attention_triton.py)
 def _gat_score(a0, a1, a2):
     return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
 
@@ -169,7 +167,7 @@ def assert_close(actual, expected, dtype, name):
     # Triton 3.6's interpreter returns garbage for a bf16 tl.dot (fp16 is right): bf16 is checked on CUDA only
     pytest.param(torch.bfloat16, marks=pytest.mark.skipif(INTERPRETED, reason="interpreter's bf16 tl.dot"))],
     ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("graph_case", ["hub", "duplicates", "order"])
+@pytest.mark.parametrize("graph_case", tiered(["hub", "duplicates", "order"], ["hub"]))
 @pytest.mark.parametrize("name", list(CASES))
 def test_gat_matches_reference(name, graph_case, dtype, heads_per_program):
     # out and lse of the dense windows' rows (others 0), and every gradient against autograd through the float64
@@ -312,16 +310,13 @@ def test_unsupported_forms_are_refused():
         gat_forward(args, [ROLE_SRC, ROLE_DST, ROLE_SRC], perm, dot_score, dot_message, blocks, 20, EPS)
 
 
-# ---- the interpreter run ----
+# ---- the interpreter tier ----
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse_gat._gat_forward_kernel, InterpretedFunction), \
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.attention.block_gat is imported"
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="matches_reference or only_what_is_needed or interpreted or all_heads")

@@ -13,12 +13,10 @@ import gnn_inductor
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.attention import head_scores
 from gnn_inductor.testing import random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_under_interpreter_rerun")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture
@@ -214,8 +212,3 @@ def test_pass_leaves_graphs_the_kernel_does_not_run(monkeypatch):
     torch.testing.assert_close(out, model(x, edge_index), rtol=1e-4, atol=1e-5)
     assert "linear_scores" not in gnn_inductor.rewrite_report.format_text(model)
 
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter run itself")
-def test_under_interpreter_rerun():
-    rerun_under_interpreter(__file__, select="kernels_match or kernels_read or backward_products or no_gradient "
-                                             "or compiled_gatconv")

@@ -1,8 +1,8 @@
 """The 3xTF32 GEMM (kernels/dense/gemm.py): values against float64 in every launch shape, operand layout and
 epilogue, the policy that decides where it runs, and its errors.
 
-The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter through
-``test_under_interpreter_rerun`` (a subprocess with ``TRITON_INTERPRET=1``). On the H100 the split is checked
+The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the
+interpreter tier (marker ``triton``, tests/run.py). On the H100 the split is checked
 against float64 at float32's tolerance, tighter than cuBLAS's own float32 error there (``docs/dense.md``); the
 interpreter computes the products in plain float32.
 """
@@ -13,11 +13,9 @@ import torch
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.config import SettingError
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
-from tests.kernels.interpreter import rerun_under_interpreter
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_under_interpreter_rerun")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 # max abs error over the max magnitude of the float64 product; cuBLAS float32 measured 4.5e-7 to 3.4e-6 there
 TOLERANCE = 2e-6
 
@@ -209,12 +207,6 @@ def test_stationary_kernel_needs_the_shared_memory(monkeypatch):
     props.shared_memory_per_block_optin = 232448  # an H100
     monkeypatch.setattr(dense_triton, "_DEVICES", {})
     assert dense_triton.stationary_takes(a, b)
-
-
-def test_under_interpreter_rerun():
-    if INTERPRETED:
-        pytest.skip("already under the interpreter")
-    rerun_under_interpreter(__file__, select="not rerun")
 
 
 def test_policy_thresholds_and_setting(monkeypatch):

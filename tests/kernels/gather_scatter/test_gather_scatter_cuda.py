@@ -1,5 +1,5 @@
 """Fused gather-scatter kernels on CUDA: compiled PyG layers against eager PyG, forward and every
-gradient, float32 and bfloat16 (skipped without CUDA; ``python -m pytest -q tests/gpu``).
+gradient, float32 and bfloat16 (skipped without CUDA; ``python tests/run.py`` on a GPU machine).
 
 The graph has a hub of degree 3000, far above the split threshold the plan picks from its mean
 degree (8 x mean degree, rounded up to a power of two: 128 here), isolated nodes, self loops and
@@ -21,7 +21,7 @@ from gnn_inductor.kernels.gather_scatter import fused, launches
 from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ class LeakyDifferenceConv(MessagePassing):
 
 
 def _graph(num_nodes=NUM_NODES, num_edges=NUM_EDGES, hub=HUB, device=CUDA):
-    """The layers' inputs by name (tests/kernels/test_gather_scatter_triton.py takes a small one on CPU)."""
+    """The layers' inputs by name (tests/kernels/gather_scatter/test_gather_scatter_triton.py takes a small one on CPU)."""
     edge_index = random_graph(num_nodes, num_edges, seed=7, hub_degree=hub).to(device)
     generator = torch.Generator().manual_seed(3)
     num_edges = edge_index.shape[1]

@@ -2,9 +2,8 @@
 (kernels/gather_scatter/codegen.py, template.py) against the exact CPU reference of ``gnn_io::gather_scatter``.
 
 The codegen tests run everywhere (no kernel runs). The kernel tests run through the op on CUDA when
-there is a GPU, and on CPU tensors under Triton's interpreter: ``test_kernels_under_interpreter``
-reruns this file in a subprocess with ``TRITON_INTERPRET=1`` and ``GNN_IO_TRITON_ON_CPU=1`` (the op's
-switch that sends CPU tensors down the Triton path), at small sizes. The graph has isolated nodes,
+there is a GPU, and on CPU tensors in the interpreter tier (``TRITON_INTERPRET=1 pytest -m triton``, with
+``GNN_IO_TRITON_ON_CPU=1``: the op's switch that sends CPU tensors down the Triton path), at small sizes. The graph has isolated nodes,
 self loops, duplicate edges and a hub above the split threshold (``GNN_IO_GS_MAX_EDGES=8``).
 """
 import os
@@ -22,7 +21,6 @@ from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.kernels.gather_scatter.split_tuning import MIN_MAX_EDGES
 from gnn_inductor.plan.work_items import PADDING, hub_item_count
 from gnn_inductor.testing import TOLERANCES, random_graph
-from tests.kernels.interpreter import rerun_under_interpreter
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu")
@@ -30,8 +28,14 @@ NUM_NODES = 24
 HUB_DEGREE = 40
 MAX_EDGES = 8  # the split threshold of these tests: the hub is cut into several items
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
+
+
+@pytest.fixture(autouse=True)
+def _triton_path_for_cpu_tensors(monkeypatch):
+    """Under the interpreter the op sends CPU tensors down the Triton path (``GNN_IO_TRITON_ON_CPU``)."""
+    if INTERPRETED:
+        monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
 S, D, E, DN = ROLE_SRC, ROLE_DST, ROLE_EDGE, ROLE_DENSE
 
 
@@ -730,19 +734,20 @@ def test_compiled_sage_backward_adds_into_the_root_gemm(plan, aggr, monkeypatch,
     assert any(s.kind == "grad" and s.reduce == aggr and s.accumulate for s in launched)
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="compiles on CPU with the kernels interpreted: run by the rerun")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 @pytest.mark.parametrize("name", ["sage_max", "graphconv_max", "gine_sum", "edge_relu_sum", "edge_relu_mean",
                                   "edge_relu_max", "edge_relu_min", "leaky_difference_sum", "leaky_difference_max",
                                   "general_max", "cg_sum", "edge_conv_max", "pna"])
 def test_compiled_cuda_matrix_layer_matches_eager(name, monkeypatch):
-    """tests/gpu/test_gather_scatter_cuda.py's layers (its ``MODELS``: PyG's SAGEConv, GraphConv and GINEConv, and
+    """tests/kernels/gather_scatter/test_gather_scatter_cuda.py's layers (its ``MODELS``: PyG's SAGEConv, GraphConv and GINEConv, and
     messages of source, destination, edge-feature and edge-weight rows with sum, mean, max and min; its
     ``GATHER_LINEAR``: GeneralConv, CGConv, EdgeConv and PNAConv, whose linear maps of gathered rows move before
     the gather) on the fused kernels, interpreted, float32: compiled with ``gnn_io`` against eager PyG, forward
     and every gradient (edge inputs included). The trace-time rules of the fused path run only where its kernels
     do, so on CPU only here (session 29 found the attention family's failing on CUDA alone)."""
     from gnn_inductor.testing import check_rewrites
-    from tests.gpu.test_gather_scatter_cuda import GATHER_LINEAR, MODELS, _graph
+    from tests.kernels.gather_scatter.test_gather_scatter_cuda import GATHER_LINEAR, MODELS, _graph
 
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")
@@ -755,9 +760,4 @@ def test_compiled_cuda_matrix_layer_matches_eager(name, monkeypatch):
     assert rewrite["details"]["lowering"] == "triton", rewrite
 
 
-# ---- the interpreter run ----
-
-@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the kernels ran on the GPU")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, env={"GNN_IO_TRITON_ON_CPU": "1"})
+# ---- the interpreter tier ----

@@ -1,5 +1,5 @@
 """The measured degree split (kernels/gather_scatter/split_tuning.py): candidates, the pick, its cache on disk, and the
-fallbacks. The probe kernel's clock is faked here (CPU); tests/gpu/test_split_tuning_cuda.py measures."""
+fallbacks. The probe kernel's clock is faked here (CPU); tests/kernels/gather_scatter/test_split_tuning_cuda.py measures."""
 import json
 
 import pytest

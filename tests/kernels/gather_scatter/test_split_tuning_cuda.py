@@ -1,6 +1,6 @@
 """The measured degree split on CUDA (kernels/gather_scatter/split_tuning.py): the probe runs, its pick is one of the
 candidates and the fastest of its own times, the items op cuts at the pick, and a second process reads it
-back from the cache file (skipped without CUDA; ``python -m pytest -q tests/gpu``)."""
+back from the cache file (skipped without CUDA; ``python tests/run.py`` on a GPU machine)."""
 import json
 
 import pytest
@@ -11,7 +11,7 @@ from gnn_inductor.kernels.gather_scatter import fused, split_tuning
 from gnn_inductor.plan.work_items import PADDING
 from gnn_inductor.testing import random_graph
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """kernels/runtime/launch.py: the fast launch path's cache, with a stand-in for a jitted kernel (the real one needs
-CUDA; tests/gpu/ runs every kernel through it on the device)."""
+CUDA; the CUDA tests run every kernel through it on the device)."""
 import inspect
 
 import pytest

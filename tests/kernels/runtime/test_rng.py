@@ -1,8 +1,7 @@
 """The counter-based generator of attention dropout (kernels/runtime/rng.py): the torch implementation against Philox's
 published answer and Triton's ``tl.randint`` bit for bit, its statistics, and the ``gnn_io::dropout_keep`` op.
 
-The Triton side runs on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_triton_under_interpreter``; tests/kernels/test_spmm_triton.py says why a subprocess).
+The Triton side runs on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
 
 import pytest
@@ -10,13 +9,11 @@ import torch
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
 
-from tests.kernels.interpreter import rerun_under_interpreter
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 SEEDS = [0, 1, 123456789, rng.SEED_HIGH - 1, 2**40 + 3]  # the last: a key with a high word
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_triton_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def counters() -> torch.Tensor:
@@ -120,13 +117,10 @@ def test_keep_bits_by_triton_is_torch(seed, num_counters):
     assert torch.equal(actual, expected)
 
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(rng._uniform_kernel, InterpretedFunction)
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_triton_under_interpreter():
-    rerun_under_interpreter(__file__)

@@ -1,8 +1,7 @@
 """The block-sparse SpMM (kernels/spmm/block_sparse.py) against the float64 CPU reference of gnn_io::spmm: the
 output, the features' gradient and the values' gradient, in fp32 (IEEE), TF32 and bf16.
 
-The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``; tests/kernels/test_spmm_triton.py says why a subprocess). Triton 3.6's
+The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py). Triton 3.6's
 interpreter multiplies bf16 ``tl.dot`` operands as their raw 16-bit patterns and ignores
 ``input_precision="tf32"``, so under it ``tl.dot`` is patched to round its operands as Tensor Cores do (bf16
 widened exactly, fp32 rounded to TF32's 10 mantissa bits when asked) before the float32 product: the bf16 and
@@ -26,8 +25,7 @@ from gnn_inductor.kernels.spmm.block_sparse import (
 
 from gnn_inductor.testing import TOLERANCES
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
-from tests.kernels.interpreter import rerun_under_interpreter
-from tests.kernels.test_block_sparse import dense_rows_of, graph
+from tests.kernels.attention.test_block_sparse import dense_rows_of, graph
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
@@ -35,8 +33,7 @@ NUM_NODES = 40
 # (rtol, atol per unit of max |reference|) against float64, by dot precision
 TOLERANCE = {"fp32": TOLERANCES[torch.float32], "tf32": (2e-3, 2e-3), "bf16": TOLERANCES[torch.bfloat16]}
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -265,16 +262,13 @@ def test_check_rejects_non_finite():
         assert_matches(expected + 0.1, expected, "bf16", "Y")
 
 
-# ---- the interpreter run ----
+# ---- the interpreter tier ----
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(block_sparse_spmm._block_spmm_kernel, InterpretedFunction), \
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.spmm.block_sparse is imported"
 
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="layer or non_finite or only_what or without_edges or interpreted")

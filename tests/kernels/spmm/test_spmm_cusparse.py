@@ -1,7 +1,7 @@
 """The cuSPARSE binding's per-graph entries (kernels/spmm/cusparse.py), on CPU with stub bindings: descriptors made
 once per graph, feature rows, width and dtype and kept in the graph's state; re-pointed at every call; made again
 (with CSR_ALG3's analysis) when the CSR changes in place; used once and not kept inside a CUDA-graph capture; gone
-with the graph. The products themselves need cuSPARSE (tests/gpu/test_cuda.py)."""
+with the graph. The products themselves need cuSPARSE (tests/models/test_cuda.py)."""
 import gc
 import itertools
 from types import SimpleNamespace

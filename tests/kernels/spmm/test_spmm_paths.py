@@ -2,8 +2,7 @@
 forced or chosen, against the op's exact CPU path (output, features' and values' gradients), and the
 decisions' rules (duplicates, sparse tiles, the setting).
 
-The kernel runs on CUDA when there is a GPU and on CPU under Triton's interpreter in a subprocess
-(``test_kernels_under_interpreter``); the decision rules that need no kernel run on CPU directly.
+The kernel runs on CUDA when there is a GPU and on CPU under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py); the decision rules that need no kernel run on CPU directly.
 """
 import pytest
 import torch
@@ -15,13 +14,11 @@ from gnn_inductor.kernels.spmm import selector as spmm_paths
 from gnn_inductor.plan import block_format
 from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import TOLERANCES
-from tests.kernels.interpreter import rerun_under_interpreter
 
 ops = torch.ops.gnn_io
 NUM_NODES = 48
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def batched_graph(duplicates: bool = False, seed: int = 0):
@@ -221,11 +218,6 @@ def test_cpu_without_interpreter_keeps_exact_path(path):
     if INTERPRETED:
         pytest.skip("the interpreter runs the kernel on CPU")
     assert not spmm_paths.applies(torch.randn(3, 2))
-
-
-@pytest.mark.skipif(INTERPRETED or torch.cuda.is_available(), reason="the kernels run directly")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__, select="forced or duplicate")
 
 
 def test_first_call_inside_a_cuda_graph_capture_takes_cusparse_uncached(monkeypatch):

@@ -3,7 +3,7 @@
 The kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter:
 ``TRITON_INTERPRET=1`` only takes effect for kernels defined after it is set, and setting it in the
 pytest process would also turn every later Triton kernel (Inductor's included) into an interpreted
-one, so ``test_kernels_under_interpreter`` runs this file again in a subprocess with it set.
+one, so the kernel tests (marker ``triton``) run in a pytest process of their own with it set (tests/run.py).
 The operator's fake implementation and its decomposition into a kernel call (what Inductor inlines)
 are checked without running the kernel, so on any machine.
 """
@@ -20,15 +20,13 @@ from gnn_inductor.plan.work_items import PADDING, WorkItems, padded_item_count, 
 from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
 from gnn_inductor.testing import TOLERANCES, random_graph
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
-from tests.kernels.interpreter import rerun_under_interpreter
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
 HUB_DEGREE = 40
 MAX_EDGES = 8  # well below the hub's degree, so the hub is cut into several atomically summed items
 
-runs_kernel = pytest.mark.skipif(not INTERPRETED and not torch.cuda.is_available(),
-                                 reason="no GPU: run by test_kernels_under_interpreter")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 compiled_only = pytest.mark.skipif(INTERPRETED, reason="wrap_triton needs a compiled (not interpreted) kernel")
 
 
@@ -235,9 +233,10 @@ def test_operator_decomposes_into_the_kernel_launch(plan):
     assert not any(n.target is torch.ops.gnn_io.spmm_csr_triton.default for n in graph.graph.nodes)
 
 
-# ---- the interpreter run ----
+# ---- the interpreter tier ----
 
-@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter run")
+@pytest.mark.triton
+@pytest.mark.skipif(not INTERPRETED, reason="checks the interpreter tier")
 def test_kernel_is_interpreted():
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -245,11 +244,7 @@ def test_kernel_is_interpreted():
         "TRITON_INTERPRET=1 must be set before gnn_inductor.kernels.spmm.csr_triton is imported"
 
 
-@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
-def test_kernels_under_interpreter():
-    rerun_under_interpreter(__file__)
-
-
+@pytest.mark.triton
 @pytest.mark.parametrize("listed", [False, True], ids=["scanned", "listed"])
 @pytest.mark.parametrize("above", [0, 2])
 def test_zero_rows_without_entries_writes_those_rows_only(above, listed):
@@ -260,7 +255,7 @@ def test_zero_rows_without_entries_writes_those_rows_only(above, listed):
     from gnn_inductor.kernels.runtime.fill import zero_rows_without_entries
 
     if not INTERPRETED and not torch.cuda.is_available():
-        pytest.skip("no GPU: run by the interpreter run")
+        pytest.skip("no GPU: the interpreter tier runs it")
     rowptr = torch.tensor([0, 0, 2, 2, 5, 5], device=DEVICE)
     wanted = torch.tensor([True, False, True, above == 2, True], device=DEVICE)
     rows = rows_to_fill(rowptr, above) if listed else None
