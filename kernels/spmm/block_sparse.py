@@ -40,7 +40,7 @@ masked stores, and the edges of other windows keep a 0 gradient (the CSR backwar
 and ``dY`` in that dtype for the dots (values are cast to it), float32 accumulation, ``Y`` and ``dX`` in the
 input dtype; ``da`` in ``edge_values``' dtype. Tested against a float64 reference (``gnn_io::spmm`` on CPU) at
 rtol 1e-5 for fp32 IEEE, 2e-3 for TF32 and 1.6e-2 for bf16, atol the same times ``max(1, max |ref|)``
-(``tests/kernels/test_block_sparse_spmm.py``).
+(``tests/kernels/spmm/test_block_sparse_spmm.py``).
 
 **Non-finite features** spread further than in the CSR kernel: ``0 * inf`` and ``0 * nan`` are NaN in a dot,
 so a non-finite ``x_j`` reaches every row of each window whose tiles hold column ``j``, its true neighbours
