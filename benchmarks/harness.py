@@ -37,6 +37,7 @@ import torch
 import gnn_inductor  # registers the backend; also enables Dynamo's dynamic-output-shape capture for Inductor
 from gnn_inductor.plan import state as graph_state
 from benchmarks.graphs import SUITE, graph_suite  # noqa: F401  (the harness's graphs; other scripts import them here)
+from benchmarks.results_page import merge, write_outputs
 
 HEADS = 4
 EDGE_DIM = 16
@@ -285,7 +286,12 @@ def mode_env(mode: str):
 
 
 def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
-    with mode_env(mode):
+    # Importing gnn_inductor turns Dynamo's capture of data-dependent output shapes on for the process (the
+    # backend needs PyG's self-loop masks in one graph); torch.compile's own modes run with Dynamo's default, as
+    # they do in a process that never imports the backend.
+    plain = mode in ("inductor", "inductor_cg")
+    dynamo = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False) if plain else contextlib.nullcontext()
+    with mode_env(mode), dynamo:
         return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
 
 
@@ -379,92 +385,6 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return record
-
-
-def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True) -> str:
-    os.makedirs(out_dir, exist_ok=True)
-    clean = [{k: v for k, v in r.items() if k != "out"} for r in records]
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"meta": meta, "results": clean}, f, indent=1)
-    table = markdown_table(clean, meta)
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
-        f.write(table)
-    if not with_chart:
-        return table
-    try:
-        chart(clean, os.path.join(out_dir, "speedup.png"))
-    except Exception as exc:  # matplotlib missing: the table is the result
-        print(f"no chart: {exc}")
-    return table
-
-
-def _fmt(value, digits=2):
-    return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
-
-
-def markdown_table(records: list, meta: dict) -> str:
-    by_case = {}
-    for r in records:
-        by_case.setdefault((r["graph"], r["layer"]), {})[r["mode"]] = r
-    extra = list(dict.fromkeys(r["mode"] for r in records if r["mode"] not in ("eager", "inductor", "gnn_io")))
-    lines = [f"# Benchmarks ({meta['device']})", "",
-             f"torch {meta['torch']}, triton {meta['triton']}, torch_geometric {meta['torch_geometric']}, "
-             f"{meta['dtype']}, {meta['features']} features, {meta['date']}", "",
-             f"Command: `{meta['command']}`", "",
-             f"Copy bandwidth measured: {_fmt(meta['copy_gbps'], 0)} GB/s. Times in ms (median), forward+backward "
-             "unless marked fwd; peak in GB; 'x eager'/'x inductor' are speedups of gnn_io; roofline = least bytes "
-             "/ copy bandwidth.", "",
-             "| graph | nodes | edges | layer | eager | inductor | gnn_io | x eager | x inductor | fwd eager | "
-             "fwd inductor | fwd gnn_io | peak eager | peak inductor | peak gnn_io | plan build | roofline | "
-             "step GB (eager / inductor / gnn_io) | rel err | err vs fp32 (eager / gnn_io) | gnn_io path |"
-             + "".join(f" {m} |" for m in extra), "|" + "---|" * (21 + len(extra))]
-    for (graph, layer), modes in by_case.items():
-        e, i, g = modes.get("eager", {}), modes.get("inductor", {}), modes.get("gnn_io", {})
-        any_r = e or i or g
-
-        def t(r, key="fwdbwd_ms"):
-            return r.get("error", "")[:40] if "error" in r else _fmt(r.get(key))
-
-        def ratio(a, b):
-            return f"{a['fwdbwd_ms'] / b['fwdbwd_ms']:.2f}" if a.get("fwdbwd_ms") and b.get("fwdbwd_ms") else "-"
-
-        lines.append(f"| {graph} | {any_r.get('nodes')} | {any_r.get('edges')} | {layer} | {t(e)} | {t(i)} | "
-                     f"{t(g)} | {ratio(e, g)} | {ratio(i, g)} | {t(e, 'fwd_ms')} | {t(i, 'fwd_ms')} | "
-                     f"{t(g, 'fwd_ms')} | {_fmt(e.get('peak_gb'))} | {_fmt(i.get('peak_gb'))} | "
-                     f"{_fmt(g.get('peak_gb'))} | {_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
-                     f"{_fmt(e.get('step_gb'))} / {_fmt(i.get('step_gb'))} / {_fmt(g.get('step_gb'))} | "
-                     f"{_fmt(g.get('rel_err'), 7) if g.get('rel_err') is not None else '-'} | "
-                     f"{_fmt(e.get('err_vs_fp32'), 5)} / {_fmt(g.get('err_vs_fp32'), 5)} | {g.get('paths', '-')} |"
-                     + "".join(f" {t(modes[m]) if m in modes else '-'} |" for m in extra))
-    return "\n".join(lines) + "\n"
-
-
-def chart(records: list, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases, vs_eager, vs_inductor = [], [], []
-    index = {(r["graph"], r["layer"], r["mode"]): r for r in records}
-    for (graph, layer, mode), r in index.items():
-        if mode != "gnn_io" or not r.get("fwdbwd_ms"):
-            continue
-        e, i = index.get((graph, layer, "eager"), {}), index.get((graph, layer, "inductor"), {})
-        cases.append(f"{layer}\n{graph}")
-        vs_eager.append(e.get("fwdbwd_ms", 0) / r["fwdbwd_ms"])
-        vs_inductor.append(i.get("fwdbwd_ms", 0) / r["fwdbwd_ms"])
-    fig, ax = plt.subplots(figsize=(max(6, len(cases) * 0.8), 4))
-    xs = range(len(cases))
-    ax.bar([x - 0.2 for x in xs], vs_eager, 0.4, label="vs PyG eager")
-    ax.bar([x + 0.2 for x in xs], vs_inductor, 0.4, label="vs torch.compile default")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels(cases, rotation=60, fontsize=6)
-    ax.set_ylabel("gnn_io speedup (forward+backward)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 def main(argv=None) -> int:
@@ -605,18 +525,6 @@ def _isolated_records(args, names: list, keep=lambda records: None) -> list:
             print(f"{name} {layer}: {len(finished)}/{len(modes)} modes finished", flush=True)
             keep(records)
     return records
-
-
-def merge(paths: list, out_dir: str) -> int:
-    """One table from several runs (a suite too long for one job, run in pieces: ``--merge A/results.json
-    B/results.json --out DIR``)."""
-    runs = [json.load(open(p)) for p in paths]
-    meta = dict(runs[0]["meta"])
-    meta["command"] = " ; ".join(r["meta"]["command"] for r in runs)
-    meta["date"] = " / ".join(sorted({r["meta"]["date"] for r in runs}))
-    meta["copy_gbps"] = min(r["meta"]["copy_gbps"] for r in runs)
-    print(write_outputs([rec for r in runs for rec in r["results"]], meta, out_dir))
-    return 0
 
 
 def _version(module: str) -> str:

@@ -144,23 +144,37 @@ def test_an_interrupted_run_keeps_the_cases_it_finished(monkeypatch, tmp_path):
 
 def test_merge_joins_runs_into_one_table(tmp_path):
     """``--merge``: the results of runs split across device calls in one results.json / results.md (the results
-    page), the metadata joined (every command, every date, the lower copy bandwidth)."""
-    def run(name, mode, ms, command, gbps):
+    page): every run's command and date listed, a case measured twice keeps the later record, the layer's family
+    table shows the ratios, and runs of another dtype are rows of their own."""
+    def run(name, records, command, dtype="float32"):
         path = tmp_path / name
         meta = {"device": "GPU", "torch": "t", "triton": "tr", "torch_geometric": "pyg", "python": "3",
-                "date": f"{name}-date", "command": command, "dtype": "float32", "features": 8, "copy_gbps": gbps}
-        record = {"layer": "gcn", "graph": "g", "mode": mode, "nodes": 10, "edges": 20, "fwdbwd_ms": ms}
-        path.write_text(json.dumps({"meta": meta, "results": [record]}))
+                "date": f"{name}-date", "command": command, "dtype": dtype, "features": 8, "copy_gbps": 100.0}
+        rows = [{"layer": layer, "graph": "g", "mode": mode, "nodes": 10, "edges": 20, "fwdbwd_ms": ms,
+                 "peak_gb": 1.0} for layer, mode, ms in records]
+        path.write_text(json.dumps({"meta": meta, "results": rows}))
         return str(path)
 
     out = tmp_path / "merged"
-    assert harness.main(["--merge", run("a.json", "eager", 4.0, "first", 100.0),
-                         run("b.json", "gnn_io", 2.0, "second", 90.0), "--out", str(out)]) == 0
+    assert harness.main(["--merge", run("a.json", [("gcn", "eager", 4.0), ("gcn", "gnn_io", 9.0)], "first"),
+                         run("b.json", [("gcn", "gnn_io", 2.0), ("gcn", "inductor", 3.0)], "second"),
+                         run("c.json", [("gat", "eager", 6.0), ("gat", "gnn_io", 3.0)], "third", "bfloat16"),
+                         "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
-    assert [r["mode"] for r in data["results"]] == ["eager", "gnn_io"]
-    assert data["meta"]["command"] == "first ; second" and data["meta"]["copy_gbps"] == 90.0
-    row = next(line for line in (out / "results.md").read_text().splitlines() if line.startswith("| g |"))
-    assert [c.strip() for c in row.strip("|").split("|")][3:8] == ["gcn", "4.00", "-", "2.00", "2.00"]
+    assert sorted((r["layer"], r["mode"], r["fwdbwd_ms"]) for r in data["results"]) == [
+        ("gat", "eager", 6.0), ("gat", "gnn_io", 3.0), ("gcn", "eager", 4.0), ("gcn", "gnn_io", 2.0),
+        ("gcn", "inductor", 3.0)]
+    assert [r["command"] for r in data["meta"]["runs"]] == ["first", "second", "third"]
+    page = (out / "results.md").read_text()
+    assert "`first`" in page and "`third`" in page and "## Attention" in page
+
+    def cells(prefix):
+        row = next(line for line in page.splitlines() if line.startswith(prefix))
+        return [c.strip() for c in row.strip("|").split("|")]
+
+    # graph, nodes, edges, layer, dtype, eager, compile, gnn_io, turbo-gnn, vs eager, vs compile, vs turbo-gnn
+    assert cells("| g | 10 | 20 | GCNConv |")[4:12] == ["float32", "4.00", "3.00", "2.00", "-", "2.00x", "1.50x", "-"]
+    assert cells("| g | 10 | 20 | GATConv |")[4:11] == ["bfloat16", "6.00", "-", "3.00", "-", "2.00x", "-"]
 
 
 def test_ab_compiles_each_mode_under_its_own_environment():
@@ -211,3 +225,16 @@ def test_edge_feature_layers_get_seeded_features_for_their_graph():
     wide = harness.with_graph(harness.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
     assert wide.edge_attr.shape[1] == 64 and wide.edge_attr.dtype == torch.float64
 
+
+
+def test_torch_compile_modes_run_with_dynamos_default_capture(monkeypatch):
+    """Importing gnn_inductor turns on Dynamo's capture of data-dependent output shapes for the process; the
+    harness's ``torch.compile`` modes run with Dynamo's default, as in a process without the backend, and the
+    gnn_io modes with the backend's setting."""
+    seen = {}
+    monkeypatch.setattr(harness, "_run_case", lambda layer, graph, mode, *args: seen.setdefault(
+        mode, torch._dynamo.config.capture_dynamic_output_shape_ops))
+    for mode in ("inductor", "inductor_cg", "gnn_io"):
+        harness.run_case("gcn", None, mode, 8, torch.float32, torch.device("cpu"), 1)
+    assert seen == {"inductor": False, "inductor_cg": False, "gnn_io": True}
+    assert torch._dynamo.config.capture_dynamic_output_shape_ops
