@@ -16,14 +16,102 @@ import torch
 
 from gnn_inductor import rewrite_report as _report
 
-# Tolerance per dtype, (rtol, atol-scale): |compiled - eager| <= atol_scale * max(1, |eager|max) + rtol * |eager|.
-# float32 differs from eager only by summation order in the reductions.
-TOLERANCES = {
-    torch.float64: (1e-10, 1e-10),
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
+# Every comparison tolerance of the tests, by kind and dtype: (rtol, atol). A comparison passes where
+# |actual - expected| <= atol + rtol * |expected| elementwise (torch.testing.assert_close; NaN never passes, as
+# assert_close's equal_nan is off). Fetch an entry with :func:`tolerance`. Half an ulp is 2^-24 (6e-8) in float32,
+# 2^-53 in float64, 2^-11 in float16 and 2^-9 in bfloat16.
+TOLERANCE_TABLE = {
+    # A kernel or compiled graph against eager in the same dtype (or against float64 rounded to it) that differs
+    # only by the order of its reductions' additions: float32 to about 1e-5 relative (sums of up to a few hundred
+    # terms, each addition rounding by 2^-24), float64 to 1e-10; float16 and bfloat16 a few ulps of their own.
+    "default": {
+        torch.float64: (1e-10, 1e-10),
+        torch.float32: (1e-5, 1e-5),
+        torch.float16: (2e-3, 2e-3),
+        torch.bfloat16: (1.6e-2, 1.6e-2),
+    },
+    # The same operations in the same order: bit for bit.
+    "exact": {dtype: (0.0, 0.0) for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)},
+    # The same few terms per element added in another order, or one rounding step moved (a GEMM's bias added
+    # inside it, two gradients summed in the other order), with no long reduction: a few ulps, far under the default.
+    "reassociated": {
+        torch.float64: (1e-12, 1e-12),
+        torch.float32: (1e-6, 1e-6),
+        torch.bfloat16: (1e-2, 1e-2),
+    },
+    # One float32 kernel at two launches (other warps, stages or heads per program): the elements' arithmetic is
+    # the same up to the order of a tile's in-register reductions, a few ulps of each partial sum; the outputs near
+    # 0 are not sums that cancel, so the absolute part stays at a tenth of the default.
+    "relaunch": {
+        torch.float32: (1e-5, 1e-6),
+    },
+    # A float32 GEMM kernel (no TF32) against the float64 product: each output sums its inner products in float32
+    # tiles, about K * 2^-24 relative to the sum of |terms|, which exceeds |result| where the terms cancel; inner
+    # sizes of up to ~100 give 2e-5.
+    "gemm": {
+        torch.float32: (2e-5, 2e-5),
+    },
+    # A float32 GEMM with TF32 inputs: TF32 keeps 10 mantissa bits, so each input rounds by up to 2^-11 (5e-4)
+    # relative and a product by twice that; 2e-3 covers the products' rounding and the float32 sum over them.
+    "tf32": {
+        torch.float32: (2e-3, 2e-3),
+    },
+    # A fused kernel (attention's online softmax, a gather-scatter with an edge function) against a float64
+    # reference rounded to the dtype: the reference's rounding (half an ulp), the kernel's rounding of its inputs'
+    # products and its float32 accumulation, and in attention exp, which turns a score's absolute error into a
+    # relative error of every weight (scores of a few units multiply it by that many): four times the default.
+    "kernel": {
+        torch.float64: (4e-10, 4e-10),
+        torch.float32: (4e-5, 4e-5),
+        torch.float16: (8e-3, 8e-3),
+        torch.bfloat16: (6.4e-2, 6.4e-2),
+    },
+    # A compiled float32 GNN layer (its GEMMs, an attention softmax over a hub's edges, and their backward's sums
+    # over those edges) against eager float32: both sides carry their own chain of float32 reductions, each adding
+    # about sqrt(K) * 2^-24 relative, and exp turns the score's absolute error into the weights' relative error:
+    # 1e-4 relative; the absolute part stays at the default, as no output cancels to near 0.
+    "layer": {
+        torch.float32: (1e-4, 1e-5),
+    },
+    # A float32 sum of about HUB_TERMS unit-size terms (a hub's in-edges, a bias gradient's column over a thousand
+    # rows) whose result may cancel toward 0, where relative error means nothing: the absolute error is about
+    # 2^-24 * sum(|terms|) ~ 6e-8 * 1e3, bounded at 1e-4. For n terms scale the atol by sqrt(n / HUB_TERMS) (the
+    # rounding errors of a blocked sum add like a random walk). bfloat16: that float32 sum rounded once to bfloat16
+    # (half an ulp, 2^-9), within 2^-8 relative.
+    "hub_sum": {
+        torch.float32: (1e-5, 1e-4),
+        torch.bfloat16: (2 ** -8, 1e-4),
+    },
 }
+
+# The number of terms a "hub_sum" entry's atol covers.
+HUB_TERMS = 1024
+
+# The default tolerance per dtype, (rtol, atol-scale), as check_rewrites applies it:
+# |compiled - eager| <= atol_scale * max(1, |eager|max) + rtol * |eager|.
+TOLERANCES = dict(TOLERANCE_TABLE["default"])
+
+
+def tolerance(dtype: torch.dtype, kind: str = "default", *, scale: float = 1.0) -> dict:
+    """``dict(rtol=..., atol=...)`` of ``TOLERANCE_TABLE[kind][dtype]``, its atol multiplied by ``scale`` (for a
+    comparison relative to the expected values' magnitude, see :func:`magnitude`):
+
+    >>> torch.testing.assert_close(actual, expected, **tolerance(torch.float32))
+    """
+    if kind not in TOLERANCE_TABLE:
+        raise KeyError(f"no tolerance kind {kind!r}; kinds: {sorted(TOLERANCE_TABLE)}")
+    entries = TOLERANCE_TABLE[kind]
+    if dtype not in entries:
+        raise KeyError(f"no {kind!r} tolerance for {dtype}; it has {sorted(map(str, entries))}")
+    if not scale >= 0:
+        raise ValueError(f"scale must be a number >= 0, got {scale}")
+    rtol, atol = entries[dtype]
+    return {"rtol": rtol, "atol": atol * float(scale)}
+
+
+def magnitude(expected: torch.Tensor) -> float:
+    """``max(1, |expected|max)``: the scale of an atol relative to the largest expected element."""
+    return max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
 
 
 def random_graph(num_nodes: int, num_edges: int, *, seed: int = 0, hub_degree: int = 0, num_isolated: int = 2,

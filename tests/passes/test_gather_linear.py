@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from gnn_inductor import config, pipeline
 from gnn_inductor.passes import gather_linear
-from gnn_inductor.testing import check_rewrites, random_graph
+from gnn_inductor.testing import check_rewrites, random_graph, tolerance
 
 aten = torch.ops.aten
 N, E, F_IN, F_OUT = 12, 50, 6, 5
@@ -51,7 +51,7 @@ def test_moves_the_gemm_to_node_rows_and_keeps_the_value(name):
     rows = _gemm_rows(gm)
     assert rows.count(N) == node_gemms and rows.count(E) == (1 if name == "cat_with_edge" else 0), rows
     assert aten.cat.default not in _targets(gm)
-    torch.testing.assert_close(gm(x, src, dst, e, w, b), fn(x, src, dst, e, w, b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gm(x, src, dst, e, w, b), fn(x, src, dst, e, w, b), **tolerance(torch.float32))
 
 
 @pytest.mark.parametrize("case", ["fewer_edges", "half_split", "not_a_gather", "weight_computed"])

@@ -10,7 +10,7 @@ from torch_geometric.nn import GATConv, TransformerConv
 
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
-from gnn_inductor.testing import check_rewrites, random_graph
+from gnn_inductor.testing import check_rewrites, random_graph, tolerance
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -146,7 +146,7 @@ def _compiled_matches_eager(model, edge_index, tf32: bool = False) -> None:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     for got, expected in zip([x.grad] + [p.grad for p in model.parameters()], want):
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got, expected, **tolerance(torch.float32, "layer"))
 
 
 @pytest.mark.triton

@@ -22,7 +22,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
+from gnn_inductor.testing import check_rewrites, magnitude, random_graph, tolerance
 from tests.kernels.attention.test_attention_triton import CASES, compiled_and_regenerated_eager
 
 pytestmark = pytest.mark.cuda
@@ -203,11 +203,11 @@ def test_attention_dropout_backward_uses_the_forward_mask(name, dtype):
                     [t.to(dtype).double() for t in args], grad.to(dtype).double())
     without = attention_reference([t.double() for t in args], roles, *cpu_plan, score, message, 1e-16)
     assert (reference[0] - without).abs().max() > 0.1, "dropout must change the output"
-    rtol, atol = TOLERANCES[dtype]
     for i, (got, want) in enumerate(zip(fused, reference)):
         name_i = "out" if i == 0 else f"grad of argument {i - 1}"
         assert got.dtype == dtype and torch.isfinite(got).all(), name_i
-        torch.testing.assert_close(got.double().cpu(), want, rtol=4 * rtol, atol=4 * atol * float(want.abs().max()),
+        torch.testing.assert_close(got.double().cpu(), want,
+                                   **tolerance(dtype, "kernel", scale=float(want.abs().max())),
                                    msg=lambda m, name_i=name_i: f"{name_i}: {m}")
 
 
@@ -221,9 +221,8 @@ def test_compiled_dropout_layer_is_eager_with_the_regenerated_mask(layer, monkey
     grad = torch.randn(NUM_NODES, 16, generator=torch.Generator().manual_seed(1)).to(CUDA)
     compiled, eager = compiled_and_regenerated_eager(model, [x.requires_grad_(True), edge_index, edge_attr], grad,
                                                      monkeypatch)
-    rtol, atol = TOLERANCES[torch.float32]
     for i, (got, want) in enumerate(zip(compiled, eager)):
-        torch.testing.assert_close(got, want, rtol=4 * rtol, atol=4 * atol * max(1.0, float(want.abs().max())),
+        torch.testing.assert_close(got, want, **tolerance(torch.float32, "kernel", scale=magnitude(want)),
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 

@@ -18,7 +18,7 @@ from torch_geometric.nn import TransformerConv
 
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
-from gnn_inductor.testing import check_rewrites, random_graph
+from gnn_inductor.testing import check_rewrites, random_graph, tolerance
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -38,33 +38,33 @@ def _inputs(dtype, device, rows=37, heads=3, channels=20):
     return grad, out, bias, lse
 
 
-def _check(device, dtype, tolerance):
+def _check(device, dtype):
     grad, out, bias, lse = _inputs(dtype, device)
     for b in (None, bias):
         delta, bias_grad = torch.ops.gnn_io.attention_delta(grad, out, lse, b)
-        assert delta.dtype == torch.float32 and delta.shape == lse.shape
-        torch.testing.assert_close(delta.double().cpu(), _expected(grad, out, b).cpu(), rtol=tolerance, atol=tolerance)
+        assert delta.dtype == torch.float32 and delta.shape == lse.shape  # bf16 inputs too: float32's tolerance
+        torch.testing.assert_close(delta.double().cpu(), _expected(grad, out, b).cpu(),
+                                   **tolerance(torch.float32))
         if b is None:
             assert bias_grad.numel() == 0
         else:
             assert bias_grad.shape == bias.shape and bias_grad.dtype == bias.dtype
             # summed in float32, then rounded to the bias's dtype (bf16: 8 bits of mantissa)
-            rounding = 1e-5 if dtype == torch.float32 else 2 ** -8
             torch.testing.assert_close(bias_grad.double().cpu(), grad.double().sum(0).reshape(-1).cpu(),
-                                       rtol=rounding, atol=1e-4)
+                                       **tolerance(dtype, "hub_sum"))
 
 
 def test_delta_on_the_torch_path():
     if INTERPRETED:
         pytest.skip("the interpreter runs the kernel on CPU tensors: covered below")
-    _check(torch.device("cpu"), torch.float32, 1e-5)
-    _check(torch.device("cpu"), torch.bfloat16, 1e-5)  # bf16 inputs, products and sums in float32
+    _check(torch.device("cpu"), torch.float32)
+    _check(torch.device("cpu"), torch.bfloat16)  # bf16 inputs, products and sums in float32
 
 
 @runs_kernel
-@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-5)])
-def test_delta_kernel(dtype, tolerance):
-    _check(DEVICE, dtype, tolerance)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_delta_kernel(dtype):
+    _check(DEVICE, dtype)
 
 
 @runs_kernel
@@ -80,10 +80,11 @@ def test_bias_gradient_summed_by_the_delta_kernel(heads, channels, monkeypatch):
     monkeypatch.setattr(attention_module, "column_sum", no_column_sum)
     grad, out, bias, lse = _inputs(torch.float32, DEVICE, rows=1037, heads=heads, channels=channels)
     delta, bias_grad = torch.ops.gnn_io.attention_delta(grad, out, lse, bias)
-    torch.testing.assert_close(delta.double().cpu(), _expected(grad, out, bias).cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(delta.double().cpu(), _expected(grad, out, bias).cpu(),
+                               **tolerance(torch.float32))
     assert bias_grad.shape == bias.shape and bias_grad.dtype == bias.dtype
-    torch.testing.assert_close(bias_grad.double().cpu(), grad.double().sum(0).reshape(-1).cpu(), rtol=1e-5,
-                               atol=1e-4)
+    torch.testing.assert_close(bias_grad.double().cpu(), grad.double().sum(0).reshape(-1).cpu(),
+                               **tolerance(torch.float32, "hub_sum"))
 
 
 @runs_kernel

@@ -18,7 +18,7 @@ from gnn_inductor.kernels.attention import (
 )
 from gnn_inductor.kernels.attention.op import attention_reference
 
-from gnn_inductor.testing import TOLERANCES
+from gnn_inductor.testing import magnitude, tolerance
 from tests.kernels.attention.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, dropout_on, graph
 from tests.tiers import tiered
 
@@ -326,13 +326,12 @@ def test_paths_match_reference(path, dtype, monkeypatch):
     wide = [a.double().requires_grad_() for a in args]
     ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)
     ref.backward(grad_out.double())
-    rtol, atol = TOLERANCES[dtype]
-    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(), rtol=4 * rtol,
-                               atol=4 * atol * max(1.0, float(ref.abs().max())))
+    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(),
+                               **tolerance(dtype, "kernel", scale=magnitude(ref)))
     for name, leaf, expected in zip(["value", "query", "key"], leaves, wide):
         assert not torch.isnan(leaf.grad).any()
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
-                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad,
+                                   **tolerance(dtype, "kernel", scale=magnitude(expected.grad)),
                                    msg=lambda m, name=name: f"grad of {name}: {m}")
 
 
@@ -362,13 +361,12 @@ def test_gat_paths_match_reference(case, dtype, monkeypatch):
     wide = [a.double().requires_grad_() for a in args]
     ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
     ref.backward(grad_out.double())
-    rtol, atol = TOLERANCES[dtype]
-    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(), rtol=4 * rtol,
-                               atol=4 * atol * max(1.0, float(ref.abs().max())))
+    torch.testing.assert_close(out.cpu().double(), ref.to(dtype).double(),
+                               **tolerance(dtype, "kernel", scale=magnitude(ref)))
     for i, (leaf, expected) in enumerate(zip(leaves, wide)):
         assert not torch.isnan(leaf.grad).any()
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
-                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad,
+                                   **tolerance(dtype, "kernel", scale=magnitude(expected.grad)),
                                    msg=lambda m, i=i: f"grad of argument {i}: {m}")
 
 
@@ -395,9 +393,9 @@ def test_bias_paths_match_reference(monkeypatch):
     wide = [a.double().requires_grad_() for a in args]
     ref = attention_reference(wide[:-1], roles, rowptr, col, row, perm, score, message, EPS) + wide[-1].view(2, 4)
     ref.backward(grad_out.double())
-    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), **tolerance(torch.float32, "layer"))
     for i, (leaf, expected) in enumerate(zip(leaves, wide)):
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5,
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, **tolerance(torch.float32, "layer"),
                                    msg=lambda m, i=i: f"grad of argument {i}: {m}")
 
 
@@ -425,9 +423,9 @@ def test_dropout_paths_match_reference(monkeypatch):
     ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
     ref.backward(grad_out.double())
     assert (ref - attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS)).abs().max() > 0.1
-    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), **tolerance(torch.float32, "layer"))
     for leaf, expected in zip(leaves, wide):
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, **tolerance(torch.float32, "layer"))
 
 
 @runs_kernel
@@ -479,12 +477,11 @@ def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     wide = [a.double().requires_grad_() for a in args]
     ref = attention_reference(wide, roles, plan[0], plan[1], plan[2], plan[3], score, message, EPS)
     ref.sum().backward()
-    rtol, atol = TOLERANCES[torch.float16]
-    torch.testing.assert_close(out.detach().cpu().double(), ref.detach().to(torch.float16).double(), rtol=4 * rtol,
-                               atol=4 * atol * max(1.0, float(ref.detach().abs().max())))
+    torch.testing.assert_close(out.detach().cpu().double(), ref.detach().to(torch.float16).double(),
+                               **tolerance(torch.float16, "kernel", scale=magnitude(ref.detach())))
     for leaf, expected in zip(leaves, wide):
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
-                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())))
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad,
+                                   **tolerance(torch.float16, "kernel", scale=magnitude(expected.grad)))
 
 
 @pytest.mark.parametrize("identity_windows", [False, True])

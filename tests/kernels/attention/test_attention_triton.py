@@ -32,7 +32,7 @@ from torch_geometric.utils import softmax as pyg_softmax
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import TOLERANCES, check_rewrites, random_graph
+from gnn_inductor.testing import check_rewrites, magnitude, random_graph, tolerance
 from tests.tiers import tiered
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -174,10 +174,9 @@ def grads_of(fn, args, grad):
 
 
 def assert_close(actual, expected, dtype, name):
-    rtol, atol_scale = TOLERANCES[dtype]
     expected = expected.to(dtype).double().cpu()
-    torch.testing.assert_close(actual.double().cpu(), expected, rtol=4 * rtol,
-                               atol=4 * atol_scale * max(1.0, float(expected.abs().max())), msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(actual.double().cpu(), expected, **tolerance(dtype, "kernel", scale=magnitude(expected)),
+                               msg=lambda m: f"{name}: {m}")
 
 
 def check_case(name, plan, dtype=torch.float32, heads=HEADS, channels=CHANNELS):
@@ -257,7 +256,7 @@ def test_hub_slots_exact_or_bounded_give_the_same_result(plan):
     exact = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, items, MAX_EDGES)
     bounded = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, copies, MAX_EDGES)
     for a, b in zip(exact, bounded):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, b, **tolerance(a.dtype, "exact"))
 
 
 @pytest.fixture
@@ -854,7 +853,7 @@ def test_compiled_layer_dropout_is_eager_with_the_regenerated_mask(name, make, m
     compiled, eager = compiled_and_regenerated_eager(model, [x, edge_index, edge_attr], torch.randn(20, 8),
                                                      monkeypatch)
     for i, (got, want) in enumerate(zip(compiled, eager)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+        torch.testing.assert_close(got, want, **tolerance(torch.float32),
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 

@@ -19,7 +19,7 @@ from gnn_inductor.plan.block_format import TILE, WINDOW, build_block_format, tra
 from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, dot_backward, dot_forward
 
 from gnn_inductor.kernels.runtime import edge_functions
-from gnn_inductor.testing import TOLERANCES, random_graph
+from gnn_inductor.testing import magnitude, random_graph, tolerance
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -257,11 +257,10 @@ def test_dot_forward_matches_reference(case, dtype, heads_per_program):
     dense_rows = dense_rows_of(blocks, num_nodes)
     assert dense_rows.any()
     assert out.dtype == dtype and lse.dtype == torch.float32
-    rtol, atol = TOLERANCES[dtype]
     torch.testing.assert_close(out.cpu().double()[dense_rows], ref.to(dtype).double()[dense_rows],
-                               rtol=4 * rtol, atol=4 * atol * max(1.0, float(ref.abs().max())))
-    torch.testing.assert_close(lse.cpu().double()[dense_rows], ref_lse.double()[dense_rows], rtol=4 * rtol,
-                               atol=4 * atol * max(1.0, float(ref_lse.abs().max())))
+                               **tolerance(dtype, "kernel", scale=magnitude(ref)))
+    torch.testing.assert_close(lse.cpu().double()[dense_rows], ref_lse.double()[dense_rows],
+                               **tolerance(dtype, "kernel", scale=magnitude(ref_lse)))
     assert not out.cpu()[~dense_rows].any() and not lse.cpu()[~dense_rows].any(), "rows left to the CSR kernel"
     if case == "duplicates":
         assert not dense_rows.all()
@@ -296,11 +295,10 @@ def test_dot_backward_matches_reference(case, dtype, heads_per_program):
     dense = dense_rows_of(blocks, num_nodes)
     ref = attention_reference(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
     ref.backward(grad_out.double() * dense[:, None, None])
-    rtol, atol = TOLERANCES[dtype]
     for name, leaf, expected in zip(["value", "query", "key"], leaves, wide):
         assert leaf.grad.dtype == dtype
-        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, rtol=4 * rtol,
-                                   atol=4 * atol * max(1.0, float(expected.grad.abs().max())),
+        torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad,
+                                   **tolerance(dtype, "kernel", scale=magnitude(expected.grad)),
                                    msg=lambda m, name=name: f"grad of {name}: {m}")
         assert expected.grad.abs().max() > 0.1, f"{name} gradient is not exercised"
     if case == "duplicates":
@@ -359,7 +357,7 @@ def test_dot_backward_stores_into_packed_columns(case):
                          pack=places)
     for i in range(3):
         assert grads[i] is places[i], f"gradient {i} was not stored in its place"
-        torch.testing.assert_close(grads[i], expected[i], rtol=0, atol=0)
+        torch.testing.assert_close(grads[i], expected[i], **tolerance(torch.float32, "exact"))
         assert expected[i].abs().max() > 0.1
     assert packed[:, 0].isnan().all() and packed[:, -1].isnan().all()
     # a place of another dtype cannot take the kernels' store: the gradient comes back on its own for the caller
@@ -367,7 +365,7 @@ def test_dot_backward_stores_into_packed_columns(case):
     grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, [True] * 3,
                          pack=wrong)
     assert grads[0] is not wrong[0] and not wrong[0].any()
-    torch.testing.assert_close(grads[0], expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(grads[0], expected[0], **tolerance(torch.float32, "exact"))
 
 
 def _shared_key_score(a0, a1, a2):  # the value input a0 is the key too
@@ -395,8 +393,8 @@ def test_dot_backward_of_an_input_that_is_key_and_value():
     places = {0: torch.zeros(num_nodes, HEADS, CHANNELS, device=DEVICE)}
     grads = dot_backward(grad_out, delta, lse, args, roles, perm, score, message, blocks, transposed, needs,
                          pack=places)
-    torch.testing.assert_close(grads[0], expected[0], rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(grads[1], expected[1], rtol=0, atol=0)
+    torch.testing.assert_close(grads[0], expected[0], **tolerance(torch.float32, "reassociated"))
+    torch.testing.assert_close(grads[1], expected[1], **tolerance(torch.float32, "exact"))
 
 
 @runs_kernel
@@ -423,7 +421,7 @@ def test_launch_options_change_no_result(monkeypatch):
         for key in block_sparse.BLOCK_LAUNCH:
             monkeypatch.setitem(block_sparse.BLOCK_LAUNCH, key, launch)
         for i, (actual, wanted) in enumerate(zip(run(), expected)):
-            torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-5, msg=lambda m: f"result {i}: {m}")
+            torch.testing.assert_close(actual, wanted, **tolerance(torch.float32), msg=lambda m: f"result {i}: {m}")
 
 
 @runs_kernel
@@ -455,7 +453,8 @@ def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypat
     expected = run(1)
     assert expected[0].abs().max() > 0.1 and all(g.abs().max() > 0.01 for g in expected[2:])
     for i, (actual, wanted) in enumerate(zip(run("all"), expected)):
-        torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-6, msg=lambda m: f"result {i}: {m}")
+        torch.testing.assert_close(actual, wanted, **tolerance(torch.float32, "relaunch"),
+                                   msg=lambda m: f"result {i}: {m}")
 
 
 def test_float32_inputs_take_their_own_launch_entry(monkeypatch):

@@ -20,7 +20,7 @@ from gnn_inductor.config import SettingError
 from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.kernels.gather_scatter.split_tuning import MIN_MAX_EDGES
 from gnn_inductor.plan.work_items import PADDING, hub_item_count
-from gnn_inductor.testing import TOLERANCES, random_graph
+from gnn_inductor.testing import magnitude, random_graph, tolerance
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu")
@@ -361,11 +361,10 @@ def _reference(args, roles, plan, key, reduce, grad_out):
 
 
 def _assert_close(actual, expected, dtype):
-    rtol, atol_scale = TOLERANCES[dtype]
     assert actual.dtype == dtype and torch.isfinite(actual).all()
     expected = expected.detach().to(dtype).double()
-    torch.testing.assert_close(actual.detach().double().cpu(), expected, rtol=rtol * 4,
-                               atol=atol_scale * 4 * max(1.0, float(expected.abs().max())))
+    torch.testing.assert_close(actual.detach().double().cpu(), expected,
+                               **tolerance(dtype, "kernel", scale=magnitude(expected)))
 
 
 @runs_kernel
@@ -484,8 +483,8 @@ def _grad_out(key, args, roles, seed=0):
 def _assert_within(actual, expected):
     """float32 within 1e-5, relative to the largest expected element."""
     expected = expected.detach().double().cpu()
-    torch.testing.assert_close(actual.detach().double().cpu(), expected, rtol=1e-5,
-                               atol=1e-5 * max(1.0, float(expected.abs().max())))
+    torch.testing.assert_close(actual.detach().double().cpu(), expected,
+                               **tolerance(torch.float32, scale=magnitude(expected)))
 
 
 @pytest.fixture

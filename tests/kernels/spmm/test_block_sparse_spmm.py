@@ -23,15 +23,17 @@ from gnn_inductor.kernels.spmm.block_sparse import (
     values_by_edge_id,
 )
 
-from gnn_inductor.testing import TOLERANCES
+from gnn_inductor.testing import magnitude, tolerance
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from tests.kernels.attention.test_block_sparse import dense_rows_of, graph
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
 
-# (rtol, atol per unit of max |reference|) against float64, by dot precision
-TOLERANCE = {"fp32": TOLERANCES[torch.float32], "tf32": (2e-3, 2e-3), "bf16": TOLERANCES[torch.bfloat16]}
+# (dtype, kind) of gnn_inductor.testing.TOLERANCE_TABLE against float64, by dot precision (atol per unit of
+# max |reference|)
+TOLERANCE = {"fp32": (torch.float32, "default"), "tf32": (torch.float32, "tf32"),
+             "bf16": (torch.bfloat16, "default")}
 
 runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
@@ -67,11 +69,10 @@ def tensor_core_rounding():
 
 def assert_matches(actual, expected, precision, what):
     """``actual`` within ``TOLERANCE[precision]`` of the float64 ``expected``; a NaN or inf never passes."""
-    rtol, atol = TOLERANCE[precision]
+    dtype, kind = TOLERANCE[precision]
     actual = actual.detach().cpu().double()
     assert torch.isfinite(actual).all(), f"{what}: non-finite values"
-    torch.testing.assert_close(actual, expected.double(), rtol=rtol,
-                               atol=atol * max(1.0, float(expected.abs().max())),
+    torch.testing.assert_close(actual, expected.double(), **tolerance(dtype, kind, scale=magnitude(expected)),
                                msg=lambda m: f"{what} ({precision}): {m}")
 
 

@@ -18,7 +18,7 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import work_items as work_items_module
 from gnn_inductor.plan.work_items import PADDING, WorkItems, padded_item_count, work_items
 from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
-from gnn_inductor.testing import TOLERANCES, random_graph
+from gnn_inductor.testing import magnitude, random_graph, tolerance
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
@@ -50,12 +50,10 @@ def reference(x, values, rowptr, col, row, reduce):
 
 
 def assert_close(actual, expected, dtype):
-    rtol, atol_scale = TOLERANCES[dtype]
     assert actual.dtype == dtype
     assert torch.isfinite(actual).all()
     expected = expected.to(dtype).float()
-    torch.testing.assert_close(actual.float().cpu(), expected, rtol=rtol,
-                               atol=atol_scale * max(1.0, float(expected.abs().max())))
+    torch.testing.assert_close(actual.float().cpu(), expected, **tolerance(dtype, scale=magnitude(expected)))
 
 
 def inputs(plan, index_dtype, feature_shape, dtype=torch.float32, seed=0):
