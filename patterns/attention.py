@@ -139,7 +139,8 @@ def replace(agg, ctx):
     form = recognise(score_key, message_key, roles)
     details = {"roles": list(roles), "score": score_key, "message": message_key,
                "family": None if isinstance(form, str) else form.family,
-               "dtype": str(val(agg.scatter.node).dtype).removeprefix("torch.")}
+               "dtype": str(val(new).dtype).removeprefix("torch.")}
+    new = _as_eager_dtype(new, agg, ctx, details)
     rows = val(agg.scatter.node).shape[0]
     if isinstance(rows, int):  # destination rows, for the cost model (not with symbolic sizes)
         details["rows"] = rows
@@ -147,6 +148,21 @@ def replace(agg, ctx):
         details["dropout_p"] = agg.dropout.p
     ctx.record("attention", "gnn_io.attention", agg.scatter.node, details, plan.rowptr)
     return new
+
+
+def _as_eager_dtype(new, agg, ctx, details: dict):
+    """The op's output in the dtype of the aggregation it replaces. The op's is half precision when any argument
+    is (kernels/attention/layout.py); eager's is the message's, float32 where autocast or a float32 parameter
+    promotes it (``alpha * x_j`` with float32 ``alpha`` and bfloat16 ``x_j``: GATConv under any autocast,
+    TransformerConv and GATv2Conv under CUDA autocast). Without the cast the layer's output and everything after
+    it would change dtype; with it the op's output is eager's float32 sum rounded once to half precision (as every
+    other result autocast leaves in half precision). ``details["dtype"]`` stays the op's (the kernels' precision,
+    which the cost model keys on), ``details["output_dtype"]`` is eager's where they differ."""
+    eager = val(agg.scatter.result).dtype
+    if val(new).dtype == eager:
+        return new
+    details["output_dtype"] = str(eager).removeprefix("torch.")
+    return ctx.call(torch.ops.aten._to_copy.default, (new,), before=agg.scatter.result, dtype=eager)
 
 
 PATTERN = register_pattern(Pattern("attention", COVERS, match, replace), priority=20)

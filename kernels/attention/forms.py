@@ -26,6 +26,12 @@ family     score                                                               P
 ========== =================================================================== ===============================
 
 Each term reaches the edge through its role (src, dst or edge; ``att`` is dense).
+
+Float casts inside the chains are transparent: ``x.float()``, ``x.to(torch.bfloat16)`` and a sum with
+``dtype=torch.float32`` (what CUDA autocast makes of ``sum``, on its float32 list) change only where eager rounds an
+intermediate, and the kernels load every argument in its own dtype and compute in float32. The output dtype is not
+part of the form: the op's is half precision when any argument is (``kernels/attention/layout.py``), and the rewrite
+casts it to eager's where they differ (``patterns/attention.py``).
 """
 from __future__ import annotations
 
@@ -58,6 +64,16 @@ class _NotRecognised(Exception):
 
 _aten = torch.ops.aten
 _VIEWS = (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default)
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _uncast(node):
+    """``node`` without the float casts (``_to_copy`` to float32, float16 or bfloat16, nothing else changed) around
+    it."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target == _aten._to_copy.default \
+            and len(node.args) == 1 and set(node.kwargs) == {"dtype"} and node.kwargs["dtype"] in _FLOAT_DTYPES:
+        node = node.args[0]
+    return node
 
 
 def _number(x) -> bool:
@@ -65,7 +81,8 @@ def _number(x) -> bool:
 
 
 def _scaled(node, scale: float = 1.0):
-    """Strip ``* c`` and ``/ c`` by constants off ``node``: (inner node, accumulated scale)."""
+    """Strip ``* c`` and ``/ c`` by constants and float casts off ``node``: (inner node, accumulated scale)."""
+    node = _uncast(node)
     while node.op == "call_function" and node.target in (_aten.mul.Tensor, _aten.div.Tensor):
         a, b = node.args
         if node.target == _aten.mul.Tensor and _number(a):
@@ -73,11 +90,12 @@ def _scaled(node, scale: float = 1.0):
         if not _number(b):
             break
         scale = scale * b if node.target == _aten.mul.Tensor else scale / b
-        node = a
+        node = _uncast(a)
     return node, scale
 
 
 def _arg(node, placeholders) -> int:
+    node = _uncast(node)
     if node not in placeholders:
         raise _NotRecognised(f"{node} is not an argument")
     return placeholders[node]
@@ -85,21 +103,25 @@ def _arg(node, placeholders) -> int:
 
 def _sum_of_args(node, placeholders) -> tuple:
     """``a + b + ...`` of arguments: their indices."""
+    node = _uncast(node)
     if node.op == "call_function" and node.target == _aten.add.Tensor and not node.kwargs:
         return _sum_of_args(node.args[0], placeholders) + _sum_of_args(node.args[1], placeholders)
     return (_arg(node, placeholders),)
 
 
 def _leaky_relu(node):
+    node = _uncast(node)
     if node.op == "call_function" and node.target == _aten.leaky_relu.default and not node.kwargs:
         return node.args[0], float(node.args[1]) if len(node.args) > 1 else 0.01
     return None
 
 
 def _last_dim_sum(node):
-    if node.op == "call_function" and node.target == _aten.sum.dim_IntList and not node.kwargs and \
+    """The summand of a sum over the last dim (in its own dtype or a float one: float32 under CUDA autocast)."""
+    if node.op == "call_function" and node.target == _aten.sum.dim_IntList and \
+            set(node.kwargs) <= {"dtype"} and node.kwargs.get("dtype") in (None, *_FLOAT_DTYPES) and \
             list(node.args[1]) == [-1] and (len(node.args) < 3 or not node.args[2]):
-        return node.args[0]
+        return _uncast(node.args[0])
     return None
 
 
@@ -114,12 +136,13 @@ def _score_form(fn) -> dict:
     product = _last_dim_sum(root)
     if product is None or product.target != _aten.mul.Tensor or product.kwargs:
         raise _NotRecognised("score is neither leaky_relu(sum of terms) nor a sum over channels of a product")
-    for left, right in (product.args, reversed(product.args)):
+    factors = [_uncast(a) for a in product.args]
+    for left, right in (factors, reversed(factors)):
         leaky = _leaky_relu(left) if isinstance(left, torch.fx.Node) else None
         if leaky is not None and right in placeholders:
             return {"family": "gatv2", "score_terms": _sum_of_args(leaky[0], placeholders), "query": placeholders[right],
                         "negative_slope": leaky[1], "score_scale": scale}
-    for left, right in (product.args, reversed(product.args)):
+    for left, right in (factors, reversed(factors)):
         if left in placeholders and isinstance(right, torch.fx.Node):
             try:
                 return {"family": "dot", "score_terms": _sum_of_args(right, placeholders), "query": placeholders[left],
@@ -131,13 +154,16 @@ def _score_form(fn) -> dict:
 
 def _alpha_chain(node, alpha) -> float:
     """Walk from the alpha side of the message back to ``alpha`` through reshapes that add a trailing
-    unit channel dim and products with constants; returns the constant factor. (Attention dropout is not
+    unit channel dim, float casts and products with constants; returns the constant factor. (Attention dropout is not
     part of the message: the op applies it to alpha, kernels/runtime/rng.py.)"""
     scale = 1.0
     while node is not alpha:
         if node.op != "call_function":
             raise _NotRecognised(f"{node} on the alpha side is not an op")
-        if node.target == _aten.unsqueeze.default and node.args[1] in (-1, 2) or node.target in _VIEWS and list(node.args[1])[-1] == 1 and len(node.args[1]) == 3:
+        inner = _uncast(node)
+        if inner is not node:
+            node = inner
+        elif node.target == _aten.unsqueeze.default and node.args[1] in (-1, 2) or node.target in _VIEWS and list(node.args[1])[-1] == 1 and len(node.args[1]) == 3:
             node = node.args[0]
         elif node.target in (_aten.mul.Tensor, _aten.div.Tensor):
             a, b = node.args
@@ -162,6 +188,7 @@ def _message_form(fn) -> dict:
     alpha = nodes[0]
     placeholders = {n: i for i, n in enumerate(n for n in nodes[1:] if n.op == "placeholder")}
     (root,) = [n.args[0] for n in nodes if n.op == "output"]
+    root = _uncast(root)
     if root.op != "call_function" or root.target != _aten.mul.Tensor or root.kwargs:
         raise _NotRecognised("message is not (alpha-weighted) * values")
     for alpha_side, value_side in (root.args, reversed(root.args)):
