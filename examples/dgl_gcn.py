@@ -5,10 +5,11 @@
     python examples/dgl_gcn.py --large                  # a synthetic graph of 2^20 nodes and 10M edges
     python examples/dgl_gcn.py --device cuda --large    # needs a CUDA build of DGL that matches your torch
 
-DGL is imported through ``gnn_inductor.frontends.dgl.import_dgl()``: DGL 2.1.0, the newest on the package index,
-cannot ``import dgl`` on torch 2.11 (its graphbolt library is missing), and the helper also lets Dynamo capture
-DGL's message passing (docs/dgl.md). That DGL is CPU-only; no CUDA build of it exists for torch 2.11. Build
-graphs after ``import_dgl()``. Cora is found as in examples/gat_cora.py (a local copy, else PyG's download).
+A plain ``import dgl``: DGL 2.1.0, the newest on the package index, cannot import its graphbolt part on torch 2.11
+(the library is missing), and installing gnn_inductor sets up the import so that the rest of DGL imports without
+it (docs/dgl.md). ``import gnn_inductor`` before building graphs lets Dynamo capture their message passing. That
+DGL is CPU-only; no CUDA build of it exists for torch 2.11. Cora is found as in examples/gat_cora.py (a local copy,
+else PyG's download).
 
 Each GraphConv's ``update_all`` becomes a ``gnn_io.spmm``. On the CPU the cost model leaves it to Inductor,
 whose C++ code is faster there (``--cpu-rewrites`` takes the rewrite, to see it: the ops' reference code, slower
@@ -21,19 +22,19 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
-import gnn_inductor
-from example_data import DEFAULT_DATA_ROOT, load_cora, planted_graph
-from gnn_inductor.frontends.dgl import import_dgl
-
 try:
-    dgl = import_dgl()  # instead of `import dgl`
-except ImportError as exc:
+    import dgl
+except ModuleNotFoundError as exc:
+    if exc.name != "dgl":
+        raise
     print(f"skipped: this example needs DGL, which is not installed ({exc}); pip install -e \".[dgl]\"")
     sys.exit(0)
-from dgl.nn.pytorch import GraphConv  # noqa: E402  (after import_dgl)
+import torch
+import torch.nn.functional as F
+from dgl.nn.pytorch import GraphConv
+
+import gnn_inductor  # before building graphs: makes DGL's message passing traceable (docs/dgl.md)
+from example_data import DEFAULT_DATA_ROOT, load_cora, planted_graph
 
 
 class GCN(torch.nn.Module):
@@ -59,8 +60,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     data = planted_graph(1 << 20, 10_000_000, features=128) if args.large else load_cora(args.data_root)
-    src, dst = data.edge_index.to(args.device)  # built on its device: DGLGraph.to() drops the frontend's cache
-    g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=data.num_nodes))
+    src, dst = data.edge_index
+    g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=data.num_nodes)).to(args.device)
     x, y = data.x.to(args.device), data.y.to(args.device)
     train_mask, test_mask = data.train_mask.to(args.device), data.test_mask.to(args.device)
 

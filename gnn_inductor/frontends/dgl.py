@@ -23,61 +23,36 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
-import os
 import sys
-import types
 from dataclasses import dataclass
 
 import torch
 
-from gnn_inductor.frontends import declines, dgl_udf
+from gnn_inductor.frontends import declines, dgl_import, dgl_udf
 
 _STRUCTURE = "_gnn_io_structure"  # attribute on DGL's graph index (a new index per mutation)
 _INSTALLED = []
 
 
 # ---------------------------------------------------------------------------------------------
-# Import on modern torch
+# Import
 # ---------------------------------------------------------------------------------------------
 
-def _graphbolt_library_missing() -> bool:
-    """True when DGL's ``graphbolt`` has no C++ library for the running torch (DGL 2.1.0 ships
-    them for torch 2.0-2.2 only); found without importing DGL."""
-    spec = importlib.util.find_spec("dgl")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    version = torch.__version__.split("+", maxsplit=1)[0]
-    folder = os.path.join(spec.submodule_search_locations[0], "graphbolt")
-    return os.path.isdir(folder) and not any(
-        name.startswith(f"libgraphbolt_pytorch_{version}.") for name in os.listdir(folder))
-
-
-def _graphbolt_stub() -> types.ModuleType:
-    module = types.ModuleType("dgl.graphbolt", "Stand-in for dgl.graphbolt, whose C++ library does not exist for "
-                              f"torch {torch.__version__}; installed by gnn_inductor.frontends.dgl.import_dgl().")
-
-    def __getattr__(name):
-        raise AttributeError(
-            f"dgl.graphbolt.{name}: DGL's graphbolt has no library for torch {torch.__version__}, so "
-            "gnn_inductor.frontends.dgl.import_dgl() kept it out of the import; use a DGL build for this torch "
-            "to get graphbolt")
-
-    module.__getattr__ = __getattr__
-    return module
+# `import dgl` after `import gnn_inductor` works without the .pth too (a no-op when the .pth installed it)
+dgl_import.install_finder()
 
 
 def import_dgl():
-    """``import dgl`` that works on torch releases DGL's wheel has no graphbolt library for, and
-    that makes DGL models capturable by the ``gnn_io`` backend (:func:`install`).
+    """``import dgl``, then :func:`install` (DGL models capturable by the ``gnn_io`` backend); returns
+    the ``dgl`` module.
 
-    DGL 2.1.0 (the newest on the package index) imports ``dgl.graphbolt`` unconditionally, and
-    that fails on torch 2.11 for want of ``libgraphbolt_pytorch_2.11.0.so``. The rest of DGL does
-    not need it, so when the library is missing ``dgl.graphbolt`` is replaced by a stub module
-    whose attributes raise an error that says so. Returns the ``dgl`` module.
+    A plain ``import dgl`` works as well on torch releases that DGL's wheel has no graphbolt library
+    for (DGL 2.1.0 on torch 2.11): ``dgl.graphbolt`` is then a stub, from the finder of
+    gnn_inductor/frontends/dgl_import.py that installing gnn_inductor sets up at interpreter startup.
+    This function makes sure that finder is there (for an interpreter started without site-packages'
+    ``.pth`` files) and that graphs built after it get a cached structure.
     """
-    if "dgl" not in sys.modules and "dgl.graphbolt" not in sys.modules and _graphbolt_library_missing():
-        sys.modules["dgl.graphbolt"] = _graphbolt_stub()
+    dgl_import.install_finder()
     import dgl
 
     install()
@@ -526,6 +501,20 @@ def _remembering(original):
     return method
 
 
+def _remembering_copy(original):
+    """``original``, a method that returns a graph with a new graph index (``to``, ``clone``, ...), with
+    the structure cached on the graph it returns."""
+    @functools.wraps(original)
+    def method(graph, *args, **kwargs):
+        result = original(graph, *args, **kwargs)
+        if isinstance(result, type(graph)) and not hasattr(result._graph, _STRUCTURE):
+            _remember(result)
+        return result
+
+    method.__gnn_io_original__ = original
+    return method
+
+
 _METHODS = {
     "update_all": _update_all, "apply_edges": _apply_edges, "_set_n_repr": _set_n_repr, "_set_e_repr": _set_e_repr,
     "in_degrees": _in_degrees, "out_degrees": _out_degrees, "num_nodes": _num_nodes, "number_of_nodes": _num_nodes,
@@ -536,13 +525,19 @@ _METHODS = {
 _PROPERTIES = {"srcdata": _srcdata, "dstdata": _dstdata, "ndata": _ndata, "edata": _edata,
                "is_unibipartite": _is_unibipartite, "device": _device}
 # Methods that build a graph or give it a new graph index: the structure is cached after them.
-_BUILDERS = ("_init", "add_nodes", "add_edges", "remove_nodes", "remove_edges")
+# (__setstate__: a graph unpickled, as from a DataLoader's worker processes.)
+_BUILDERS = ("_init", "__setstate__", "add_nodes", "add_edges", "remove_nodes", "remove_edges")
+# Methods that return a copy with a new graph index, which DGL sets without _init: the structure is cached on
+# the copy. ``to`` (and ``cpu``, which calls it) copies for any device given as a string, even the graph's own
+# (DGL compares its torch.device with the string); ``int``/``long`` call ``astype``.
+_COPIERS = ("to", "clone", "formats", "astype")
 
 
 def install() -> bool:
     """Give Dynamo the traceable path through DGL (idempotent). Does nothing unless DGL is
-    imported; :func:`import_dgl` and the ``gnn_io`` backend's import call it. Graphs built before
-    it ran have no cached structure and keep DGL's own (graph-breaking) path."""
+    imported; runs when this module is imported after ``dgl``, else right after ``import dgl``
+    (below), and from :func:`import_dgl`. Graphs built before it ran have no cached structure and
+    keep DGL's own (graph-breaking) path; a copy of one made after it (``g.to(device)``) has one."""
     if _INSTALLED or "dgl" not in sys.modules:
         return bool(_INSTALLED)
     from dgl import heterograph_index
@@ -553,6 +548,8 @@ def install() -> bool:
 
     for name in _BUILDERS:
         setattr(DGLGraph, name, _remembering(getattr(DGLGraph, name)))
+    for name in _COPIERS:
+        setattr(DGLGraph, name, _remembering_copy(getattr(DGLGraph, name)))
     for name, traced in _METHODS.items():
         setattr(DGLGraph, name, _switch(getattr(DGLGraph, name), traced))
     for name, traced in _PROPERTIES.items():
@@ -565,3 +562,7 @@ def install() -> bool:
     sddmm.gsddmm_internal = by_index(sddmm.gsddmm_internal, _gsddmm_internal)
     _INSTALLED.append(True)
     return True
+
+
+# whichever of gnn_inductor and dgl a script imports first, graphs built after both imports are covered
+dgl_import.call_after_import("dgl", install)

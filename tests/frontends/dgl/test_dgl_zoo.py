@@ -23,7 +23,7 @@ from dgl.nn.pytorch import (
     SAGEConv,
 )
 
-from gnn_inductor.testing import check_rewrites
+from gnn_inductor.testing import check_rewrites, tolerance
 
 OUT_CHANNELS = 6
 FAMILIES = ("spmm", "gather_scatter", "edge_softmax", "attention")
@@ -120,7 +120,7 @@ def test_attention_dropout_is_part_of_the_op(graph, dgl_graph, layer, monkeypatc
     (attention,) = [w for w in rewrite_report.as_json(model)["rewrites"] if w["pattern"] == "attention"]
     assert attention["details"]["dropout_p"] == 0.4
     for i, (got, want) in enumerate(zip(compiled, eager)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+        torch.testing.assert_close(got, want, **tolerance(torch.float32),
                                    msg=lambda m, i=i: f"{'out' if i == 0 else f'gradient {i - 1}'}: {m}")
 
 
