@@ -4,7 +4,8 @@ Use ``torch.compile(model, backend="gnn_io")``; read what happened with :func:`r
 own models with :func:`gnn_inductor.testing.check_rewrites`.
 """
 from gnn_inductor.backend import gnn_io
-from gnn_inductor.rewrite_report import report
+from gnn_inductor.logs import set_logs
+from gnn_inductor.rewrite_report import report, write_html
 
-__all__ = ["gnn_io", "report"]
+__all__ = ["gnn_io", "report", "set_logs", "write_html"]
 __version__ = "0.1.0"

@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import time
 
 import torch
 import torch._dynamo
+import torch._functorch.config as functorch_config
 from torch._dynamo.utils import counters
 
-from gnn_inductor import config, pipeline
+from gnn_inductor import config, logs, pipeline
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.churn import Churn
@@ -105,7 +107,12 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     # Cora nodes, float32). The rewritten graphs keep 2 tiles; GNN_IO_INDUCTOR_MAX_TILES overrides.
     # ``inductor_tiles``: a graph left to Inductor whole (:func:`_plain_compile`) keeps Inductor's own setting, so
     # it is exactly what torch.compile's default runs (MUSAE-github GATConv on the H100: 2% slower with 2 tiles).
-    options = {"fx_graph_cache": False}
+    # Inductor's FX graph cache keys each graph after the passes of ``pipeline.SPLIT_PASSES`` (in
+    # :func:`_guarded_inner_compile`), so a second process compiling the same model for the same sizes and settings
+    # reuses the generated code; per-graph plans are built at run time from the structure tensors and so are never
+    # in a cached graph. AOTAutograd's cache stays off: its hit would return the bare
+    # compiled graphs without the compile's settings snapshot that :class:`UnderSettings` applies at each call.
+    options = {"fx_graph_cache": True}
     if not inductor_tiles or settings.is_set("inductor_max_tiles"):
         options["triton.max_tiles"] = settings["inductor_max_tiles"]
     if settings["inductor_max_autotune"]:  # mode="max-autotune" (config.MODES)
@@ -128,7 +135,8 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     # lazily, at the first backward, after such a block has exited; compile_fx also patches ``inner_compile`` so
     # the backward gets these options. Without them the backward would get no CUDA graphs under
     # GNN_IO_CUDAGRAPHS=1 (its kernels would launch one by one) and Inductor's default tiles.
-    return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
 
 
 def _has_symbolic_sizes(example_inputs) -> bool:
@@ -188,7 +196,7 @@ def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_in
         if graph_report is not None:
             graph_report.near_misses.append(_report.NearMiss(
                 "backend", f"the pass {progress.current} raised {type(exc).__name__}: {first_line(exc)[:160]}; "
-                f"this graph compiles without the passes after the forward/backward split", GRAPH_SOURCE))
+                f"this graph compiles without the passes after the forward/backward split", GRAPH_SOURCE, "fallback"))
     if settings["cuda_graphs"]:
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     _compile_in_workers(example_inputs)
@@ -207,7 +215,7 @@ def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_in
         reason = (f"Inductor failed to compile this graph ({type(exc).__name__}: "
                   f"{first_line(exc)[:160]}){OP_BY_OP}")
         if graph_report is not None:
-            graph_report.near_misses.append(_report.NearMiss("inductor", reason, GRAPH_SOURCE))
+            graph_report.near_misses.append(_report.NearMiss("inductor", reason, GRAPH_SOURCE, "fallback"))
         return _OpByOp(pristine)
 
 
@@ -297,8 +305,12 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
     """
     with config.patch(**config.compile_settings(mode, options)):
         settings = config.snapshot()
+    logs.follow_setting(settings["logs"])
+    start, known = time.perf_counter(), len(_report.reports())
     with settings_in_force(settings):
-        return UnderSettings(_compile(gm, example_inputs, settings), settings)
+        compiled = _compile(gm, example_inputs, settings)
+    logs.graph_compiled(_report.reports()[known:], time.perf_counter() - start)
+    return UnderSettings(compiled, settings)
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot):
@@ -315,7 +327,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
             raise
         graph_report = _report.GraphReport(0, [], [_report.NearMiss(
             "backend", f"graph left to Inductor unchanged: the pass {state.current} raised "
-            f"{type(exc).__name__}: {first_line(exc)}", GRAPH_SOURCE)], passes=state.report.passes)
+            f"{type(exc).__name__}: {first_line(exc)}", GRAPH_SOURCE, "fallback")], passes=state.report.passes)
         graph_report.track_parameters(example_inputs)
         _report.add(graph_report)
         return inductor_compile(gm, list(example_inputs), graph_report)
@@ -339,12 +351,13 @@ def _declined_graph(state: pipeline.CompileState, declined: list):
         # step 1.9x (H200): Dynamo's graph runs as captured, in eager mode
         graph_report.near_misses.append(_report.NearMiss(
             "inductor", f"Inductor failed on this graph, which the cost model left to it ({failure}); its sizes "
-            f"change from call to call (mini-batches), so it runs as captured, in eager mode", GRAPH_SOURCE))
+            f"change from call to call (mini-batches), so it runs as captured, in eager mode", GRAPH_SOURCE,
+            "fallback"))
         return gm
     # a graph of fixed sizes: its plan is built once, and the fused attention runs after all
     ctx.near_misses.append(_report.NearMiss(
         "attention", f"the cost model left this graph to Inductor, which failed on it ({failure}); the fused "
-        f"attention runs instead", GRAPH_SOURCE))
+        f"attention runs instead", GRAPH_SOURCE, "fallback"))
     return None
 
 
@@ -368,13 +381,17 @@ def _rewrite_and_compile(state: pipeline.CompileState):
                                                             {"gather_scatter": ("split", split_summary)}),
                       settings["plan_check"])
     graph_report.plan_check = reuse_contract(cache.check, state.device == "cuda")
+    graph_report.plan_build_ms = cache.build_ms  # the same list: the cache appends each build's time
     plan_inputs = [len(example_inputs) + j for j, v in enumerate(hoisted.output_vals) if isinstance(v, torch.Tensor)]
     static_inputs = _parameter_positions(example_inputs) + plan_inputs
     positions = hoisted.input_positions
 
     def plan_of(args) -> tuple:
         """The plan of the graph in ``args``, cached per graph: data-dependent sizes first, then tensors."""
+        builds = cache.builds
         plan = cache([args[i] for i in positions])
+        if cache.builds != builds:
+            logs.plan_built(graph_report, cache.build_ms[-1] / 1e3, cache.builds)
         graph_report.plan_builds, graph_report.plan_hits = cache.builds, cache.hits
         graph_report.plan_stale = cache.stale
         if cache.hits == 0:
@@ -385,7 +402,8 @@ def _rewrite_and_compile(state: pipeline.CompileState):
         graph_report.near_misses.append(_report.NearMiss(
             "cuda_graphs", f"GNN_IO_CUDAGRAPHS=1: its plan has {num_sizes} data-dependent size(s) (self loops "
             f"found by nonzero); compiled once per graph at its concrete sizes so CUDA graph trees replay it "
-            f"(at most {MAX_SPECIALIZED} graphs, then one dynamic-shape graph without CUDA graphs)", GRAPH_SOURCE))
+            f"(at most {MAX_SPECIALIZED} graphs, then one dynamic-shape graph without CUDA graphs)", GRAPH_SOURCE,
+            "declined"))
         _report.add(graph_report)
         run = size_specialized(aten_gm, len(example_inputs), num_sizes, static_inputs, graph_report, plan_of,
                                lambda *args: inductor_compile(*args),
@@ -416,8 +434,6 @@ def _plain_compile(gm, example_inputs, settings: config.Snapshot) -> tuple:
     :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can pick what runs
     instead (the rewritten graph, or Dynamo's graph in eager mode). Nothing of this compile lands in a graph's
     report. ``GNN_IO_STRICT=1`` re-raises."""
-    import torch._functorch.config as functorch_config
-
     scratch = _report.GraphReport(0, [], [])
     try:
         # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a failure

@@ -174,6 +174,8 @@ def canonicalize(gm: GraphModule) -> GraphModule:
                           _allow_non_fake_inputs=False)(*fake_inputs(gm))
     _specialize_float_inputs(aten_gm)
     _detach_factories(aten_gm)
+    # make_fx leaves its ShapeEnv on the module; nothing reads it there (the values' fake mode holds the same one)
+    aten_gm.__dict__.pop("shape_env", None)
     # make_fx traces below autograd: carry each input's requires_grad over for the structure analysis
     dynamo_inputs = fake_inputs(gm)
     dynamo_names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]

@@ -11,7 +11,7 @@ import torch
 
 from gnn_inductor import config
 from gnn_inductor.pipeline import GRAPH_SOURCE, edge_count
-from gnn_inductor.rewrite_report import NearMiss
+from gnn_inductor.rewrite_report import DECLINED, FALLBACK, NearMiss
 
 # The mini-batch switch (:class:`Churn`): calls seen first, the share of them that built a plan, and the largest
 # graph (edges) it applies to. The edge bound is not calibrated: at 1.1M edges a fixed graph's fused kernels
@@ -40,11 +40,11 @@ class Churn:
         plain, failure = plain_compile(gm, example_inputs, settings)
         if plain is None:
             self._note(f"not compiled as torch.compile's default ({failure}): a new graph every step keeps the "
-                       f"rewrites")
+                       f"rewrites", FALLBACK)
         self.plain = plain
 
-    def _note(self, reason: str) -> None:
-        self.graph_report.near_misses.append(NearMiss("mini_batch", reason, GRAPH_SOURCE))
+    def _note(self, reason: str, kind: str, override: tuple = ()) -> None:
+        self.graph_report.near_misses.append(NearMiss("mini_batch", reason, GRAPH_SOURCE, kind, override))
 
     def observe(self, args) -> None:
         if self.plain is None:
@@ -59,7 +59,7 @@ class Churn:
         self.plain_now = True
         self._note(f"a new graph on {builds} of {self.calls} calls ({edges} edges, at most {self.limit}): its plan "
                    f"was rebuilt every step, so later calls run as torch.compile's default compiles the graph "
-                   f"(GNN_IO_CHURN=off keeps the rewrites)")
+                   f"(GNN_IO_CHURN=off keeps the rewrites)", DECLINED, (("churn", "off"),))
 
 
 def structure_edges(tensors) -> int | None:

@@ -157,6 +157,10 @@ _DECLARED = (
     Setting("attention_min_edges", "int", None, "one edge threshold for every case of fused attention the cost "
             "model declines on CUDA", public=True, default_doc="per family and precision",
             more="kernel_selection.md"),
+    Setting("logs", "choice", None, "log level of the `gnn_inductor` logger, applied at a compile where it changed "
+            "(`info`: a line per compiled graph and the plan build's slow steps; `debug`: the details)", public=True,
+            choices=("debug", "info", "warning", "error"), any_case=True, default_doc="unset (the logging setup's)",
+            more='this page, "Logging"'),
     # internal: tuning knobs, to compare, force or debug a path; their defaults are the measured choices
     Setting("inductor_max_tiles", "int", 2, "Inductor's `triton.max_tiles` for the graphs the backend rewrites (3 "
             "crashed GATConv); a graph left to Inductor whole keeps Inductor's own unless this is set",

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gnn_inductor import config
+from gnn_inductor.rewrite_report import Declined
 
 # Measured on the H100 (docs/benchmarks/results.md): SAGE-mean and GIN lose to Inductor at 0.2M-1.1M
 # edges and win from 4M; GCN wins from 0.2M on (its normalisation is hoisted either way).
@@ -155,7 +156,7 @@ def cpu_declined(device_type: str) -> Optional[str]:
     """Why a rewrite is not taken on this CPU device (None elsewhere, or when CPU rewrites are on)."""
     if device_type != "cpu" or cpu_rewrites():
         return None
-    return f"cost model: {_CPU_LEFT}"
+    return Declined(f"cost model: {_CPU_LEFT}", (("cpu_rewrite", True), ("force", True)))
 
 
 def _declined(device_type: str, num_edges: Optional[int], threshold: int, variable: str,
@@ -166,7 +167,9 @@ def _declined(device_type: str, num_edges: Optional[int], threshold: int, variab
     if device_type != "cuda" or forced() or num_edges is None:
         return None
     if num_edges < threshold:
-        return f"cost model: {num_edges} edges < {threshold} ({variable}); {outcome}"
+        setting = next(s.name for s in config.SETTINGS.values() if s.env == variable)
+        return Declined(f"cost model: {num_edges} edges < {threshold} ({variable}); {outcome}",
+                        ((setting, num_edges), ("force", True)))
     return None
 
 
@@ -188,8 +191,8 @@ def attention_declined(device_type: str, num_edges: Optional[int], family: Optio
     if on_cpu is not None:
         return on_cpu
     if family is None and device_type == "cuda" and not forced():
-        return ("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and dot-product "
-                f"families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}")
+        return Declined("no fused kernel for this attention form (scores or message outside the GAT, GATv2 and "
+                        f"dot-product families, e.g. PyG's SoftmaxAggregation), {_ATTENTION_LEFT}", (("force", True),))
     if config.get("attention_path") != "auto" or replayed("attention_min_edges"):
         return None  # a forced kernel path (csr, block, hybrid) is what the user asked to run, at any size
     if dtype != "float32":

@@ -180,7 +180,7 @@ def _gather_linear(state: CompileState) -> list:
         "gather_linear", f"the linear map {k['weight']} of gathered rows stays one GEMM over the edges: the graph "
         f"compiled here has {k['edges']} edges, no more than the {k['rows']} rows of a gathered tensor, so moving it "
         "before the gather would not pay",
-        k["source"])
+        k["source"], kind="declined")
         for k in kept]
     return state.moved
 

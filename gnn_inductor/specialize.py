@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
 from gnn_inductor.pipeline import GRAPH_SOURCE, first_line
-from gnn_inductor.rewrite_report import NearMiss
+from gnn_inductor.rewrite_report import FALLBACK, NearMiss
 
 # Concrete-size compiles kept per data-dependent-size graph under CUDA graphs before the dynamic fallback.
 MAX_SPECIALIZED = 4
@@ -43,7 +43,8 @@ def size_specialized(aten_gm, num_args, num_sizes, static_inputs, graph_report, 
                 refused.add(key)
                 graph_report.near_misses.append(NearMiss(
                     "cuda_graphs", f"a graph of sizes {sizes} keeps an operator of a data-dependent output shape "
-                    f"({first_line(exc)[:80]}); it runs the shape-generic graph, without CUDA graphs", GRAPH_SOURCE))
+                    f"({first_line(exc)[:80]}); it runs the shape-generic graph, without CUDA graphs", GRAPH_SOURCE,
+                    FALLBACK))
         if fn is not None:
             return fn(*args, *tensors)
         if not fallback:

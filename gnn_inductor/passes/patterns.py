@@ -21,7 +21,7 @@ from torch.fx import GraphModule, Node
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.graph_match import Aggregation, index_key, structure_nodes, val
 from gnn_inductor.kernels.runtime.roles import ROLE_NAMES, ROLE_SRC
-from gnn_inductor.rewrite_report import NearMiss, Rewrite, source_of
+from gnn_inductor.rewrite_report import FALLBACK, NearMiss, Rewrite, source_of
 
 
 class PlanNodes(NamedTuple):
@@ -184,8 +184,12 @@ class RewriteContext:
         self.rewrites.append(rewrite)
         return rewrite
 
-    def near_miss(self, pattern: str, reason: str, node: Node) -> None:
-        self.near_misses.append(NearMiss(pattern=pattern, reason=reason, source=source_of(node)))
+    def near_miss(self, pattern: str, reason: str, node: Node, kind: str = "") -> None:
+        """A pattern's near miss at ``node``: declined on purpose where ``reason`` is the cost model's
+        (``rewrite_report.Declined``), else not matched, with the forms the pattern rewrites (``kind`` given: that)."""
+        covers = next((p.covers for p in registered_patterns() if p.name == pattern), ())
+        self.near_misses.append(NearMiss(pattern=pattern, reason=reason, source=source_of(node), kind=kind,
+                                         expected=" or ".join(covers)))
 
 
 # The pattern pass's families with their priorities, filled by :func:`register_pattern` (each family's module
@@ -218,7 +222,7 @@ def run_patterns(gm: GraphModule, ctx: RewriteContext) -> RewriteContext:
             try:
                 found = pattern.match(node, ctx)
             except Exception as exc:  # a matcher bug must never break compilation
-                ctx.near_miss(pattern.name, f"matcher error: {type(exc).__name__}: {exc}", node)
+                ctx.near_miss(pattern.name, f"matcher error: {type(exc).__name__}: {exc}", node, FALLBACK)
                 continue
             if found is None:
                 continue

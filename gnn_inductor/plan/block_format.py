@@ -17,12 +17,16 @@ distinct (window, column) pairs and of tiles). Built once per graph and node ord
 """
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from gnn_inductor.kernels.runtime.launch import cdiv
+from gnn_inductor.kernels.runtime.progress import timed
+
+log = logging.getLogger(__name__)
 
 
 WINDOW = 16  # destination rows per window: the M side of the tl.dot tiles
@@ -48,9 +52,10 @@ def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
     """The block format of the CSR plan ``(rowptr, col, perm)`` (``gnn_inductor/plan/csr.py``) whose sources are
     ``< num_src``, with row windows cut from ``order`` (a permutation of the ``N`` destination rows)."""
     num_dst, num_edges = rowptr.shape[0] - 1, col.shape[0]
-    degree = (rowptr[1:] - rowptr[:-1]).long()
-    row = torch.repeat_interleave(torch.arange(num_dst, device=rowptr.device), degree, output_size=num_edges)
-    return _block_format(row, col.long(), perm.long(), num_dst, num_src, order, "destination rows")
+    with timed(log, f"block format ({num_edges:,} edges, {'reordered' if order is not None else 'identity'} rows)"):
+        degree = (rowptr[1:] - rowptr[:-1]).long()
+        row = torch.repeat_interleave(torch.arange(num_dst, device=rowptr.device), degree, output_size=num_edges)
+        return _block_format(row, col.long(), perm.long(), num_dst, num_src, order, "destination rows")
 
 
 def transpose_block_format(blocks: BlockFormat, num_src: int, order: Tensor | None = None) -> BlockFormat:
@@ -65,7 +70,8 @@ def transpose_block_format(blocks: BlockFormat, num_src: int, order: Tensor | No
     src = blocks.tile_col[tiles, lanes].long()
     edge_id = blocks.tile_edge[tiles, slots, lanes].long()
     # window_rows.numel() bounds the destination ids without a sync
-    return _block_format(src, dst, edge_id, num_src, blocks.window_rows.numel(), order, "source nodes")
+    with timed(log, f"transposed block format ({edge_id.numel():,} edges)"):
+        return _block_format(src, dst, edge_id, num_src, blocks.window_rows.numel(), order, "source nodes")
 
 
 def _block_format(row: Tensor, col: Tensor, edge_id: Tensor, num_rows: int, num_cols: int, order: Tensor | None,

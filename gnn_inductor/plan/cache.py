@@ -15,6 +15,7 @@ the H200). A new graph each call (mini-batches) simply builds a new plan each ca
 """
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -26,6 +27,7 @@ from gnn_inductor.plan.fingerprint import fingerprints
 from gnn_inductor.plan.state import version_of
 
 MAX_PLANS_PER_GRAPH = 8
+BUILD_TIMES_KEPT = 16  # plan build times the report keeps per graph (the latest)
 
 
 def fingerprint_checked(check: str, on_cuda: bool) -> bool:
@@ -60,7 +62,8 @@ class PlanCache:
     ``check``: which reuses also compare the structure tensors' fingerprints with the build's (one pass over them
     and, on CUDA, one device sync per call): ``"fingerprint"`` every one, ``"auto"`` those of CPU graphs,
     ``"version"`` none (identity and version counters only). ``stale`` counts the reuses a changed fingerprint
-    turned into rebuilds."""
+    turned into rebuilds. ``build_ms``: the host time of the latest builds, ms (on CUDA the structure function's
+    launches and the syncs inside it, not its whole device time)."""
     structure_fn: Callable
     on_build: Callable = lambda outputs: None
     check: str = "auto"
@@ -68,6 +71,7 @@ class PlanCache:
     builds: int = 0
     hits: int = 0
     stale: int = 0
+    build_ms: list = field(default_factory=list)
 
     def __call__(self, inputs: list) -> tuple:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
@@ -82,7 +86,10 @@ class PlanCache:
                     break
                 self.hits += 1
                 return entry.outputs
+        start = time.perf_counter()
         outputs = tuple(self.structure_fn(*inputs))
+        self.build_ms.append((time.perf_counter() - start) * 1e3)
+        del self.build_ms[:-BUILD_TIMES_KEPT]
         self.builds += 1
         self.on_build(outputs)
         if None not in versions:

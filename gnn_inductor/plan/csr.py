@@ -15,9 +15,14 @@ Indices are validated here, with errors that name the bad values.
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 from gnn_inductor.kernels.runtime.op_layout import contiguous_results
+from gnn_inductor.kernels.runtime.progress import timed
+
+log = logging.getLogger(__name__)
 
 
 def _check_index(name: str, index: Tensor, bound: int, bound_name: str, where: str = "") -> None:
@@ -53,18 +58,19 @@ def _check_indices(checks: list, where: str = "") -> None:
 @contiguous_results
 def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
              num_src: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    _check_indices([("edge_index (destination row)", dst, num_dst, "num_nodes"),
-                    ("edge_index (source row)", src, num_src, "num_nodes")])
-    if dst.numel() != src.numel():
-        raise ValueError(f"source and destination index differ in length ({src.numel()} vs {dst.numel()})")
-    if dst.is_cuda and dst.numel() >= 2**31 - 1:
-        raise ValueError(f"graphs with 2^31 or more edges are not supported on CUDA yet (got {dst.numel()})")
-    row, perm = torch.sort(dst.long(), stable=True)
-    col = src.long().index_select(0, perm)
-    col_sorted, t_perm = torch.sort(col, stable=True)
-    t_col = row.index_select(0, t_perm)
-    parts = (_offsets(row, num_dst), col, row, perm, _offsets(col_sorted, num_src), t_col, t_perm)
-    return tuple(p.to(index_dtype(dst.device)) for p in parts)
+    with timed(log, f"CSR build ({dst.numel():,} edges, {num_dst:,} rows)"):
+        _check_indices([("edge_index (destination row)", dst, num_dst, "num_nodes"),
+                        ("edge_index (source row)", src, num_src, "num_nodes")])
+        if dst.numel() != src.numel():
+            raise ValueError(f"source and destination index differ in length ({src.numel()} vs {dst.numel()})")
+        if dst.is_cuda and dst.numel() >= 2**31 - 1:
+            raise ValueError(f"graphs with 2^31 or more edges are not supported on CUDA yet (got {dst.numel()})")
+        row, perm = torch.sort(dst.long(), stable=True)
+        col = src.long().index_select(0, perm)
+        col_sorted, t_perm = torch.sort(col, stable=True)
+        t_col = row.index_select(0, t_perm)
+        parts = (_offsets(row, num_dst), col, row, perm, _offsets(col_sorted, num_src), t_col, t_perm)
+        return tuple(p.to(index_dtype(dst.device)) for p in parts)
 
 
 def index_dtype(device) -> torch.dtype:
@@ -141,15 +147,27 @@ def _(rowptr, col, values, t_rowptr, t_col, t_values):
     return part(rowptr, values) + part(t_rowptr, t_values)
 
 
+DEGREE_BUCKETS = 42  # of the in-degree histogram: 0, 1, 2-3, 4-7, ..., the last from 2^40
+
+
 def degree_stats(rowptr: Tensor) -> dict:
-    """Node/edge counts and in-degree profile of a plan, for the rewrite report."""
+    """Node/edge counts and in-degree profile of a plan, for the rewrite report. ``degree_histogram``: nodes per
+    in-degree bucket, bucket 0 degree 0 and bucket k degrees 2^(k-1) to 2^k - 1, trailing empty buckets dropped."""
     deg = (rowptr[1:] - rowptr[:-1]).long()
     num_nodes = int(deg.numel())
     if not num_nodes:
-        return {"nodes": 0, "edges": int(rowptr[-1]), "max_degree": 0, "mean_degree": 0.0, "isolated_nodes": 0}
-    edges, max_degree, isolated = torch.stack([rowptr[-1].long(), deg.max(), (deg == 0).sum()]).tolist()  # one sync
+        return {"nodes": 0, "edges": int(rowptr[-1]), "max_degree": 0, "mean_degree": 0.0, "isolated_nodes": 0,
+                "degree_histogram": []}
+    bounds = torch.tensor([1 << k for k in range(DEGREE_BUCKETS - 1)], device=deg.device)
+    buckets = torch.bucketize(deg, bounds, right=True)  # no device sync, unlike bincount
+    histogram = torch.zeros(DEGREE_BUCKETS, dtype=torch.long, device=deg.device).index_add_(
+        0, buckets, torch.ones_like(buckets))
+    values = torch.cat([torch.stack([rowptr[-1].long(), deg.max(), (deg == 0).sum()]), histogram]).tolist()  # one sync
+    edges, max_degree, isolated, counts = values[0], values[1], values[2], values[3:]
+    while counts and counts[-1] == 0:
+        counts.pop()
     return {"nodes": num_nodes, "edges": edges, "max_degree": max_degree,
-            "mean_degree": round(edges / num_nodes, 3), "isolated_nodes": isolated}
+            "mean_degree": round(edges / num_nodes, 3), "isolated_nodes": isolated, "degree_histogram": counts}
 
 
 @torch.library.custom_op("gnn_io::check_index", mutates_args=())

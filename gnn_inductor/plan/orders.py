@@ -19,6 +19,7 @@ candidate name always applies that order).
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ import torch
 from torch import Tensor
 from gnn_inductor import config
 from gnn_inductor.config import SettingError
+from gnn_inductor.kernels.runtime import progress
 from gnn_inductor.plan.decisions import sync
+
+log = logging.getLogger(__name__)
 
 # Block-sparse format: rows in windows of TILE_ROWS, each window's distinct source columns
 # condensed and cut into tiles of TILE_COLS.
@@ -316,7 +320,9 @@ def _build(name: str, rowptr: Tensor, col: Tensor):
     inverse = inverse_order(order)
     permuted = permute_csr(rowptr, col, order, inverse)
     sync(rowptr.device)
-    return order, inverse, permuted, (time.perf_counter() - start) * 1e3
+    seconds = time.perf_counter() - start
+    progress.done(log, f"node order {name!r} ({col.numel():,} edges)", seconds)
+    return order, inverse, permuted, seconds * 1e3
 
 
 def forced_order() -> Optional[str]:

@@ -18,6 +18,7 @@ argument from their op's selector and keep no per-graph state of their own.
 """
 from __future__ import annotations
 
+import logging
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable
@@ -26,6 +27,11 @@ from torch import Tensor
 
 MAX_GRAPHS = 64   # states alive at once: per graph one for its CSR and one per work-item split; each dies with its tensors
 MAX_DECISIONS = 256
+# Path decisions logged at INFO: the first few of the process (a model's layers on its graph); later ones, a new graph
+# each step in mini-batch training, at DEBUG.
+INFO_DECISIONS = 8
+
+log = logging.getLogger(__name__)
 
 
 def version_of(t: Tensor) -> int | None:
@@ -80,6 +86,7 @@ class GraphState:
 
 _STATES: "OrderedDict[tuple, GraphState]" = OrderedDict()
 _DECISIONS: list = []
+_LOGGED = [0]  # decisions recorded in the process, for INFO_DECISIONS
 
 
 def state_of(*tensors: Tensor) -> GraphState:
@@ -111,6 +118,12 @@ def record_decision(decision) -> None:
     """Keep a kernel path decision (an object with ``as_dict()``) for the report."""
     _DECISIONS.append(decision)
     del _DECISIONS[:-MAX_DECISIONS]
+    _LOGGED[0] += 1
+    level = logging.INFO if _LOGGED[0] <= INFO_DECISIONS else logging.DEBUG
+    if log.isEnabledFor(level):
+        d = decision.as_dict()
+        log.log(level, "%s path (%s): %s, node order %s: %s", d.get("family"), d.get("precision"), d.get("path"),
+                d.get("order"), d.get("reason"))
 
 
 def recorded() -> list:

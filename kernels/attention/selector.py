@@ -56,6 +56,7 @@ without TF32, with IEEE dots).
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import time
 
@@ -70,9 +71,11 @@ from gnn_inductor.plan.decisions import PathDecision, format_bytes, precision_of
 from gnn_inductor.kernels.attention import block_dot as block_sparse, block_gat as block_sparse_gat
 from gnn_inductor.kernels.attention import csr_backward, csr_forward
 from gnn_inductor.config import SettingError  # noqa: F401  (this module's API: a bad path or calibration)
+from gnn_inductor.kernels.runtime import progress
 from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, outside_graph_pool
 from gnn_inductor.plan.work_items import PADDING
 
+log = logging.getLogger(__name__)
 PATH_ENV = config.SETTINGS["attention_path"].env
 PATHS = config.SETTINGS["attention_path"].choices
 CALLS_ENV = config.SETTINGS["expected_calls"].env
@@ -182,7 +185,9 @@ def _order(entry: graph_state.GraphState, name: str):
             start = time.perf_counter()
             order = reorder.CANDIDATES[name](rowptr, col).to(rowptr.device)
             sync(rowptr.device)
-            entry.slot("orders")[name] = (order, (time.perf_counter() - start) * 1e3)
+            seconds = time.perf_counter() - start
+            progress.done(log, f"node order {name!r} ({col.numel():,} edges)", seconds)
+            entry.slot("orders")[name] = (order, seconds * 1e3)
     return entry.slot("orders")[name]
 
 
@@ -371,7 +376,8 @@ def _decide(entry: graph_state.GraphState, layout, items: list, precision: str, 
     sources_before = set(entry.slot("csr_by_src"))
     dropped = ""
     if best != "none" and decision.path != "csr" and forward_fn is not None and forced is None:
-        timed = _measure_order_gain(entry, decision, forward_fn, layout, items, precision, scale, mode)
+        with progress.timed(log, f"{family} attention: timing the {best} order against none"):
+            timed = _measure_order_gain(entry, decision, forward_fn, layout, items, precision, scale, mode)
         without = next(v for k, v in timed.items() if k.startswith("none"))
         if timed[f"{best} fwd+bwd"] <= without * (1 - ORDER_MIN_GAIN):
             entry.slot("formats").pop("none", None)  # rebuilt for the timing: memory, not kept with the order
@@ -383,7 +389,8 @@ def _decide(entry: graph_state.GraphState, layout, items: list, precision: str, 
             decision.reason += dropped
         decision.measured_forward_ms = timed
     if decision.path != "csr" and setting == "auto" and forward_fn is not None:
-        decision = _measured_against_csr(entry, decision, forward_fn)
+        with progress.timed(log, f"{family} attention: timing the {decision.path} path against CSR"):
+            decision = _measured_against_csr(entry, decision, forward_fn)
         if dropped and not decision.reason.endswith(dropped):  # CSR won: the order's record stays in the reason
             decision.reason += dropped
     if decision.path != "csr":  # a source CSR the timings' CSR backward built (once for both): not used, memory

@@ -24,6 +24,7 @@ no row is longer than ``MIN_MAX_EDGES`` nothing is measured and the rule of :fun
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from typing import Callable
@@ -33,8 +34,10 @@ from torch import Tensor
 
 from gnn_inductor import config
 from gnn_inductor.kernels.gather_scatter import codegen
+from gnn_inductor.kernels.runtime import progress
 from gnn_inductor.kernels.runtime.launch import INTERPRETED, next_power_of_2
 
+log = logging.getLogger(__name__)
 MIN_MAX_EDGES = 32     # the split threshold is at least this; the padded item count is sized with it
 MAX_MAX_EDGES = 1024
 PROBE_FEATURES = 128
@@ -145,7 +148,8 @@ def choose(rowptr: Tensor, col: Tensor, probe: Callable[[Tensor, Tensor, int, Te
         try:
             num_src = int(col.max()) + 1 if col.numel() else 1
             x = torch.randn(num_src, PROBE_FEATURES, device=rowptr.device)
-            probe_ms = {t: round(probe(rowptr, col, t, x), 4) for t in candidates(max_degree)}
+            with progress.timed(log, f"gather-scatter: timing the degree splits ({col.numel():,} edges)"):
+                probe_ms = {t: round(probe(rowptr, col, t, x), 4) for t in candidates(max_degree)}
             del x
             best = min(probe_ms, key=probe_ms.get)
             PICKS.picks[key] = {"max_edges": best, "source": "measured", "probe_ms": probe_ms}

@@ -30,6 +30,7 @@ kernel there too (tests).
 """
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 
@@ -38,6 +39,7 @@ from gnn_inductor import config
 from gnn_inductor.plan import state as graph_state
 from gnn_inductor.plan import decisions as plan_decisions
 from gnn_inductor.plan import block_format
+from gnn_inductor.kernels.runtime import progress
 from gnn_inductor.kernels.spmm import block_sparse as block_sparse_spmm
 from gnn_inductor.kernels.spmm.common import row_scale, spmm_state
 from gnn_inductor.kernels.spmm.csr_product import csr_matmul
@@ -45,6 +47,7 @@ from gnn_inductor.kernels.runtime.cuda_graphs import CAPTURE_REASON, capturing, 
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
 from torch import Tensor
 
+log = logging.getLogger(__name__)
 PATH_ENV = config.SETTINGS["spmm_path"].env
 PATHS = config.SETTINGS["spmm_path"].choices
 MIN_EDGES_PER_TILE = 24.0
@@ -117,7 +120,8 @@ def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> p
                                          blocks=blocks, transposed=transposed)
     if setting == "block":
         return block
-    measured = _measure(block, x, values, rowptr, col, reduce, t_csr)
+    with progress.timed(log, f"SpMM: timing the block kernel against cuSPARSE ({stats['edges']:,} edges)"):
+        measured = _measure(block, x, values, rowptr, col, reduce, t_csr)
     what = "forward and backward" if t_csr is not None else "forward"
     if measured["block"] < (1 - MIN_GAIN) * measured["cusparse"]:
         block.reason = (f"block kernel measured {measured['cusparse'] / measured['block']:.2f}x faster than "

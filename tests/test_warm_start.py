@@ -1,0 +1,56 @@
+"""Warm starts: a second process compiling the same model for the same sizes reuses Inductor's FX graph cache
+(the graphs after the backend's passes), and its compiled model still computes what eager PyG computes."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent("""
+    import json
+    import torch
+    from torch._dynamo.utils import counters
+    from torch_geometric.nn import GATConv, GCNConv
+    import gnn_inductor
+    from gnn_inductor import config
+
+    torch.manual_seed(0)
+    edge_index = torch.randint(0, 300, (2, 2000))
+    x = torch.randn(300, 16, requires_grad=True)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GCNConv(16, 16), GATConv(16, 8, heads=2)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    model = Model()
+    expected = model(x, edge_index)
+    expected.sum().backward()
+    expected_grad, x.grad = x.grad, None
+    with config.patch(cpu_rewrite=True):
+        out = torch.compile(model, backend="gnn_io")(x, edge_index)
+        out.sum().backward()
+    rewrites = sum(len(r.rewrites) for r in gnn_inductor.rewrite_report.reports())
+    print(json.dumps({"hits": counters["inductor"]["fxgraph_cache_hit"],
+                      "misses": counters["inductor"]["fxgraph_cache_miss"], "rewrites": rewrites,
+                      "out_err": float((out - expected).abs().max()), "grad_err": float((x.grad - expected_grad).abs().max())}))
+""")
+
+
+def _run(cache_dir) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_reuses_the_compiled_graphs(tmp_path):
+    cold, warm = _run(tmp_path), _run(tmp_path)
+    assert cold["rewrites"] == warm["rewrites"] >= 2
+    assert cold["misses"] >= 2 and cold["hits"] == 0
+    assert warm["hits"] == cold["misses"] and warm["misses"] == 0
+    for run in (cold, warm):
+        assert run["out_err"] < 1e-4 and run["grad_err"] < 1e-4
