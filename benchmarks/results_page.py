@@ -107,7 +107,8 @@ def _header(runs: list) -> list:
              "paper's kernels, built from its sdist on the same machine) has an SpMM for sum and mean aggregation "
              "only.", "", "Runs (commands from the repository root):", ""]
     for run in runs:
-        lines.append(f"- {run['date']}, {run['dtype']}: `{run['command']}`")
+        note = f" ({run['note']})" if run.get("note") else ""
+        lines.append(f"- {run['date']}, {run['dtype']}: `{run['command']}`{note}")
     return lines + [""]
 
 
