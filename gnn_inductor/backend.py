@@ -306,6 +306,7 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
     with config.patch(**config.compile_settings(mode, options)):
         settings = config.snapshot()
     logs.follow_setting(settings["logs"])
+    logs.compile_started(gm)
     start, known = time.perf_counter(), len(_report.reports())
     with settings_in_force(settings):
         compiled = _compile(gm, example_inputs, settings)

@@ -146,6 +146,14 @@ def details(report) -> list:
     return lines
 
 
+def compile_started(gm) -> None:
+    """Log the start of a compile (INFO): the first call of a compiled model is silent while it compiles (10-30 s
+    on a GPU, up to a minute on a CPU), so the user sees that it is under way and what it is compiling."""
+    if log.isEnabledFor(logging.INFO):
+        calls = sum(1 for node in gm.graph.nodes if node.op in ("call_function", "call_method", "call_module"))
+        log.info("compiling a graph of %d ops (Dynamo's capture): rewriting message passing, then Inductor", calls)
+
+
 def graph_compiled(reports: list, seconds: float) -> None:
     """Log the graphs one call of the backend compiled (``reports``: the reports it added), in ``seconds``."""
     if not log.isEnabledFor(logging.INFO):

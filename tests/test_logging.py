@@ -44,6 +44,9 @@ def test_info_has_one_line_per_compiled_graph_and_debug_the_pass_records(caplog)
     records = _ours(caplog.records)
     compiled = [r.getMessage() for r in records if r.levelno == logging.INFO and "compiled in" in r.getMessage()]
     assert len(compiled) == 1, [r.getMessage() for r in records]
+    started = [i for i, r in enumerate(records) if r.levelno == logging.INFO and r.getMessage().startswith("compiling")]
+    assert len(started) == 1 and records.index(next(r for r in records if "compiled in" in r.getMessage())) > \
+        started[0], "the compile's start is logged before its result"
     assert "spmm x1 -> gnn_io.spmm" in compiled[0] and compiled[0].startswith("graph ")
     plan = [r.getMessage() for r in records if r.levelno == logging.INFO and "plan built" in r.getMessage()]
     assert len(plan) == 1 and "10 nodes" in plan[0], plan
