@@ -1,6 +1,8 @@
 """Graphs for the benchmark harness: seeded synthetic generators and the real graphs of
-``shared/data`` (see its SOURCES.md). Every graph is returned as a coalesced, undirected
-``edge_index [2, E]`` (both directions, duplicates removed, self loops kept as the data has them)."""
+``shared/data`` (see its SOURCES.md). Every graph is returned as a coalesced ``edge_index [2, E]`` (duplicates
+removed, self loops kept as the data has them). The real graphs and ``products-like`` hold both directions of each
+edge; whether a synthetic graph does is its generator's ``undirected`` choice (``arxiv-like`` is directed, as
+ogbn-arxiv's citations are)."""
 from __future__ import annotations
 
 import gzip
@@ -50,6 +52,40 @@ def rmat(scale: int, num_edges: int, seed: int = 0, probs=(0.57, 0.19, 0.19, 0.0
     edge_index = coalesce(scramble[src], scramble[dst], n, undirected=False)
     return Graph(f"rmat-{scale}-{num_edges // 1_000_000 or num_edges}{'M' if num_edges >= 1_000_000 else ''}",
                  n, edge_index, "rmat")
+
+
+def rmat_like(num_nodes: int, num_edges: int, undirected: bool, seed: int = 0, probs=(0.57, 0.19, 0.19, 0.05),
+              name: str | None = None, device="cpu") -> Graph:
+    """A power-law R-MAT graph with exactly ``num_nodes`` nodes and ``num_edges`` edges (as stored: an undirected
+    graph counts each pair twice, once per direction; no self loops, no duplicates), to stand in for a real graph
+    of that size. R-MAT draws land on ``2**ceil(log2(num_nodes))`` ids, scrambled and folded onto the
+    ``num_nodes`` ids (each id takes one or two R-MAT ids, so the degree tail stays power-law); the distinct
+    pairs of a few rounds of draws are kept until there are enough, then a seeded uniform subset of exactly the
+    number needed. Every step is a tensor op on ``device``: seconds for 62M edges on a GPU."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    scale = max(1, (num_nodes - 1).bit_length())
+    a, b, c, _ = probs
+    fold = torch.randperm(1 << scale, generator=generator, device=device) % num_nodes
+    pairs = num_edges // 2 if undirected else num_edges
+    keys = torch.empty(0, dtype=torch.long, device=device)
+    draws = pairs + pairs // 2  # R-MAT repeats its hubs' pairs: more draws than pairs; topped up below if short
+    while keys.numel() < pairs:
+        src = torch.zeros(draws, dtype=torch.long, device=device)
+        dst = torch.zeros(draws, dtype=torch.long, device=device)
+        for level in range(scale):
+            r = torch.rand(draws, generator=generator, device=device)
+            src |= (r >= a + b).long() << level
+            dst |= (((r >= a) & (r < a + b)) | (r >= a + b + c)).long() << level
+        src, dst = fold[src], fold[dst]
+        if undirected:
+            src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
+        keep = src != dst
+        keys = torch.unique(torch.cat([keys, src[keep] * num_nodes + dst[keep]]))
+        draws = max(pairs - keys.numel(), 0) * 2 + 1024
+    keys = keys[torch.randperm(keys.numel(), generator=generator, device=device)[:pairs]]
+    src, dst = keys // num_nodes, keys % num_nodes
+    edge_index = coalesce(src, dst, num_nodes, undirected=undirected)
+    return Graph(name or f"rmat-like-{num_nodes}-{num_edges}", num_nodes, edge_index, "rmat")
 
 
 def uniform(num_nodes: int, num_edges: int, seed: int = 0, device="cpu") -> Graph:
@@ -163,11 +199,21 @@ REAL_GRAPHS = ("Planetoid-Cora", "ca-AstroPh", "email-Enron", "MUSAE-github", "s
                "road-luxembourg-osm", "MUSAE-wikipedia-squirrel", "SNAP-facebook_combined")
 
 
+# R-MAT corners for products-like: flatter than Graph500's (0.57, 0.19, 0.19, 0.05), which at this size leaves a
+# quarter of the nodes without a neighbour (ogbn-products has almost none) and hubs far above its 17,481
+PRODUCTS_LIKE_PROBS = (0.45, 0.22, 0.22, 0.11)
+
+
 def graph_suite(names: list, data_root: str, device) -> list:
     out = []
     for name in names:
         if name == "rmat-large":
             out.append(rmat(20, 16_000_000, seed=0, device=device))
+        elif name == "products-like":  # ogbn-products' size: 2,449,029 nodes, 61,859,140 edges (undirected)
+            out.append(rmat_like(2_449_029, 61_859_140, undirected=True, probs=PRODUCTS_LIKE_PROBS, seed=0,
+                                 name=name, device=device))
+        elif name == "arxiv-like":  # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges
+            out.append(rmat_like(169_343, 1_166_243, undirected=False, seed=0, name=name, device=device))
         elif name == "rmat-arxiv":
             out.append(rmat(17, 1_150_000, seed=0, device=device))
         elif name == "uniform-large":

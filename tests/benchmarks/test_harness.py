@@ -193,21 +193,6 @@ def test_ab_compiles_each_mode_under_its_own_environment():
     assert len(folded) == 2 and not any(folded[0].values()) and folded[1] == {"forward": 1, "backward": 1}
 
 
-def test_minibatch_sampler_draws_real_edges_seeds_first():
-    from benchmarks.minibatch import in_csr, sample
-    from gnn_inductor.testing import random_graph
-
-    edge_index = random_graph(200, 1500, seed=3, hub_degree=60)
-    rowptr, sources = in_csr(edge_index, 200)
-    seeds = torch.tensor([5, 17, 99, 150])
-    nodes, sub = sample(rowptr, sources, seeds, [4, 3], torch.Generator().manual_seed(0))
-    assert torch.equal(nodes[:4], seeds) and nodes.unique().numel() == nodes.numel()
-    assert sub.min() >= 0 and sub.max() < nodes.numel() and sub.shape[1] > 0
-    original = {tuple(e) for e in edge_index.t().tolist()}
-    assert all((int(nodes[s]), int(nodes[d])) in original for s, d in sub.t().tolist())
-    assert set(sub[1].tolist()) >= {0, 1, 2, 3} - {i for i, n in enumerate(seeds.tolist()) if rowptr[n + 1] == rowptr[n]}
-
-
 def test_edge_feature_layers_get_seeded_features_for_their_graph():
     """The ``gat_edge`` layers read seeded random edge features made for the graph by ``with_graph`` (the same in
     every mode), refuse to run without them, and follow the layer's dtype."""
