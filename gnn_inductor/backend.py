@@ -97,7 +97,6 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     from torch._inductor.compile_fx import compile_fx
 
     settings = _SETTINGS.get() or config.snapshot()
-    # The FX graph cache cannot pickle graphs holding Python custom ops' metadata; skip it quietly.
     # GNN_IO_CUDAGRAPHS=1: Inductor's CUDA graph trees (what mode="reduce-overhead" turns on for the
     # default backend), which replay the whole step with one launch: for small graphs, where the
     # per-call CPU work is larger than the GPU work.
