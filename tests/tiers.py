@@ -1,7 +1,16 @@
-"""The ``slow`` tier of a parametrized test: ``tiered(cases, keep)`` keeps the cases in ``keep`` in the default tier
-and marks the others ``slow`` (run with ``--slow``: on the GPU machine and before a release). ``keep`` names the
-smallest set that still exercises every behaviour (one case per kernel family and variant)."""
+"""The test tiers' shared names. ``tiered(cases, keep)`` keeps the cases in ``keep`` in the default tier and marks
+the others ``slow`` (run with ``--slow``: on the GPU machine and before a release); ``keep`` names the smallest set
+that still exercises every behaviour (one case per kernel family and variant). ``runs_kernel`` marks a test of the
+Triton kernels (the ``triton`` tier: on the GPU, or on the CPU under the interpreter, ``INTERPRETED``), which runs
+them on ``KERNEL_DEVICE``."""
+import os
+
 import pytest
+import torch
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+KERNEL_DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
+runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def tiered(cases, keep) -> list:

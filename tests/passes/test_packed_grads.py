@@ -2,7 +2,6 @@
 pass applies, the compiled layer stays correct (outputs and every gradient against eager PyG), the report says so,
 and the switch turns it off. The pattern matcher is also checked on a traced backward-like graph."""
 import operator
-import os
 
 import pytest
 import torch
@@ -11,8 +10,8 @@ from torch_geometric.nn import GATConv, TransformerConv
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
+from tests.tiers import INTERPRETED
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.mark.parametrize("heads", [1, 4])

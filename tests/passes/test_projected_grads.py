@@ -5,7 +5,6 @@ The op is checked against the packed op followed by the three products (every bl
 either product or the row sum left out), the compiled layers against eager PyG with the blocks forced small, and
 the matcher on backward-like graphs where it must not apply."""
 import operator
-import os
 
 import pytest
 import torch
@@ -15,8 +14,8 @@ import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.kernels.attention import csr_chunked, dispatch
 from gnn_inductor.testing import TOLERANCES, random_graph, tolerance
+from tests.tiers import INTERPRETED
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_kernels = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 

@@ -1,7 +1,6 @@
 """GAT's attention-vector projections made with their feature GEMM (gnn_inductor/passes/score_fold.py): which sums
 are matched, the rewritten graph computes the same values, a compiled GAT layer with edge features stays correct,
 and the switch turns it off. tests/kernels/attention/test_head_scores.py checks the op itself and GATConv compiled with it."""
-import os
 
 import pytest
 import torch
@@ -14,9 +13,9 @@ from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.passes import score_fold
 from gnn_inductor.config import SettingError
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
+from tests.tiers import INTERPRETED
 
 aten = torch.ops.aten
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _scores(x, weight, att_src, att_dst, bias, other):

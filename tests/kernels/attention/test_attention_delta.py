@@ -9,7 +9,6 @@ bias gradient, computed before ``gnn_io::attention_backward`` so that the kernel
   before the gradients are allocated; the step's gradients still match eager PyG.
 """
 import operator
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
@@ -19,10 +18,8 @@ from torch_geometric.nn import TransformerConv
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def _expected(grad, out, bias):

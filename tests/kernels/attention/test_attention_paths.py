@@ -1,7 +1,6 @@
 """The attention path choice (kernels/attention/selector.py): the cost model and decisions on CPU, and the
 block / hybrid paths through ``gnn_io::attention_forward`` (forward and every gradient) against the float64
 reference, on CUDA or under Triton's interpreter (forced paths)."""
-import os
 import time
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
@@ -20,13 +19,10 @@ from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import magnitude, tolerance
 from tests.kernels.attention.test_block_sparse import CHANNELS, EPS, HEADS, _fn, dot_inputs, dropout_on, graph
-from tests.tiers import tiered
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ Kernel tests run on CUDA when there is a GPU, and on CPU tensors under Triton's 
 destination hub and a source hub, both split into several work items (``MAX_EDGES = 8``), isolated nodes, self
 loops and duplicate edges. The transposed CSR and its cache are plain torch and run everywhere.
 """
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.plan import state as graph_state
@@ -22,7 +21,7 @@ from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
 from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import random_graph
-from tests.tiers import tiered
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 from tests.kernels.attention.test_attention_triton import (
     CASES,
     CHANNELS,
@@ -38,14 +37,11 @@ from tests.kernels.attention.test_attention_triton import (
     make_args,
 )
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 MAX_EDGES = 8            # below both hubs' degrees: each spans several work items
 NO_SPLIT_MAX_EDGES = 64  # above every degree: no hub item, so the split backward needs no atomic at all
 SOURCE_HUB, SOURCE_HUB_DEGREE = 1, 20
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 def interpreter_only(test):
     """Counts the interpreter's atomic operations: the interpreter tier only."""
     return pytest.mark.triton(pytest.mark.skipif(not INTERPRETED, reason="counts the interpreter's atomics")(test))

@@ -9,7 +9,6 @@ Attention dropout (``*_dropout`` cases: the op given a seed and ``p``, kernels/r
 reference with the same seed, the reference against PyG's own math with the mask drawn in the user's edge order,
 and compiled PyG layers in training against eager PyG given the mask regenerated from the seed the op drew.
 """
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
@@ -33,17 +32,14 @@ from torch_geometric.utils import softmax as pyg_softmax
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import check_rewrites, magnitude, random_graph, tolerance
-from tests.tiers import tiered
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES, HEADS, CHANNELS = 24, 2, 4
 MAX_EDGES = 8  # far below the hub's degree: the hub is split into several items and combined
 EPS = 1e-16
 DROPOUT_P, DROPOUT_SEED = 0.3, 1234567
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 # where the op's own tests run: the fused kernels (CUDA, the interpreter), else the CPU reference
 OP_DEVICE = DEVICE if INTERPRETED or torch.cuda.is_available() else torch.device("cpu")
 
@@ -152,11 +148,11 @@ def plan():
     return plan
 
 
-def make_args(kinds, num_edges, dtype=torch.float32, seed=0, heads=HEADS, channels=CHANNELS):
+def make_args(kinds, num_edges, dtype=torch.float32, seed=0, heads=HEADS, channels=CHANNELS, num_nodes=NUM_NODES):
     generator = torch.Generator().manual_seed(seed)
     args = []
     for role, kind in kinds:
-        rows = num_edges if role == ROLE_EDGE else NUM_NODES
+        rows = num_edges if role == ROLE_EDGE else num_nodes
         if kind == V:
             args.append(torch.randn(rows, heads, channels, generator=generator))
         elif kind == P:

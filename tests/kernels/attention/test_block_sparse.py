@@ -4,7 +4,6 @@ CPU reference of gnn_io::attention.
 Format tests run on CPU everywhere. The kernel runs on CUDA when there is a GPU, and on CPU tensors under
 Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 from gnn_inductor.plan import block_format
@@ -20,15 +19,13 @@ from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, do
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import magnitude, random_graph, tolerance
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 HEADS, CHANNELS = 2, 4
 EPS = 1e-16
 DROPOUT = rng.Dropout(torch.tensor(1234567), 0.3)  # attention dropout: the mask regenerated from the seed
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def graph(num_nodes, num_edges, *, seed=0, duplicates=0, hub_degree=0, num_isolated=3):

@@ -3,7 +3,6 @@ gnn_io::attention: output, lse and every gradient.
 
 The kernels run on CUDA when there is a GPU, and on CPU tensors under Triton's interpreter in the interpreter tier (``-m triton`` under ``TRITON_INTERPRET=1``, tests/run.py).
 """
-import os
 
 import gnn_inductor.kernels  # noqa: F401  (registers the ops)
 import pytest
@@ -28,16 +27,14 @@ from gnn_inductor.kernels.attention.block_gat import (
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import magnitude, tolerance
+from tests.kernels.attention.test_attention_triton import make_args as attention_args
 from tests.kernels.attention.test_block_sparse import dense_rows_of, graph, plan_and_blocks
-from tests.tiers import tiered
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES, HEADS, CHANNELS = 40, 2, 4
 EPS = 1e-16
 aten = torch.ops.aten
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 def _fn(f):
@@ -105,17 +102,7 @@ def dropout_of(name, device=torch.device("cpu")):
 
 
 def make_args(kinds, num_edges, dtype, seed=0, heads=HEADS):
-    generator = torch.Generator().manual_seed(seed)
-    args = []
-    for role, kind in kinds:
-        rows = num_edges if role == ROLE_EDGE else NUM_NODES
-        if kind == V:
-            args.append(torch.randn(rows, heads, CHANNELS, generator=generator))
-        elif kind == P:
-            args.append(torch.randn(rows, heads, generator=generator))
-        else:
-            args.append(torch.randn(1, heads, CHANNELS, generator=generator))
-    return [a.to(dtype) for a in args]
+    return attention_args(kinds, num_edges, dtype, seed, heads, CHANNELS, num_nodes=NUM_NODES)
 
 
 GAT_KERNELS = [f"{family}_{kernel}" for family in ("gat", "gatv2") for kernel in ("forward", "row", "source")]

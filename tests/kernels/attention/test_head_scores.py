@@ -3,7 +3,6 @@ and the pass that puts it into compiled graphs (``GNN_IO_SCORE_FOLD=1``, gnn_ind
 values and every gradient against eager, with the kernels running (CUDA, or CPU tensors under Triton's interpreter
 with the thresholds lowered to the tests' sizes) and without them (ATen, exact)."""
 import copy
-import os
 
 import pytest
 import torch
@@ -13,10 +12,9 @@ import gnn_inductor
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.kernels.attention import head_scores
 from gnn_inductor.testing import random_graph, tolerance
+from tests.tiers import INTERPRETED, runs_kernel
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ there is a GPU, and on CPU tensors in the interpreter tier (``TRITON_INTERPRET=1
 ``GNN_IO_TRITON_ON_CPU=1``: the op's switch that sends CPU tensors down the Triton path), at small sizes. The graph has isolated nodes,
 self loops, duplicate edges and a hub above the split threshold (``GNN_IO_GS_MAX_EDGES=8``).
 """
-import os
 
 import pytest
 import torch
@@ -21,14 +20,13 @@ from gnn_inductor.kernels.gather_scatter.op import gather_scatter_reference
 from gnn_inductor.kernels.gather_scatter.split_tuning import MIN_MAX_EDGES
 from gnn_inductor.plan.work_items import PADDING, hub_item_count
 from gnn_inductor.testing import magnitude, random_graph, tolerance
+from tests.tiers import INTERPRETED, runs_kernel
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu")
 NUM_NODES = 24
 HUB_DEGREE = 40
 MAX_EDGES = 8  # the split threshold of these tests: the hub is cut into several items
 
-runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
 @pytest.fixture(autouse=True)
