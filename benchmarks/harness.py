@@ -11,9 +11,9 @@ weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step
 for comparison (the mode's own no-grad output, eager's as the reference) are held on the host, so they count
 in no mode's peak, and the input that requires grad shares the no-grad input's storage (no second copy of the
 input in any peak). The roofline column is the least bytes a layer must move
-(see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``,
-``results.md`` and ``speedup.png`` to ``--out``: the JSON and the table after every case, so a run cut off
-by a time limit keeps what it measured, the chart at the end.
+(see ``min_bytes``) over the copy bandwidth measured in the same run. Writes ``results.json``, the results page
+``results.md``, ``speedup.png`` and ``memory.png`` to ``--out`` (benchmarks/results_page.py): the JSON and the
+page after every case, so a run cut off by a time limit keeps what it measured, the charts at the end.
 """
 from __future__ import annotations
 
