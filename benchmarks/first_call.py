@@ -48,12 +48,24 @@ def child(args) -> dict:
         compiled = torch.compile(model, backend="gnn_io")
     else:
         settings, compiled = contextlib.nullcontext(), torch.compile(model)
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     start = time.perf_counter()
     with settings:
         compiled(x, edge_index).sum().backward()
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        with open(args.profile, "w") as out:
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(60)
     return {"seconds": seconds, "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
             "fx_misses": counters["inductor"]["fxgraph_cache_miss"]}
 
@@ -67,6 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--modes", default="inductor,gnn_io")
     parser.add_argument("--cpu-rewrites", action="store_true", help="gnn_io takes its rewrites on the CPU too")
+    parser.add_argument("--profile", help="a child only: write cProfile's cumulative table of the first call here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

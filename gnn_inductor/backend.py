@@ -11,6 +11,7 @@ returns, the forward and backward Inductor compiled included.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import functools
@@ -198,10 +199,10 @@ def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_in
                 f"this graph compiles without the passes after the forward/backward split", GRAPH_SOURCE, "fallback"))
     if settings["cuda_graphs"]:
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
-    _compile_in_workers(example_inputs)
     try:
         partitions_before = counters["inductor"]["cudagraph_partitions"]
-        compiled = inductor.compile_fx_inner(gm, example_inputs, **kwargs)
+        with _workers_on_cache_miss(inductor, example_inputs):
+            compiled = inductor.compile_fx_inner(gm, example_inputs, **kwargs)
         if graph_report is not None and settings["cuda_graphs"]:
             graph_report.cuda_graphs[side] = \
                 _cuda_graph_state(compiled, counters["inductor"]["cudagraph_partitions"] - partitions_before)
@@ -239,19 +240,36 @@ def _cuda_graph_state(compiled, partitions: int) -> str:
     return "recorded as one CUDA graph" if recorded == 1 else f"recorded as {recorded} CUDA graphs"
 
 
-def _compile_in_workers(example_inputs) -> None:
-    """Make Inductor compile this graph's Triton kernels in its worker processes. Inductor compiles in
-    the calling process while its worker pool is still starting (the first compile of a process, or the
-    first after a worker died); a Triton crash there aborts the whole process (bf16 GATConv's backward
-    did, on the H100), where in a worker it is an exception :func:`_guarded_inner_compile` catches."""
-    if not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
-        return
-    try:
-        from torch._inductor.async_compile import AsyncCompile
+@contextlib.contextmanager
+def _workers_on_cache_miss(inductor, example_inputs):
+    """While Inductor compiles one CUDA graph: its Triton kernels compile in Inductor's worker processes. Inductor
+    compiles in the calling process while its worker pool is still starting (the first compile of a process, or
+    the first after a worker died); a Triton crash there aborts the whole process (bf16 GATConv's backward did,
+    on the H100), where in a worker it is an exception :func:`_guarded_inner_compile` catches.
 
-        AsyncCompile.wait_pool_ready(timeout=120)
-    except Exception:  # noqa: BLE001,S110  (no pool, e.g. one compile thread: Inductor compiles in process)
-        pass
+    The wait for the pool happens only on an FX graph cache miss, when Inductor generates code
+    (``fx_codegen_and_compile``): a hit loads kernels Triton has compiled before, and waiting there for the pool
+    to start cost 1.8-4.7 s of a 2-layer GAT's warm first call on the H200."""
+    codegen = getattr(inductor, "fx_codegen_and_compile", None)
+    if codegen is None or not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
+        yield
+        return
+
+    @functools.wraps(codegen)
+    def codegen_in_workers(*args, **kwargs):
+        try:
+            from torch._inductor.async_compile import AsyncCompile
+
+            AsyncCompile.wait_pool_ready(timeout=120)
+        except Exception:  # noqa: BLE001,S110  (no pool, e.g. one compile thread: Inductor compiles in process)
+            pass
+        return codegen(*args, **kwargs)
+
+    inductor.fx_codegen_and_compile = codegen_in_workers
+    try:
+        yield
+    finally:
+        inductor.fx_codegen_and_compile = codegen
 
 
 def _reset_compile_workers() -> None:

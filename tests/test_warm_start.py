@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import torch
+
 CHILD = textwrap.dedent("""
     import json
     import torch
@@ -54,3 +56,37 @@ def test_a_second_process_reuses_the_compiled_graphs(tmp_path):
     assert warm["hits"] == cold["misses"] and warm["misses"] == 0
     for run in (cold, warm):
         assert run["out_err"] < 1e-4 and run["grad_err"] < 1e-4
+
+
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: the worker-pool wait applies to CUDA graphs only."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_the_compile_worker_pool_is_awaited_on_a_cache_miss_only(monkeypatch):
+    from types import SimpleNamespace
+
+    from torch._inductor import compile_fx
+    from torch._inductor.async_compile import AsyncCompile
+
+    from gnn_inductor import backend
+
+    assert callable(compile_fx.fx_codegen_and_compile)  # the function a miss calls, which the wait wraps
+
+    waits, generated = [], []
+    monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(lambda cls, timeout=120: waits.append(timeout)))
+    inductor = SimpleNamespace(fx_codegen_and_compile=lambda *a, **k: generated.append(a) or "code")
+    original = inductor.fx_codegen_and_compile
+    inputs = [torch.zeros(2).as_subclass(_OnCuda)]
+    with backend._workers_on_cache_miss(inductor, inputs):
+        pass  # a cache hit: Inductor loads the graph without generating code
+    assert waits == [] and inductor.fx_codegen_and_compile is original
+    with backend._workers_on_cache_miss(inductor, inputs):
+        assert inductor.fx_codegen_and_compile("gm") == "code"  # a miss: code generation, after the pool is up
+    assert waits == [120] and generated == [("gm",)] and inductor.fx_codegen_and_compile is original
+    with backend._workers_on_cache_miss(inductor, [torch.zeros(2)]):  # CPU graphs compile C++ in process
+        inductor.fx_codegen_and_compile("gm")
+    assert waits == [120]
