@@ -234,6 +234,9 @@ def run_mode(mode, args, work, reference):
             # whether the backend switched to torch.compile's code for graphs that change every step
             record["switched"] = any(m.pattern == "mini_batch" and "later calls run" in m.reason for m in misses)
             record["near_misses"] = {m.pattern: m.reason[:200] for m in reversed(misses)}
+            # the padded sizes compiled (gnn_inductor/buckets.py), one fixed-size graph each
+            record["buckets"] = [b for r in rewrite_report.reports(model) for w in r.rewrites
+                                 if w.pattern == "buckets" for b in w.details["buckets"]]
     return record
 
 
@@ -365,7 +368,8 @@ def print_table(records, args, models, modes):
             speedup = "/".join(f"{best[k] / r[k]:.2f}" if best[k] else "-" for k in ("loop_ms", "sampled_ms"))
             cells = [f"{r['alone_ms']:.2f}", f"{r['loop_ms']:.2f}", f"{r['sampled_ms']:.2f}",
                      f"{r['steps_per_s']:.1f}", f"{r['epoch_s']:.2f}" if "epoch_s" in r else "-", speedup,
-                     f"{r['recompiles']}/{r['aot_compiles']}" + (" (switched)" if r.get("switched") else ""),
+                     f"{r['recompiles']}/{r['aot_compiles']}" + (" (switched)" if r.get("switched") else "")
+                     + (f" ({len(r['buckets'])} buckets)" if r.get("buckets") else ""),
                      f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-", f"{r['rel_err']:.1e}"]
             print(f"| {model} | {mode} | " + " | ".join(cells) + " |")
 

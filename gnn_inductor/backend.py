@@ -22,9 +22,10 @@ import torch._dynamo
 import torch._functorch.config as functorch_config
 from torch._dynamo.utils import counters
 
-from gnn_inductor import config, logs, pipeline
+from gnn_inductor import buckets, config, logs, pipeline
 from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import rewrite_report as _report
+from gnn_inductor.canonical import canonicalize
 from gnn_inductor.churn import Churn
 from gnn_inductor.config import SettingError
 from gnn_inductor.frontends import dgl as _dgl_frontend
@@ -326,9 +327,69 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
     logs.compile_started(gm)
     start, known = time.perf_counter(), len(_report.reports())
     with settings_in_force(settings):
+        buckets_of = _buckets(gm, example_inputs, settings)
         compiled = _compile(gm, example_inputs, settings)
+        if buckets_of is not None:
+            compiled = buckets_of(compiled)
     logs.graph_compiled(_report.reports()[known:], time.perf_counter() - start)
     return UnderSettings(compiled, settings)
+
+
+def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot):
+    """For a graph of changing sizes (mini-batches) that :mod:`gnn_inductor.buckets` may pad: a function that
+    wraps the shape-generic compile into the bucketed callable; else None, with the report saying why where the
+    setting asked for buckets. Its own report entry lists the buckets compiled."""
+    choice = settings["buckets"]
+    on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+    if choice == "off" or not _has_symbolic_sizes(example_inputs) or \
+            (choice == "auto" and not (settings["cuda_graphs"] and on_cuda)):
+        return None
+    graph_report = _report.GraphReport(0, [], [])
+    graph_report.track_parameters(example_inputs)
+    why = None
+    try:
+        layout, why = buckets.layout_of(gm)
+        if layout is not None:
+            why = buckets.why_unsafe(canonicalize(buckets.copy_module(gm)), layout)
+    except Exception as exc:  # noqa: BLE001  (the analysis failing is a reason not to pad, never the user's error)
+        if settings["strict"]:
+            raise
+        why = f"the padding analysis raised {type(exc).__name__}: {first_line(exc)[:160]}"
+    if why:
+        graph_report.near_misses.append(_report.NearMiss(
+            "buckets", f"not padded to fixed sizes: {why}; the graph runs at its changing sizes", GRAPH_SOURCE,
+            "declined"))
+        _report.add(graph_report)
+        return None
+    pristine = buckets.copy_module(gm)
+    rewrite = _report.Rewrite("buckets", "padded shape buckets", {}, {"buckets": []},
+                              kernel="one fixed-size compile per bucket (torch.compile's code, CUDA graphs under "
+                              "reduce-overhead)")
+    graph_report.rewrites.append(rewrite)
+    _report.add(graph_report)
+
+    def compile_at(bucket_gm, inputs):
+        # at the bucket's fixed sizes, in a fake mode of its own whose ShapeEnv takes the data-dependent sizes
+        # (GCNConv's self loops: nonzero); the inputs' sizes stay static
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        fakes = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
+        with tracing(TracingContext(fake_mode)):
+            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs))
+        if compiled is None:
+            graph_report.near_misses.append(_report.NearMiss(
+                "buckets", f"the fixed-size compile failed ({failure}); this bucket runs the shape-generic graph",
+                GRAPH_SOURCE, "fallback"))
+        return compiled
+
+    def wrap(dynamic):
+        return buckets.Bucketed(pristine, layout, compile_at, dynamic,
+                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:2])))
+
+    return wrap
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot):
@@ -446,7 +507,7 @@ def _rewrite_and_compile(state: pipeline.CompileState):
     return run
 
 
-def _plain_compile(gm, example_inputs, settings: config.Snapshot) -> tuple:
+def _plain_compile(gm, example_inputs, settings: config.Snapshot, static_inputs=None) -> tuple:
     """``(compiled, None)``: Dynamo's graph compiled as ``torch.compile``'s default compiles it, forward and backward
     both now; or ``(None, why)`` where Inductor could not (an exception, or a failure that
     :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can pick what runs
@@ -457,7 +518,7 @@ def _plain_compile(gm, example_inputs, settings: config.Snapshot) -> tuple:
         # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a failure
         # could no longer fall back to the rewritten graph)
         with functorch_config.patch(force_non_lazy_backward_lowering=True):
-            compiled = inductor_compile(gm, list(example_inputs), scratch, inductor_tiles=True)
+            compiled = inductor_compile(gm, list(example_inputs), scratch, static_inputs, inductor_tiles=True)
     except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs)
         if settings["strict"]:
             raise

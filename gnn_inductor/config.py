@@ -148,6 +148,9 @@ _DECLARED = (
     Setting("churn", "choice", "auto", "mini-batch switch to `torch.compile`'s code once most calls build a new plan "
             "(`off` keeps the rewrites)", public=True, choices=("auto", "on", "off"), any_case=True,
             more='this page, "Mini-batch training"'),
+    Setting("buckets", "choice", "auto", "mini-batches padded to a few fixed sizes, compiled once per size: `auto` "
+            "under CUDA graphs (`mode=\"reduce-overhead\"`) on CUDA, `on` everywhere, `off`", public=True,
+            choices=("auto", "on", "off"), any_case=True, more='this page, "Mini-batch training"'),
     Setting("churn_edges", "int", 1_000_000, "the largest graph (edges) the mini-batch switch applies to",
             public=True, more='this page, "Mini-batch training"'),
     Setting("spmm_min_edges", "int", 2_000_000, "the cost model's edge threshold for SpMM rewrites on CUDA",

@@ -1,0 +1,157 @@
+"""Shape buckets for mini-batches (gnn_inductor/buckets.py): the ladder, the padding and its cut, the analysis that
+declines graphs whose ops mix rows, and compiled mini-batch models against eager, forward and gradients."""
+import pytest
+import torch
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv, global_mean_pool
+
+import gnn_inductor
+from gnn_inductor import buckets
+from gnn_inductor.testing import random_graph, tolerance
+
+
+def test_the_ladder_is_above_every_size_aligned_and_coarse():
+    sizes = list(range(0, 5000, 7)) + [315_577, 331_333, 62_000_000]
+    values = [buckets.bucket(n) for n in sizes]
+    assert all(v > n and v % buckets.ALIGN == 0 for v, n in zip(values, sizes))
+    assert values == sorted(values)
+    # a stream of batches within +-5% of each other meets at most two buckets
+    assert len({buckets.bucket(n) for n in range(300_000, 331_000, 97)}) <= 2
+
+
+@pytest.mark.parametrize("nodes,edges", [(1, 0), (10, 1), (300, 5000), (315_577, 470_000), (100, 100_000)])
+def test_padded_sizes_leave_room_for_the_padded_edges(nodes, edges):
+    padded_nodes, padded_edges = buckets.padded_sizes(nodes, edges)
+    assert padded_nodes > nodes and padded_edges >= edges
+    assert (padded_edges - edges) <= buckets.PAD_DEGREE * (padded_nodes - nodes)
+
+
+def _layout():
+    kinds = [("rows", "N"), ("edge_index", "E"), ("rows", "E"), ("keep", None)]
+    return buckets.Layout(kinds, "n", "e", [[(0, "N")], [(1, "E")], []])
+
+
+def test_padding_replicates_row_zero_and_points_padded_edges_at_padded_nodes():
+    edge_index = random_graph(5, 12)
+    edges = edge_index.shape[1]
+    x, edge_attr, weight = torch.randn(5, 3), torch.randn(edges, 2), torch.randn(3)
+    layout = _layout()
+    args = [x, edge_index, edge_attr, weight]
+    assert layout.sizes(args) == (5, edges)
+    px, pe, pa, pw = layout.pad(args, 5, edges, (9, 40))
+    assert px.shape == (9, 3) and pe.shape == (2, 40) and pa.shape == (40, 2) and pw is weight
+    assert torch.equal(px[:5], x) and torch.equal(px[5:], x[:1].expand(4, 3))
+    assert torch.equal(pa[:edges], edge_attr) and torch.equal(pa[edges:], edge_attr[:1].expand(40 - edges, 2))
+    assert torch.equal(pe[:, :edges], edge_index) and bool((pe[:, edges:] >= 5).all())
+    assert bool((pe[:, edges:] < 9).all()) and torch.equal(pe[0, edges:], pe[1, edges:])  # padded nodes' self loops
+    assert torch.bincount(pe[1, edges:]).max() <= -(-(40 - edges) // 4)
+    out = layout.trim((torch.zeros(9, 4), torch.zeros(2, 40), torch.zeros(3)), 5, edges)
+    assert [tuple(o.shape) for o in out] == [(5, 4), (2, edges), (3,)]
+
+
+def test_padding_differentiates_back_to_the_real_rows():
+    x = torch.randn(4, 3, requires_grad=True)
+    layout = buckets.Layout([("rows", "N"), ("edge_index", "E")], "n", "e", [[(0, "N")]])
+    px, _ = layout.pad([x, random_graph(4, 6)], 4, 6, (8, 16))
+    (px * torch.arange(8.0)[:, None]).sum().backward()
+    assert torch.equal(x.grad, torch.tensor([[0.0] * 3, [1.0] * 3, [2.0] * 3, [3.0] * 3]) + torch.tensor(
+        [[4.0 + 5 + 6 + 7] * 3, [0.0] * 3, [0.0] * 3, [0.0] * 3]))
+
+
+class _Layers(torch.nn.Module):
+    def __init__(self, first, second):
+        super().__init__()
+        self.first, self.second = first, second
+
+    def forward(self, x, edge_index):
+        return self.second(self.first(x, edge_index).relu(), edge_index)
+
+
+class _MeanCentred(torch.nn.Module):
+    """Subtracts the mean over all nodes: a padded row would move every real output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(8, 4)
+
+    def forward(self, x, edge_index):
+        out = self.conv(x, edge_index)
+        return out - out.mean(0)
+
+
+class _LastNode(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(8, 4)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)[-1]
+
+
+class _Pooled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(8, 4)
+
+    def forward(self, x, edge_index, batch):
+        return global_mean_pool(self.conv(x, edge_index), batch, size=3)
+
+
+SIZES = [(100, 300), (120, 500), (300, 900)]
+
+
+def _run(model, sizes=SIZES, extra=None):
+    """Eager and compiled (buckets on) over a stream of graphs; the compiled outputs and all gradients checked."""
+    torch.manual_seed(0)
+    compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on"})
+    for nodes, edges in sizes:
+        edge_index = random_graph(nodes, edges, hub_degree=nodes // 3)
+        x = torch.randn(nodes, 8, requires_grad=True)
+        args = (x, edge_index) + ((extra(nodes),) if extra else ())
+        expected = model(*args)
+        expected.square().sum().backward()
+        grads = [x.grad] + [p.grad for p in model.parameters()]
+        model.zero_grad()
+        x.grad = None
+        actual = compiled(*args)
+        actual.square().sum().backward()
+        torch.testing.assert_close(actual, expected, **tolerance(torch.float32, "layer"))
+        for got, want in zip([x.grad] + [p.grad for p in model.parameters()], grads):
+            torch.testing.assert_close(got, want, **tolerance(torch.float32, "layer"))
+        model.zero_grad()
+    return [r for r in gnn_inductor.rewrite_report.reports()[-4:]]
+
+
+def _buckets_used(reports) -> list:
+    return [rw.details["buckets"] for r in reports for rw in r.rewrites if rw.pattern == "buckets"]
+
+
+def test_a_sage_model_over_changing_graphs_runs_padded_and_matches_eager():
+    reports = _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4, aggr="max")))
+    used = _buckets_used(reports)
+    assert used and len(used[-1]) == 2  # the second and third graphs (the first compiles at its own sizes)
+
+
+@pytest.mark.parametrize("model,why", [
+    (_MeanCentred, "mean.dim reduces over the rows"),
+    (_LastNode, "picks rows by position"),
+])
+def test_ops_that_mix_rows_are_declined_with_the_op(model, why):
+    reports = _run(model())
+    assert not _buckets_used(reports)
+    reasons = [m.reason for r in reports for m in r.near_misses if m.pattern == "buckets"]
+    assert reasons and why in reasons[-1]
+
+
+def test_a_batch_vector_input_is_declined():
+    reports = _run(_Pooled(), extra=lambda n: torch.arange(n) * 3 // n)
+    reasons = [m.reason for r in reports for m in r.near_misses if m.pattern == "buckets"]
+    assert reasons and "integer input" in reasons[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [
+    lambda: _Layers(GCNConv(8, 16), GCNConv(16, 4)),
+    lambda: _Layers(GATConv(8, 8, heads=2), GATConv(16, 4)),
+], ids=["gcn", "gat"])
+def test_more_layers_over_changing_graphs_match_eager(make):
+    _run(make())
