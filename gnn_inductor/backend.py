@@ -362,7 +362,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
         _report.add(graph_report)
         return None
     pristine = buckets.copy_module(gm)
-    rewrite = _report.Rewrite("buckets", "padded shape buckets", {}, {"buckets": []},
+    rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, {"buckets": []},
                               kernel="one fixed-size compile per bucket (torch.compile's code, CUDA graphs under "
                               "reduce-overhead)")
     graph_report.rewrites.append(rewrite)
