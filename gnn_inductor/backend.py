@@ -20,17 +20,19 @@ import time
 import torch
 import torch._dynamo
 import torch._functorch.config as functorch_config
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._dynamo.utils import counters
 
 from gnn_inductor import buckets, config, logs, pipeline
-from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
+from gnn_inductor import kernels, patterns  # kernels registers torch.ops.gnn_io.*
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize
 from gnn_inductor.churn import Churn
 from gnn_inductor.config import SettingError
 from gnn_inductor.frontends import dgl as _dgl_frontend
 from gnn_inductor.kernels.gather_scatter.fused import split_summary
-from gnn_inductor.passes import inductor_fixes
+from gnn_inductor.passes import direct_ops, inductor_fixes
 from gnn_inductor.pipeline import GRAPH_SOURCE, first_line
 from gnn_inductor.plan.cache import PlanCache, plan_stats_hook, reuse_contract
 from gnn_inductor.specialize import MAX_SPECIALIZED, size_specialized
@@ -71,6 +73,9 @@ class settings_in_force:
         return False
 
 
+_CACHE_ATTRIBUTES = ("_fx_graph_cache_key", "_fx_graph_cache_debug_lines", "_time_taken_ns", "guards_expr")
+
+
 class UnderSettings:
     """A compiled callable (the backend's, or an Inductor ``OutputCode``) that runs under ``settings``, its compile's
     snapshot, at each call: the kernels read some settings as they run, and a backward must see its forward's.
@@ -80,6 +85,11 @@ class UnderSettings:
     def __init__(self, compiled, settings: config.Snapshot):
         self.compiled, self.settings = compiled, settings
         self._boxed_call = getattr(compiled, "_boxed_call", False)
+        # what AOTAutograd reads of an Inductor graph to save it in its cache (copied by the wrappers it adds,
+        # which take the wrapped callable's __dict__): without them a graph of the backend is never saved
+        for name in _CACHE_ATTRIBUTES:
+            if hasattr(compiled, name):
+                setattr(self, name, getattr(compiled, name))
 
     def __call__(self, *args):
         if _SETTINGS.get() is self.settings:  # inside the backend's own call of this compile: already in force
@@ -111,8 +121,9 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     # Inductor's FX graph cache keys each graph after the passes of ``pipeline.SPLIT_PASSES`` (in
     # :func:`_guarded_inner_compile`), so a second process compiling the same model for the same sizes and settings
     # reuses the generated code; per-graph plans are built at run time from the structure tensors and so are never
-    # in a cached graph. AOTAutograd's cache stays off: its hit would return the bare
-    # compiled graphs without the compile's settings snapshot that :class:`UnderSettings` applies at each call.
+    # in a cached graph. AOTAutograd's cache (``aot_cache``) applies where the compile's settings are the
+    # environment's: its hit returns the bare compiled graphs, whose backward then reads the settings as they are
+    # when autograd calls it (the environment's), not under :class:`UnderSettings`.
     options = {"fx_graph_cache": True}
     if not inductor_tiles or settings.is_set("inductor_max_tiles"):
         options["triton.max_tiles"] = settings["inductor_max_tiles"]
@@ -136,8 +147,47 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     # lazily, at the first backward, after such a block has exited; compile_fx also patches ``inner_compile`` so
     # the backward gets these options. Without them the backward would get no CUDA graphs under
     # GNN_IO_CUDAGRAPHS=1 (its kernels would launch one by one) and Inductor's default tiles.
-    with functorch_config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
+    aot_cache = settings["aot_cache"] == "auto" and not settings["cuda_graphs"]
+    if aot_cache:
+        options["post_grad_custom_post_pass"] = CacheKey(settings, inductor_config.post_grad_custom_post_pass)
+        direct_ops.define_all()  # a loaded graph calls the twins its first compile's split passes made
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    with functorch_config.patch(enable_autograd_cache=aot_cache):
+        compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
+    if counters["aot_autograd"]["autograd_cache_hit"] > hits and graph_report is not None:
+        graph_report.passes.append(_report.PassRecord(
+            "split_passes", "skipped", 0, "forward and backward loaded from AOTAutograd's cache, as these passes "
+            "made them at their first compile", None))
+    return compiled
+
+
+class CacheKey(CustomGraphPass):
+    """Inductor's ``post_grad_custom_post_pass`` while the backend compiles: it runs the user's own pass, if any,
+    and adds to the FX graph and AOTAutograd cache keys what decides the backend's graphs beyond the graph
+    AOTAutograd traces: the backend's code (a change to a pass after the split must not load what the old one
+    made) and the compile's settings."""
+
+    def __init__(self, settings: config.Snapshot, inner=None):
+        self.settings, self.inner = settings, inner
+
+    def __call__(self, graph) -> None:
+        if self.inner is not None:
+            self.inner(graph)
+
+    def uuid(self):
+        inner = self.inner.uuid() if self.inner is not None else None
+        settings = repr(sorted((name, repr(value)) for name, value in self.settings.items()))
+        return get_hash_for_files(_source_files(), f"{settings}|{inner!r}").hex()
+
+
+@functools.lru_cache(maxsize=1)
+def _source_files() -> tuple:
+    """The backend's Python sources (gnn_inductor, kernels, patterns), for :class:`CacheKey`."""
+    import pathlib
+
+    roots = [pathlib.Path(__file__).parent, pathlib.Path(kernels.__file__).parent,
+             pathlib.Path(patterns.__file__).parent]
+    return tuple(str(p) for root in roots for p in sorted(root.rglob("*.py")))
 
 
 def _has_symbolic_sizes(example_inputs) -> bool:
@@ -321,7 +371,12 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
     environment and any active patch they make the compile's snapshot of every setting, in force while the graph
     compiles and at each call of its forward and backward.
     """
-    with config.patch(**config.compile_settings(mode, options)):
+    given = config.compile_settings(mode, options)
+    if given or config.patched():
+        # settings other than the environment's: kept in force at every call (:class:`UnderSettings`), which a graph
+        # loaded from AOTAutograd's cache would not be, its backward being called by autograd
+        given = {**given, "aot_cache": "off"}
+    with config.patch(**given):
         settings = config.snapshot()
     logs.follow_setting(settings["logs"])
     logs.compile_started(gm)

@@ -160,6 +160,10 @@ _DECLARED = (
     Setting("attention_min_edges", "int", None, "one edge threshold for every case of fused attention the cost "
             "model declines on CUDA", public=True, default_doc="per family and precision",
             more="kernel_selection.md"),
+    Setting("aot_cache", "choice", "auto", "AOTAutograd's cache for the backend's graphs (a warm start skips the "
+            "joint trace and the passes after it): `auto` where the compile's settings are the environment's (no "
+            "`options`, no patch) and CUDA graphs are off, `off`", public=True, choices=("auto", "off"),
+            any_case=True, more='this page, "Warm starts"'),
     Setting("logs", "choice", None, "log level of the `gnn_inductor` logger, applied at a compile where it changed "
             "(`info`: a line per compiled graph and the plan build's slow steps; `debug`: the details)", public=True,
             choices=("debug", "info", "warning", "error"), any_case=True, default_doc="unset (the logging setup's)",
@@ -266,6 +270,12 @@ def is_set(name: str) -> bool:
     if name in _OVERRIDES:
         return name in _GIVEN
     return bool(os.environ.get(SETTINGS[name].env, "").strip())
+
+
+def patched() -> bool:
+    """Whether a :class:`patch` (or :class:`applied`) is active, so that a setting may read other than the
+    environment says."""
+    return bool(_OVERRIDES)
 
 
 def default(name: str):

@@ -12,6 +12,9 @@ from gnn_inductor.testing import random_graph
 # here to check the rewrites and their CPU semantics, so they take the rewrites (subprocesses inherit this).
 # Tests of the CPU decline itself unset it.
 os.environ.setdefault("GNN_IO_CPU_REWRITE", "1")
+# AOTAutograd's cache would load a graph another test (or an earlier run) compiled without running the passes after
+# the split, whose records many tests read; the warm-start tests turn it on for their processes.
+os.environ.setdefault("GNN_IO_AOT_CACHE", "off")
 # Inductor's multi-threaded CPU kernels add scattered values with atomic_add_vec, whose compiled code (GCC, AVX2) reads
 # a by-value vector argument with an aligned load from the stack (vmovdqa 0x8(%rsp)): it segfaults when the stack
 # at the call is not 32-byte aligned, which depends on the C call path from Python, so it comes and goes with

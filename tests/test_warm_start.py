@@ -10,11 +10,11 @@ import torch
 
 CHILD = textwrap.dedent("""
     import json
+    import os
     import torch
     from torch._dynamo.utils import counters
     from torch_geometric.nn import GATConv, GCNConv
     import gnn_inductor
-    from gnn_inductor import config
 
     torch.manual_seed(0)
     edge_index = torch.randint(0, 300, (2, 2000))
@@ -32,18 +32,22 @@ CHILD = textwrap.dedent("""
     expected = model(x, edge_index)
     expected.sum().backward()
     expected_grad, x.grad = x.grad, None
-    with config.patch(cpu_rewrite=True):
-        out = torch.compile(model, backend="gnn_io")(x, edge_index)
-        out.sum().backward()
+    options = json.loads(os.environ.get("CHILD_OPTIONS", "{}"))
+    out = torch.compile(model, backend="gnn_io", options=options)(x, edge_index)
+    out.sum().backward()
     rewrites = sum(len(r.rewrites) for r in gnn_inductor.rewrite_report.reports())
-    print(json.dumps({"hits": counters["inductor"]["fxgraph_cache_hit"],
+    print(json.dumps({"aot_hits": counters["aot_autograd"]["autograd_cache_hit"],
+                      "hits": counters["inductor"]["fxgraph_cache_hit"],
                       "misses": counters["inductor"]["fxgraph_cache_miss"], "rewrites": rewrites,
                       "out_err": float((out - expected).abs().max()), "grad_err": float((x.grad - expected_grad).abs().max())}))
 """)
 
 
-def _run(cache_dir) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
+def _run(cache_dir, options=None) -> dict:
+    # the CPU rewrites through the environment, as a user sets them: settings given as options (or a patch) keep
+    # AOTAutograd's cache off
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "GNN_IO_CPU_REWRITE": "1",
+           "GNN_IO_AOT_CACHE": "auto", "CHILD_OPTIONS": json.dumps(options or {})}
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -52,10 +56,21 @@ def _run(cache_dir) -> dict:
 def test_a_second_process_reuses_the_compiled_graphs(tmp_path):
     cold, warm = _run(tmp_path), _run(tmp_path)
     assert cold["rewrites"] == warm["rewrites"] >= 2
-    assert cold["misses"] >= 2 and cold["hits"] == 0
-    assert warm["hits"] == cold["misses"] and warm["misses"] == 0
+    assert cold["misses"] >= 2 and cold["hits"] == 0 and cold["aot_hits"] == 0
+    # AOTAutograd's cache: forward and backward loaded at once, from Inductor's FX graph cache
+    assert warm["aot_hits"] == 1 and warm["hits"] == cold["misses"] and warm["misses"] == 0
     for run in (cold, warm):
         assert run["out_err"] < 1e-4 and run["grad_err"] < 1e-4
+
+
+def test_settings_given_as_options_keep_aot_autograds_cache_off(tmp_path):
+    """A graph loaded from AOTAutograd's cache runs its backward without the compile's settings in force, so a
+    compile with options never uses that cache; Inductor's FX graph cache still serves it."""
+    options = {"plan_check": "fingerprint"}
+    cold, warm = _run(tmp_path, options), _run(tmp_path, options)
+    assert cold["aot_hits"] == warm["aot_hits"] == 0
+    assert warm["hits"] == cold["misses"] >= 2 and warm["misses"] == 0
+    assert warm["out_err"] < 1e-4 and warm["grad_err"] < 1e-4
 
 
 class _OnCuda(torch.Tensor):
