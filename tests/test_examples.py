@@ -55,6 +55,14 @@ def test_gat_cora_default_form(tmp_path):
     assert "runs gnn_io." not in output and "0 rewritten" in output
 
 
+def test_ddp_minibatch_on_two_processes():
+    """The multi-GPU example's CPU form: torchrun, two gloo processes, each sampling its own seeds."""
+    output = run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "examples/ddp_minibatch.py",
+                  "--epochs", "1", "--steps", "3", "--batch-size", "64", "--cpu-rewrites"])
+    assert "mean loss over 2 ranks" in output and "2 ranks of 64 seeds" in output
+    assert "SAGEConv conv1 at examples/minibatch_sage.py" in output and "runs gnn_io.spmm" in output
+
+
 def test_minibatch_sage():
     output = run(["examples/minibatch_sage.py", "--epochs", "1", "--steps", "3", "--batch-size", "64",
                   "--cpu-rewrites"])
