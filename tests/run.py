@@ -3,11 +3,10 @@
 On a machine with CUDA one pytest process runs every tier but ``slow`` (the Triton kernels on the GPU). On a CPU
 machine the Triton kernel tests (marker ``triton``) run under Triton's interpreter in a pytest process of their own,
 ``TRITON_INTERPRET=1 pytest -m triton``, beside the main tier (``-m "not triton"``, in two processes: tests/models
-apart): the interpreter only takes effect for kernels defined after it is set, and set in the main process it
-would interpret Inductor's kernels too. The three run at the same time on CI's two cores (measured on a fresh
-clone of this repository on a 2-core machine: main tier 1,296 s in one process against 804 s for the interpreter
-tier); the first prints as it goes, the others' output follows when all have ended. The exit status is pytest's:
-1 when a test failed in any process, 5 when no process ran a test.
+and tests/test_examples.py apart): the interpreter only takes effect for kernels defined after it is set, and set
+in the main process it would interpret Inductor's kernels too. The three run at the same time on CI's two cores;
+the first prints as it goes, the others' output follows when all have ended. The exit status is pytest's: 1 when a
+test failed in any process, 5 when no process ran a test.
 ``--slow`` adds the ``slow`` tier (the full grids: on the device, and before a release).
 """
 import os
@@ -38,8 +37,10 @@ def main(argv: list) -> int:
     if torch.cuda.is_available():
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30",
                                 *extra, "tests"], cwd=ROOT, env=base)
-    # the main tier in two processes (the model-level tests apart), so that the three share the two cores evenly
-    tiers = [("not triton", ["tests", "--ignore=tests/models"], base), ("not triton", ["tests/models"], base),
+    # the main tier in two processes (the model-level tests and the examples apart), so that the three share the two
+    # cores evenly (a fresh clone on a 2-core machine: the rest 1,158 s, models 731 s, examples about 150 s)
+    tiers = [("not triton", ["tests", "--ignore=tests/models", "--ignore=tests/test_examples.py"], base),
+             ("not triton", ["tests/models", "tests/test_examples.py"], base),
              ("triton", ["tests"], {**base, "TRITON_INTERPRET": "1"})]
     start = time.monotonic()
     runs = []
