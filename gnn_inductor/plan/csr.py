@@ -65,12 +65,25 @@ def csr_plan(dst: Tensor, src: Tensor, num_dst: int,
             raise ValueError(f"source and destination index differ in length ({src.numel()} vs {dst.numel()})")
         if dst.is_cuda and dst.numel() >= 2**31 - 1:
             raise ValueError(f"graphs with 2^31 or more edges are not supported on CUDA yet (got {dst.numel()})")
-        row, perm = torch.sort(dst.long(), stable=True)
-        col = src.long().index_select(0, perm)
-        col_sorted, t_perm = torch.sort(col, stable=True)
-        t_col = row.index_select(0, t_perm)
-        parts = (_offsets(row, num_dst), col, row, perm, _offsets(col_sorted, num_src), t_col, t_perm)
-        return tuple(p.to(index_dtype(dst.device)) for p in parts)
+        return build_csr(dst, src, num_dst, num_src, index_dtype(dst.device))
+
+
+def build_csr(dst: Tensor, src: Tensor, num_dst: int, num_src: int, dtype: torch.dtype) -> tuple:
+    """:func:`csr_plan`'s arrays in ``dtype``, each made in ``dtype`` as soon as it exists: in int32 (CUDA) a
+    billion-edge build holds six 4-byte arrays of E and one 8-byte sort permutation at a time, where sorting in
+    int64 and converting at the end held every array twice over."""
+    def narrow(index: Tensor) -> Tensor:
+        return index if index.dtype == dtype else index.to(dtype)
+
+    row, perm = torch.sort(narrow(dst), stable=True)
+    perm = narrow(perm)  # torch.sort's permutation is int64
+    col = narrow(src).index_select(0, perm)
+    col_sorted, t_perm = torch.sort(col, stable=True)
+    t_perm = narrow(t_perm)
+    t_col = row.index_select(0, t_perm)
+    t_rowptr = narrow(_offsets(col_sorted, num_src))
+    del col_sorted
+    return narrow(_offsets(row, num_dst)), col, row, perm, t_rowptr, t_col, t_perm
 
 
 def index_dtype(device) -> torch.dtype:
@@ -82,7 +95,8 @@ def _offsets(sorted_index: Tensor, num: int) -> Tensor:
     """CSR offsets of an ascending index: ``offsets[i]`` = how many entries are below ``i``. A binary search
     per row, without the device sync of ``bincount`` (which reads the maximum on the host to size its
     output)."""
-    return torch.searchsorted(sorted_index, torch.arange(num + 1, device=sorted_index.device))
+    return torch.searchsorted(sorted_index, torch.arange(num + 1, device=sorted_index.device,
+                                                         dtype=sorted_index.dtype))
 
 
 @csr_plan.register_fake
