@@ -11,7 +11,6 @@ returns, the forward and backward Inductor compiled included.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import copy
 import functools
@@ -21,11 +20,10 @@ import torch
 import torch._dynamo
 import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._dynamo.utils import counters
 
-from gnn_inductor import buckets, config, logs, pipeline
-from gnn_inductor import kernels, patterns  # kernels registers torch.ops.gnn_io.*
+from gnn_inductor import buckets, caching, config, logs, pipeline
+from gnn_inductor import kernels  # noqa: F401  (registers torch.ops.gnn_io.*)
 from gnn_inductor import rewrite_report as _report
 from gnn_inductor.canonical import canonicalize
 from gnn_inductor.churn import Churn
@@ -73,9 +71,6 @@ class settings_in_force:
         return False
 
 
-_CACHE_ATTRIBUTES = ("_fx_graph_cache_key", "_fx_graph_cache_debug_lines", "_time_taken_ns", "guards_expr")
-
-
 class UnderSettings:
     """A compiled callable (the backend's, or an Inductor ``OutputCode``) that runs under ``settings``, its compile's
     snapshot, at each call: the kernels read some settings as they run, and a backward must see its forward's.
@@ -87,7 +82,7 @@ class UnderSettings:
         self._boxed_call = getattr(compiled, "_boxed_call", False)
         # what AOTAutograd reads of an Inductor graph to save it in its cache (copied by the wrappers it adds,
         # which take the wrapped callable's __dict__): without them a graph of the backend is never saved
-        for name in _CACHE_ATTRIBUTES:
+        for name in caching.CACHE_ATTRIBUTES:
             if hasattr(compiled, name):
                 setattr(self, name, getattr(compiled, name))
 
@@ -149,7 +144,7 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     # GNN_IO_CUDAGRAPHS=1 (its kernels would launch one by one) and Inductor's default tiles.
     aot_cache = settings["aot_cache"] == "auto" and not settings["cuda_graphs"]
     if aot_cache:
-        options["post_grad_custom_post_pass"] = CacheKey(settings, inductor_config.post_grad_custom_post_pass)
+        options["post_grad_custom_post_pass"] = caching.CacheKey(settings, inductor_config.post_grad_custom_post_pass)
         direct_ops.define_all()  # a loaded graph calls the twins its first compile's split passes made
     hits = counters["aot_autograd"]["autograd_cache_hit"]
     with functorch_config.patch(enable_autograd_cache=aot_cache):
@@ -159,35 +154,6 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
             "split_passes", "skipped", 0, "forward and backward loaded from AOTAutograd's cache, as these passes "
             "made them at their first compile", None))
     return compiled
-
-
-class CacheKey(CustomGraphPass):
-    """Inductor's ``post_grad_custom_post_pass`` while the backend compiles: it runs the user's own pass, if any,
-    and adds to the FX graph and AOTAutograd cache keys what decides the backend's graphs beyond the graph
-    AOTAutograd traces: the backend's code (a change to a pass after the split must not load what the old one
-    made) and the compile's settings."""
-
-    def __init__(self, settings: config.Snapshot, inner=None):
-        self.settings, self.inner = settings, inner
-
-    def __call__(self, graph) -> None:
-        if self.inner is not None:
-            self.inner(graph)
-
-    def uuid(self):
-        inner = self.inner.uuid() if self.inner is not None else None
-        settings = repr(sorted((name, repr(value)) for name, value in self.settings.items()))
-        return get_hash_for_files(_source_files(), f"{settings}|{inner!r}").hex()
-
-
-@functools.lru_cache(maxsize=1)
-def _source_files() -> tuple:
-    """The backend's Python sources (gnn_inductor, kernels, patterns), for :class:`CacheKey`."""
-    import pathlib
-
-    roots = [pathlib.Path(__file__).parent, pathlib.Path(kernels.__file__).parent,
-             pathlib.Path(patterns.__file__).parent]
-    return tuple(str(p) for root in roots for p in sorted(root.rglob("*.py")))
 
 
 def _has_symbolic_sizes(example_inputs) -> bool:
@@ -252,7 +218,7 @@ def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_in
         kwargs = _with_static_inputs(kwargs, example_inputs, static_inputs, num_inputs)
     try:
         partitions_before = counters["inductor"]["cudagraph_partitions"]
-        with _workers_on_cache_miss(inductor, example_inputs):
+        with caching.workers_on_cache_miss(inductor, example_inputs):
             compiled = inductor.compile_fx_inner(gm, example_inputs, **kwargs)
         if graph_report is not None and settings["cuda_graphs"]:
             graph_report.cuda_graphs[side] = \
@@ -289,38 +255,6 @@ def _cuda_graph_state(compiled, partitions: int) -> str:
         return (f"{recorded} of {partitions} parts recorded; the kernels of the other {partitions - recorded} launch "
                 f"from the CPU at every call (TORCH_LOGS=+cudagraphs gives Inductor's reasons)")
     return "recorded as one CUDA graph" if recorded == 1 else f"recorded as {recorded} CUDA graphs"
-
-
-@contextlib.contextmanager
-def _workers_on_cache_miss(inductor, example_inputs):
-    """While Inductor compiles one CUDA graph: its Triton kernels compile in Inductor's worker processes. Inductor
-    compiles in the calling process while its worker pool is still starting (the first compile of a process, or
-    the first after a worker died); a Triton crash there aborts the whole process (bf16 GATConv's backward did,
-    on the H100), where in a worker it is an exception :func:`_guarded_inner_compile` catches.
-
-    The wait for the pool happens only on an FX graph cache miss, when Inductor generates code
-    (``fx_codegen_and_compile``): a hit loads kernels Triton has compiled before, and waiting there for the pool
-    to start cost 1.8-4.7 s of a 2-layer GAT's warm first call on the H200."""
-    codegen = getattr(inductor, "fx_codegen_and_compile", None)
-    if codegen is None or not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
-        yield
-        return
-
-    @functools.wraps(codegen)
-    def codegen_in_workers(*args, **kwargs):
-        try:
-            from torch._inductor.async_compile import AsyncCompile
-
-            AsyncCompile.wait_pool_ready(timeout=120)
-        except Exception:  # noqa: BLE001,S110  (no pool, e.g. one compile thread: Inductor compiles in process)
-            pass
-        return codegen(*args, **kwargs)
-
-    inductor.fx_codegen_and_compile = codegen_in_workers
-    try:
-        yield
-    finally:
-        inductor.fx_codegen_and_compile = codegen
 
 
 def _reset_compile_workers() -> None:

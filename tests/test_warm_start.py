@@ -87,7 +87,7 @@ def test_the_compile_worker_pool_is_awaited_on_a_cache_miss_only(monkeypatch):
     from torch._inductor import compile_fx
     from torch._inductor.async_compile import AsyncCompile
 
-    from gnn_inductor import backend
+    from gnn_inductor import caching
 
     assert callable(compile_fx.fx_codegen_and_compile)  # the function a miss calls, which the wait wraps
 
@@ -96,12 +96,12 @@ def test_the_compile_worker_pool_is_awaited_on_a_cache_miss_only(monkeypatch):
     inductor = SimpleNamespace(fx_codegen_and_compile=lambda *a, **k: generated.append(a) or "code")
     original = inductor.fx_codegen_and_compile
     inputs = [torch.zeros(2).as_subclass(_OnCuda)]
-    with backend._workers_on_cache_miss(inductor, inputs):
+    with caching.workers_on_cache_miss(inductor, inputs):
         pass  # a cache hit: Inductor loads the graph without generating code
     assert waits == [] and inductor.fx_codegen_and_compile is original
-    with backend._workers_on_cache_miss(inductor, inputs):
+    with caching.workers_on_cache_miss(inductor, inputs):
         assert inductor.fx_codegen_and_compile("gm") == "code"  # a miss: code generation, after the pool is up
     assert waits == [120] and generated == [("gm",)] and inductor.fx_codegen_and_compile is original
-    with backend._workers_on_cache_miss(inductor, [torch.zeros(2)]):  # CPU graphs compile C++ in process
+    with caching.workers_on_cache_miss(inductor, [torch.zeros(2)]):  # CPU graphs compile C++ in process
         inductor.fx_codegen_and_compile("gm")
     assert waits == [120]
