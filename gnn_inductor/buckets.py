@@ -255,7 +255,7 @@ _REDUCTIONS = {
 }
 # ordered integer work on edges (a CSR's sort and prefix sums): the padded entries have the largest node ids, so
 # they sort last and every real prefix stays as it was
-_INTEGER_ORDERED = {aten.sort.default, aten.sort.stable, aten.cumsum.default, aten.bincount.default,
+_INTEGER_ORDERED = {aten.sort.default, aten.sort.stable, aten.bincount.default,
                     aten._unique2.default, aten.unique_consecutive.default, aten.searchsorted.Tensor,
                     aten.argsort.default, aten.argsort.stable}
 
@@ -292,7 +292,7 @@ def why_unsafe(aten_gm: torch.fx.GraphModule, layout: Layout) -> Optional[str]:
                                if str(s).startswith(("u", "unbacked"))}
         if not touched:
             continue
-        why = _op_mixes_rows(node, inputs, tagged)
+        why = _op_mixes_rows(node, inputs, tagged, layout.nodes)
         if why:
             return f"{why} ({_where(node)})"
     return None
@@ -304,7 +304,7 @@ def _where(node) -> str:
     return lines[-1] if lines else node.name
 
 
-def _op_mixes_rows(node, inputs, tagged: set) -> Optional[str]:
+def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
     target = node.target
     name = getattr(target, "__name__", str(target))
     first = inputs[0] if inputs else None
@@ -333,6 +333,12 @@ def _op_mixes_rows(node, inputs, tagged: set) -> Optional[str]:
         return f"{name} sums rows into a tensor that has no row per node or edge"
     if target in _INTEGER_ORDERED and first is not None and not first.is_floating_point():
         return None
+    if target is aten.cumsum.default and not first.is_floating_point():
+        # prefix sums of integers per node (degrees into CSR offsets): the padded nodes are the last rows. Over an
+        # edge dimension padded edges can sit between real ones (after a concatenation), so it is declined there
+        size = _expr(first.shape[node.args[1] % first.dim()])
+        if not size.free_symbols - {nodes}:
+            return None
     if target in _REDUCTIONS:
         dims = _dims_arg(node, _REDUCTIONS[target], first.dim())
         if set(dims) & set(_tagged_dims(first, tagged)):

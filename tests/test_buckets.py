@@ -183,3 +183,19 @@ def test_a_declined_graph_says_why_in_the_report():
 ], ids=["gcn", "gat"])
 def test_more_layers_over_changing_graphs_match_eager(make):
     _run(make())
+
+
+class _EdgePrefix(torch.nn.Module):
+    """A running count over the edges: padded edges appended after real ones would change no prefix here, but a
+    prefix over edges is declined (after a concatenation padded edges sit between real ones)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(8, 4)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index) + torch.cumsum(edge_index[0], 0).sum() * 0
+
+
+def test_an_integer_prefix_over_edges_is_declined():
+    assert "cumsum" in (_why_not_padded(_EdgePrefix()) or "")
