@@ -21,6 +21,9 @@ from typing import Callable, Optional
 import sympy
 import torch
 
+from gnn_inductor.canonical import fake_inputs
+from gnn_inductor.rewrite_report import source_of
+
 aten = torch.ops.aten
 
 # the smallest bucket, the ladder's step (about 9% padding at most, 4.5% on average) and the alignment of a size
@@ -147,7 +150,7 @@ class Layout:
 
 def layout_of(gm: torch.fx.GraphModule) -> tuple:
     """``(Layout, None)`` for a Dynamo graph whose inputs can be padded, else ``(None, why)``."""
-    example_inputs = [node.meta["example_value"] for node in gm.graph.nodes if node.op == "placeholder"]
+    example_inputs = fake_inputs(gm)
     edge_syms = set()
     for value in example_inputs:
         if isinstance(value, torch.Tensor) and value.dim() == 2 and not value.is_floating_point() \
@@ -294,14 +297,8 @@ def why_unsafe(aten_gm: torch.fx.GraphModule, layout: Layout) -> Optional[str]:
             continue
         why = _op_mixes_rows(node, inputs, tagged, layout.nodes)
         if why:
-            return f"{why} ({_where(node)})"
+            return f"{why} (at {source_of(node)['source']})"
     return None
-
-
-def _where(node) -> str:
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File")]
-    return lines[-1] if lines else node.name
 
 
 def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
