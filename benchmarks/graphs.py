@@ -80,7 +80,10 @@ def rmat_like(num_nodes: int, num_edges: int, undirected: bool, seed: int = 0, p
         if undirected:
             src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
         keep = src != dst
-        keys = torch.unique(torch.cat([keys, src[keep] * num_nodes + dst[keep]]))
+        drawn = src[keep] * num_nodes + dst[keep]
+        del src, dst, keep  # a billion-edge graph: the draws are freed before the sort of the keys
+        keys = torch.unique(torch.cat([keys, drawn]))
+        del drawn
         draws = max(pairs - keys.numel(), 0) * 2 + 1024
     keys = keys[torch.randperm(keys.numel(), generator=generator, device=device)[:pairs]]
     src, dst = keys // num_nodes, keys % num_nodes
@@ -228,6 +231,9 @@ def graph_suite(names: list, data_root: str, device) -> list:
             out.append(tu_batch(data_root))
         elif name == "rmat-small":
             out.append(rmat(10, 8_000, seed=0, device=device))
+        elif name.startswith("rmat-like-") and name.count("-") == 3:  # rmat-like-NODES-EDGES, directed
+            nodes, edges = name.split("-")[2:]
+            out.append(rmat_like(int(nodes), int(edges), undirected=False, seed=0, name=name, device=device))
         elif name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
             scale, edges = name.split("-")[1:]
             out.append(rmat(int(scale), int(edges), seed=0, device=device))

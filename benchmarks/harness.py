@@ -54,8 +54,13 @@ LAYERS = ("gcn", "sage_mean", "sage_max", "gin", "graphconv", "graphconv_max", "
 
 
 def make_layer(name: str, features: int) -> torch.nn.Module:
+    """The layer ``name`` with ``features`` inputs and outputs; ``NAME:DEPTH`` (``gcn:3``) is a model of
+    ``DEPTH`` such layers with ReLU between them (:class:`Stack`)."""
     from torch_geometric import nn as pyg
 
+    if ":" in name:
+        name, depth = name.split(":")
+        return Stack([make_layer(name, features) for _ in range(int(depth))])
     f = features
     return {
         "gcn": lambda: pyg.GCNConv(f, f),
@@ -83,6 +88,25 @@ def make_layer(name: str, features: int) -> torch.nn.Module:
         "gatv2_drop": lambda: pyg.GATv2Conv(f, f // HEADS, heads=HEADS, dropout=ATTENTION_DROPOUT),
         "transformer_drop": lambda: pyg.TransformerConv(f, f // HEADS, heads=HEADS, dropout=ATTENTION_DROPOUT),
     }[name]()
+
+
+class Stack(torch.nn.Module):
+    """A full-graph model: the layers one after another on the same graph, ReLU between them."""
+
+    def __init__(self, layers: list):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x, edge_index):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, edge_index) if i == 0 else layer(torch.relu(x), edge_index)
+        return x
+
+
+def layer_and_depth(name: str) -> tuple:
+    """``("gcn", 3)`` for ``gcn:3``, ``("gcn", 1)`` for ``gcn``."""
+    base, _, depth = name.partition(":")
+    return base, int(depth or 1)
 
 
 class WithEdgeFeatures(torch.nn.Module):
@@ -116,7 +140,7 @@ def with_graph(layer: torch.nn.Module, edge_index: torch.Tensor) -> torch.nn.Mod
 def is_random(layer_name: str) -> bool:
     """Layers whose output depends on a random draw (dropout): each mode draws its own mask, so their outputs
     are not compared."""
-    return layer_name.endswith("_drop")
+    return layer_and_depth(layer_name)[0].endswith("_drop")
 
 
 class DenseFloor(torch.nn.Module):
@@ -144,14 +168,27 @@ class DenseFloor(torch.nn.Module):
 def min_bytes(layer: str, num_nodes: int, num_edges: int, features: int, elem: int) -> tuple:
     """Least bytes moved by (forward, forward+backward): the dense transform reads X and writes H,
     the aggregation reads H once, the CSR (int64 col + values + rowptr) once, and writes Y; the
-    backward moves the same again twice (dH and dX / dW). Attention adds 2 more node tensors."""
+    backward moves the same again twice (dH and dX / dW). Attention adds 2 more node tensors. A model of
+    ``DEPTH`` layers (``NAME:DEPTH``) moves ``DEPTH`` times a layer's bytes."""
+    layer, depth = layer_and_depth(layer)
     dense = num_nodes * features * elem
     node_tensors = 4 + (2 if layer.removesuffix("_drop") in ("gat", "gatv2", "transformer") else 0)
     structure = num_edges * (8 + 4) + num_nodes * 8
     forward = node_tensors * dense + structure
     if layer == "pna":  # its messages are an edge GEMM's output: written once, read once by the shared pass
         forward += 2 * num_edges * features * elem
-    return forward, 3 * forward
+    return depth * forward, depth * 3 * forward
+
+
+def _added_gb(fn) -> float:
+    """GiB a no-grad call of ``fn`` allocates at its peak above what was allocated before it."""
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - resident) / 2**30
 
 
 def copy_bandwidth(device) -> float:
@@ -364,6 +401,11 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
             record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
                                           - record["fwd_ms"]) if reps else None
+            if device.type == "cuda" and "cg" not in mode:
+                # what a no-grad forward adds, on a graph with its plan and on a new one (the plan's build and
+                # the plan itself on top)
+                record["fwd_gb"], record["new_graph_fwd_gb"] = (_added_gb(lambda: model(x, g)) for g in
+                                                                (edge_index, fresh.clone()))
         if reference is not None:
             ref = reference.float().cpu()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))

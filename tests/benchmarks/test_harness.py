@@ -105,6 +105,23 @@ def test_every_listed_layer_builds():
         assert isinstance(harness.make_layer(name, 8), torch.nn.Module), name
 
 
+def test_a_stacked_model_runs_its_layers_with_relu_between(tmp_path):
+    """``NAME:DEPTH`` is a model of DEPTH layers on one graph; the harness compiles and times it like a layer."""
+    model = harness.make_layer("gcn:3", 8)
+    assert [type(m).__name__ for m in model.layers] == ["GCNConv"] * 3
+    x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    expected = model.layers[0](x, edge_index)
+    for layer in model.layers[1:]:
+        expected = layer(torch.relu(expected), edge_index)
+    torch.testing.assert_close(model(x, edge_index), expected)
+    assert harness.min_bytes("gcn:3", 10, 20, 8, 4) == tuple(3 * b for b in harness.min_bytes("gcn", 10, 20, 8, 4))
+    harness.main(["--device", "cpu", "--graphs", "rmat-like-300-2000", "--layers", "sage_mean:2", "--modes",
+                  "eager,gnn_io", "--reps", "1", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert {(r["layer"], r["graph"], r["edges"]) for r in records} == {("sage_mean:2", "rmat-like-300-2000", 2000)}
+    assert not any("error" in r for r in records) and records[1]["rel_err"] < 1e-5
+
+
 def test_dense_floor_runs_the_layers_linear_maps():
     import torch
 

@@ -386,16 +386,18 @@ def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer
     assert not [n for n in main.graph.nodes if n.target is torch.ops.aten.nonzero.default], main.graph
 
 
-def test_the_int32_csr_build_equals_the_int64_one():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_the_int32_csr_build_equals_the_int64_one(device):
     """CUDA builds the CSR in int32 throughout (half the memory of a billion-edge build); the same arrays as the
-    int64 build, on a graph with duplicates, self loops, isolated nodes and a hub, from either index dtype."""
+    int64 build on the CPU, on a graph with duplicates, self loops, isolated nodes and a hub, from either index
+    dtype, on either device."""
     from gnn_inductor.plan.csr import build_csr
 
     edge_index = random_graph(300, 2000, hub_degree=120)
     dst, src = edge_index[1], edge_index[0]
     wide = build_csr(dst, src, 310, 305, torch.int64)
     for index_dtype in (torch.int64, torch.int32):
-        narrow = build_csr(dst.to(index_dtype), src.to(index_dtype), 310, 305, torch.int32)
-        assert all(n.dtype == torch.int32 for n in narrow)
+        narrow = build_csr(dst.to(device, index_dtype), src.to(device, index_dtype), 310, 305, torch.int32)
+        assert all(n.dtype == torch.int32 and n.device.type == device for n in narrow)
         for n, w in zip(narrow, wide):
-            assert torch.equal(n.long(), w)
+            assert torch.equal(n.cpu().long(), w)
