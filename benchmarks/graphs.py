@@ -8,6 +8,8 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,38 +210,45 @@ PRODUCTS_LIKE_PROBS = (0.45, 0.22, 0.22, 0.11)
 
 
 def graph_suite(names: list, data_root: str, device) -> list:
+    """The graphs of these names, each generated (seeded) or read, with its size and the time it took on stderr."""
     out = []
     for name in names:
-        if name == "rmat-large":
-            out.append(rmat(20, 16_000_000, seed=0, device=device))
-        elif name == "products-like":  # ogbn-products' size: 2,449,029 nodes, 61,859,140 edges (undirected)
-            out.append(rmat_like(2_449_029, 61_859_140, undirected=True, probs=PRODUCTS_LIKE_PROBS, seed=0,
-                                 name=name, device=device))
-        elif name == "arxiv-like":  # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges
-            out.append(rmat_like(169_343, 1_166_243, undirected=False, seed=0, name=name, device=device))
-        elif name == "rmat-arxiv":
-            out.append(rmat(17, 1_150_000, seed=0, device=device))
-        elif name == "uniform-large":
-            out.append(uniform(1 << 20, 16_000_000, seed=0, device=device))
-        elif name == "grid-large":
-            out.append(grid(1024, device=device))
-        elif name == "sbm-dense":  # locally dense: communities of 32 in random order, 262k nodes, ~6.8M edges
-            out.append(sbm(1 << 18, 32, 11_000_000, seed=0, device=device))
-        elif name == "batch-random":  # locally dense: 20,000 graphs of 50 nodes in batch order, ~16.8M edges
-            out.append(batched_random(20_000, 50, 1_000, seed=0, device=device))
-        elif name == "tu-batch":
-            out.append(tu_batch(data_root))
-        elif name == "rmat-small":
-            out.append(rmat(10, 8_000, seed=0, device=device))
-        elif name.startswith("rmat-like-") and name.count("-") == 3:  # rmat-like-NODES-EDGES, directed
-            nodes, edges = name.split("-")[2:]
-            out.append(rmat_like(int(nodes), int(edges), undirected=False, seed=0, name=name, device=device))
-        elif name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
-            scale, edges = name.split("-")[1:]
-            out.append(rmat(int(scale), int(edges), seed=0, device=device))
-        else:
-            out.append(real(name, data_root))
+        start = time.perf_counter()
+        out.append(_one_graph(name, data_root, device))
+        print(f"graph {out[-1].name}: {out[-1].num_nodes} nodes, {out[-1].num_edges} edges, made in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return out
+
+
+def _one_graph(name: str, data_root: str, device) -> Graph:
+    if name == "rmat-large":
+        return rmat(20, 16_000_000, seed=0, device=device)
+    if name == "products-like":  # ogbn-products' size: 2,449,029 nodes, 61,859,140 edges (undirected)
+        return rmat_like(2_449_029, 61_859_140, undirected=True, probs=PRODUCTS_LIKE_PROBS, seed=0,
+                         name=name, device=device)
+    if name == "arxiv-like":  # ogbn-arxiv's size: 169,343 nodes, 1,166,243 directed edges
+        return rmat_like(169_343, 1_166_243, undirected=False, seed=0, name=name, device=device)
+    if name == "rmat-arxiv":
+        return rmat(17, 1_150_000, seed=0, device=device)
+    if name == "uniform-large":
+        return uniform(1 << 20, 16_000_000, seed=0, device=device)
+    if name == "grid-large":
+        return grid(1024, device=device)
+    if name == "sbm-dense":  # locally dense: communities of 32 in random order, 262k nodes, ~6.8M edges
+        return sbm(1 << 18, 32, 11_000_000, seed=0, device=device)
+    if name == "batch-random":  # locally dense: 20,000 graphs of 50 nodes in batch order, ~16.8M edges
+        return batched_random(20_000, 50, 1_000, seed=0, device=device)
+    if name == "tu-batch":
+        return tu_batch(data_root)
+    if name == "rmat-small":
+        return rmat(10, 8_000, seed=0, device=device)
+    if name.startswith("rmat-like-") and name.count("-") == 3:  # rmat-like-NODES-EDGES, directed
+        nodes, edges = name.split("-")[2:]
+        return rmat_like(int(nodes), int(edges), undirected=False, seed=0, name=name, device=device)
+    if name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
+        scale, edges = name.split("-")[1:]
+        return rmat(int(scale), int(edges), seed=0, device=device)
+    return real(name, data_root)
 
 
 SUITE = ["Planetoid-Cora", "ca-AstroPh", "MUSAE-github", "soc-Slashdot0902", "road-luxembourg-osm",

@@ -1,5 +1,6 @@
 """The benchmark harness still runs end to end (tiny graph, CPU): a smoke check, not a benchmark."""
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -7,8 +8,8 @@ import torch
 from benchmarks import harness
 from benchmarks.graphs import grid, real, rmat, uniform
 
-# the project's real graphs, next to the repository (as examples/gat_cora.py reads them)
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# the project's real graphs: GNN_IO_DATA, else next to the repository (as the harness reads them)
+SHARED_DATA = Path(os.environ.get("GNN_IO_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data")
 
 
 def test_harness_writes_results(tmp_path):

@@ -243,6 +243,9 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype
     assert len(reports) >= 2, text  # the static graph, then at least one more
     assert any(w.pattern == family for w in reports[0].rewrites), text
     for report in reports[1:]:  # the family, or (edge-GEMM layers, see LAYERS) the report's reason it is not there
+        if {e.pattern for e in (*report.rewrites, *report.near_misses)} == {"buckets"}:
+            continue  # the padding decision for a graph of changing sizes (CUDA graphs on CUDA): the graph it pads
+            # or declines to pad has its own report
         # PyG's GATConv returns its scores unnormalised where there are no edges (no softmax to match): a graph
         # compiled for 0 edges (Dynamo specialises them) holds a plain aggregation
         edgeless = bool(report.rewrites) and all((w.graph_stats or {}).get("edges") == 0 for w in report.rewrites)
