@@ -93,6 +93,29 @@ def rmat_like(num_nodes: int, num_edges: int, undirected: bool, seed: int = 0, p
     return Graph(name or f"rmat-like-{num_nodes}-{num_edges}", num_nodes, edge_index, "rmat")
 
 
+def rmat_multi(num_nodes: int, num_edges: int, seed: int = 0, probs=(0.57, 0.19, 0.19, 0.05), device="cpu",
+               chunk: int = 1 << 27) -> Graph:
+    """Exactly ``num_edges`` directed R-MAT draws on ``num_nodes`` ids (folded as :func:`rmat_like` folds them),
+    kept as drawn: a multigraph, with the duplicate pairs and self loops the draws give. Nothing is sorted or
+    deduplicated, so a billion edges take their two index arrays (16 GB) and one ``chunk`` of draws at a time."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    scale = max(1, (num_nodes - 1).bit_length())
+    a, b, c, _ = probs
+    fold = torch.randperm(1 << scale, generator=generator, device=device) % num_nodes
+    edge_index = torch.empty(2, num_edges, dtype=torch.long, device=device)
+    for begin in range(0, num_edges, chunk):
+        size = min(chunk, num_edges - begin)
+        src = torch.zeros(size, dtype=torch.long, device=device)
+        dst = torch.zeros(size, dtype=torch.long, device=device)
+        for level in range(scale):
+            r = torch.rand(size, generator=generator, device=device)
+            src |= (r >= a + b).long() << level
+            dst |= (((r >= a) & (r < a + b)) | (r >= a + b + c)).long() << level
+        edge_index[0, begin:begin + size] = fold[src]
+        edge_index[1, begin:begin + size] = fold[dst]
+    return Graph(f"rmat-multi-{num_nodes}-{num_edges}", num_nodes, edge_index, "rmat")
+
+
 def uniform(num_nodes: int, num_edges: int, seed: int = 0, device="cpu") -> Graph:
     generator = torch.Generator(device=device).manual_seed(seed)
     src = torch.randint(0, num_nodes, (num_edges,), generator=generator, device=device)
@@ -245,6 +268,9 @@ def _one_graph(name: str, data_root: str, device) -> Graph:
     if name.startswith("rmat-like-") and name.count("-") == 3:  # rmat-like-NODES-EDGES, directed
         nodes, edges = name.split("-")[2:]
         return rmat_like(int(nodes), int(edges), undirected=False, seed=0, name=name, device=device)
+    if name.startswith("rmat-multi-") and name.count("-") == 3:  # rmat-multi-NODES-EDGES: a billion edges fit
+        nodes, edges = name.split("-")[2:]
+        return rmat_multi(int(nodes), int(edges), seed=0, device=device)
     if name.startswith("rmat-") and name.count("-") == 2:  # rmat-SCALE-EDGES, e.g. rmat-18-4000000
         scale, edges = name.split("-")[1:]
         return rmat(int(scale), int(edges), seed=0, device=device)

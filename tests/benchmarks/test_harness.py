@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import harness
-from benchmarks.graphs import grid, real, rmat, uniform
+from benchmarks.graphs import graph_suite, grid, real, rmat, rmat_multi, uniform
 
 # the project's real graphs: GNN_IO_DATA, else next to the repository (as the harness reads them)
 SHARED_DATA = Path(os.environ.get("GNN_IO_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data")
@@ -20,6 +20,17 @@ def test_harness_writes_results(tmp_path):
     assert set(modes) == {"eager", "gnn_io"} and not any("error" in r for r in data["results"])
     assert modes["gnn_io"]["rel_err"] < 1e-5
     assert "| rmat-10-8000 |" in (tmp_path / "results.md").read_text()
+
+
+def test_the_multigraph_generator_keeps_every_draw():
+    """rmat-multi-NODES-EDGES: exactly EDGES power-law draws, seeded, in chunks of any size."""
+    (graph,) = graph_suite(["rmat-multi-300-5000"], str(SHARED_DATA), torch.device("cpu"))
+    assert (graph.num_nodes, graph.num_edges, graph.name) == (300, 5000, "rmat-multi-300-5000")
+    assert int(graph.edge_index.min()) >= 0 and int(graph.edge_index.max()) < 300
+    assert rmat_multi(300, 5000, chunk=777).edge_index.shape == (2, 5000)
+    assert rmat_multi(300, 5000).edge_index.equal(graph.edge_index)
+    degree = torch.bincount(graph.edge_index[1], minlength=300).sort(descending=True).values
+    assert degree[:3].sum() > 10 * degree[150:153].sum()  # a power-law head, not uniform
 
 
 def test_graph_generators_are_seeded_and_coalesced():
