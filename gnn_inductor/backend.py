@@ -98,9 +98,11 @@ class UnderSettings:
         return getattr(self.compiled, name)
 
 
-def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, inductor_tiles=False):
-    """Inductor's compile of ``gm`` (AOTAutograd's split, then :func:`_guarded_inner_compile` per side) under the
-    settings of the compile running now (a fresh snapshot outside one)."""
+def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, inductor_tiles=False,
+                     split_passes=None):
+    """Inductor's compile of ``gm`` (AOTAutograd's split, then :func:`_guarded_inner_compile` per side, with
+    ``split_passes``, by default ``pipeline.SPLIT_PASSES``) under the settings of the compile running now (a fresh
+    snapshot outside one)."""
     from torch._inductor.compile_fx import compile_fx
 
     settings = _SETTINGS.get() or config.snapshot()
@@ -137,7 +139,7 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
     if static_inputs is None:
         static_inputs = _parameter_positions(example_inputs)
     inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),
-                              num_inputs=len(example_inputs), settings=settings)
+                              num_inputs=len(example_inputs), settings=settings, split_passes=split_passes)
     # config_patches, not a ``with inductor_config.patch(...)`` around the call: AOTAutograd compiles the backward
     # lazily, at the first backward, after such a block has exited; compile_fx also patches ``inner_compile`` so
     # the backward gets these options. Without them the backward would get no CUDA graphs under
@@ -184,7 +186,7 @@ def _with_static_inputs(kwargs: dict, example_inputs, static_inputs, num_inputs)
 
 
 def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=(), num_inputs=-1, settings=None,
-                           **kwargs):
+                           split_passes=None, **kwargs):
     """Inductor's own per-graph compile (forward, and the backward when it is first needed) under ``settings``
     (the compile's snapshot, in force while it compiles and at each call of what it returns: AOTAutograd compiles
     and calls the backward outside the forward's call), after the passes of ``pipeline.SPLIT_PASSES``, except that
@@ -194,18 +196,20 @@ def _guarded_inner_compile(gm, example_inputs, graph_report=None, static_inputs=
     re-raises."""
     settings = settings or config.snapshot()
     with settings_in_force(settings):
-        compiled = _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_inputs, settings, kwargs)
+        compiled = _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_inputs, settings, kwargs,
+                                        split_passes)
     return UnderSettings(compiled, settings)
 
 
-def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_inputs, settings, kwargs):
+def _compile_split_graph(gm, example_inputs, graph_report, static_inputs, num_inputs, settings, kwargs,
+                         split_passes=None):
     from torch._inductor import compile_fx as inductor
 
     side = "backward" if kwargs.get("is_backward") else "forward"
     pristine = copy.deepcopy(gm)  # Inductor's passes rewrite gm in place before they can fail
     progress = pipeline.Progress()
     try:
-        pipeline.run_split_passes(gm, graph_report, side, settings, progress)
+        pipeline.run_split_passes(gm, graph_report, side, settings, progress, split_passes)
     except Exception as exc:  # noqa: BLE001  (a pass's failure must not become the user's crash)
         if settings["strict"]:
             raise
@@ -352,8 +356,8 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
         return None
     pristine = buckets.copy_module(gm)
     rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, {"buckets": []},
-                              kernel="one fixed-size compile per bucket (torch.compile's code, CUDA graphs under "
-                              "reduce-overhead)")
+                              kernel="one fixed-size compile per bucket (torch.compile's code with its large "
+                              "float32 GEMMs by 3xTF32, CUDA graphs under reduce-overhead)")
     graph_report.rewrites.append(rewrite)
     _report.add(graph_report)
 
@@ -366,8 +370,12 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
 
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
         fakes = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
+        records = []
         with tracing(TracingContext(fake_mode)):
-            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs))
+            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs),
+                                               pipeline.BUCKET_SPLIT_PASSES, records)
+        gemms = sum(r.count for r in records if r.name == "dense_gemm" and r.status == "ran")
+        rewrite.details["gemms_3xtf32"] = rewrite.details.get("gemms_3xtf32", 0) + gemms
         if compiled is None:
             graph_report.near_misses.append(_report.NearMiss(
                 "buckets", f"the fixed-size compile failed ({failure}); this bucket runs the shape-generic graph",
@@ -496,22 +504,27 @@ def _rewrite_and_compile(state: pipeline.CompileState):
     return run
 
 
-def _plain_compile(gm, example_inputs, settings: config.Snapshot, static_inputs=None) -> tuple:
+def _plain_compile(gm, example_inputs, settings: config.Snapshot, static_inputs=None, split_passes=None,
+                   records=None) -> tuple:
     """``(compiled, None)``: Dynamo's graph compiled as ``torch.compile``'s default compiles it, forward and backward
     both now; or ``(None, why)`` where Inductor could not (an exception, or a failure that
     :func:`_guarded_inner_compile` would have turned into an op-by-op graph), so the caller can pick what runs
     instead (the rewritten graph, or Dynamo's graph in eager mode). Nothing of this compile lands in a graph's
-    report. ``GNN_IO_STRICT=1`` re-raises."""
+    report; ``records`` (a list) gets its passes' records. ``split_passes``: :func:`inductor_compile`'s.
+    ``GNN_IO_STRICT=1`` re-raises."""
     scratch = _report.GraphReport(0, [], [])
     try:
         # the backward compiled now too (AOTAutograd otherwise lowers it at the first backward, where a failure
         # could no longer fall back to the rewritten graph)
         with functorch_config.patch(force_non_lazy_backward_lowering=True):
-            compiled = inductor_compile(gm, list(example_inputs), scratch, static_inputs, inductor_tiles=True)
+            compiled = inductor_compile(gm, list(example_inputs), scratch, static_inputs, inductor_tiles=True,
+                                        split_passes=split_passes)
     except Exception as exc:  # noqa: BLE001  (the rewritten graph still runs)
         if settings["strict"]:
             raise
         return None, f"{type(exc).__name__}: {first_line(exc)[:160]}"
+    if records is not None:
+        records.extend(scratch.passes)
     if scratch.near_misses:  # the guarded compile's fallback, which the caller replaces
         return None, scratch.near_misses[0].reason.replace(OP_BY_OP, "")
     return compiled, None

@@ -14,6 +14,7 @@ before the split the graph goes to Inductor unchanged, after it that side compil
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -321,6 +322,12 @@ SPLIT_PASSES = (
     GraphPass("gemm_accumulate", "gemm_accumulate", _gemm_accumulate, rewritten_only=True),
     GraphPass("dense_gemm", "fp32_gemm", _dense_gemm, rewritten_only=True, on=lambda value: value == "x3"),
 )
+
+
+# The split passes of a padded bucket's fixed-size compile (gnn_inductor/buckets.py), a graph left to Inductor with
+# no rewrite: its float32 GEMMs have fixed sizes there, and under CUDA graphs, with the launches gone, the step is
+# the GPU's work, mostly those GEMMs. The other split passes work on the ops of rewrites and find none.
+BUCKET_SPLIT_PASSES = tuple(dataclasses.replace(p, rewritten_only=False) for p in SPLIT_PASSES if p.name == "dense_gemm")
 
 
 def switched_on(name: str, settings) -> bool:

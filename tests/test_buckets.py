@@ -8,6 +8,7 @@ import gnn_inductor
 from gnn_inductor import buckets
 from gnn_inductor.canonical import canonicalize
 from gnn_inductor.testing import random_graph, tolerance
+from tests.tiers import INTERPRETED, KERNEL_DEVICE, runs_kernel
 
 
 def test_the_ladder_is_above_every_size_aligned_and_coarse():
@@ -100,13 +101,14 @@ class _Pooled(torch.nn.Module):
 SIZES = [(100, 300), (120, 500), (300, 900)]
 
 
-def _run(model, sizes=SIZES, extra=None):
+def _run(model, sizes=SIZES, extra=None, device="cpu"):
     """Eager and compiled (buckets on) over a stream of graphs; the compiled outputs and all gradients checked."""
     torch.manual_seed(0)
+    model = model.to(device)
     compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on"})
     for nodes, edges in sizes:
-        edge_index = random_graph(nodes, edges, hub_degree=nodes // 3)
-        x = torch.randn(nodes, 8, requires_grad=True)
+        edge_index = random_graph(nodes, edges, hub_degree=nodes // 3).to(device)
+        x = torch.randn(nodes, 8, device=device, requires_grad=True)
         args = (x, edge_index) + ((extra(nodes),) if extra else ())
         expected = model(*args)
         expected.square().sum().backward()
@@ -199,3 +201,29 @@ class _EdgePrefix(torch.nn.Module):
 
 def test_an_integer_prefix_over_edges_is_declined():
     assert "cumsum" in (_why_not_padded(_EdgePrefix()) or "")
+
+
+@runs_kernel
+def test_the_buckets_float32_gemms_run_on_the_3xtf32_kernels(monkeypatch):
+    """A bucket's fixed sizes let its float32 GEMMs (forward and both gradients) take the 3xTF32 kernels
+    (gnn_inductor/passes/dense_gemm.py; thresholds lowered to the test's sizes), and the padded model still matches
+    eager; the buckets' report entry counts them."""
+    from gnn_inductor.kernels.dense import gemm as dense_triton
+
+    if INTERPRETED:
+        monkeypatch.setenv("GNN_IO_TRITON_ON_CPU", "1")
+    monkeypatch.setattr(dense_triton, "TALL_MIN_WORK", 1)
+    monkeypatch.setattr(dense_triton, "SMALL_SIDE", 32)
+    ran = []
+    real = dense_triton._launch_stationary
+
+    def recording(*args, **kwargs):
+        ran.append(tuple(args[0].shape))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(dense_triton, "_launch_stationary", recording)
+    torch._dynamo.reset()
+    reports = _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4)), device=KERNEL_DEVICE)
+    entries = [rw for r in reports for rw in r.rewrites if rw.pattern == "buckets"]
+    assert entries and entries[-1].details["gemms_3xtf32"] > 0, entries
+    # the first graph compiles at its own sizes (100 rows); the later ones at their buckets' padded rows
+    assert {rows for rows, _ in ran} - {100} and all(rows % buckets.ALIGN == 0 for rows, _ in ran if rows != 100)
