@@ -79,10 +79,13 @@ def main() -> None:
             loss = F.cross_entropy(compiled(x, edge_index.to(device))[:len(seeds)], y)
             loss.backward()  # DDP all-reduces the gradients here
             optimizer.step()
-            loss = loss.detach()
-            dist.all_reduce(loss)
+            if cuda:
+                torch.cuda.synchronize()  # the step's time is the GPU's, not the time to queue its work
             step_times.append(time.perf_counter() - start)
             wall_times.append(time.perf_counter() - begin)
+        loss = loss.detach()
+        dist.all_reduce(loss)  # the epoch's last loss, summed over the ranks (once per epoch: a collective per step
+        # would add a synchronisation of all ranks to every step)
         if rank == 0:
             print(f"epoch {epoch}  mean loss over {world} ranks {loss.item() / world:.4f}")
 
