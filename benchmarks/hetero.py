@@ -1,0 +1,410 @@
+"""Full-graph training steps of heterogeneous-graph models: PyG eager, ``torch.compile`` default (Inductor) and
+``torch.compile(backend="gnn_io")``, in the same process, one after another.
+
+    python -m benchmarks.hetero --graphs mag-like,rec-like --models rgcn,rgcn_bases,hgt,hetero_sage,hetero_gat,\\
+        to_hetero_sage,to_hetero_gat --modes eager,inductor,gnn_io --hidden 64 --steps 10 --warmup 3 \\
+        --device cuda --out hetero.json
+
+Graphs (:func:`make_graph`, a seeded ``HeteroData`` built on ``--device`` with tensor ops only):
+
+* ``mag-like``: ogbn-mag's counts (:data:`GRAPHS`) and the reverse of each relation but ``cites`` (the same edges
+  flipped, ``rev_writes`` ...): 4 node types, 7 edge types, 1,939,743 nodes, 36,805,743 edges; 128 features;
+* ``rec-like``: 2M users, 500k items, 10M ``(user, rates, item)`` edges and their reverse; 64 features.
+
+``--scale`` multiplies every count (``max(1, round(count * scale))``). Each endpoint column of an edge type is
+drawn on its own, with replacement (duplicate edges are kept): ``floor(n * u ** SKEW)`` for uniform ``u``, mapped
+through a random permutation of the ``n`` nodes, so the node of degree rank ``r`` expects a degree falling as
+``r ** (1 / SKEW - 1)`` (``r ** -0.5``), and hubs sit at random ids.
+
+Models (:func:`build_model`), two layers ``features -> --hidden -> --classes``, ReLU between, seeded:
+
+* ``rgcn`` / ``rgcn_bases``: a linear map per node type to ``--hidden``, then two ``RGCNConv`` over the
+  graph of ``HeteroData.to_homogeneous()`` (``edge_type``), without and with ``num_bases=BASES``;
+* ``hgt``: two ``HGTConv`` (``heads=HEADS``) on ``x_dict`` / ``edge_index_dict``;
+* ``hetero_sage`` / ``hetero_gat``: two ``HeteroConv`` (``aggr="sum"``) of a ``SAGEConv`` or a ``GATConv``
+  (``add_self_loops=False``; ``HEADS`` heads of ``hidden / HEADS`` then one head) per edge type;
+* ``to_hetero_sage`` / ``to_hetero_gat``: ``to_hetero(..., aggr="sum")`` of the same two as a homogeneous module.
+
+A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy of the first node type's rows (``paper``,
+``user``) against seeded random labels, backward and an Adam step. Per (graph, model, mode), after
+``torch._dynamo.reset()``, on a deep copy of one seeded model (every mode starts from the same weights):
+
+* ``ms``: the median of ``--steps`` steps after ``--warmup`` (at least one), each timed by ``time.perf_counter``
+  between two ``torch.cuda.synchronize()`` (on CUDA); ``first_step_s``: the first step, compile included;
+* ``peak_gb``: on CUDA, ``torch.cuda.max_memory_allocated`` over the mode above what was allocated before it
+  (graph, features, labels): the model copy, its gradients, Adam's state, activations, compiled state;
+* ``rel_err``: the first forward's output (every node type's rows) against eager PyG's, ``||a - b|| / ||b||``;
+* ``error``: a mode that raises (out of memory, a compile error) records the exception and the run goes on;
+* gnn_io: ``rewrites`` (op -> count, from the rewrite report) and ``near_misses`` (pattern -> reason).
+
+``inductor`` runs with Dynamo's default ``capture_dynamic_output_shape_ops=False`` (importing gnn_inductor turns
+it on); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise leaves the
+aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records and the metadata
+after each; a Markdown table last.
+"""
+import argparse
+import contextlib
+import copy
+import datetime
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+import gnn_inductor  # registers the backend; also turns on Dynamo's capture of data-dependent output shapes
+from gnn_inductor import rewrite_report
+from gnn_inductor.plan import state as graph_state
+
+MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
+MODES = ("eager", "inductor", "gnn_io")
+HEADS = 4
+BASES = 4
+LR = 0.01
+SKEW = 2.0
+
+# counts at --scale 1: node types (the first is the one the loss reads), then (src, relation, dst, edges, reverse)
+GRAPHS = {
+    "mag-like": {"features": 128,
+                 "nodes": {"paper": 736_389, "author": 1_134_649, "institution": 8_740, "field_of_study": 59_965},
+                 "edges": [("author", "writes", "paper", 7_145_660, "rev_writes"),
+                           ("paper", "cites", "paper", 5_416_271, None),
+                           ("paper", "has_topic", "field_of_study", 7_505_078, "rev_has_topic"),
+                           ("author", "affiliated_with", "institution", 1_043_998, "rev_affiliated_with")]},
+    "rec-like": {"features": 64, "nodes": {"user": 2_000_000, "item": 500_000},
+                 "edges": [("user", "rates", "item", 10_000_000, "rated_by")]},
+}
+
+
+def scaled(count: int, scale: float) -> int:
+    return max(1, round(count * scale))
+
+
+def _endpoints(n: int, m: int, generator, device) -> torch.Tensor:
+    """``m`` node ids of ``[0, n)`` with power-law multiplicities (see the module docstring)."""
+    u = torch.rand(m, generator=generator, device=device, dtype=torch.float64)
+    rank = (u.pow_(SKEW) * n).long().clamp_(max=n - 1)
+    return torch.randperm(n, generator=generator, device=device)[rank]
+
+
+def make_graph(name: str, scale: float = 1.0, device="cpu", seed: int = 0):
+    """The graph ``name`` of :data:`GRAPHS` at ``scale`` on ``device``: a ``HeteroData`` with ``x`` (standard
+    normal features) on every node type and ``edge_index`` on every edge type, reverses after their relation."""
+    from torch_geometric.data import HeteroData
+
+    spec, device = GRAPHS[name], torch.device(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    data = HeteroData()
+    for node_type, count in spec["nodes"].items():
+        data[node_type].x = torch.randn(scaled(count, scale), spec["features"], generator=generator, device=device)
+    for src, rel, dst, count, reverse in spec["edges"]:
+        m = scaled(count, scale)
+        edge_index = torch.stack([_endpoints(data[t].num_nodes, m, generator, device) for t in (src, dst)])
+        data[src, rel, dst].edge_index = edge_index
+        if reverse is not None:
+            data[dst, reverse, src].edge_index = edge_index.flip(0)
+    return data
+
+
+class Workload:
+    """A graph on the device, its inputs in both forms (dicts; the homogeneous ``edge_index`` and ``edge_type``
+    when an RGCN model is asked for) and the first node type's labels."""
+
+    def __init__(self, name: str, args, homogeneous: bool):
+        self.name, self.device = name, torch.device(args.device)
+        self.data = make_graph(name, args.scale, self.device, args.seed)
+        self.features = GRAPHS[name]["features"]
+        self.node_types, self.first = self.data.node_types, self.data.node_types[0]
+        self.x_dict, self.edge_index_dict = self.data.x_dict, self.data.edge_index_dict
+        self.homogeneous = self.data.to_homogeneous(node_attrs=[], edge_attrs=[]) if homogeneous else None
+        generator = torch.Generator(device=self.device).manual_seed(args.seed + 1)
+        self.y = torch.randint(0, args.classes, (self.data[self.first].num_nodes,), generator=generator,
+                               device=self.device)
+        self.num_nodes, self.num_edges = self.data.num_nodes, self.data.num_edges
+
+    def inputs(self, model: str) -> tuple:
+        if model.startswith("rgcn"):
+            return self.x_dict, self.homogeneous.edge_index, self.homogeneous.edge_type
+        return self.x_dict, self.edge_index_dict
+
+
+class RGCN(torch.nn.Module):
+    """A linear map per node type to ``hidden``, the rows concatenated in ``node_types`` order (that of
+    ``to_homogeneous``), then two ``RGCNConv``."""
+
+    def __init__(self, node_types, relations, features, hidden, classes, bases):
+        from torch_geometric.nn import RGCNConv
+
+        super().__init__()
+        self.node_types = list(node_types)
+        self.project = torch.nn.ModuleDict({t: torch.nn.Linear(features, hidden) for t in self.node_types})
+        self.conv1 = RGCNConv(hidden, hidden, relations, num_bases=bases)
+        self.conv2 = RGCNConv(hidden, classes, relations, num_bases=bases)
+
+    def forward(self, x_dict, edge_index, edge_type):
+        x = torch.cat([self.project[t](x_dict[t]) for t in self.node_types])
+        return self.conv2(self.conv1(x, edge_index, edge_type).relu(), edge_index, edge_type)
+
+
+class HeteroStack(torch.nn.Module):
+    """Two layers of dict in, dict out (``HGTConv``, ``HeteroConv``), ReLU on every node type between them."""
+
+    def __init__(self, conv1, conv2):
+        super().__init__()
+        self.conv1, self.conv2 = conv1, conv2
+
+    def forward(self, x_dict, edge_index_dict):
+        x_dict = {t: x.relu() for t, x in self.conv1(x_dict, edge_index_dict).items()}
+        return self.conv2(x_dict, edge_index_dict)
+
+
+class Homogeneous(torch.nn.Module):
+    """The homogeneous module ``to_hetero`` converts: two convolutions, ReLU between."""
+
+    def __init__(self, kind, features, hidden, classes):
+        super().__init__()
+        self.conv1, self.conv2 = conv(kind, features, hidden, False), conv(kind, hidden, classes, True)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def conv(kind: str, inputs: int, outputs: int, last: bool) -> torch.nn.Module:
+    """A bipartite ``SAGEConv`` or ``GATConv`` (explicit sizes, no self loops; ``HEADS`` heads concatenated, one
+    head in the last layer) for one edge type."""
+    from torch_geometric.nn import GATConv, SAGEConv
+
+    if kind == "sage":
+        return SAGEConv((inputs, inputs), outputs)
+    if last:
+        return GATConv((inputs, inputs), outputs, heads=1, add_self_loops=False)
+    return GATConv((inputs, inputs), outputs // HEADS, heads=HEADS, add_self_loops=False)
+
+
+def build_model(name: str, work: Workload, hidden: int, classes: int, seed: int) -> torch.nn.Module:
+    from torch_geometric.nn import HeteroConv, HGTConv, to_hetero
+
+    if name in ("hgt", "hetero_gat", "to_hetero_gat") and hidden % HEADS:
+        raise ValueError(f"--hidden {hidden} is not a multiple of {HEADS} heads")
+    if name == "hgt" and classes % HEADS:
+        raise ValueError(f"--classes {classes} is not a multiple of {HEADS} heads (HGTConv)")
+    torch.manual_seed(seed)
+    f, metadata = work.features, work.data.metadata()
+    if name in ("rgcn", "rgcn_bases"):
+        model = RGCN(work.node_types, len(work.data.edge_types), f, hidden, classes,
+                     BASES if name == "rgcn_bases" else None)
+    elif name == "hgt":
+        model = HeteroStack(HGTConv(f, hidden, metadata, heads=HEADS), HGTConv(hidden, classes, metadata, heads=HEADS))
+    elif name in ("hetero_sage", "hetero_gat"):
+        kind = name.split("_")[1]
+        model = HeteroStack(*(HeteroConv({e: conv(kind, a, b, last) for e in work.data.edge_types}, aggr="sum")
+                              for a, b, last in ((f, hidden, False), (hidden, classes, True))))
+    elif name in ("to_hetero_sage", "to_hetero_gat"):
+        model = to_hetero(Homogeneous(name.split("_")[-1], f, hidden, classes), metadata, aggr="sum")
+    else:
+        raise ValueError(f"unknown model {name!r}; one of {', '.join(MODELS)}")
+    return model.to(work.device)
+
+
+def compile_model(mode: str, model: torch.nn.Module, cpu_rewrites: bool):
+    if mode == "gnn_io":
+        return torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True} if cpu_rewrites else None)
+    return torch.compile(model) if mode == "inductor" else model
+
+
+def train_step(model, optimizer, inputs, y, work: Workload):
+    optimizer.zero_grad(set_to_none=True)
+    out = model(*inputs)
+    rows = out[work.first] if isinstance(out, dict) else out[:y.numel()]
+    F.cross_entropy(rows, y).backward()
+    optimizer.step()
+    return out
+
+
+def flat_output(out, work: Workload) -> torch.Tensor:
+    """Every node type's output rows, one float32 vector on the host (the device's peak does not see it)."""
+    if isinstance(out, dict):
+        return torch.cat([out[t].detach().float().cpu().reshape(-1) for t in work.node_types if t in out])
+    return out.detach().float().cpu().reshape(-1)
+
+
+def run_mode(mode, name, pristine, work: Workload, args, reference):
+    """One mode's record and its first forward's output (None if it raised)."""
+    cuda = work.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    plain = mode == "inductor"
+    dynamo = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False) if plain else contextlib.nullcontext()
+    record = {"graph": work.name, "model": name, "mode": mode, "nodes": work.num_nodes, "edges": work.num_edges}
+    model = compiled = optimizer = first = None
+    inputs = work.inputs(name)
+    try:
+        with dynamo:
+            torch._dynamo.reset()
+            if cuda:
+                sync()
+                torch.cuda.reset_peak_memory_stats()
+                resident = torch.cuda.memory_allocated()
+            model = copy.deepcopy(pristine)
+            compiled = compile_model(mode, model, args.cpu_rewrites)
+            optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+            t = time.perf_counter()
+            first = flat_output(train_step(compiled, optimizer, inputs, work.y, work), work)
+            sync()
+            record["first_step_s"] = time.perf_counter() - t
+            if reference is not None:
+                record["rel_err"] = float((first - reference).norm() / reference.norm().clamp_min(1e-30))
+            for _ in range(1, args.warmup):
+                train_step(compiled, optimizer, inputs, work.y, work)
+            sync()
+            gc.collect()
+            gc.disable()  # no collector pause inside a timed step (enabled again in the finally below)
+            times = []
+            for _ in range(args.steps):
+                sync()
+                t = time.perf_counter()
+                train_step(compiled, optimizer, inputs, work.y, work)
+                sync()
+                times.append((time.perf_counter() - t) * 1e3)
+            gc.enable()
+            record["ms"] = statistics.median(times) if times else None
+            if cuda:
+                record["peak_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+            if mode == "gnn_io":
+                reports = rewrite_report.reports(model)
+                ops = [w.op for r in reports for w in r.rewrites]
+                record["rewrites"] = {op: ops.count(op) for op in sorted(set(ops))}
+                record["near_misses"] = {m.pattern: str(m.reason)[:200] for r in reports for m in r.near_misses}
+    except Exception as exc:  # an out-of-memory or a compile error of one mode is a result, not the end of the run
+        record["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+        traceback.print_exc(limit=3)
+        first = None
+    finally:
+        gc.enable()
+        model = compiled = optimizer = None
+        torch._dynamo.reset()
+        graph_state.clear()
+        if cuda:
+            torch.cuda.empty_cache()
+    return record, first
+
+
+def eager_output(pristine, work: Workload, name: str) -> torch.Tensor:
+    """Eager PyG's forward with the pristine weights, for ``rel_err`` when eager is not the first mode."""
+    with torch.no_grad():
+        return flat_output(copy.deepcopy(pristine)(*work.inputs(name)), work)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graphs", default="mag-like,rec-like", help="comma list of " + ", ".join(GRAPHS))
+    parser.add_argument("--models", default=",".join(MODELS), help="comma list of " + ", ".join(MODELS))
+    parser.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--classes", type=int, default=32, help="outputs per node, the labels' range")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least one)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every node and edge count")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--cpu-rewrites", action="store_true",
+                        help='gnn_io with options={"cpu_rewrite": True}: the rewrites on the CPU too')
+    parser.add_argument("--out", default=None, help="write the metadata and the records here as JSON")
+    return parser.parse_args(argv)
+
+
+def metadata(args, argv) -> dict:
+    import torch_geometric
+    import triton
+
+    device = torch.device(args.device)
+    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__, "triton": triton.__version__,
+            "gnn_inductor": gnn_inductor.__version__, "python": platform.python_version(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": "python -m benchmarks.hetero " + " ".join(sys.argv[1:] if argv is None else argv)}
+
+
+def main(argv=None) -> list:
+    args = parse(argv)
+    args.warmup = max(1, args.warmup)
+    graphs, models, modes = (s.split(",") for s in (args.graphs, args.models, args.modes))
+    for given, known, what in ((graphs, GRAPHS, "graph"), (models, MODELS, "model"), (modes, MODES, "mode")):
+        if any(g not in known for g in given):
+            raise SystemExit(f"unknown {what} in {','.join(given)}; one of {', '.join(known)}")
+    meta, records = metadata(args, argv), []
+
+    def keep(record):
+        records.append(record)
+        print(json.dumps(record), flush=True)
+        if args.out is not None:  # after every record: a run cut short keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump({"meta": meta, "args": vars(args), "records": records}, f, indent=1)
+
+    def fail(graph, names, what, exc):  # a graph or a model that could not be built: an error record per mode
+        for record in ({"graph": graph, "model": n, "mode": m, "error": f"{what}: {type(exc).__name__}: {exc}"}
+                       for n in names for m in modes):
+            keep(record)
+
+    for graph in graphs:
+        try:
+            work = Workload(graph, args, any(m.startswith("rgcn") for m in models))
+        except Exception as exc:
+            fail(graph, models, "graph", exc)
+            continue
+        print(f"== {graph}: {work.num_nodes} nodes, {work.num_edges} edges in {len(work.data.edge_types)} types")
+        for name in models:
+            try:
+                pristine = build_model(name, work, args.hidden, args.classes, args.seed)
+                reference = None if modes[0] == "eager" else eager_output(pristine, work, name)
+            except Exception as exc:
+                fail(graph, [name], "model", exc)
+                continue
+            for mode in modes:
+                record, out = run_mode(mode, name, pristine, work, args, reference)
+                if mode == "eager" and reference is None and out is not None:
+                    reference, record["rel_err"] = out, 0.0
+                keep(record)
+            pristine = reference = None
+        work = None
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    print_table(records, graphs, models, meta)
+    return records
+
+
+def print_table(records, graphs, models, meta):
+    by = {(r["graph"], r["model"], r["mode"]): r for r in records}
+
+    def cell(r, key, fmt):
+        if r is None or r.get(key) is None:
+            return "error" if r and "error" in r else "-"
+        return fmt.format(r[key])
+
+    print(f"\n{meta['device']}, torch {meta['torch']}, PyG {meta['torch_geometric']}: ms per training step (median), "
+          "compile = torch.compile default; peak GB above the graph's own memory (CUDA); rel_err of the first "
+          "forward against eager, compile / gnn_io\n")
+    print("| graph | model | eager ms | compile ms | gnn_io ms | gnn_io vs eager | gnn_io vs compile "
+          "| peak GB eager/compile/gnn_io | rel_err |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    errors = []
+    for graph in graphs:
+        for name in models:
+            e, c, g = (by.get((graph, name, m)) for m in MODES)
+            ms = [r.get("ms") if r and "error" not in r else None for r in (e, c, g)]
+            ratio = ["{:.2f}x".format(base / ms[2]) if base and ms[2] else "-" for base in ms[:2]]
+            peaks = "/".join(cell(r, "peak_gb", "{:.2f}") for r in (e, c, g))
+            errs = " / ".join(cell(r, "rel_err", "{:.1e}") for r in (c, g))
+            print(f"| {graph} | {name} | " + " | ".join(cell(r, "ms", "{:.2f}") for r in (e, c, g))
+                  + f" | {ratio[0]} | {ratio[1]} | {peaks} | {errs} |")
+            errors += [f"{graph} {name} {r['mode']}: {r['error']}" for r in (e, c, g) if r and "error" in r]
+    for line in errors:
+        print("- " + line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The heterogeneous-graph benchmark's graphs have the scaled sizes they claim and valid indices, and the benchmark
+runs end to end on a tiny graph on the CPU (eager and gnn_io with the CPU rewrites): a check of the workload and
+the records, not a benchmark."""
+import json
+
+import pytest
+import torch
+
+from benchmarks import hetero
+
+SCALE = 0.0005
+# max(1, round(count * SCALE)), written out
+EXPECTED = {
+    "mag-like": ({"paper": 368, "author": 567, "institution": 4, "field_of_study": 30},
+                 {("author", "writes", "paper"): 3573, ("paper", "rev_writes", "author"): 3573,
+                  ("paper", "cites", "paper"): 2708,
+                  ("paper", "has_topic", "field_of_study"): 3753, ("field_of_study", "rev_has_topic", "paper"): 3753,
+                  ("author", "affiliated_with", "institution"): 522,
+                  ("institution", "rev_affiliated_with", "author"): 522}),
+    "rec-like": ({"user": 1000, "item": 250},
+                 {("user", "rates", "item"): 5000, ("item", "rated_by", "user"): 5000}),
+}
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a 2-core machine two OpenMP threads made eager steps of this tiny graph 10-100x
+    slower and erratic. Timing only; restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_graph_has_the_scaled_counts_and_valid_indices(name):
+    nodes, edges = EXPECTED[name]
+    data = hetero.make_graph(name, SCALE, "cpu", seed=0)
+    assert data.node_types == list(nodes) and set(data.edge_types) == set(edges)
+    assert {t: data[t].num_nodes for t in data.node_types} == nodes
+    features = hetero.GRAPHS[name]["features"]
+    for t in data.node_types:
+        assert data[t].x.shape == (nodes[t], features) and data[t].x.dtype == torch.float32
+    for (src, rel, dst), count in edges.items():
+        edge_index = data[src, rel, dst].edge_index
+        assert edge_index.shape == (2, count) and edge_index.dtype == torch.int64
+        assert int(edge_index.min()) >= 0
+        assert int(edge_index[0].max()) < nodes[src] and int(edge_index[1].max()) < nodes[dst]
+    for src, rel, dst, _, reverse in hetero.GRAPHS[name]["edges"]:
+        if reverse is not None:  # the reverse relation holds the same edges flipped
+            assert torch.equal(data[dst, reverse, src].edge_index, data[src, rel, dst].edge_index.flip(0))
+    again = hetero.make_graph(name, SCALE, "cpu", seed=0)
+    assert all(torch.equal(again[e].edge_index, data[e].edge_index) for e in data.edge_types)
+    # power law: the busiest destination of the largest relation far above the mean degree
+    src, rel, dst, _, _ = max(hetero.GRAPHS[name]["edges"], key=lambda e: e[3])
+    degree = torch.bincount(data[src, rel, dst].edge_index[1], minlength=nodes[dst]).float()
+    assert float(degree.max()) > 5 * float(degree.mean())
+
+
+def test_full_scale_counts():
+    """The docstring's totals at --scale 1."""
+    for name, (nodes, edges) in {"mag-like": (1_939_743, 36_805_743), "rec-like": (2_500_000, 20_000_000)}.items():
+        spec = hetero.GRAPHS[name]
+        assert sum(spec["nodes"].values()) == nodes
+        assert sum(c * (2 if rev else 1) for _, _, _, c, rev in spec["edges"]) == edges
+
+
+# graph, model, nodes, edges: to_hetero over mag-like's seven edge types (one of them paper to paper); RGCNConv over
+# rec-like's homogeneous form (two relations: RGCNConv's loop over relations compiles once per relation)
+RUNS = [("mag-like", "to_hetero_sage", 969, 18404), ("rec-like", "rgcn", 1250, 10000)]
+
+
+@pytest.mark.parametrize("graph,model,nodes,edges", RUNS, ids=[f"{g}-{m}" for g, m, _, _ in RUNS])
+def test_benchmark_runs_and_matches_eager(graph, model, nodes, edges, tmp_path, one_thread, capsys):
+    out = tmp_path / "hetero.json"
+    records = hetero.main(["--graphs", graph, "--models", model, "--modes", "eager,gnn_io", "--cpu-rewrites",
+                           "--device", "cpu", "--scale", str(SCALE), "--steps", "1", "--warmup", "1",
+                           "--hidden", "16", "--classes", "8", "--out", str(out)])
+    by = {r["mode"]: r for r in records}
+    assert len(records) == 2 and set(by) == {"eager", "gnn_io"}
+    for mode, r in by.items():
+        assert "error" not in r, r
+        assert (r["graph"], r["model"], r["nodes"], r["edges"]) == (graph, model, nodes, edges)
+        assert r["ms"] > 0 and r["first_step_s"] > 0
+    assert by["eager"]["rel_err"] == 0.0
+    assert by["gnn_io"]["rel_err"] < 1e-4, by["gnn_io"]
+    assert by["gnn_io"]["rewrites"].get("gnn_io.spmm"), by["gnn_io"]  # --cpu-rewrites: the backend's SpMM
+    saved = json.loads(out.read_text())
+    assert saved["records"] == json.loads(json.dumps(records))
+    assert {"device", "torch", "torch_geometric", "triton", "date", "command"} <= set(saved["meta"])
+    assert saved["meta"]["command"].startswith(f"python -m benchmarks.hetero --graphs {graph}")
+    assert f"| {graph} | {model} |" in capsys.readouterr().out
