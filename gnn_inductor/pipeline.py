@@ -30,6 +30,7 @@ from gnn_inductor.passes import (
     gemm_accumulate,
     linear_fusion,
     packed_grads,
+    relation_groups,
     score_fold,
     structure,
 )
@@ -226,6 +227,19 @@ def _cost_model(state: CompileState) -> int:
     return len(declined)
 
 
+def _relation_groups(state: CompileState) -> list:
+    """The SpMMs of one input over several relations as one over a typed CSR, their maps as one GEMM
+    (gnn_inductor/passes/relation_groups.py)."""
+    grouped = [Rewrite(
+        "relation_groups", f"{g['relations']} gnn_io.spmm of one input", g["source"],
+        {"relations": g["relations"], "one_gemm": g["gemm"]},
+        kernel="one SpMM over a typed CSR (a row per node and relation, built once per graph)"
+               + (", the relations' linear maps as one GEMM" if g["gemm"] else ""))
+        for g in relation_groups.group_relations(state.gm, state.ctx)]
+    state.report.rewrites.extend(grouped)
+    return grouped
+
+
 def _index_checks(state: CompileState) -> int:
     return structure.insert_index_checks(state.gm, state.ctx)
 
@@ -278,6 +292,7 @@ GRAPH_PASSES = (
     GraphPass("gather_linear", "gather_linear", _gather_linear),
     GraphPass("patterns", None, _patterns),
     GraphPass("cost_model", None, _cost_model),
+    GraphPass("relation_groups", "group_relations", _relation_groups, rewritten_only=True),
     GraphPass("index_checks", None, _index_checks),
     GraphPass("attention_bias", "attention_bias", _attention_bias),
     GraphPass("score_projection", "score_fold", _score_projection, rewritten_only=True),

@@ -28,7 +28,8 @@ FAMILIES = {"gat": "GAT", "gatv2": "GATv2", "dot": "dot-product"}
 SUBJECTS = {"attention": "fused attention", "edge_softmax": "edge softmax", "spmm": "sparse matrix product (SpMM)",
             "gather_scatter": "gather-scatter aggregation", "gather_linear": "linear map before its gather",
             "attention_bias": "attention bias", "score_projection": "attention score projection",
-            "shared_input_linears": "linear maps of one input", "mini_batch": "mini-batch switch",
+            "shared_input_linears": "linear maps of one input", "relation_groups": "relations of one input",
+            "mini_batch": "mini-batch switch",
             "cuda_graphs": "CUDA graphs", "backend": "the backend's passes", "inductor": "Inductor's compile"}
 # The CPU references, as the kernel modules name them
 _REFERENCES = {"segment reference": "the CPU reference (segment ops)",
@@ -106,6 +107,9 @@ def rewrite_phrase(w: Rewrite) -> str:
         return f"bias {d.get('bias')} added inside the attention op's output"
     if w.pattern == "score_projection":
         return "attention scores made by the feature GEMM's kernel (gnn_io::linear_scores)"
+    if w.pattern == "relation_groups":
+        return (f"{d.get('relations')} relations' SpMMs of one input as one over a typed CSR"
+                + (", their linear maps as one GEMM" if d.get("one_gemm") else ""))
     if w.pattern == "shared_input_linears":
         weights = ", ".join(d.get("weights") or ())
         return f"{len(d.get('widths') or ())} linear maps of one input as one GEMM ({weights})"

@@ -1,0 +1,193 @@
+"""Relations of one layer as one SpMM over a typed CSR, and their linear maps as one GEMM.
+
+RGCNConv (and any layer that loops over edge types with the same input) aggregates the same node features once
+per relation, each over its own edges, then maps each result by its own weight and sums::
+
+    h_r = spmm(A_r, x)          # one gnn_io::spmm per relation, each with its own graph plan
+    out = base + h_0 @ W_0 + h_1 @ W_1 + ... + h_{R-1} @ W_{R-1}
+
+This pass, after the patterns, finds ``R >= 2`` SpMMs of the same ``x`` whose plans are plain CSRs of one shape
+(``csr_plan(dst_r, src_r, N, M)``, no work items, no folded self term) and makes them one: the edges of all
+relations in one CSR whose row ``d * R + r`` holds relation ``r``'s edges into ``d`` (structure, built once per
+graph with the plan), each edge keeping its value (a mean's ``1 / deg`` per relation included), so that one SpMM
+gives ``Y [N * R, F]`` = ``[N, R * F]``, ``h_r = Y[:, r]``. Where the ``h_r @ W_r`` are the terms of one chain of
+additions, the sum becomes one GEMM, ``base + Y.view(N, R * F) @ cat(W_0 .. W_{R-1})``, whose gradient gives
+every ``W_r`` its block. Graphs of symbolic sizes are left as they are (the row count ``N * R`` must be known).
+"""
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+
+import torch
+from torch.fx import GraphModule, Node
+
+from gnn_inductor.graph_match import val
+from gnn_inductor.passes.patterns import RewriteContext
+from gnn_inductor.rewrite_report import source_of
+
+aten = torch.ops.aten
+SPMM = torch.ops.gnn_io.spmm.default
+CSR_PLAN = torch.ops.gnn_io.csr_plan.default
+# gnn_io::spmm's arguments: x, values, t_values, rowptr, col, row, t_rowptr, t_col, items, t_items, reduce
+PLAN_PARTS = {3: 0, 4: 1, 5: 2, 6: 4, 7: 5}  # argument position -> csr_plan output
+
+
+def group_relations(gm: GraphModule, ctx: RewriteContext) -> list:
+    """Rewrite every group of the graph (module docstring); one dict per group for the report: ``source``,
+    ``relations``, ``gemm`` (whether the maps became one GEMM)."""
+    groups = defaultdict(list)
+    for node in gm.graph.nodes:
+        plan = _plain_plan(node)
+        if plan is not None:
+            groups[(node.args[0], *plan.args[2:], val(node.args[1]).dtype)].append((node, plan))
+    done = []
+    for (x, num_dst, num_src, _), members in groups.items():
+        if len(members) >= 2:
+            done.append(_rewrite(gm, ctx, x, num_dst, num_src, members))
+    if done:
+        _topological_order(gm.graph)
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
+def _plain_plan(node: Node):
+    """The ``csr_plan`` node of a sum SpMM that reads it whole and nothing else, with int sizes; else None."""
+    if node.op != "call_function" or node.target is not SPMM or len(node.args) != 11 or node.args[10] != "sum":
+        return None
+    if node.args[8] or node.args[9]:  # work items of the Triton binding: per plan, not regrouped here
+        return None
+    plans = set()
+    for position, part in PLAN_PARTS.items():
+        arg = node.args[position]
+        if not (isinstance(arg, Node) and arg.target is operator.getitem and arg.args[1] == part):
+            return None
+        plans.add(arg.args[0])
+    (plan,) = plans if len(plans) == 1 else (None,)
+    if plan is None or plan.target is not CSR_PLAN or not all(isinstance(s, int) for s in plan.args[2:]):
+        return None
+    return plan
+
+
+def _part(gm: GraphModule, plan: Node, index: int) -> Node:
+    """The ``getitem`` of ``plan``'s output ``index`` (made after the plan where the graph has none)."""
+    for user in plan.users:
+        if user.target is operator.getitem and user.args[1] == index:
+            return user
+    with gm.graph.inserting_after(plan):
+        part = gm.graph.call_function(operator.getitem, (plan, index))
+    part.meta["val"] = plan.meta["val"][index]
+    return part
+
+
+def _rewrite(gm, ctx, x, num_dst, num_src, members) -> dict:
+    count = len(members)
+    last = max((spmm for spmm, _ in members), key=_order(gm))
+    # the layer's own code (the first relation's use of its aggregation) names the group in the report
+    source = source_of(next(iter(members[0][0].users), members[0][0]))
+    anchor = last
+    # the typed CSR: relation r's edge (j -> d) is entry (d * R + r, j)
+    dst, src, values = [], [], []
+    for r, (spmm, plan) in enumerate(members):
+        dst_r, src_r = plan.args[0], plan.args[1]
+        wide = ctx.call(aten._to_copy.default, (dst_r,), anchor, dtype=torch.int64)
+        dst.append(ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (wide, count), anchor), r), anchor))
+        src.append(ctx.call(aten._to_copy.default, (src_r,), anchor, dtype=torch.int64))
+        # the relation's values from its CSR order back to its edges' order
+        in_order = ctx.call(aten.zeros_like.default, (spmm.args[1],), anchor)
+        values.append(ctx.call(aten.index_copy.default, (in_order, 0, _part(gm, plan, 3), spmm.args[1]), anchor))
+    dst = ctx.call(aten.cat.default, (dst,), anchor)
+    src = ctx.call(aten.cat.default, (src,), anchor)
+    values = ctx.call(aten.cat.default, (values,), anchor)
+    plan = ctx.csr(dst, src, num_dst * count, num_src)
+    csr_values = ctx.call(aten.index_select.default, (values, 0, plan.perm), anchor)
+    t_values = ctx.call(aten.index_select.default, (csr_values, 0, plan.t_perm), anchor)
+    grouped = ctx.call(SPMM, (x, csr_values, t_values, plan.rowptr, plan.col, plan.row, plan.t_rowptr, plan.t_col,
+                              [], [], "sum"), anchor)
+    features = list(val(x).shape[1:])
+    by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, *features]), anchor)
+    gemm = _one_gemm(gm, ctx, members, by_node, num_dst, count, features)
+    if not gemm:
+        for r, (spmm, _) in enumerate(members):
+            spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
+    for spmm, _ in members:
+        if not spmm.users:
+            gm.graph.erase_node(spmm)
+    ctx.refresh_structure()
+    return {"source": source, "relations": count, "gemm": gemm}
+
+
+def _one_gemm(gm, ctx, members, by_node: Node, num_dst: int, count: int, features: list) -> bool:
+    """``base + sum_r h_r @ W_r`` as ``base + Y.view(N, R * F) @ cat(W_r)`` when each ``h_r`` feeds only its
+    ``mm`` and the ``mm`` results are the added terms of one chain, in any order; True when done."""
+    if len(features) != 1:
+        return False
+    maps = []
+    for spmm, _ in members:
+        users = list(spmm.users)
+        if len(users) != 1 or users[0].target is not aten.mm.default or users[0].args[0] is not spmm:
+            return False
+        maps.append(users[0])
+    terms, chain = set(maps), []
+    node = maps[0]
+    # walk down from one term: each addition takes the running sum and one term, until every term is in
+    while len(chain) < count:
+        users = list(node.users)
+        if len(users) != 1 or users[0].target is not aten.add.Tensor or users[0].kwargs or len(users[0].args) != 2:
+            return False
+        step = users[0]
+        chain.append(step)
+        node = step
+    first, rest = chain[0], chain[1:]
+    base = first.args[0] if first.args[1] in terms else first.args[1]
+    added = {first.args[1] if first.args[0] is base else first.args[0]}
+    for step, previous in zip(rest, chain):
+        other = step.args[1] if step.args[0] is previous else step.args[0] if step.args[1] is previous else None
+        if other is None or other not in terms:
+            return False
+        added.add(other)
+    if added != terms or base in terms or any(len(step.users) != 1 for step in chain[:-1]):
+        return False
+    end = chain[-1]
+    weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps],), end)
+    flat = ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), end)
+    total = ctx.call(aten.add.Tensor, (base, ctx.call(aten.mm.default, (flat, weights), end)), end)
+    if val(total).shape != val(end).shape or val(total).dtype != val(end).dtype:
+        return False  # a broadcasting base: the chain stays (its new nodes die with the dead code)
+    end.replace_all_uses_with(total)
+    for step in reversed(chain):
+        gm.graph.erase_node(step)
+    for m in maps:
+        gm.graph.erase_node(m)
+    return True
+
+
+def _order(gm):
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return position.__getitem__
+
+
+def _topological_order(graph) -> None:
+    """Reorder ``graph``'s nodes so that each comes after its inputs, keeping the present order otherwise (the
+    typed CSR's structure is built from every relation's nodes, some of which came after an earlier relation's
+    uses)."""
+    placed, order = set(), []
+    for root in list(graph.nodes):
+        stack = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in placed:
+                continue
+            if ready:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((n, False) for n in reversed(node.all_input_nodes) if n not in placed)
+    previous = None
+    for node in order:
+        if previous is not None and previous.next is not node:
+            previous.append(node)
+        previous = node

@@ -1,0 +1,89 @@
+"""The relations of one layer as one SpMM over a typed CSR and one GEMM (gnn_inductor/passes/relation_groups.py):
+RGCNConv (plain and with bases) against eager in float64, forward and every gradient, on a graph with isolated nodes,
+duplicates, self loops, a hub, a relation without edges and int32 indices; a relation loop whose results are not
+summed through maps (one SpMM, no GEMM); and the setting that turns the pass off."""
+import copy
+
+import pytest
+import torch
+from torch_geometric.nn import RGCNConv
+from torch_geometric.utils import scatter
+
+import gnn_inductor
+from gnn_inductor.testing import random_graph
+
+NODES, RELATIONS = 40, 4
+
+
+def _graph(index_dtype=torch.int64):
+    edge_index = random_graph(NODES, 300, seed=3, hub_degree=25)
+    edge_index = torch.cat([edge_index, edge_index[:, :20], torch.tensor([[5, 6], [5, 6]])], dim=1)  # duplicates, loops
+    edge_type = torch.randint(0, RELATIONS - 1, (edge_index.shape[1],), generator=torch.Generator().manual_seed(1))
+    return edge_index.to(index_dtype), edge_type  # relation RELATIONS - 1 has no edges
+
+
+def _groups(model) -> list:
+    return [w for r in gnn_inductor.rewrite_report.reports(model) for w in r.rewrites if w.pattern == "relation_groups"]
+
+
+def _check(model, inputs):
+    """Forward, the input's gradient and every parameter's gradient of the compiled model against eager (float64);
+    the compiled model's report groups."""
+    torch._dynamo.reset()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    x = inputs[0].detach().requires_grad_()
+    x_ref = inputs[0].detach().requires_grad_()
+    # eager with int64 indices: PyG's RGCNConv gives a different input gradient with int32 ones in eager mode
+    # (torch 2.11, PyG 2.8; the forward agrees), and the compiled model's gradient with int32 indices is the
+    # int64 one
+    out, want = compiled(x, *inputs[1:]), eager(x_ref, inputs[1].long(), *inputs[2:])
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    grad = torch.randn_like(want)
+    out.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-10)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10, msg=name)
+    return _groups(model)
+
+
+@pytest.mark.parametrize("bases", [None, 2], ids=["plain", "bases"])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype):
+    torch.manual_seed(0)
+    model = RGCNConv(6, 5, RELATIONS, num_bases=bases).double()
+    edge_index, edge_type = _graph(index_dtype)
+    groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
+    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+
+
+class _PerRelationMeans(torch.nn.Module):
+    """The mean of the in-neighbours' rows per relation, side by side: a relation loop with no maps to sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(2.0, dtype=torch.float64))  # the report finds the model by it
+
+    def forward(self, x, edge_index, edge_type):
+        outs = []
+        for r in range(3):
+            src, dst = edge_index[:, edge_type == r]
+            outs.append(scatter(x.index_select(0, src), dst, dim=0, dim_size=x.shape[0], reduce="mean"))
+        return torch.cat(outs, dim=1) * self.scale
+
+
+def test_relations_without_maps_share_one_spmm():
+    edge_index, edge_type = _graph()
+    groups = _check(_PerRelationMeans(), [torch.randn(NODES, 3, dtype=torch.float64), edge_index, edge_type])
+    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(3, False)]
+
+
+def test_the_setting_keeps_one_spmm_per_relation(monkeypatch):
+    monkeypatch.setenv("GNN_IO_GROUP_RELATIONS", "0")
+    torch.manual_seed(0)
+    model = RGCNConv(6, 5, RELATIONS).double()
+    edge_index, edge_type = _graph()
+    groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
+    assert groups == []
+    assert sum(w.pattern == "spmm" for r in gnn_inductor.rewrite_report.reports(model) for w in r.rewrites) == RELATIONS
