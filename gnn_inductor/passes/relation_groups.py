@@ -6,11 +6,13 @@ per relation, each over its own edges, then maps each result by its own weight a
     h_r = spmm(A_r, x)          # one gnn_io::spmm per relation, each with its own graph plan
     out = base + h_0 @ W_0 + h_1 @ W_1 + ... + h_{R-1} @ W_{R-1}
 
-This pass, after the patterns, finds ``R >= 2`` SpMMs of the same ``x`` whose plans are plain CSRs of one shape
-(``csr_plan(dst_r, src_r, N, M)``, no work items, no folded self term) and makes them one: the edges of all
-relations in one CSR whose row ``d * R + r`` holds relation ``r``'s edges into ``d`` (structure, built once per
-graph with the plan), each edge keeping its value (a mean's ``1 / deg`` per relation included), so that one SpMM
-gives ``Y [N * R, F]`` = ``[N, R * F]``, ``h_r = Y[:, r]``. Where the ``h_r @ W_r`` are the terms of one chain of
+This pass, after the patterns, finds ``R >= 2`` SpMMs into ``N`` rows of features of one width and dtype whose plans
+are plain CSRs (``csr_plan(dst_r, src_r, N, M_r)``, no work items, no folded self term) and makes them one: the
+edges of all relations in one CSR whose row ``d * R + r`` holds relation ``r``'s edges into ``d`` (structure, built
+once per graph with the plan), each edge keeping its value (a mean's ``1 / deg`` per relation included), so that one
+SpMM gives ``Y [N * R, F]`` = ``[N, R * F]``, ``h_r = Y[:, r]``. Relations of different inputs (HeteroConv and
+``to_hetero`` over edge types whose sources are different node types) read the inputs concatenated, each
+relation's columns offset to its own input's rows. Where the ``h_r @ W_r`` are the terms of one chain of
 additions, the sum becomes one GEMM, ``base + Y.view(N, R * F) @ cat(W_0 .. W_{R-1})``, whose gradient gives
 every ``W_r`` its block. Graphs of symbolic sizes are left as they are (the row count ``N * R`` must be known).
 """
@@ -40,17 +42,44 @@ def group_relations(gm: GraphModule, ctx: RewriteContext) -> list:
     for node in gm.graph.nodes:
         plan = _plain_plan(node)
         if plan is not None:
-            groups[(node.args[0], *plan.args[2:], val(node.args[1]).dtype)].append((node, plan))
+            x = val(node.args[0])
+            groups[(plan.args[2], tuple(x.shape[1:]), x.dtype, x.device, val(node.args[1]).dtype)].append((node, plan))
     done = []
-    for (x, num_dst, num_src, _), members in groups.items():
-        if len(members) >= 2:
-            done.append(_rewrite(gm, ctx, x, num_dst, num_src, members))
+    for (num_dst, *_), candidates in groups.items():
+        for members in _independent(candidates):
+            if len(members) >= 2:
+                done.append(_rewrite(gm, ctx, num_dst, members))
     if done:
         _topological_order(gm.graph)
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return done
+
+
+def _independent(candidates: list) -> list:
+    """``candidates`` (in graph order) in groups none of whose members reads another's result: a second layer's
+    SpMMs (whose input is computed from the first's) form a group of their own."""
+    groups = []
+    for member in candidates:
+        before = _ancestors(member[0])
+        for group in groups:
+            if not any(spmm in before for spmm, _ in group):
+                group.append(member)
+                break
+        else:
+            groups.append([member])
+    return groups
+
+
+def _ancestors(node: Node) -> set:
+    seen, stack = set(), list(node.all_input_nodes)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
 
 
 def _plain_plan(node: Node):
@@ -68,6 +97,8 @@ def _plain_plan(node: Node):
     (plan,) = plans if len(plans) == 1 else (None,)
     if plan is None or plan.target is not CSR_PLAN or not all(isinstance(s, int) for s in plan.args[2:]):
         return None
+    if val(node.args[0]).shape[0] != plan.args[3] or not all(isinstance(s, int) for s in val(node.args[0]).shape):
+        return None
     return plan
 
 
@@ -82,19 +113,30 @@ def _part(gm: GraphModule, plan: Node, index: int) -> Node:
     return part
 
 
-def _rewrite(gm, ctx, x, num_dst, num_src, members) -> dict:
+def _rewrite(gm, ctx, num_dst, members) -> dict:
     count = len(members)
     last = max((spmm for spmm, _ in members), key=_order(gm))
     # the layer's own code (the first relation's use of its aggregation) names the group in the report
     source = source_of(next(iter(members[0][0].users), members[0][0]))
     anchor = last
-    # the typed CSR: relation r's edge (j -> d) is entry (d * R + r, j)
+    # the sources: one input, or the inputs of the relations (node types) one after another
+    offsets, inputs, num_src = {}, [], 0
+    for spmm, plan in members:
+        if spmm.args[0] not in offsets:
+            offsets[spmm.args[0]] = num_src
+            inputs.append(spmm.args[0])
+            num_src += plan.args[3]
+    x = inputs[0] if len(inputs) == 1 else ctx.call(aten.cat.default, (inputs,), anchor)
+    # the typed CSR: relation r's edge (j -> d) is entry (d * R + r, offset of r's input + j)
     dst, src, values = [], [], []
     for r, (spmm, plan) in enumerate(members):
         dst_r, src_r = plan.args[0], plan.args[1]
         wide = ctx.call(aten._to_copy.default, (dst_r,), anchor, dtype=torch.int64)
         dst.append(ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (wide, count), anchor), r), anchor))
-        src.append(ctx.call(aten._to_copy.default, (src_r,), anchor, dtype=torch.int64))
+        src_r = ctx.call(aten._to_copy.default, (src_r,), anchor, dtype=torch.int64)
+        if offsets[spmm.args[0]]:
+            src_r = ctx.call(aten.add.Tensor, (src_r, offsets[spmm.args[0]]), anchor)
+        src.append(src_r)
         # the relation's values from its CSR order back to its edges' order
         in_order = ctx.call(aten.zeros_like.default, (spmm.args[1],), anchor)
         values.append(ctx.call(aten.index_copy.default, (in_order, 0, _part(gm, plan, 3), spmm.args[1]), anchor))
@@ -173,7 +215,7 @@ def _topological_order(graph) -> None:
     """Reorder ``graph``'s nodes so that each comes after its inputs, keeping the present order otherwise (the
     typed CSR's structure is built from every relation's nodes, some of which came after an earlier relation's
     uses)."""
-    placed, order = set(), []
+    placed, open_, order = set(), set(), []
     for root in list(graph.nodes):
         stack = [(root, False)]
         while stack:
@@ -181,9 +223,13 @@ def _topological_order(graph) -> None:
             if node in placed:
                 continue
             if ready:
+                open_.discard(node)
                 placed.add(node)
                 order.append(node)
                 continue
+            if node in open_:  # the pass's grouping would read its own result: the pipeline's fallback takes it
+                raise RuntimeError(f"relation_groups: {node.name} depends on itself")
+            open_.add(node)
             stack.append((node, True))
             stack.extend((n, False) for n in reversed(node.all_input_nodes) if n not in placed)
     previous = None

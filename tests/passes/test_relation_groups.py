@@ -1,12 +1,13 @@
 """The relations of one layer as one SpMM over a typed CSR and one GEMM (gnn_inductor/passes/relation_groups.py):
 RGCNConv (plain and with bases) against eager in float64, forward and every gradient, on a graph with isolated nodes,
 duplicates, self loops, a hub, a relation without edges and int32 indices; a relation loop whose results are not
-summed through maps (one SpMM, no GEMM); and the setting that turns the pass off."""
+summed through maps (one SpMM, no GEMM); HeteroConv and ``to_hetero`` of SAGEConv, whose relations into one node type
+read different node types; and the setting that turns the pass off."""
 import copy
 
 import pytest
 import torch
-from torch_geometric.nn import RGCNConv
+from torch_geometric.nn import HeteroConv, RGCNConv, SAGEConv, to_hetero
 from torch_geometric.utils import scatter
 
 import gnn_inductor
@@ -87,3 +88,75 @@ def test_the_setting_keeps_one_spmm_per_relation(monkeypatch):
     groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
     assert groups == []
     assert sum(w.pattern == "spmm" for r in gnn_inductor.rewrite_report.reports(model) for w in r.rewrites) == RELATIONS
+
+
+def _hetero():
+    """Papers and authors: two relations into papers (from authors, from papers), one into authors."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = {"paper": 30, "author": 20}
+    x = {t: torch.randn(n, 6, generator=generator, dtype=torch.float64) for t, n in sizes.items()}
+
+    def edges(src, dst, num):
+        return torch.stack([torch.randint(0, sizes[src], (num,), generator=generator),
+                            torch.randint(0, sizes[dst], (num,), generator=generator)])
+    edge_index = {("author", "writes", "paper"): edges("author", "paper", 60),
+                  ("paper", "cites", "paper"): edges("paper", "paper", 50),
+                  ("paper", "rev_writes", "author"): edges("paper", "author", 60)}
+    return x, edge_index, (list(sizes), list(edge_index))
+
+
+class _Sage(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv((6, 6), 5)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+
+@pytest.mark.parametrize("kind", ["hetero_conv", "to_hetero"])
+def test_relations_from_different_node_types_share_one_spmm(kind):
+    """The relations into papers read authors and papers: one SpMM over both inputs concatenated; outputs and every
+    gradient (both node types' inputs, every parameter) against eager in float64."""
+    x, edge_index, metadata = _hetero()
+    torch.manual_seed(0)
+    model = (HeteroConv({e: SAGEConv((6, 6), 5) for e in edge_index}, aggr="sum") if kind == "hetero_conv"
+             else to_hetero(_Sage(), metadata, aggr="sum")).double()
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
+    ref_leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
+    out, want = compiled(leaves, edge_index), eager(ref_leaves, edge_index)
+    for t in want:
+        torch.testing.assert_close(out[t], want[t], rtol=1e-10, atol=1e-10)
+    sum((o * (i + 1)).sum() for i, o in enumerate(out.values())).backward()
+    sum((o * (i + 1)).sum() for i, o in enumerate(want.values())).backward()
+    for t in x:
+        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, rtol=1e-10, atol=1e-10)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10, msg=name)
+    assert [g.details["relations"] for g in _groups(model)] == [2]
+
+
+class _TwoLayers(torch.nn.Module):
+    """Two relation loops of one width, the second reading the first's result: two groups, never one."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(1.5, dtype=torch.float64))
+
+    def forward(self, x, edge_index, edge_type):
+        for _ in range(2):
+            outs = []
+            for r in range(2):
+                src, dst = edge_index[:, edge_type == r]
+                outs.append(scatter(x.index_select(0, src), dst, dim=0, dim_size=x.shape[0], reduce="sum"))
+            x = (outs[0] - outs[1]).tanh() * self.scale
+        return x
+
+
+def test_a_layer_reading_the_previous_one_is_a_group_of_its_own():
+    edge_index, edge_type = _graph()
+    groups = _check(_TwoLayers(), [torch.randn(NODES, 3, dtype=torch.float64), edge_index, edge_type])
+    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(2, False), (2, False)]
