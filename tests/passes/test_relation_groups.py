@@ -11,9 +11,10 @@ from torch_geometric.nn import HeteroConv, RGCNConv, SAGEConv, to_hetero
 from torch_geometric.utils import scatter
 
 import gnn_inductor
-from gnn_inductor.testing import random_graph
+from gnn_inductor.testing import random_graph, tolerance
 
 NODES, RELATIONS = 40, 4
+FLOAT64 = tolerance(torch.float64)
 
 
 def _graph(index_dtype=torch.int64):
@@ -39,13 +40,13 @@ def _check(model, inputs):
     # (torch 2.11, PyG 2.8; the forward agrees), and the compiled model's gradient with int32 indices is the
     # int64 one
     out, want = compiled(x, *inputs[1:]), eager(x_ref, inputs[1].long(), *inputs[2:])
-    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out, want, **FLOAT64)
     grad = torch.randn_like(want)
     out.backward(grad)
     want.backward(grad)
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(x.grad, x_ref.grad, **FLOAT64)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, **FLOAT64, msg=name)
     return _groups(model)
 
 
@@ -129,13 +130,13 @@ def test_relations_from_different_node_types_share_one_spmm(kind):
     ref_leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
     out, want = compiled(leaves, edge_index), eager(ref_leaves, edge_index)
     for t in want:
-        torch.testing.assert_close(out[t], want[t], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(out[t], want[t], **FLOAT64)
     sum((o * (i + 1)).sum() for i, o in enumerate(out.values())).backward()
     sum((o * (i + 1)).sum() for i, o in enumerate(want.values())).backward()
     for t in x:
-        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, **FLOAT64)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, **FLOAT64, msg=name)
     assert [g.details["relations"] for g in _groups(model)] == [2]
 
 
