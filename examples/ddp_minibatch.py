@@ -101,6 +101,7 @@ def main() -> None:
         if args.backend == "gnn_io":
             print()
             gnn_inductor.report(model)
+    dist.barrier()  # every rank done before any tears the group down
     dist.destroy_process_group()
 
 
