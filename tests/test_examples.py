@@ -55,6 +55,7 @@ def test_gat_cora_default_form(tmp_path):
     assert "runs gnn_io." not in output and "0 rewritten" in output
 
 
+@pytest.mark.slow  # two gloo processes: see tests/models/test_ddp.py for why the slow tier
 def test_ddp_minibatch_on_two_processes():
     """The multi-GPU example's CPU form: torchrun, two gloo processes, each sampling its own seeds."""
     output = run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "examples/ddp_minibatch.py",
