@@ -66,19 +66,12 @@ def rmat_like(num_nodes: int, num_edges: int, undirected: bool, seed: int = 0, p
     number needed. Every step is a tensor op on ``device``: seconds for 62M edges on a GPU."""
     generator = torch.Generator(device=device).manual_seed(seed)
     scale = max(1, (num_nodes - 1).bit_length())
-    a, b, c, _ = probs
     fold = torch.randperm(1 << scale, generator=generator, device=device) % num_nodes
     pairs = num_edges // 2 if undirected else num_edges
     keys = torch.empty(0, dtype=torch.long, device=device)
     draws = pairs + pairs // 2  # R-MAT repeats its hubs' pairs: more draws than pairs; topped up below if short
     while keys.numel() < pairs:
-        src = torch.zeros(draws, dtype=torch.long, device=device)
-        dst = torch.zeros(draws, dtype=torch.long, device=device)
-        for level in range(scale):
-            r = torch.rand(draws, generator=generator, device=device)
-            src |= (r >= a + b).long() << level
-            dst |= (((r >= a) & (r < a + b)) | (r >= a + b + c)).long() << level
-        src, dst = fold[src], fold[dst]
+        src, dst = _folded_draws(draws, scale, probs, fold, generator, device)
         if undirected:
             src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
         keep = src != dst
@@ -93,6 +86,18 @@ def rmat_like(num_nodes: int, num_edges: int, undirected: bool, seed: int = 0, p
     return Graph(name or f"rmat-like-{num_nodes}-{num_edges}", num_nodes, edge_index, "rmat")
 
 
+def _folded_draws(count: int, scale: int, probs, fold, generator, device) -> tuple:
+    """``count`` R-MAT ``(src, dst)`` draws on ``2**scale`` ids, folded through ``fold``."""
+    a, b, c, _ = probs
+    src = torch.zeros(count, dtype=torch.long, device=device)
+    dst = torch.zeros(count, dtype=torch.long, device=device)
+    for level in range(scale):
+        r = torch.rand(count, generator=generator, device=device)
+        src |= (r >= a + b).long() << level
+        dst |= (((r >= a) & (r < a + b)) | (r >= a + b + c)).long() << level
+    return fold[src], fold[dst]
+
+
 def rmat_multi(num_nodes: int, num_edges: int, seed: int = 0, probs=(0.57, 0.19, 0.19, 0.05), device="cpu",
                chunk: int = 1 << 27) -> Graph:
     """Exactly ``num_edges`` directed R-MAT draws on ``num_nodes`` ids (folded as :func:`rmat_like` folds them),
@@ -100,19 +105,12 @@ def rmat_multi(num_nodes: int, num_edges: int, seed: int = 0, probs=(0.57, 0.19,
     deduplicated, so a billion edges take their two index arrays (16 GB) and one ``chunk`` of draws at a time."""
     generator = torch.Generator(device=device).manual_seed(seed)
     scale = max(1, (num_nodes - 1).bit_length())
-    a, b, c, _ = probs
     fold = torch.randperm(1 << scale, generator=generator, device=device) % num_nodes
     edge_index = torch.empty(2, num_edges, dtype=torch.long, device=device)
     for begin in range(0, num_edges, chunk):
         size = min(chunk, num_edges - begin)
-        src = torch.zeros(size, dtype=torch.long, device=device)
-        dst = torch.zeros(size, dtype=torch.long, device=device)
-        for level in range(scale):
-            r = torch.rand(size, generator=generator, device=device)
-            src |= (r >= a + b).long() << level
-            dst |= (((r >= a) & (r < a + b)) | (r >= a + b + c)).long() << level
-        edge_index[0, begin:begin + size] = fold[src]
-        edge_index[1, begin:begin + size] = fold[dst]
+        edge_index[0, begin:begin + size], edge_index[1, begin:begin + size] = \
+            _folded_draws(size, scale, probs, fold, generator, device)
     return Graph(f"rmat-multi-{num_nodes}-{num_edges}", num_nodes, edge_index, "rmat")
 
 
