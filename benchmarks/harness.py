@@ -332,6 +332,23 @@ def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=N
         return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
 
 
+def _new_graph_costs(record, model, x, x_grad, edge_index, device, mode, reps) -> None:
+    """``plan_build_ms`` (a forward on a new copy of the graph, less a forward on the graph with its plan),
+    ``fwd_gb`` and ``new_graph_fwd_gb`` (what a no-grad forward adds, on a graph with its plan and on a new one: the
+    plan's build and the plan itself on top). The copies of ``edge_index`` and a second plan live beside the first
+    one: on a graph near the device's memory they may not fit, which is recorded as ``new_graph_error`` and leaves
+    the step's figures standing."""
+    try:
+        fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
+        record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
+                                      - record["fwd_ms"]) if reps else None
+        if device.type == "cuda" and "cg" not in mode:
+            record["fwd_gb"], record["new_graph_fwd_gb"] = (_added_gb(lambda: model(x, g)) for g in
+                                                            (edge_index, fresh.clone()))
+    except torch.OutOfMemoryError as exc:
+        record["new_graph_error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:160]}"
+
+
 def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
     if mode == "turbo_gnn":
         from benchmarks import peers
@@ -398,14 +415,7 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
                 # ``resident`` (the step itself would read 0.0 GB): not measured here
                 record["peak_gb"] = record["step_gb"] = None
         if mode.startswith("gnn_io"):
-            fresh = edge_index.clone()  # same graph, new tensor: plan cache miss
-            record["plan_build_ms"] = max(0.0, median_ms(lambda: model(x_grad, fresh.clone()), 3, warmup=0)
-                                          - record["fwd_ms"]) if reps else None
-            if device.type == "cuda" and "cg" not in mode:
-                # what a no-grad forward adds, on a graph with its plan and on a new one (the plan's build and
-                # the plan itself on top)
-                record["fwd_gb"], record["new_graph_fwd_gb"] = (_added_gb(lambda: model(x, g)) for g in
-                                                                (edge_index, fresh.clone()))
+            _new_graph_costs(record, model, x, x_grad, edge_index, device, mode, reps)
         if reference is not None:
             ref = reference.float().cpu()
             record["rel_err"] = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))

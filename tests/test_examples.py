@@ -34,9 +34,9 @@ needs_cora = pytest.mark.skipif(not LOCAL_CORA.is_dir(), reason=f"no local copy 
                                 "(the example would download it; the tests do not use the network)")
 
 
-def run(command: list, timeout: int = 300) -> str:
+def run(command: list, timeout: int = 300, **extra_env) -> str:
     """Run ``python <command>`` from the repository root; returns stdout and stderr, asserting exit status 0."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
     env.pop("GNN_IO_CPU_REWRITE", None)  # tests/conftest.py sets it; an example runs with its own flags only
     done = subprocess.run([sys.executable, *command], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -55,11 +55,12 @@ def test_gat_cora_default_form(tmp_path):
     assert "runs gnn_io." not in output and "0 rewritten" in output
 
 
-@pytest.mark.slow  # two gloo processes: see tests/models/test_ddp.py for why the slow tier
 def test_ddp_minibatch_on_two_processes():
-    """The multi-GPU example's CPU form: torchrun, two gloo processes, each sampling its own seeds."""
+    """The multi-GPU example's CPU form: torchrun, two gloo processes, each sampling its own seeds (one Inductor
+    compile thread per rank, as in tests/models/test_ddp.py)."""
     output = run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "examples/ddp_minibatch.py",
-                  "--epochs", "1", "--steps", "3", "--batch-size", "64", "--cpu-rewrites"])
+                  "--epochs", "1", "--steps", "3", "--batch-size", "64", "--cpu-rewrites"],
+                 TORCHINDUCTOR_COMPILE_THREADS="1")
     assert "mean loss over 2 ranks" in output and "2 ranks of 64 seeds" in output
     assert "SAGEConv conv1 at examples/minibatch_sage.py" in output and "runs gnn_io.spmm" in output
 

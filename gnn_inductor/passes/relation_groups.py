@@ -139,7 +139,8 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
         src.append(src_r)
         # the relation's values from its CSR order back to its edges' order
         in_order = ctx.call(aten.zeros_like.default, (spmm.args[1],), anchor)
-        values.append(ctx.call(aten.index_copy.default, (in_order, 0, _part(gm, plan, 3), spmm.args[1]), anchor))
+        perm = ctx.call(aten._to_copy.default, (_part(gm, plan, 3),), anchor, dtype=torch.int64)  # int32 on CUDA
+        values.append(ctx.call(aten.index_copy.default, (in_order, 0, perm, spmm.args[1]), anchor))
     dst = ctx.call(aten.cat.default, (dst,), anchor)
     src = ctx.call(aten.cat.default, (src,), anchor)
     values = ctx.call(aten.cat.default, (values,), anchor)

@@ -28,9 +28,9 @@ def _groups(model) -> list:
     return [w for r in gnn_inductor.rewrite_report.reports(model) for w in r.rewrites if w.pattern == "relation_groups"]
 
 
-def _check(model, inputs):
-    """Forward, the input's gradient and every parameter's gradient of the compiled model against eager (float64);
-    the compiled model's report groups."""
+def _check(model, inputs, tol=FLOAT64):
+    """Forward, the input's gradient and every parameter's gradient of the compiled model against eager (float64
+    unless ``tol`` says otherwise); the compiled model's report groups."""
     torch._dynamo.reset()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
@@ -40,13 +40,13 @@ def _check(model, inputs):
     # (torch 2.11, PyG 2.8; the forward agrees), and the compiled model's gradient with int32 indices is the
     # int64 one
     out, want = compiled(x, *inputs[1:]), eager(x_ref, inputs[1].long(), *inputs[2:])
-    torch.testing.assert_close(out, want, **FLOAT64)
+    torch.testing.assert_close(out, want, **tol)
     grad = torch.randn_like(want)
     out.backward(grad)
     want.backward(grad)
-    torch.testing.assert_close(x.grad, x_ref.grad, **FLOAT64)
+    torch.testing.assert_close(x.grad, x_ref.grad, **tol)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, **FLOAT64, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
     return _groups(model)
 
 
@@ -57,6 +57,18 @@ def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype):
     model = RGCNConv(6, 5, RELATIONS, num_bases=bases).double()
     edge_index, edge_type = _graph(index_dtype)
     groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
+    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bases", [None, 2], ids=["plain", "bases"])
+def test_rgcn_relations_on_cuda_in_float32(bases):
+    """The typed CSR built on the GPU and the SpMM's CUDA kernels, float32 against eager float32 on CUDA."""
+    torch.manual_seed(0)
+    model = RGCNConv(16, 8, RELATIONS, num_bases=bases).cuda()
+    edge_index, edge_type = _graph(torch.int32)
+    inputs = [torch.randn(NODES, 16, device="cuda"), edge_index.cuda(), edge_type.cuda()]
+    groups = _check(model, inputs, tolerance(torch.float32))
     assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
 
 
