@@ -58,6 +58,36 @@ def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
         return _block_format(row, col.long(), perm.long(), num_dst, num_src, order, "destination rows")
 
 
+SAMPLED_WINDOWS = 4096  # of :func:`sampled_tiles`: its estimate's relative error is about 1 / sqrt(4096) = 1.6%
+
+
+def sampled_tiles(rowptr: Tensor, col: Tensor, num_cols: int, samples: int = SAMPLED_WINDOWS,
+                  seed: int = 0) -> float:
+    """The identity order's tile count (:func:`build_block_format` with ``order=None``) estimated from ``samples``
+    windows drawn uniformly with replacement: their distinct columns counted exactly, the mean of their tiles times
+    the window count. Reads only the sampled windows' edges (the mean degree times ``WINDOW * samples``, plus any
+    hub a sample hits), where the build holds about 60 bytes per edge and a kilobyte per tile: on a billion-edge
+    R-MAT graph (H200) the build alone did not fit beside the plan."""
+    num_rows = rowptr.shape[0] - 1
+    num_windows = cdiv(num_rows, WINDOW)
+    if num_windows == 0 or col.numel() == 0:
+        return 0.0
+    device = rowptr.device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    window = torch.randint(0, num_windows, (samples,), generator=generator, device=device)
+    rowptr = rowptr.long()
+    begin = rowptr[window * WINDOW]
+    end = rowptr[torch.clamp(window * WINDOW + WINDOW, max=num_rows)]
+    counts = end - begin
+    total = int(counts.sum())  # one sync: the sampled edges' count sizes what follows
+    sample = torch.repeat_interleave(torch.arange(samples, device=device), counts, output_size=total)
+    offset = torch.arange(total, device=device) - (torch.cumsum(counts, 0) - counts)[sample]
+    columns = col[begin[sample] + offset].long()
+    pairs = torch.unique(sample * max(num_cols, 1) + columns)  # distinct (sampled window, column) pairs
+    distinct = torch.bincount(pairs // max(num_cols, 1), minlength=samples)
+    return float(((distinct + TILE - 1) // TILE).float().mean()) * num_windows
+
+
 def transpose_block_format(blocks: BlockFormat, num_src: int, order: Tensor | None = None) -> BlockFormat:
     """The block format of ``A^T`` restricted to the edges of ``blocks``' ``dense_ok`` windows: windows of
     source nodes (cut from ``order``, a permutation of the ``num_src`` sources; identity by default), their

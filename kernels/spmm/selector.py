@@ -61,6 +61,11 @@ MIN_EDGES_PER_TILE_HALF = 12.0
 def min_edges_per_tile(precision: str) -> float:
     return MIN_EDGES_PER_TILE_HALF if precision == "half" else MIN_EDGES_PER_TILE
 MIN_GAIN = 0.05
+# From this many edges an automatic choice first estimates the edges per tile from sampled windows and builds the
+# format only when the estimate reaches the gate: the build holds about 60 bytes per edge and a kilobyte per tile at
+# its peak, so on a billion-edge R-MAT graph (H200, GCNConv) it did not fit beside the plan. Below it the exact
+# build is cheap (256 MB at 4M edges) and the tests' graphs keep their exact statistics.
+SAMPLE_FROM_EDGES = 1 << 22
 
 
 def path_setting() -> str:
@@ -102,6 +107,13 @@ def _decide(x, values, rowptr, col, reduce, setting, precision, t_csr=None) -> p
         return csr(f"{PATH_ENV}=cusparse")
     if col.numel() == 0 or x.shape[0] == 0:
         return csr("graph without edges")
+    if setting == "auto" and col.numel() >= SAMPLE_FROM_EDGES:
+        estimate = col.numel() / max(block_format.sampled_tiles(rowptr, col, x.shape[0]), 1.0)
+        if estimate < min_edges_per_tile(precision):
+            return csr(f"about {estimate:.1f} edges per 16 x 16 tile, estimated from "
+                       f"{block_format.SAMPLED_WINDOWS} sampled windows (< {min_edges_per_tile(precision)}): the block "
+                       "kernel would gather about as many rows as cuSPARSE, and the format is not built",
+                       stats={"edges": int(col.numel()), "edges_per_tile_estimate": round(estimate, 2)})
     start = time.perf_counter()
     arange = torch.arange(col.numel(), device=col.device, dtype=torch.int32)
     blocks = block_format.build_block_format(rowptr, col, arange, x.shape[0])
