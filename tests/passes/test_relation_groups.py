@@ -28,12 +28,13 @@ def _groups(model) -> list:
     return [w for r in gnn_inductor.rewrite_report.reports(model) for w in r.rewrites if w.pattern == "relation_groups"]
 
 
-def _check(model, inputs, tol=FLOAT64):
+def _check(model, inputs, tol=FLOAT64, options=None):
     """Forward, the input's gradient and every parameter's gradient of the compiled model against eager (float64
     unless ``tol`` says otherwise); the compiled model's report groups."""
     torch._dynamo.reset()
     eager = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    options = {"cpu_rewrite": True, "strict": True, **(options or {})}
+    compiled = torch.compile(model, backend="gnn_io", options=options)
     x = inputs[0].detach().requires_grad_()
     x_ref = inputs[0].detach().requires_grad_()
     # eager with int64 indices: PyG's RGCNConv gives a different input gradient with int32 ones in eager mode
@@ -68,7 +69,8 @@ def test_rgcn_relations_on_cuda_in_float32(bases):
     model = RGCNConv(16, 8, RELATIONS, num_bases=bases).cuda()
     edge_index, edge_type = _graph(torch.int32)
     inputs = [torch.randn(NODES, 16, device="cuda"), edge_index.cuda(), edge_type.cuda()]
-    groups = _check(model, inputs, tolerance(torch.float32))
+    # forced: on CUDA the cost model leaves an SpMM of a few hundred edges to Inductor
+    groups = _check(model, inputs, tolerance(torch.float32), {"force": True})
     assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
 
 
