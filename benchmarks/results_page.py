@@ -100,7 +100,10 @@ def _header(runs: list) -> list:
     first = runs[0]
     lines = [f"# Benchmarks: {first['device']}", "",
              f"torch {first['torch']}, Triton {first['triton']}, torch_geometric {first['torch_geometric']}, "
-             f"Python {first.get('python', '-')}, {first['features']} features per node.", "",
+             f"Python {first.get('python', '-')}, "
+             + ", or ".join(f"{f} features per node" for f in sorted({r.get("features", first["features"])
+                                                                       for r in runs}, reverse=True))
+             + " (each run's command has its own).", "",
              "Each figure is the median of a layer's forward+backward step (ms), timed with CUDA events after "
              "warm-up; peak memory is `torch.cuda.max_memory_allocated` over one step (GB). Ratios are speedups of "
              "gnn_io: above 1, gnn_io is faster. `rel err` is gnn_io's output against PyG eager's. turbo-gnn (the "
