@@ -11,6 +11,7 @@ from torch_geometric.nn import HeteroConv, RGCNConv, SAGEConv, to_hetero
 from torch_geometric.utils import scatter
 
 import gnn_inductor
+from gnn_inductor.plan import csr
 from gnn_inductor.testing import random_graph, tolerance
 
 NODES, RELATIONS = 40, 4
@@ -72,6 +73,28 @@ def test_rgcn_relations_on_cuda_in_float32(bases):
     # forced: on CUDA the cost model leaves an SpMM of a few hundred edges to Inductor
     groups = _check(model, inputs, tolerance(torch.float32), {"force": True})
     assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+
+
+def test_rgcn_relations_with_int32_plans_on_cpu(monkeypatch):
+    """The plan's index arrays in int32, as CUDA builds them, on the CPU: the pass's index ops take them."""
+    monkeypatch.setattr(csr, "index_dtype", lambda device: torch.int32)
+    torch.manual_seed(0)
+    model = RGCNConv(6, 5, RELATIONS, num_bases=2).double()
+    edge_index, edge_type = _graph()
+    groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
+    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+
+
+def test_rgcn_relations_on_a_non_contiguous_input_and_a_graph_without_edges():
+    torch.manual_seed(0)
+    model = RGCNConv(6, 5, RELATIONS).double()
+    wide = torch.randn(NODES, 12, dtype=torch.float64)
+    edge_index, edge_type = _graph()
+    groups = _check(model, [wide[:, ::2], edge_index, edge_type])  # a strided view of a wider tensor
+    assert [g.details["relations"] for g in groups] == [RELATIONS]
+    empty = torch.zeros(2, 0, dtype=torch.long)
+    _check(RGCNConv(6, 5, RELATIONS).double(), [torch.randn(NODES, 6, dtype=torch.float64), empty,
+                                               torch.zeros(0, dtype=torch.long)])
 
 
 class _PerRelationMeans(torch.nn.Module):
