@@ -377,9 +377,16 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
                 torch.compiler.cudagraph_mark_step_begin()  # CUDA-graph modes overwrite their outputs on replay
             return model(x, edge_index)
 
+        if device.type == "cuda":
+            # the first call's memory above the inputs: the compile's, the plan's build and the plan itself (for
+            # gnn_io) and the forward's; measured where a second graph's plan (``new_graph_fwd_gb``) may not fit
+            record["first_fwd_gb"] = _added_gb(lambda: forward().clone())
         with torch.no_grad():
             out = forward().clone()
             record["fwd_ms"] = median_ms(forward, reps)
+        if mode.startswith("gnn_io"):  # the host time of each plan build so far (the first on this graph)
+            record["plan_builds_ms"] = [round(ms, 1) for r in gnn_inductor.rewrite_report.reports(layer)
+                                        for ms in r.plan_build_ms]
         x_grad = x.detach().requires_grad_(True)  # the same storage: no second copy of the input in the peak
         grad = torch.randn_like(out)
         # the no-grad output goes to the host: left on the device it would count in this mode's peak, and as a
