@@ -58,7 +58,7 @@ def build_block_format(rowptr: Tensor, col: Tensor, perm: Tensor, num_src: int,
         return _block_format(row, col.long(), perm.long(), num_dst, num_src, order, "destination rows")
 
 
-SAMPLED_WINDOWS = 4096  # of :func:`sampled_tiles`: its estimate's relative error is about 1 / sqrt(4096) = 1.6%
+SAMPLED_WINDOWS = 4096  # of :func:`sampled_tiles`: its standard error is the spread of tiles per window over sqrt(4096)
 
 
 def sampled_tiles(rowptr: Tensor, col: Tensor, num_cols: int, samples: int = SAMPLED_WINDOWS,
