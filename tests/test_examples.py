@@ -55,6 +55,7 @@ def test_gat_cora_default_form(tmp_path):
     assert "runs gnn_io." not in output and "0 rewritten" in output
 
 
+@pytest.mark.slow  # two more processes on CI's two cores; tests/models/test_ddp.py's two-process test runs in CI
 def test_ddp_minibatch_on_two_processes():
     """The multi-GPU example's CPU form: torchrun, two gloo processes, each sampling its own seeds (one Inductor
     compile thread per rank, as in tests/models/test_ddp.py)."""

@@ -92,8 +92,9 @@ def _rank(rank: int, world: int, store: str, where: str, out: str):
 
 
 # Inductor's compile workers (a subprocess pool per rank) can hang a distributed process at exit; PyTorch's own
-# distributed Inductor tests run with one compile thread for that reason, and so do these
-@pytest.mark.parametrize("where", ["outside", "inside"])
+# distributed Inductor tests run with one compile thread for that reason, and so do these. "outside" (DDPOptimizer's
+# splits) runs in CI; "inside" in the slow tier, as two more processes on CI's two cores cost about a minute
+@pytest.mark.parametrize("where", ["outside", pytest.param("inside", marks=pytest.mark.slow)])
 def test_ddp_on_two_processes_trains_as_one_process_on_the_global_batch(tmp_path, where, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # read by the spawned ranks at import
     out = tmp_path / "rank0.json"
