@@ -136,6 +136,19 @@ def random_graph(num_nodes: int, num_edges: int, *, seed: int = 0, hub_degree: i
     return edge_index[:, torch.randperm(edge_index.shape[1], generator=generator)]
 
 
+def random_hetero_graph(sizes: dict, edges: dict, features: int, *, seed: int = 0, dtype=torch.float32,
+                        device="cpu") -> tuple:
+    """``(x_dict, edge_index_dict, metadata)`` of a random heterogeneous graph: ``sizes`` maps each node type to its
+    node count, ``edges`` each edge type ``(src, relation, dst)`` to its edge count (endpoints drawn uniformly, with
+    repeats); ``metadata`` is ``(node_types, edge_types)`` as ``to_hetero`` takes it."""
+    generator = torch.Generator().manual_seed(seed)
+    x = {t: torch.randn(n, features, generator=generator, dtype=dtype).to(device) for t, n in sizes.items()}
+    edge_index = {(src, rel, dst): torch.stack([torch.randint(0, sizes[src], (num,), generator=generator),
+                                                torch.randint(0, sizes[dst], (num,), generator=generator)]).to(device)
+                  for (src, rel, dst), num in edges.items()}
+    return x, edge_index, (list(sizes), list(edge_index))
+
+
 @dataclass
 class RewriteCheck:
     """What :func:`check_rewrites` saw: rewrite counts by pattern, near misses, the JSON report."""

@@ -39,7 +39,7 @@ from torch_geometric.nn import (
 )
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import _assert_close, _step, gradient_scale, random_graph
+from gnn_inductor.testing import _assert_close, _step, gradient_scale, random_graph, random_hetero_graph
 from tests.tiers import tiered
 
 FEATURES = 8
@@ -571,17 +571,10 @@ def test_rgcn_conv_compiles_strict(variant, device, monkeypatch):
 
 def _hetero_graph(device) -> tuple:
     """``(x_dict, edge_index_dict, metadata)``: papers and authors, three edge types, 8 features."""
-    generator = torch.Generator().manual_seed(0)
-    sizes = {"paper": 12, "author": 9}
-    x = {t: torch.randn(n, FEATURES, generator=generator).to(device) for t, n in sizes.items()}
-
-    def edges(src, dst, num):
-        return torch.stack([torch.randint(0, sizes[src], (num,), generator=generator),
-                            torch.randint(0, sizes[dst], (num,), generator=generator)]).to(device)
-    edge_index = {("author", "writes", "paper"): edges("author", "paper", 30),
-                  ("paper", "cites", "paper"): edges("paper", "paper", 25),
-                  ("paper", "rev_writes", "author"): edges("paper", "author", 30)}
-    return x, edge_index, (list(sizes), list(edge_index))
+    return random_hetero_graph({"paper": 12, "author": 9}, {("author", "writes", "paper"): 30,
+                                                           ("paper", "cites", "paper"): 25,
+                                                           ("paper", "rev_writes", "author"): 30},
+                               FEATURES, device=device)
 
 
 class _Sage(torch.nn.Module):

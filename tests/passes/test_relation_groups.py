@@ -12,7 +12,7 @@ from torch_geometric.utils import scatter
 
 import gnn_inductor
 from gnn_inductor.plan import csr
-from gnn_inductor.testing import random_graph, tolerance
+from gnn_inductor.testing import random_graph, random_hetero_graph, tolerance
 
 NODES, RELATIONS = 40, 4
 FLOAT64 = tolerance(torch.float64)
@@ -130,17 +130,10 @@ def test_the_setting_keeps_one_spmm_per_relation(monkeypatch):
 
 def _hetero():
     """Papers and authors: two relations into papers (from authors, from papers), one into authors."""
-    generator = torch.Generator().manual_seed(0)
-    sizes = {"paper": 30, "author": 20}
-    x = {t: torch.randn(n, 6, generator=generator, dtype=torch.float64) for t, n in sizes.items()}
-
-    def edges(src, dst, num):
-        return torch.stack([torch.randint(0, sizes[src], (num,), generator=generator),
-                            torch.randint(0, sizes[dst], (num,), generator=generator)])
-    edge_index = {("author", "writes", "paper"): edges("author", "paper", 60),
-                  ("paper", "cites", "paper"): edges("paper", "paper", 50),
-                  ("paper", "rev_writes", "author"): edges("paper", "author", 60)}
-    return x, edge_index, (list(sizes), list(edge_index))
+    return random_hetero_graph({"paper": 30, "author": 20}, {("author", "writes", "paper"): 60,
+                                                            ("paper", "cites", "paper"): 50,
+                                                            ("paper", "rev_writes", "author"): 60},
+                               6, dtype=torch.float64)
 
 
 class _Sage(torch.nn.Module):
