@@ -23,6 +23,8 @@ against random labels, backward and an Adam step. Per mode:
   AOT autograd's (the second also counts what a backend compiles inside a graph Dynamo already has); their time
   lands in the steps that met them;
 * ``peak_mb``: on CUDA, ``torch.cuda.max_memory_allocated`` above what was resident when the mode began;
+* ``gpu_busy_ms``, ``launches``, ``top_gpu`` ... (``--profile N``): N more pre-sampled steps under the profiler
+  (:func:`benchmarks.step_profile.profile_steps`), to tell a step bound by the host from one bound by its kernels;
 * ``rel_err``: the first step's seed rows against eager PyG's, same weights, same batch.
 
 ``inductor`` and ``inductor_cg`` are ``torch.compile(model)`` and ``torch.compile(model, mode="reduce-overhead")``
@@ -46,6 +48,7 @@ import torch.nn.functional as F
 
 from benchmarks.graphs import graph_suite
 from benchmarks.sampler import neighbor_sample, to_csc
+from benchmarks.step_profile import profile_steps, summary
 
 MODELS = ("sage_mean", "sage_max", "gcn", "gat", "transformer")
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
@@ -213,6 +216,10 @@ def run_mode(mode, args, work, reference):
             sync()
             record["sampled_ms"] = (time.perf_counter() - t) * 1e3 / args.steps
             record["steps_per_s"] = 1e3 / record["sampled_ms"]
+            if args.profile:
+                batches = iter(range(args.warmup + 2 * args.steps, args.warmup + 2 * args.steps + args.profile))
+                record.update(profile_steps(lambda: train_step(model, optimizer, *work.pool_batch(next(batches))),
+                                            args.profile, device))
             if args.epoch:
                 order = work.shuffled()
                 t = time.perf_counter()
@@ -264,6 +271,9 @@ def parse(argv):
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--sample-on", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--epoch", action="store_true", help="time one epoch, sampling included")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="also profile this many pre-sampled steps: the GPU's busy time against the step's, "
+                             "launches, the top GPU ops (benchmarks/step_profile.py)")
     parser.add_argument("--train-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -372,6 +382,11 @@ def print_table(records, args, models, modes):
                      + (f" ({len(r['buckets'])} buckets)" if r.get("buckets") else ""),
                      f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-", f"{r['rel_err']:.1e}"]
             print(f"| {model} | {mode} | " + " | ".join(cells) + " |")
+    profiled = [r for r in records if "gpu_busy_ms" in r]
+    if profiled:
+        print("\nprofiles (per step):")
+        for r in profiled:
+            print(f"- {r['model']} {r['mode']}: alone {r['alone_ms']:.2f} ms, {summary(r)}")
 
 
 if __name__ == "__main__":

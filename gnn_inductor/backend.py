@@ -355,7 +355,12 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
         _report.add(graph_report)
         return None
     pristine = buckets.copy_module(gm)
-    rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, {"buckets": []},
+    # edge filters (self loops removed) kept at fixed sizes, so the bucket has no data-dependent size
+    filters, kept_why = buckets.redirect_filters(pristine, layout)
+    details = {"buckets": [], "edge_filters_at_fixed_size": filters}
+    if kept_why:
+        details["edge_filters_kept"] = kept_why
+    rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, details,
                               kernel="one fixed-size compile per bucket (torch.compile's code with its large "
                               "float32 GEMMs by 3xTF32, CUDA graphs under reduce-overhead)")
     graph_report.rewrites.append(rewrite)
@@ -384,7 +389,8 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
 
     def wrap(dynamic):
         return buckets.Bucketed(pristine, layout, compile_at, dynamic,
-                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:2])))
+                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:2])),
+                                pad_ids=filters > 0)
 
     return wrap
 

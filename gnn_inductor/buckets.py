@@ -8,7 +8,9 @@ the graph is compiled once per bucket at fixed sizes, so CUDA graphs replay from
 Padding never changes a real output. The padded nodes replicate node 0's row (finite wherever node 0 is, so
 no NaN of a padded row can reach a parameter gradient through a zero), the padded edges are self loops of the
 padded nodes (spread so that none gets more than :data:`PAD_DEGREE` of them), and every output is cut back to
-the real rows. That holds when each op of the graph treats rows independently or by index: :func:`why_unsafe`
+the real rows. An edge filter by a mask (PyG's ``remove_self_loops``: ``edge_index[:, mask]``) would leave a
+data-dependent edge count, which neither a fixed-size compile nor a CUDA graph takes: :func:`redirect_filters`
+keeps every edge slot instead and points the dropped edges at padded nodes, where they change no real row. That holds when each op of the graph treats rows independently or by index: :func:`why_unsafe`
 walks the graph's ATen ops and declines, with the op named, any op that reduces over, contracts over or picks by
 position along a node or edge dimension (``x.mean(0)``, a batch norm in training, ``x[-1]``, a global pool, an
 input of node ids other than ``edge_index``).
@@ -16,6 +18,7 @@ input of node ids other than ``edge_index``).
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable, Optional
 
 import sympy
@@ -360,15 +363,121 @@ def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
     return f"{name} is not known to keep rows apart"
 
 
+# ---- edge filters at fixed sizes -----------------------------------------------------------------------------------
+
+# where a data-dependent edge count may go once the filter keeps every edge slot: the sizes of new tensors (one
+# entry per edge, the dropped ones included, as the edge tensors now have), runtime asserts, and integer arithmetic
+# that itself goes only there. Anything else (a count used as a value, a slice up to it) keeps the filter.
+_SIZE_FUNCTIONS = {torch.ones, torch.zeros, torch.empty, torch.Size, torch.ops.aten._assert_scalar.default,
+                   torch.ops.aten.sym_constrain_range_for_size.default}
+_SIZE_METHODS = {"view", "reshape", "expand", "new_zeros", "new_ones", "new_empty"}
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
+def _only_sizes(node: torch.fx.Node, seen: set) -> bool:
+    """Whether every use of the symbolic scalar ``node`` (transitively) is a size or an assert."""
+    for user in node.users:
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op == "call_function" and user.target in _SIZE_FUNCTIONS:
+            if user.target is torch.Size and not _only_sizes(user, seen):
+                return False
+            continue
+        if user.op == "call_method" and user.target in _SIZE_METHODS and user.args[0] is not node:
+            continue
+        if user.op == "call_function" and _is_scalar(user.meta.get("example_value")) and _only_sizes(user, seen):
+            continue
+        return False
+    return True
+
+
+def _edge_mask(index, edges) -> Optional[torch.fx.Node]:
+    """The boolean mask of an index ``mask`` or ``(:, mask)`` whose length is the input edge count, else None."""
+    mask = index[1] if isinstance(index, tuple) and len(index) == 2 and index[0] == slice(None) else index
+    if not isinstance(mask, torch.fx.Node):
+        return None
+    value = mask.meta.get("example_value")
+    if not (isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() == 1
+            and _expr(value.shape[0]) == edges):
+        return None
+    return mask
+
+
+def redirect_filters(gm: torch.fx.GraphModule, layout: Layout) -> tuple:
+    """Rewrite ``gm`` (a Dynamo graph, in place) so that no edge filter by a mask changes its sizes:
+    ``edge_index[:, mask]`` and ``edge_index[i][mask]`` become ``where(mask, ..., pad_ids)``, where ``pad_ids``
+    (a new last input, :func:`pad_targets`) names a padded node for every edge slot, so a dropped edge joins two
+    padded nodes; an edge attribute ``attr[mask]`` (floating point) keeps all its rows, aligned with the kept slots.
+
+    Returns ``(count, None)``, ``(0, None)`` where the graph filters nothing, or ``(0, why)`` with ``gm`` unchanged
+    where a filter cannot keep its slots: one of other integers (edge types), or a filtered count used for more
+    than sizes and asserts."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    edge_index = placeholders[layout.edge_at]
+    rows_of_edges = {edge_index}
+    for node in gm.graph.nodes:  # edge_index[0], edge_index[1]
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0] is edge_index \
+                and isinstance(node.args[1], int):
+            rows_of_edges.add(node)
+    plan = []
+    for node in gm.graph.nodes:
+        if not (node.op == "call_function" and node.target is operator.getitem and len(node.args) == 2):
+            continue
+        source, index = node.args
+        mask = _edge_mask(index, layout.edges)
+        if mask is None:
+            continue
+        value = source.meta.get("example_value") if isinstance(source, torch.fx.Node) else None
+        if source in rows_of_edges and (source is not edge_index or isinstance(index, tuple)):
+            plan.append((node, source, mask, "redirect"))
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 \
+                and _expr(value.shape[0]) == layout.edges and not isinstance(index, tuple):
+            plan.append((node, source, mask, "keep"))
+        else:
+            return 0, f"a mask filters {node.format_node()[:120]}, which is not edge_index or an edge attribute"
+    if not plan:
+        return 0, None
+    counts = {s for node, *_ in plan for d in node.meta["example_value"].shape
+              for s in _expr(d).free_symbols if s != layout.edges}
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if _is_scalar(value) and counts & _expr(value).free_symbols and not _only_sizes(node, set()):
+            return 0, f"the filtered edge count is used as a value ({node.format_node()[:120]})"
+    with gm.graph.inserting_after(placeholders[-1]):
+        pad_ids = gm.graph.placeholder("gnn_io_pad_ids")
+    for node, source, mask, how in plan:
+        if how == "keep":
+            node.replace_all_uses_with(source)
+        else:
+            with gm.graph.inserting_before(node):
+                node.replace_all_uses_with(gm.graph.call_function(torch.where, (mask, source, pad_ids)))
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    return len(plan), None
+
+
+def pad_targets(nodes: int, padded: tuple, like: torch.Tensor) -> torch.Tensor:
+    """For each of the ``padded[1]`` edge slots a padded node (``like``'s dtype and device), spread over the padded
+    nodes as the padded edges are: where :func:`redirect_filters` sends the edges a filter drops."""
+    return nodes + torch.arange(padded[1], device=like.device, dtype=like.dtype) % (padded[0] - nodes)
+
+
 class Bucketed:
     """The callable for a Dynamo graph of changing sizes: each call padded to its bucket (:func:`padded_sizes`),
     run by that bucket's fixed-size compile (``compile_at(gm, example_inputs)``, one per bucket, made at its first
     call; None where it failed), its outputs cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a
     call of a new bucket runs ``dynamic``, the shape-generic compile."""
 
-    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None):
+    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None,
+                 pad_ids: bool = False):
         self.gm, self.layout, self.compile_at, self.dynamic = gm, layout, compile_at, dynamic
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
+        self.pad_ids = pad_ids  # ``gm`` takes :func:`pad_targets` as its last input (:func:`redirect_filters`)
 
     def __call__(self, *args):
         nodes, edges = self.layout.sizes(args)
@@ -378,6 +487,8 @@ class Bucketed:
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
         inputs = self.layout.pad(args, nodes, edges, padded)
+        if self.pad_ids:
+            inputs.append(pad_targets(nodes, padded, args[self.layout.edge_at]))
         tensors = [a for a in inputs if not isinstance(a, int)]
         if key not in self.compiled:
             bucket_gm = with_constant_ints(copy_module(self.gm, values=False), inputs)

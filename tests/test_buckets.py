@@ -1,5 +1,7 @@
 """Shape buckets for mini-batches (gnn_inductor/buckets.py): the ladder, the padding and its cut, the analysis that
 declines graphs whose ops mix rows, and compiled mini-batch models against eager, forward and gradients."""
+import operator
+
 import pytest
 import torch
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv, global_mean_pool
@@ -134,8 +136,8 @@ def test_a_sage_model_over_changing_graphs_runs_padded_and_matches_eager():
     assert used and len(used[-1]) == 2  # the second and third graphs (the first compiles at its own sizes)
 
 
-def _why_not_padded(model, extra=None):
-    """What the analysis says of ``model``'s graph of changing sizes, captured by Dynamo (no compile)."""
+def _dynamo_graph(model, extra=None, sizes=SIZES[:2]):
+    """``model``'s graph of changing sizes as Dynamo captures it (no compile)."""
     graphs = []
 
     def capture(gm, example_inputs):
@@ -144,12 +146,18 @@ def _why_not_padded(model, extra=None):
 
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=capture, dynamic=True)
-    for nodes, edges in SIZES[:2]:
+    for nodes, edges in sizes:
         compiled(torch.randn(nodes, 8), random_graph(nodes, edges), *((extra(nodes),) if extra else ()))
-    layout, why = buckets.layout_of(graphs[-1])
-    if layout is not None:
-        why = buckets.why_unsafe(canonicalize(buckets.copy_module(graphs[-1])), layout)
     torch._dynamo.reset()
+    return graphs[-1]
+
+
+def _why_not_padded(model, extra=None):
+    """What the analysis says of ``model``'s graph of changing sizes."""
+    gm = _dynamo_graph(model, extra)
+    layout, why = buckets.layout_of(gm)
+    if layout is not None:
+        why = buckets.why_unsafe(canonicalize(buckets.copy_module(gm)), layout)
     return why
 
 
@@ -227,3 +235,93 @@ def test_the_buckets_float32_gemms_run_on_the_3xtf32_kernels(monkeypatch):
     assert entries and entries[-1].details["gemms_3xtf32"] > 0, entries
     # the first graph compiles at its own sizes (100 rows); the later ones at their buckets' padded rows
     assert {rows for rows, _ in ran} - {100} and all(rows % buckets.ALIGN == 0 for rows, _ in ran if rows != 100)
+
+
+
+def _filter_masks(gm) -> list:
+    """The getitem nodes of ``gm`` that index by a boolean mask (``t[mask]``, ``t[:, mask]``)."""
+    def is_mask(index):
+        return isinstance(index, torch.fx.Node) and getattr(index.meta.get("example_value"), "dtype", None) \
+            is torch.bool
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is operator.getitem
+            and (is_mask(n.args[1]) or isinstance(n.args[1], tuple) and any(map(is_mask, n.args[1])))]
+
+
+@pytest.mark.parametrize("make,filters", [
+    (lambda: _Layers(GCNConv(8, 16), GCNConv(16, 4)), 2),
+    (lambda: _Layers(GATConv(8, 8, heads=2), GATConv(16, 4)), 2),
+    (lambda: _Layers(SAGEConv(8, 16), SAGEConv(16, 4)), 0),
+], ids=["gcn", "gat", "sage"])
+def test_self_loop_filters_keep_every_edge_slot(make, filters):
+    """PyG's ``remove_self_loops`` (``edge_index[:, mask]``, a data-dependent edge count) becomes a ``where`` onto
+    the padded nodes: the graph keeps fixed sizes and takes the padded nodes' ids as a last input."""
+    gm = _dynamo_graph(make())
+    layout, why = buckets.layout_of(gm)
+    assert why is None
+    before = len([n for n in gm.graph.nodes if n.op == "placeholder"])
+    assert len(_filter_masks(gm)) == filters
+    assert buckets.redirect_filters(gm, layout) == (filters, None)
+    assert len([n for n in gm.graph.nodes if n.op == "placeholder"]) == before + (filters > 0)
+    assert not _filter_masks(gm)
+    wheres = [n for n in gm.graph.nodes if n.target is torch.where]
+    assert len(wheres) == filters
+
+
+class _CountScaled(SAGEConv):
+    """Divides by the number of edges left after dropping self loops: the count is a value, so the filter stays."""
+
+    def forward(self, x, edge_index):
+        kept = edge_index[:, edge_index[0] != edge_index[1]]
+        return super().forward(x, kept) / kept.size(1)
+
+
+class _TypedFilter(torch.nn.Module):
+    """Filters an integer edge tensor that is not edge_index (edge types): its dropped entries have no padded value."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(8, 4)
+
+    def forward(self, x, edge_index):
+        mask = edge_index[0] != edge_index[1]
+        types = (edge_index[0] % 3)[mask]
+        return self.conv(x, edge_index[:, mask]) + types.sum() * 0
+
+
+@pytest.mark.parametrize("model,why", [(_CountScaled(8, 4), "used as a value"), (_TypedFilter(), "not edge_index")])
+def test_a_filter_that_cannot_keep_its_slots_is_left_as_it_is(model, why):
+    gm = _dynamo_graph(model)
+    layout, _ = buckets.layout_of(gm)
+    code = gm.code
+    count, reason = buckets.redirect_filters(gm, layout)
+    assert count == 0 and why in reason and gm.code == code
+
+
+def _with_self_loops(nodes, edges):
+    edge_index = random_graph(nodes, edges, hub_degree=nodes // 3)
+    loops = torch.arange(0, nodes, 7).expand(2, -1)
+    return torch.cat([edge_index, loops, loops[:, :3]], dim=1)  # self loops, three of them twice
+
+
+def test_gcn_with_self_loops_and_duplicates_runs_padded_at_fixed_sizes_and_matches_eager():
+    torch.manual_seed(0)
+    model = _Layers(GCNConv(8, 16), GCNConv(16, 4))
+    compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on"})
+    for nodes, edges in SIZES:
+        edge_index = _with_self_loops(nodes, edges)
+        x = torch.randn(nodes, 8, requires_grad=True)
+        expected = model(x, edge_index)
+        expected.square().sum().backward()
+        grads = [x.grad] + [p.grad for p in model.parameters()]
+        model.zero_grad()
+        x.grad = None
+        actual = compiled(x, edge_index)
+        actual.square().sum().backward()
+        torch.testing.assert_close(actual, expected, **tolerance(torch.float32, "layer"))
+        for got, want in zip([x.grad] + [p.grad for p in model.parameters()], grads):
+            torch.testing.assert_close(got, want, **tolerance(torch.float32, "layer"))
+        model.zero_grad()
+    reports = gnn_inductor.rewrite_report.reports()[-4:]
+    entries = [rw for r in reports for rw in r.rewrites if rw.pattern == "buckets"]
+    assert entries and len(entries[-1].details["buckets"]) == 2 and entries[-1].details["edge_filters_at_fixed_size"]
+    assert not [m for r in reports for m in r.near_misses if "fixed-size compile failed" in m.reason]

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from benchmarks import minibatch
+from benchmarks import minibatch, step_profile
 from benchmarks.graphs import graph_suite, rmat_like
 from benchmarks.sampler import _floyd, neighbor_sample, to_csc
 
@@ -138,7 +138,7 @@ def test_minibatch_runs_end_to_end(tmp_path):
     minibatch.main(["--graph", "rmat-small", "--model", "sage_mean", "--layers", "2", "--hidden", "16",
                     "--features", "8", "--classes", "4", "--batch", "16", "--fanout", "4,3", "--pool", "3",
                     "--steps", "2", "--warmup", "2", "--epoch", "--train-fraction", "0.05", "--device", "cpu",
-                    "--modes", "eager,gnn_io", "--same-process", "--out", str(out)])
+                    "--modes", "eager,gnn_io", "--same-process", "--profile", "2", "--out", str(out)])
     data = json.loads(out.read_text())
     records = {r["mode"]: r for r in data["records"]}
     assert set(records) == {"eager", "gnn_io"} and data["args"]["fanout"] == "4,3"
@@ -147,3 +147,11 @@ def test_minibatch_runs_end_to_end(tmp_path):
         assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("alone_ms", "loop_ms", "sampled_ms", "epoch_s"))
         assert r["epoch_steps"] == math.ceil(int(0.05 * 1024) / 16) and r["recompiles"] >= 0 <= r["aot_compiles"]
     assert records["eager"]["rel_err"] == 0 and records["gnn_io"]["rel_err"] < 1e-4
+    for r in records.values():  # on the CPU the profile has no GPU ops, and its wall time per step
+        assert r["gpu_ops"] == 0 == r["gpu_busy_ms"] and r["profiled_ms"] > 0 and r["top_gpu"] == []
+
+
+def test_busy_time_is_the_union_of_intervals():
+    assert step_profile.busy_ns([]) == 0
+    assert step_profile.busy_ns([(5, 7), (0, 2), (1, 3), (10, 11), (6, 6)]) == 3 + 2 + 1
+    assert step_profile.busy_ns([(0, 10), (2, 3)]) == 10

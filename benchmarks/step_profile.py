@@ -1,0 +1,80 @@
+"""What bounds a training step: the GPU's busy time against the step's wall time, from one profiler trace.
+
+A step whose GPU is busy for much less than the step takes is bound by the host (Python, Dynamo's guards,
+AOTAutograd's wrappers, kernel launches); one whose GPU is busy for most of it is bound by its kernels, and the
+top kernels say which. :func:`profile_steps` runs a step under ``torch.profiler`` and reduces the trace to a few
+figures per step; the mini-batch benchmark records them per mode (``--profile``).
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+# host calls that put work on the GPU: one kernel each, or a whole CUDA graph
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaMemcpyAsync",
+            "cudaMemsetAsync")
+GRAPH_LAUNCH = "cudaGraphLaunch"
+
+
+def busy_ns(intervals: list) -> int:
+    """The length of the union of ``(start, end)`` intervals."""
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
+def profile_steps(step: Callable[[], object], steps: int, device: torch.device, top: int = 6) -> dict:
+    """Run ``step()`` ``steps`` times under the profiler (after a synchronisation) and return per step:
+    ``profiled_ms`` (wall time under the profiler, which adds its own host cost), ``gpu_busy_ms`` (the union of
+    the GPU's kernel, copy and fill intervals), ``gpu_ops`` (how many of those), ``launches`` and
+    ``graph_launches`` (the host's launch calls: single kernels and copies, CUDA graphs), and ``top_gpu``:
+    the ``top`` GPU ops by total time as ``[name, ms per step, count per step]``."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = time.perf_counter() - start
+    events = prof.profiler.kineto_results.events()
+    # the GPU's kernels, copies and fills; not the ranges the profiler draws on the GPU's timeline for annotations
+    # (``Optimizer.step#Adam.step`` spans the optimizer's kernels)
+    gpu = [e for e in events if e.device_type() == DeviceType.CUDA and not e.is_user_annotation()]
+    host = collections.Counter(e.name() for e in events if e.device_type() == DeviceType.CPU)
+    per_name = collections.defaultdict(lambda: [0, 0])
+    for e in gpu:
+        per_name[e.name()][0] += e.duration_ns()
+        per_name[e.name()][1] += 1
+    ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "profiled_ms": wall * 1e3 / steps,
+        "gpu_busy_ms": busy_ns([(e.start_ns(), e.end_ns()) for e in gpu]) / 1e6 / steps,
+        "gpu_ops": len(gpu) / steps,
+        "launches": sum(host[name] for name in LAUNCHES) / steps,
+        "graph_launches": host[GRAPH_LAUNCH] / steps,
+        "top_gpu": [[name[:90], ns / 1e6 / steps, count / steps] for name, (ns, count) in ranked],
+    }
+
+
+def summary(record: dict) -> str:
+    """One line of a record's profile figures (empty without them)."""
+    if "gpu_busy_ms" not in record:
+        return ""
+    tops = "; ".join(f"{name[:48]} {ms:.3f} ms x{count:g}" for name, ms, count in record["top_gpu"][:4])
+    return (f"profiled {record['profiled_ms']:.2f} ms/step, GPU busy {record['gpu_busy_ms']:.3f} ms in "
+            f"{record['gpu_ops']:g} ops, host launches {record['launches']:g} + {record['graph_launches']:g} "
+            f"CUDA graphs; top: {tops}")
