@@ -325,3 +325,30 @@ def test_gcn_with_self_loops_and_duplicates_runs_padded_at_fixed_sizes_and_match
     entries = [rw for r in reports for rw in r.rewrites if rw.pattern == "buckets"]
     assert entries and len(entries[-1].details["buckets"]) == 2 and entries[-1].details["edge_filters_at_fixed_size"]
     assert not [m for r in reports for m in r.near_misses if "fixed-size compile failed" in m.reason]
+
+
+def test_a_call_runs_in_a_compiled_bucket_up_to_two_steps_larger():
+    """A call whose own bucket was never compiled takes the smallest compiled one that holds it within
+    ``REUSE`` in both sizes and has padded nodes for its padded edges; else it compiles its own."""
+    b = buckets.Bucketed.__new__(buckets.Bucketed)
+    b.compiled = {(1024, 4480, 8): "f", (1152, 4480, 8): "g", (2048, 8192, 8): "h", (1024, 4480, 16): "other",
+                  (960, 4480, 8): None}  # a failed compile is never reused
+    own = buckets.padded_sizes(900, 3800) + (8,)
+    assert own == (960, 4096, 8) and b.covering(own, 900, 3800) == (1024, 4480, 8)
+    assert b.covering((960, 4096, 16), 900, 3800) == (1024, 4480, 16)  # the same other sizes only
+    assert b.covering((960, 4096, 32), 900, 3800) is None
+    assert b.covering(buckets.padded_sizes(500, 2000) + (8,), 500, 2000) is None  # more than REUSE larger
+    # padded nodes too few for the padded edges: 1024 - 1014 nodes for 3456 - 3042 edges, PAD_DEGREE each at most
+    b.compiled = {(1024, 3456, 8): "f"}
+    own = buckets.padded_sizes(1014, 3042) + (8,)
+    assert own == (1024, 3200, 8) and b.covering(own, 1014, 3042) is None
+    assert b.covering(own, 1000, 3042) == (1024, 3456, 8)  # 24 padded nodes: enough
+
+
+def test_calls_that_fit_a_compiled_bucket_do_not_compile_another():
+    sizes = [(300, 900), (280, 860), (270, 840)]
+    own = [buckets.padded_sizes(n, random_graph(n, e, hub_degree=n // 3).shape[1]) for n, e in sizes]
+    assert own[0] == own[1] != own[2]  # the third call's own bucket is smaller, within REUSE of the first's
+    torch._dynamo.reset()  # the first call compiles at its own sizes (no frame remembered as dynamic)
+    reports = _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4)), sizes=[(100, 300)] + sizes)
+    assert _buckets_used(reports)[-1] == [list(own[0])]
