@@ -36,6 +36,7 @@ import torch
 
 import gnn_inductor  # registers the backend; also enables Dynamo's dynamic-output-shape capture for Inductor
 from gnn_inductor.plan import state as graph_state
+from gnn_inductor.testing import plain_torch_compile
 from benchmarks.graphs import SUITE, graph_suite  # noqa: F401  (the harness's graphs; other scripts import them here)
 from benchmarks.results_page import merge, write_outputs
 
@@ -327,7 +328,7 @@ def run_case(layer_name, graph, mode, features, dtype, device, reps, reference=N
     # backend needs PyG's self-loop masks in one graph); torch.compile's own modes run with Dynamo's default, as
     # they do in a process that never imports the backend.
     plain = mode in ("inductor", "inductor_cg")
-    dynamo = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False) if plain else contextlib.nullcontext()
+    dynamo = plain_torch_compile() if plain else contextlib.nullcontext()
     with mode_env(mode), dynamo:
         return _run_case(layer_name, graph, mode, features, dtype, device, reps, reference)
 

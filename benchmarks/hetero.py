@@ -37,8 +37,8 @@ A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy of the first n
 * ``error``: a mode that raises (out of memory, a compile error) records the exception and the run goes on;
 * gnn_io: ``rewrites`` (op -> count, from the rewrite report) and ``near_misses`` (pattern -> reason).
 
-``inductor`` runs with Dynamo's default ``capture_dynamic_output_shape_ops=False`` (importing gnn_inductor turns
-it on); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise leaves the
+``inductor`` runs as in a process that never imported gnn_inductor (:func:`gnn_inductor.testing.plain_torch_compile`:
+Dynamo's default capture of data-dependent shapes, PyG's own ``HeteroLinear`` loop); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise leaves the
 aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records and the metadata
 after each; a Markdown table last.
 """
@@ -60,6 +60,7 @@ import torch.nn.functional as F
 import gnn_inductor  # registers the backend; also turns on Dynamo's capture of data-dependent output shapes
 from gnn_inductor import rewrite_report
 from gnn_inductor.plan import state as graph_state
+from gnn_inductor.testing import plain_torch_compile
 
 MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
 MODES = ("eager", "inductor", "gnn_io")
@@ -238,7 +239,7 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
     cuda = work.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     plain = mode == "inductor"
-    dynamo = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False) if plain else contextlib.nullcontext()
+    dynamo = plain_torch_compile() if plain else contextlib.nullcontext()
     record = {"graph": work.name, "model": name, "mode": mode, "nodes": work.num_nodes, "edges": work.num_edges}
     model = compiled = optimizer = first = None
     inputs = work.inputs(name)

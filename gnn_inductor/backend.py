@@ -29,6 +29,7 @@ from gnn_inductor.canonical import canonicalize
 from gnn_inductor.churn import Churn
 from gnn_inductor.config import SettingError
 from gnn_inductor.frontends import dgl as _dgl_frontend
+from gnn_inductor.frontends import pyg as _pyg_frontend
 from gnn_inductor.kernels.gather_scatter.fused import split_summary
 from gnn_inductor.passes import direct_ops, inductor_fixes
 from gnn_inductor.pipeline import GRAPH_SOURCE, first_line
@@ -39,6 +40,7 @@ inductor_fixes.apply()
 
 torch._dynamo.config.capture_dynamic_output_shape_ops = True
 _dgl_frontend.install()  # a traceable path through DGL when it is imported (docs/dgl.md)
+_pyg_frontend.install_when_imported()  # HGTConv's HeteroLinear in one graph (gnn_inductor/frontends/pyg.py)
 
 OP_BY_OP = "; it runs op by op instead"
 

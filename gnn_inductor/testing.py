@@ -8,6 +8,7 @@ The project's own pattern tests use this same helper.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections import Counter
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from gnn_inductor import rewrite_report as _report
+from gnn_inductor.frontends import pyg
 
 # Every comparison tolerance of the tests, by kind and dtype: (rtol, atol). A comparison passes where
 # |actual - expected| <= atol + rtol * |expected| elementwise (torch.testing.assert_close; NaN never passes, as
@@ -298,3 +300,12 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
                 f"expected {want} {pattern!r} rewrite(s), got {counts.get(pattern, 0)}; report:\n"
                 + "\n".join(_report.format_text_for(new_reports)))
     return RewriteCheck(counts, near, {"graphs": [r.as_json() for r in new_reports]})
+
+
+@contextlib.contextmanager
+def plain_torch_compile():
+    """``torch.compile`` inside the block as in a process that never imported gnn_inductor, for comparisons
+    against it: Dynamo's default ``capture_dynamic_output_shape_ops=False`` (the import turns it on; the backend
+    needs PyG's self-loop masks in one graph) and PyG's own ``HeteroLinear`` loop (gnn_inductor/frontends/pyg.py)."""
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False), pyg.plain_pyg():
+        yield

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gnn_inductor.kernels.attention import edge_softmax, head_scores  # noqa: F401  (registration)
 from gnn_inductor.kernels.attention import op as attention_op
 from gnn_inductor.kernels.dense import ops as dense_ops  # noqa: F401  (registration)
+from gnn_inductor.kernels.dense import segment  # noqa: F401  (registration)
 from gnn_inductor.kernels.gather_scatter import op as gather_scatter_op
 from gnn_inductor.kernels.spmm import op as spmm_op
 from gnn_inductor.plan import csr  # noqa: F401  (registration)

@@ -1,0 +1,67 @@
+"""Segment matmul: rows ``type_ptr[i]:type_ptr[i + 1]`` of ``x`` times ``weight[i]``, the product of PyG's
+``HeteroLinear`` (HGTConv's per-relation maps) where pyg-lib's ``segment_matmul`` is not installed.
+
+PyG's own loop slices ``x`` by the values of ``type_ptr``, which Dynamo can only read with ``Tensor.item()``: a graph
+break per call. As one op the loop is opaque to the compiler, so the layer around it stays in one graph
+(gnn_inductor/frontends/pyg.py). The op reads the segment bounds on the host, as PyG's loop does, so it is tagged
+``cudagraph_unsafe``: Inductor keeps it out of CUDA graphs.
+
+- ``gnn_io::segment_matmul(x [N, K], type_ptr [T + 1], weight [T, K, M]) -> [N, M]``
+- ``gnn_io::segment_matmul_weight_grad(x [N, K], type_ptr, grad [N, M], types) -> [T, K, M]``: each segment's
+  ``x.T @ grad``, zero for an empty one (the weight's gradient).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _bounds(type_ptr: Tensor) -> list:
+    bounds = type_ptr.tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+@torch.library.custom_op("gnn_io::segment_matmul", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
+def segment_matmul(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
+    out = x.new_empty(x.shape[0], weight.shape[-1])
+    for i, (start, end) in enumerate(_bounds(type_ptr)):
+        out[start:end] = x[start:end] @ weight[i]  # PyG's own spelling: the same kernels, the same rounding
+    return out
+
+
+@segment_matmul.register_fake
+def _segment_matmul_fake(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
+    return x.new_empty(x.shape[0], weight.shape[-1])
+
+
+@torch.library.custom_op("gnn_io::segment_matmul_weight_grad", mutates_args=(),
+                         tags=(torch.Tag.cudagraph_unsafe,))
+def segment_matmul_weight_grad(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
+    out = x.new_zeros(types, x.shape[1], grad.shape[1])
+    for i, (start, end) in enumerate(_bounds(type_ptr)):
+        if end > start:
+            out[i] = x[start:end].transpose(0, 1) @ grad[start:end]
+    return out
+
+
+@segment_matmul_weight_grad.register_fake
+def _weight_grad_fake(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
+    return x.new_empty(types, x.shape[1], grad.shape[1])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, type_ptr, weight = inputs
+    ctx.save_for_backward(x, type_ptr, weight)
+
+
+def _backward(ctx, grad: Tensor):
+    x, type_ptr, weight = ctx.saved_tensors
+    grad_x = grad_weight = None
+    if ctx.needs_input_grad[0]:
+        grad_x = segment_matmul(grad.contiguous(), type_ptr, weight.transpose(1, 2))
+    if ctx.needs_input_grad[2]:
+        grad_weight = segment_matmul_weight_grad(x, type_ptr, grad.contiguous(), weight.shape[0])
+    return grad_x, None, grad_weight
+
+
+segment_matmul.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,102 @@
+"""The PyG frontend (gnn_inductor/frontends/pyg.py): HeteroLinear's segment loop as one op while compiling, so
+HGTConv compiles as one graph; forward and gradients against eager, and the op's registration."""
+import contextlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from torch_geometric.nn import HGTConv
+from torch_geometric.nn.dense.linear import HeteroLinear
+
+import gnn_inductor  # noqa: F401  (registers the backend and installs the frontend)
+from gnn_inductor import rewrite_report
+from gnn_inductor.frontends import pyg
+from gnn_inductor.kernels.dense import segment
+from gnn_inductor.testing import random_hetero_graph, tolerance
+
+
+def _compile_counting(model, *args, plain=False):
+    """``model`` compiled by gnn_io and called on ``args`` (under :func:`pyg.plain_pyg` with ``plain``): the output
+    and the graph breaks Dynamo counted."""
+    torch._dynamo.reset()
+    counters.clear()
+    with pyg.plain_pyg() if plain else contextlib.nullcontext():
+        out = torch.compile(model, backend="gnn_io")(*args)
+    return out, sum(counters["graph_break"].values())
+
+
+def _segments(dtype):
+    torch.manual_seed(0)
+    lin = HeteroLinear(6, 5, num_types=4, is_sorted=True, bias=True).to(dtype)
+    type_vec = torch.tensor([0, 0, 0, 1, 3, 3, 3, 3, 3])  # type 2 has no rows
+    x = torch.randn(type_vec.numel(), 6, dtype=dtype, requires_grad=True)
+    return lin, x, type_vec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hetero_linear_compiles_without_a_graph_break_and_matches_eager(dtype):
+    lin, x, type_vec = _segments(dtype)
+    expected = lin(x, type_vec)
+    expected.square().sum().backward()
+    grads = [x.grad.clone(), lin.weight.grad.clone(), lin.bias.grad.clone()]
+    x.grad = None
+    lin.zero_grad()
+    out, breaks = _compile_counting(lin, x, type_vec)
+    out.square().sum().backward()
+    assert breaks == 0
+    tol = tolerance(dtype)
+    torch.testing.assert_close(out, expected, **tol)
+    for got, want in zip([x.grad, lin.weight.grad, lin.bias.grad], grads):
+        torch.testing.assert_close(got, want, **tol)
+    assert torch.equal(lin.weight.grad[2], torch.zeros_like(lin.weight.grad[2]))  # the empty segment's weight
+
+
+def test_plain_pyg_keeps_pyg_s_own_loop_and_its_graph_breaks():
+    lin, x, type_vec = _segments(torch.float32)
+    _, breaks = _compile_counting(lin, x, type_vec, plain=True)
+    assert breaks > 0
+
+
+def test_hgt_conv_is_one_graph_with_its_attention_rewritten_and_matches_eager():
+    x, edge_index, metadata = random_hetero_graph({"paper": 12, "author": 9}, {("author", "writes", "paper"): 30,
+                                                                              ("paper", "cites", "paper"): 25,
+                                                                              ("paper", "rev_writes", "author"): 30},
+                                                  8, dtype=torch.float64)
+    torch.manual_seed(0)
+    conv = HGTConv(8, 8, metadata, heads=2).double()
+    expected = conv(x, edge_index)
+    sum(v.square().sum() for v in expected.values()).backward()
+    grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
+    conv.zero_grad()
+    _, breaks = _compile_counting(conv, x, edge_index, plain=True)
+    assert breaks > 0  # PyG's own HeteroLinear: the graph splits
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(conv, backend="gnn_io", options={"force": True, "cpu_rewrite": True})
+    out = compiled(x, edge_index)
+    sum(v.square().sum() for v in out.values()).backward()
+    assert sum(counters["graph_break"].values()) == 0
+    assert any(w.pattern == "attention" for r in rewrite_report.reports(compiled) for w in r.rewrites)
+    tol = tolerance(torch.float64)
+    for key in expected:
+        torch.testing.assert_close(out[key], expected[key], **tol)
+    for name, p in conv.named_parameters():
+        if name in grads:
+            torch.testing.assert_close(p.grad, grads[name], **tol)
+
+
+def test_segment_matmul_registration():
+    torch.manual_seed(0)
+    x = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 3, 2, dtype=torch.float64, requires_grad=True)
+    type_ptr = torch.tensor([0, 2, 2, 7])
+    torch.library.opcheck(segment.segment_matmul, (x, type_ptr, weight))
+    torch.autograd.gradcheck(lambda a, w: segment.segment_matmul(a, type_ptr, w), (x, weight))
+
+
+def test_pyg_imported_after_gnn_inductor_gets_the_frontend_too():
+    code = ("import gnn_inductor\nfrom torch_geometric.nn.dense.linear import HeteroLinear\n"
+            "assert hasattr(HeteroLinear.forward_naive, '_gnn_io_original')\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
