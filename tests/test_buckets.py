@@ -303,12 +303,19 @@ def _with_self_loops(nodes, edges):
     return torch.cat([edge_index, loops, loops[:, :3]], dim=1)  # self loops, three of them twice
 
 
-def test_gcn_with_self_loops_and_duplicates_runs_padded_at_fixed_sizes_and_matches_eager():
+@pytest.mark.parametrize("make,index_dtype", [
+    (lambda: GCNConv(8, 4), torch.int64),
+    pytest.param(lambda: GCNConv(8, 4), torch.int32, marks=pytest.mark.slow),
+    pytest.param(lambda: GATConv(8, 4, heads=2), torch.int64, marks=pytest.mark.slow),
+], ids=["gcn", "gcn-int32", "gat"])
+def test_self_loop_filters_run_padded_at_fixed_sizes_and_match_eager(make, index_dtype):
+    """Graphs with self loops (some twice), duplicates, a hub and isolated nodes: outputs and all gradients."""
+    torch._dynamo.reset()  # the first graph compiles at its own sizes, the other two in buckets
     torch.manual_seed(0)
-    model = GCNConv(8, 4)
+    model = make()
     compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on"})
     for nodes, edges in SIZES:
-        edge_index = _with_self_loops(nodes, edges)
+        edge_index = _with_self_loops(nodes, edges).to(index_dtype)
         x = torch.randn(nodes, 8, requires_grad=True)
         expected = model(x, edge_index)
         expected.square().sum().backward()
