@@ -10,7 +10,9 @@ no NaN of a padded row can reach a parameter gradient through a zero), the padde
 padded nodes (spread so that none gets more than :data:`PAD_DEGREE` of them), and every output is cut back to
 the real rows. An edge filter by a mask (PyG's ``remove_self_loops``: ``edge_index[:, mask]``) would leave a
 data-dependent edge count, which neither a fixed-size compile nor a CUDA graph takes: :func:`redirect_filters`
-keeps every edge slot instead and points the dropped edges at padded nodes, where they change no real row. That holds when each op of the graph treats rows independently or by index: :func:`why_unsafe`
+keeps every edge slot instead and points the dropped edges at padded nodes, where they change no real row.
+
+That holds when each op of the graph treats rows independently or by index: :func:`why_unsafe`
 walks the graph's ATen ops and declines, with the op named, any op that reduces over, contracts over or picks by
 position along a node or edge dimension (``x.mean(0)``, a batch norm in training, ``x[-1]``, a global pool, an
 input of node ids other than ``edge_index``).
@@ -131,14 +133,16 @@ class Layout:
                      for (kind, _), a in zip(self.kinds, args) if kind in ("rows", "keep"))
         return sizes + rest
 
-    def pad(self, args, nodes: int, edges: int, padded: tuple) -> list:
+    def pad(self, args, nodes: int, edges: int, padded: tuple, targets: Optional[torch.Tensor] = None) -> list:
+        """``args`` padded to ``padded``; the padded edges are self loops of the padded nodes named by the last
+        slots of ``targets`` (:func:`pad_targets`, made here unless given)."""
         node_pad, edge_pad = padded[0] - nodes, padded[1] - edges
         out = []
         for (kind, tag), arg in zip(self.kinds, args):
             if kind == "size":
                 out.append(padded[0] if tag == "N" else padded[1])
             elif kind == "edge_index":
-                loops = nodes + torch.arange(edge_pad, device=arg.device, dtype=arg.dtype) % node_pad
+                loops = (pad_targets(nodes, padded, arg) if targets is None else targets)[edges:]
                 out.append(torch.cat([arg, loops.expand(2, edge_pad)], dim=1))
             elif kind == "rows":
                 count = node_pad if tag == "N" else edge_pad
@@ -473,8 +477,8 @@ def redirect_filters(gm: torch.fx.GraphModule, layout: Layout) -> tuple:
 
 
 def pad_targets(nodes: int, padded: tuple, like: torch.Tensor) -> torch.Tensor:
-    """For each of the ``padded[1]`` edge slots a padded node (``like``'s dtype and device), spread over the padded
-    nodes as the padded edges are: where :func:`redirect_filters` sends the edges a filter drops."""
+    """For each of the ``padded[1]`` edge slots a padded node (``like``'s dtype and device), in turn: the padded
+    edges' nodes (the last slots) and where :func:`redirect_filters` sends the edges a filter drops."""
     return nodes + torch.arange(padded[1], device=like.device, dtype=like.dtype) % (padded[0] - nodes)
 
 
@@ -482,8 +486,8 @@ class Bucketed:
     """The callable for a Dynamo graph of changing sizes: each call padded to its bucket (:func:`padded_sizes`, or
     a compiled bucket up to :data:`REUSE` larger, :meth:`covering`), run by that bucket's fixed-size compile
     (``compile_at(gm, example_inputs)``, one per bucket, made at its first call; None where it failed), its outputs
-    cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a
-    call of a new bucket runs ``dynamic``, the shape-generic compile."""
+    cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a call of a new bucket runs ``dynamic``, the
+    shape-generic compile."""
 
     def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None,
                  pad_ids: bool = False):
@@ -511,9 +515,10 @@ class Bucketed:
         fn = self.compiled.get(key)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
-        inputs = self.layout.pad(args, nodes, edges, padded)
-        if self.pad_ids:
-            inputs.append(pad_targets(nodes, padded, args[self.layout.edge_at]))
+        targets = pad_targets(nodes, padded, args[self.layout.edge_at]) if self.pad_ids else None
+        inputs = self.layout.pad(args, nodes, edges, padded, targets)
+        if targets is not None:
+            inputs.append(targets)
         tensors = [a for a in inputs if not isinstance(a, int)]
         if key not in self.compiled:
             bucket_gm = with_constant_ints(copy_module(self.gm, values=False), inputs)

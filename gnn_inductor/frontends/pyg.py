@@ -9,8 +9,9 @@ and this frontend is on, ``forward_naive`` is one op, ``gnn_io::segment_matmul``
 same products, opaque to the compiler. Outside compilation it is PyG's own.
 
 :func:`install_when_imported` patches PyG's class once PyG is imported (now, or right after its import); the
-backend calls it at import. ``with plain_pyg():`` turns the traceable path off (what ``torch.compile`` without gnn_inductor sees,
-for the benchmarks' baselines); Dynamo guards on the switch, so a model compiled under it recompiles outside it.
+backend calls it at import. ``with plain_pyg():`` turns the traceable path off (what ``torch.compile`` without
+gnn_inductor sees, for the benchmarks' baselines); Dynamo guards on the switch, so a model compiled under it
+recompiles outside it.
 """
 from __future__ import annotations
 
