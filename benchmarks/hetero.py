@@ -37,9 +37,10 @@ A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy of the first n
 * ``error``: a mode that raises (out of memory, a compile error) records the exception and the run goes on;
 * gnn_io: ``rewrites`` (op -> count, from the rewrite report) and ``near_misses`` (pattern -> reason).
 
-``inductor`` runs as in a process that never imported gnn_inductor (:func:`gnn_inductor.testing.plain_torch_compile`:
-Dynamo's default capture of data-dependent shapes, PyG's own ``HeteroLinear`` loop); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise leaves the
-aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records and the metadata
+``inductor`` runs as in a process that never imported gnn_inductor
+(:func:`gnn_inductor.testing.plain_torch_compile`: Dynamo's default capture of data-dependent shapes, PyG's own
+``HeteroLinear`` loop); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise
+leaves the aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records and the metadata
 after each; a Markdown table last.
 """
 import argparse
