@@ -38,8 +38,10 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
     """Run ``step()`` ``steps`` times under the profiler (after a synchronisation) and return per step:
     ``profiled_ms`` (wall time under the profiler, which adds its own host cost), ``gpu_busy_ms`` (the union of
     the GPU's kernel, copy and fill intervals), ``gpu_ops`` (how many of those), ``launches`` and
-    ``graph_launches`` (the host's launch calls: single kernels and copies, CUDA graphs), and ``top_gpu``:
-    the ``top`` GPU ops by total time as ``[name, ms per step, count per step]``."""
+    ``graph_launches`` (the host's launch calls: single kernels and copies, CUDA graphs), ``top_gpu``:
+    the ``top`` GPU ops by total time as ``[name, ms per step, count per step]``, and ``top_host``: the
+    ``2 * top`` host ranges and ops by inclusive time, the same way (nested ranges count in each that holds them:
+    ``Optimizer.step#Adam.step`` holds its ``aten::_foreach_*`` ops), which says where a host-bound step goes."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -55,11 +57,8 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
     # (``Optimizer.step#Adam.step`` spans the optimizer's kernels)
     gpu = [e for e in events if e.device_type() == DeviceType.CUDA and not e.is_user_annotation()]
     host = collections.Counter(e.name() for e in events if e.device_type() == DeviceType.CPU)
-    per_name = collections.defaultdict(lambda: [0, 0])
-    for e in gpu:
-        per_name[e.name()][0] += e.duration_ns()
-        per_name[e.name()][1] += 1
-    ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:top]
+    ranked = _ranked(gpu, top)
+    on_host = [e for e in events if e.device_type() == DeviceType.CPU and not e.name().startswith("ProfilerStep")]
     return {
         "profiled_ms": wall * 1e3 / steps,
         "gpu_busy_ms": busy_ns([(e.start_ns(), e.end_ns()) for e in gpu]) / 1e6 / steps,
@@ -67,7 +66,17 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
         "launches": sum(host[name] for name in LAUNCHES) / steps,
         "graph_launches": host[GRAPH_LAUNCH] / steps,
         "top_gpu": [[name[:90], ns / 1e6 / steps, count / steps] for name, (ns, count) in ranked],
+        "top_host": [[name[:90], ns / 1e6 / steps, count / steps] for name, (ns, count) in _ranked(on_host, 2 * top)],
     }
+
+
+def _ranked(events: list, top: int) -> list:
+    """The ``top`` event names by summed duration: ``[(name, (ns, count))]``."""
+    per_name = collections.defaultdict(lambda: [0, 0])
+    for e in events:
+        per_name[e.name()][0] += e.duration_ns()
+        per_name[e.name()][1] += 1
+    return sorted(per_name.items(), key=lambda kv: -kv[1][0])[:top]
 
 
 def summary(record: dict) -> str:
@@ -75,6 +84,7 @@ def summary(record: dict) -> str:
     if "gpu_busy_ms" not in record:
         return ""
     tops = "; ".join(f"{name[:48]} {ms:.3f} ms x{count:g}" for name, ms, count in record["top_gpu"][:4])
+    host = "; ".join(f"{name[:40]} {ms:.3f} ms x{count:g}" for name, ms, count in record.get("top_host", [])[:8])
     return (f"profiled {record['profiled_ms']:.2f} ms/step, GPU busy {record['gpu_busy_ms']:.3f} ms in "
             f"{record['gpu_ops']:g} ops, host launches {record['launches']:g} + {record['graph_launches']:g} "
-            f"CUDA graphs; top: {tops}")
+            f"CUDA graphs; top: {tops}" + (f"; host: {host}" if host else ""))
