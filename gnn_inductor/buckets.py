@@ -19,6 +19,7 @@ input of node ids other than ``edge_index``).
 """
 from __future__ import annotations
 
+import collections
 import math
 import operator
 from typing import Callable, Optional
@@ -45,6 +46,15 @@ MAX_BUCKETS = 8
 # ladder alone compiled 6-9 buckets, the last at batch 67-94; with this reuse 2-4, the last at batch 16-50 (each
 # epoch's short last batch), for mean padding of 4.7-9.2% of the nodes and 4.9-14.9% of the edges (4.5-5.3% alone)
 REUSE = GROWTH ** 2
+# a call of a size not met in the last RECENT_CALLS calls (an epoch's short last batch, an outlier) also runs in a
+# compiled bucket up to FAR_REUSE larger: a size compiles its own bucket when it comes back. Over 250 batches drawn
+# by benchmarks/sampler.py (15 epochs of 10% of the arxiv-sized graph's nodes as seeds; 1024 seeds with fanouts
+# 10,10 and 15,10,5; two seeds each), REUSE alone compiled 4-5 buckets, 1-2 of them after the 30th batch (at
+# batches 33-186); with this, 2-3 buckets, none after the 19th, for mean padding of 5.7-11.1% of the nodes and
+# 8.2-10.2% of the edges (4.5-9.2% and 5.0-7.4% with REUSE alone). At 4096 seeds (10,10) it took the late compiles
+# from 3 to 2: those are batches larger than every compiled bucket, which no reuse covers.
+FAR_REUSE = 2.0
+RECENT_CALLS = 16
 
 
 def _rung(step: int) -> float:
@@ -484,7 +494,8 @@ def pad_targets(nodes: int, padded: tuple, like: torch.Tensor) -> torch.Tensor:
 
 class Bucketed:
     """The callable for a Dynamo graph of changing sizes: each call padded to its bucket (:func:`padded_sizes`, or
-    a compiled bucket up to :data:`REUSE` larger, :meth:`covering`), run by that bucket's fixed-size compile
+    a compiled bucket up to :data:`REUSE` larger, or :data:`FAR_REUSE` for a size not met in the last
+    :data:`RECENT_CALLS` calls, :meth:`covering`), run by that bucket's fixed-size compile
     (``compile_at(gm, example_inputs)``, one per bucket, made at its first call; None where it failed), its outputs
     cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a call of a new bucket runs ``dynamic``, the
     shape-generic compile."""
@@ -494,24 +505,36 @@ class Bucketed:
         self.gm, self.layout, self.compile_at, self.dynamic = gm, layout, compile_at, dynamic
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
         self.pad_ids = pad_ids  # ``gm`` takes :func:`pad_targets` as its last input (:func:`redirect_filters`)
+        self.recent = collections.deque(maxlen=RECENT_CALLS)  # the calls' own bucket keys
+        self.far_reuse = FAR_REUSE
 
-    def covering(self, key: tuple, nodes: int, edges: int) -> Optional[tuple]:
+    def covering(self, key: tuple, nodes: int, edges: int, factor: float = REUSE) -> Optional[tuple]:
         """The smallest compiled bucket (the same sizes besides nodes and edges) that holds a call of ``nodes`` and
-        ``edges``, at most :data:`REUSE` times the call's own bucket ``key`` in each size, with padded nodes enough
+        ``edges``, at most ``factor`` times the call's own bucket ``key`` in each size, with padded nodes enough
         for its padded edges (:data:`PAD_DEGREE`); None where there is none."""
         fits = [k for k, fn in self.compiled.items() if fn is not None and k[2:] == key[2:]
-                and key[0] <= k[0] <= key[0] * REUSE and key[1] <= k[1] <= key[1] * REUSE
+                and key[0] <= k[0] <= key[0] * factor and key[1] <= k[1] <= key[1] * factor
                 and (k[0] - nodes) * PAD_DEGREE >= k[1] - edges]
         return min(fits, key=lambda k: (k[1], k[0])) if fits else None
+
+    def choose(self, own: tuple, nodes: int, edges: int) -> tuple:
+        """The bucket key a call of ``nodes`` and ``edges`` runs in, ``own`` being its own: ``own`` where compiled,
+        else the :meth:`covering` compiled bucket within :data:`REUSE` or, for a size not met in the last
+        :data:`RECENT_CALLS` calls, within ``far_reuse``, else ``own`` (to compile). Records the call's size."""
+        key = own
+        if own not in self.compiled:
+            larger = self.covering(own, nodes, edges)
+            if larger is None and own not in self.recent:
+                larger = self.covering(own, nodes, edges, self.far_reuse)
+            key = own if larger is None else larger
+        self.recent.append(own)
+        return key
 
     def __call__(self, *args):
         nodes, edges = self.layout.sizes(args)
         padded = padded_sizes(nodes, edges)
-        key = self.layout.key(args, padded)
-        if key not in self.compiled:
-            larger = self.covering(key, nodes, edges)
-            if larger is not None:
-                key, padded = larger, larger[:2]
+        key = self.choose(self.layout.key(args, padded), nodes, edges)
+        padded = key[:2]
         fn = self.compiled.get(key)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)

@@ -1,0 +1,29 @@
+import json
+
+from benchmarks import bucket_reuse
+from gnn_inductor import buckets
+
+
+def test_a_rare_smaller_size_rides_the_compiled_bucket_and_a_recurring_one_compiles():
+    big, small = (300, 900), (200, 600)
+    rare = [big] * 3 + [small] + [big] * (buckets.RECENT_CALLS + 1) + [small]
+    assert bucket_reuse.simulate(rare, warmup=2)["compiles"] == 1
+    assert bucket_reuse.simulate(rare, warmup=2, far_reuse=1.0)["compiles"] == 2
+    recurring = [big, small, small]
+    result = bucket_reuse.simulate(recurring, warmup=2)
+    assert result["compiled_at"] == [0, 2] and result["after_warmup"] == 1
+
+
+def test_padding_is_the_mean_over_calls_of_the_bucket_against_the_real_sizes():
+    nodes, edges = buckets.padded_sizes(300, 900)
+    result = bucket_reuse.simulate([(300, 900), (300, 900)], warmup=0)
+    assert result["node_padding"] == nodes / 300 - 1 and result["edge_padding"] == edges / 900 - 1
+
+
+def test_the_script_runs_both_policies_on_sampled_batches(tmp_path):
+    out = tmp_path / "reuse.json"
+    records = bucket_reuse.main(["--graph", "rmat-small", "--batch", "16", "--fanout", "4,3", "--calls", "30",
+                                 "--warmup", "10", "--seeds", "0", "--out", str(out)])
+    assert [r["policy"] for r in records] == ["reuse", "near reuse only"]
+    assert all(r["compiles"] >= 1 and 0 < r["node_padding"] for r in records)
+    assert json.loads(out.read_text())["records"] == records
