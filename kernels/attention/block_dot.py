@@ -190,6 +190,8 @@ def dot_form_reason(layout) -> str | None:
         return "the query is not a destination-row input"
     if any(roles[i] != ROLE_SRC for i in form.score_terms + form.value_terms):
         return "a key or value term is not a source-row input (edge features are not supported yet)"
+    if form.score_factor is not None:
+        return "a per-edge score factor (HGTConv's relation prior): the block-sparse kernel has no per-cell factor"
     return None
 
 

@@ -4,7 +4,8 @@ at once (``GNN_IO_ATTENTION_BACKWARD=atomic``, and wherever the split backward c
 Backward recomputes the scores from the saved ``lse`` (``alpha_e = exp(s_e - lse_i)``) and ``D_i = <dout_i,
 out_i>`` (kernels/attention/csr_delta.py): ``ds_e = alpha_e (w_e <dout_i, v_e> - D_i)``. Dst-role gradients are
 reduced in registers per block, src- and edge-role gradients are float32 ``atomic_add`` of a ``BLOCK_E x BLOCK_C``
-tile per edge block into per-argument buffers, the dense ``att`` gradient goes to 32 slots to keep atomics off one
+tile per edge block into per-argument buffers (the dot family's per-edge score factor, a per-head scalar, by its
+role as GAT's score terms), the dense ``att`` gradient goes to 32 slots to keep atomics off one
 address. It runs for the hybrid block/CSR path (its CSR part covers a subset of rows: a src pass over all of a
 source's edges would count those into block rows twice), when the backward gets no source CSR, and when one pass
 of the split backward would write the gradients of more than four distinct arguments.
@@ -63,14 +64,15 @@ def _weight_and_value(keep_bits_ptr, dropout_scale, DROPOUT: tl.constexpr, v0, v
 def atomic_backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale, f, fr, fh,
         delta_ptr, lse_ptr, grad_out_ptr,
-        gs0, gs1, gs2, gq, gv0, gv1,
+        gs0, gs1, gs2, gq, gv0, gv1, gf,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, F: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
-        GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
+        GV1: tl.constexpr, GF: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr,
+        BLOCK_C: tl.constexpr):
     item = tl.program_id(0)
     h = tl.program_id(1)
     row = tl.load(item_row_ptr + item)
@@ -91,9 +93,9 @@ def atomic_backward_kernel(
     for block_start in range(start, end, BLOCK_E):
         emask, src, dst, eid = edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
         tile_mask = emask[:, None] & cmask[None, :]
-        score, terms, query = edge_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
-                                          q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask, slope,
-                                          score_scale)
+        score, terms, query, factor, dot = edge_scores(
+            KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2, q, qr, qh, qc, Q, att, f, fr, fh,
+            F, src, dst, eid, h, chans, emask, tile_mask, slope, score_scale)
         alpha = tl.where(emask, tl.exp(score - lse), 0.0)
         weight, value = _weight_and_value(keep_bits_ptr, dropout_scale, DROPOUT, v0, v0r, v0h, v0c, V0,
                                           v1, v1r, v1h, v1c, V1, src, dst, eid, h, num_heads, chans, tile_mask,
@@ -107,6 +109,10 @@ def atomic_backward_kernel(
 
         grad_alpha = weight * tl.sum(value * grad_row[None, :], axis=1)
         grad_score = alpha * (grad_alpha - delta) * score_scale
+        if F >= 0:  # s = scale * f * dot: df = ds * scale * dot, and the dot's own gradient scaled by f
+            if GF:
+                _add_scalar_grad(gf, F, src, dst, eid, h, num_heads, grad_score * dot, emask)
+            grad_score = grad_score * factor
         if KIND == 0:
             grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
             if GS0:
@@ -152,15 +158,15 @@ def _add_head_grad(ptr, ROLE: tl.constexpr, src, dst, eid, inner, row_width, gra
 def atomic_backward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale, f, fr, fh,
         delta_ptr, lse_ptr, grad_out_ptr,
-        gs0, gs1, gs2, gq, gv0, gv1,
+        gs0, gs1, gs2, gq, gv0, gv1, gf,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, F: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         GS0: tl.constexpr, GS1: tl.constexpr, GS2: tl.constexpr, GQ: tl.constexpr, GV0: tl.constexpr,
-        GV1: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
-        BLOCK_C: tl.constexpr):
+        GV1: tl.constexpr, GF: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr,
+        BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     """:func:`atomic_backward_kernel` for every head of a work item at once (same formulas, per-head ``[H]`` rows)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
@@ -191,9 +197,9 @@ def atomic_backward_all_heads_kernel(
         src_t, dst_t, eid_t = src[:, :, None], dst[:, :, None], eid[:, :, None]
         score_mask = emask[:, None] & hmask[None, :]
         tile_mask = score_mask[:, :, None] & cmask[None, None, :]
-        score, terms, query = head_tile_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1,
-                                               S2, q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
-                                               score_mask, tile_mask, slope, score_scale)
+        score, terms, query, factor, dot = head_tile_scores(
+            KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2, q, qr, qh, qc, Q, att, f, fr, fh,
+            F, src, dst, eid, head_row, head_tile, chans, score_mask, tile_mask, slope, score_scale)
         alpha = tl.where(score_mask, tl.exp(score - lse[None, :]), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
         if DROPOUT:
@@ -212,6 +218,10 @@ def atomic_backward_all_heads_kernel(
 
         grad_alpha = weight * tl.sum(value * grad_rows[None, :, :], axis=2)
         grad_score = alpha * (grad_alpha - delta[None, :]) * score_scale
+        if F >= 0:  # as in atomic_backward_kernel
+            if GF:
+                _add_head_grad(gf, F, src, dst, eid, head_row, num_heads, grad_score * dot, score_mask, hmask[None, :])
+            grad_score = grad_score * factor
         if KIND == 0:
             grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
             if GS0:
@@ -254,9 +264,10 @@ def atomic_backward(layout: Layout, buffers: dict, grad_out: Tensor, delta: Tens
     item_row, item_start, item_end = items
     s = padded(form.score_terms, MAX_SCORE_TERMS)
     v = padded(form.value_terms, MAX_VALUE_TERMS)
-    grads = [buffers.get(i) for i in (s[0], s[1], s[2], form.query, v[0], v[1])]
+    grads = [buffers.get(i) for i in (s[0], s[1], s[2], form.query, v[0], v[1], form.score_factor)]
     flags = {"GS0": grads[0] is not None, "GS1": grads[1] is not None, "GS2": grads[2] is not None,
-             "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None}
+             "GQ": grads[3] is not None, "GV0": grads[4] is not None, "GV1": grads[5] is not None,
+             "GF": grads[6] is not None}
     pointers, constexprs = common_slots(layout)
     if item_row.shape[0]:
         kernel_args = (item_row, item_start, item_end, col, perm, *pointers, delta, lse, grad_out.contiguous(),

@@ -36,7 +36,9 @@ op's forward makes the mass, else ``one_pass_segment``, and the others ``split``
   gradients by float32 atomics. It also runs where the split one cannot: for the hybrid block/CSR path
   (``selector.run_backward`` passes only the rows left to the CSR kernel, and a src pass over all
   of a source's edges would count those into block rows twice), when :func:`backward` gets no
-  source CSR, and when one pass would write the gradients of more than four distinct arguments.
+  source CSR, when one pass would write the gradients of more than four distinct arguments, and for the gradient
+  of a score factor of the src or dst role (the split backward stores an edge-role one by edge id in its dst
+  pass).
 """
 from __future__ import annotations
 
@@ -57,6 +59,14 @@ from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
 from gnn_inductor.plan import source_csr as plan_source_csr
 from gnn_inductor.plan.source_csr import SourceCSR, source_positions
 from gnn_inductor.plan.work_items import hub_items, items_memo, listed_fill_rows
+
+
+def kernel_arguments(form: AttentionForm) -> list:
+    """The op's arguments the kernels read (each once): score terms, query, values and the score factor, the
+    arguments that may get a gradient."""
+    query = (form.query,) if form.query is not None else ()
+    factor = (form.score_factor,) if form.score_factor is not None else ()
+    return list(dict.fromkeys(form.score_terms + query + form.value_terms + factor))
 
 
 def grad_outputs(form: AttentionForm, roles, needs_grad, pass_roles) -> list:
@@ -113,13 +123,14 @@ def backward(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowpt
     argument's own shape); elsewhere the entry is computed as usual and the caller copies it.
     """
     form, channels = layout.form, layout.channels
-    query = (form.query,) if form.query is not None else ()
-    wanted = [i for i in dict.fromkeys(form.score_terms + query + form.value_terms) if needs_grad[i]]
+    wanted = [i for i in kernel_arguments(form) if needs_grad[i]]
     if not wanted:
         return [None] * len(layout.args)
     dst_outputs = grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
     src_outputs = grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
-    split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= MAX_GRAD_OUTPUTS
+    factor = form.score_factor if form.score_factor is not None and needs_grad[form.score_factor] else None
+    split = by_src is not None and max(len(dst_outputs), len(src_outputs)) <= MAX_GRAD_OUTPUTS and \
+        (factor is None or layout.roles[factor] == ROLE_EDGE)
     by_edge = []  # dst-role outputs the src pass stores per edge, summed over the CSR rows after it
     positions = None  # where it stores them: at source_positions (transposed-CSR positions), or at edge ids
     # the segment form: the src pass stores the dst-role score terms per edge, summed per destination after it;
@@ -170,7 +181,7 @@ def backward(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tensor, rowpt
             src_config["maxnreg"] = cap
         grad_out = grad_out.contiguous()
         att_grad = buffers.get(form.query) if form.family == "gatv2" else None
-        if dst_outputs or att_grad is not None:
+        if dst_outputs or att_grad is not None or factor is not None:  # the dst pass writes the factor's gradient
             split_pass(layout, ROLE_DST, dst_outputs, buffers, att_grad, (item_row, item_start, item_end, item_shared),
                         col, perm, grad_out, lse, delta, config)
         if src_outputs:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from gnn_inductor import config as settings
-from gnn_inductor.kernels.attention.csr_backward import grad_buffers, grad_outputs
+from gnn_inductor.kernels.attention.csr_backward import grad_buffers, grad_outputs, kernel_arguments
 from gnn_inductor.kernels.attention.csr_launch import SPLIT_BACKWARD_LAUNCH, all_heads_launch_config
 from gnn_inductor.kernels.attention.csr_split_backward import MAX_GRAD_OUTPUTS, split_pass
 from gnn_inductor.kernels.attention.layout import Layout, call_items, undo_view_grad
@@ -89,7 +89,8 @@ def backward_chunked(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tenso
     None, with nothing computed, where the chunks cannot be cut so: a row-role gradient that is not packed (it
     would be stored at the chunk's row offset), a packed argument that is not such a row output, the GAT family
     (its one-pass backward writes destination gradients from the src pass), more than four outputs in a pass, or
-    item boundaries unknown (:func:`_item_bounds`)."""
+    item boundaries unknown (:func:`_item_bounds`), or a score factor of the src or dst role needing a gradient
+    (an edge-role one is stored by edge id in the dst passes)."""
     form = layout.form
     dst_outputs = grad_outputs(form, layout.roles, needs_grad, (ROLE_DST, ROLE_EDGE))
     src_outputs = grad_outputs(form, layout.roles, needs_grad, (ROLE_SRC,))
@@ -97,7 +98,9 @@ def backward_chunked(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tenso
     row_outputs = {o[0] for o in dst_outputs if o[1] == ROLE_DST} | {o[0] for o in src_outputs if o[1] == ROLE_SRC}
     packed = {i for i, offset in enumerate(pack_offsets) if offset >= 0}
     rows_of = {ROLE_DST: rowptr.numel() - 1, ROLE_SRC: by_src.rowptr.numel() - 1}
+    factor = form.score_factor if form.score_factor is not None and needs_grad[form.score_factor] else None
     if form.family == "gat" or max(len(dst_outputs), len(src_outputs)) > MAX_GRAD_OUTPUTS or \
+            (factor is not None and layout.roles[factor] != ROLE_EDGE) or \
             row_outputs != packed or any(layout.views[i].shape[0] != num_rows or rows_of[layout.roles[i]] != num_rows
                                          or layout.views[i][0].numel() != layout.args[i][0].numel() for i in packed):
         return None
@@ -107,8 +110,7 @@ def backward_chunked(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tenso
     if dst_at is None or src_at is None:
         return None
     device = rowptr.device
-    wanted = [i for i in dict.fromkeys(form.score_terms + ((form.query,) if form.query is not None else ())
-                                       + form.value_terms) if needs_grad[i]]
+    wanted = [i for i in kernel_arguments(form) if needs_grad[i]]
     buffers = grad_buffers(layout, [i for i in wanted if i not in packed], {}, device)
     hubs = hub_items(dst_items)
     splits = {i: (rowptr, hubs[1] if hubs else None) if layout.roles[i] == ROLE_DST else
@@ -137,7 +139,7 @@ def backward_chunked(layout: Layout, grad_out: Tensor, delta: Tensor, lse: Tenso
             else:
                 zero_rows_without_entries(own[i], part[r0:r1 + 1], above)
         this = {**buffers, **own}  # this block's buffers (the unpacked ones span every block)
-        run_dst = dst_at[c + 1] > dst_at[c] and bool(dst_outputs or att_grad is not None)
+        run_dst = dst_at[c + 1] > dst_at[c] and bool(dst_outputs or att_grad is not None or factor is not None)
         run_src = bool(src_outputs) and src_at[c + 1] > src_at[c]
         # the two passes write disjoint memory (the dst pass the dst-role, edge-role and att gradients, the src pass
         # the src-role ones): with a side stream they run side by side, each filling the other's ramp and tail

@@ -43,11 +43,11 @@ from gnn_inductor.plan.work_items import hub_item_count, items_memo, listed_fill
 def forward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale, f, fr, fh,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, F: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
         BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr):
     item = tl.program_id(0)
     h = tl.program_id(1)
@@ -68,9 +68,9 @@ def forward_kernel(
     for block_start in range(start, end, BLOCK_E):
         emask, src, dst, eid = edge_tile(block_start, end, col_ptr, perm_ptr, row, NEED_EID, BLOCK_E)
         tile_mask = emask[:, None] & cmask[None, :]
-        score, _terms, _query = edge_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2,
-                                            q, qr, qh, qc, Q, att, src, dst, eid, h, chans, emask, tile_mask, slope,
-                                            score_scale)
+        score, _terms, _query, _factor, _dot = edge_scores(
+            KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2, q, qr, qh, qc, Q, att, f, fr, fh,
+            F, src, dst, eid, h, chans, emask, tile_mask, slope, score_scale)
         score = tl.where(emask, score, float("-inf"))
         m_new = tl.maximum(m, tl.max(score, axis=0))
         correction = tl.exp(m - m_new)
@@ -152,12 +152,13 @@ def combine_kernel(slot_row_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, 
 def forward_all_heads_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, slot_of_item_ptr, col_ptr, perm_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale, f, fr, fh,
         out_ptr, lse_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
         num_heads, head_dim, slope, score_scale, message_scale, eps, bias_ptr,
         mass_ptr, part_mass_acc_ptr, part_mass_l_ptr,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, BIAS: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, F: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        BIAS: tl.constexpr,
         MASS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
     """The all-heads forward of one work item (module docstring); ``BIAS``: the ``[H, C]`` bias at
     ``bias_ptr`` is added to a row this item stores (hub rows: by :func:`combine_kernel`). ``MASS`` (GAT only):
@@ -192,9 +193,9 @@ def forward_all_heads_kernel(
         src, dst, eid = src[:, None], dst[:, None], eid[:, None]
         score_mask = emask[:, None] & hmask[None, :]
         tile_mask = score_mask[:, :, None] & cmask[None, None, :]
-        score, terms, _query = head_tile_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1,
-                                                S2, q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
-                                                score_mask, tile_mask, slope, score_scale)
+        score, terms, _query, _factor, _dot = head_tile_scores(
+            KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2, q, qr, qh, qc, Q, att, f, fr, fh,
+            F, src, dst, eid, head_row, head_tile, chans, score_mask, tile_mask, slope, score_scale)
         score = tl.where(emask[:, None], score, float("-inf"))
         m_new = tl.maximum(m, tl.max(score, axis=0))
         correction = tl.exp(m - m_new)

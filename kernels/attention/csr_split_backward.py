@@ -14,7 +14,7 @@ from gnn_inductor.kernels.attention.csr_tiles import edge_tile, head_tile_scores
 from gnn_inductor.kernels.attention.layout import NO_ROLE, Layout, common_slots, padded
 from gnn_inductor.kernels.runtime.launch import fast_launch
 from gnn_inductor.kernels.runtime.rng import packed_dropped_triton
-from gnn_inductor.kernels.runtime.roles import ROLE_EDGE
+from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_EDGE
 
 MAX_GRAD_OUTPUTS = 4    # arguments one pass of the split backward writes gradients of (the kernel's slots G0..G3)
 # role of a per-edge output the src pass stores at the edge's position in the transposed CSR (contiguous stores),
@@ -100,25 +100,29 @@ def _write_row_grad_heads(ptr, row_stride, row0, R: tl.constexpr, T: tl.constexp
 def split_backward_kernel(
         item_row_ptr, item_start_ptr, item_end_ptr, item_shared_ptr, other_ptr, eid_ptr,
         s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, q, qr, qh, qc,
-        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale,
-        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt, g0s, g1s, g2s, g3s, row0,
+        v0, v0r, v0h, v0c, v1, v1r, v1h, v1c, keep_bits_ptr, dropout_scale, f, fr, fh,
+        lse_ptr, delta_ptr, grad_out_ptr, g0, g1, g2, g3, gatt, gfac, g0s, g1s, g2s, g3s, row0,
         num_heads, head_dim, slope, score_scale, message_scale,
         KIND: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, Q: tl.constexpr,
-        V0: tl.constexpr, V1: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr, MAJOR: tl.constexpr,
+        V0: tl.constexpr, V1: tl.constexpr, F: tl.constexpr, DROPOUT: tl.constexpr, NEED_EID: tl.constexpr,
+        MAJOR: tl.constexpr,
         G0R: tl.constexpr, G0T: tl.constexpr, G0V: tl.constexpr, G0Q: tl.constexpr,
         G1R: tl.constexpr, G1T: tl.constexpr, G1V: tl.constexpr, G1Q: tl.constexpr,
         G2R: tl.constexpr, G2T: tl.constexpr, G2V: tl.constexpr, G2Q: tl.constexpr,
         G3R: tl.constexpr, G3T: tl.constexpr, G3V: tl.constexpr, G3Q: tl.constexpr,
         ROW_T: tl.constexpr, ROW_V: tl.constexpr, ROW_Q: tl.constexpr, EDGE_Q: tl.constexpr, GATT: tl.constexpr,
-        DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+        GFAC: tl.constexpr, DENSE_SLOTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
+        BLOCK_C: tl.constexpr):
     """One work item of one pass of the split backward (see above), every head at once: the item's CSR indices,
     and in the dst pass its row's ``dout``, ``D`` and ``lse``, are read once for all heads, and a row gradient is
     one store (or one hub atomic) for all heads. That beat one program per (item, head) on the H100 by 1.2-1.5x
     (:data:`csr_launch.SPLIT_BACKWARD_LAUNCH`). ``other_ptr`` holds the edges' other endpoint (sources in the dst pass,
     destinations in the src pass) and ``eid_ptr`` their edge ids; ``ROW_*`` say which gradient kinds a row-role
     output needs summed, ``EDGE_Q`` whether the dot query's is needed at all, ``GATT`` whether GATv2's ``att``
-    gradient is (dst pass only). Padded heads load zeros, get ``alpha = 0`` and are masked out at every store.
-    ``delta_ptr`` holds ``D = <dout, out>`` per (row, head), computed before the backward (``attention_delta``)."""
+    gradient is (dst pass only), ``GFAC`` whether the dot family's edge-role score factor's is (dst pass only:
+    ``[E, H]`` at ``gfac``, stored by edge id). Padded heads load zeros, get ``alpha = 0`` and are masked out at
+    every store. ``delta_ptr`` holds ``D = <dout, out>`` per (row, head), computed before the backward
+    (``attention_delta``)."""
     item = tl.program_id(0)
     row = tl.load(item_row_ptr + item)
     start = tl.load(item_start_ptr + item)
@@ -169,9 +173,9 @@ def split_backward_kernel(
                                 mask=tile_mask, other=0).to(tl.float32)
             delta = tl.load(delta_ptr + dst_heads, mask=score_mask, other=0)
             lse = tl.load(lse_ptr + dst_heads, mask=score_mask, other=0)
-        score, terms, query = head_tile_scores(KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1,
-                                               S2, q, qr, qh, qc, Q, att, src, dst, eid, head_row, head_tile, chans,
-                                               score_mask, tile_mask, slope, score_scale)
+        score, terms, query, factor, dot = head_tile_scores(
+            KIND, s0, s0r, s0h, s0c, s1, s1r, s1h, s1c, s2, s2r, s2h, s2c, S0, S1, S2, q, qr, qh, qc, Q, att, f, fr, fh,
+            F, src, dst, eid, head_row, head_tile, chans, score_mask, tile_mask, slope, score_scale)
         alpha = tl.where(score_mask, tl.exp(score - lse), 0.0)
         weight = tl.zeros([BLOCK_E, BLOCK_H], dtype=tl.float32) + message_scale
         if DROPOUT:
@@ -182,6 +186,10 @@ def split_backward_kernel(
 
         grad_value = (alpha * weight)[:, :, None] * grad_rows
         grad_score = alpha * (weight * tl.sum(value * grad_rows, axis=2) - delta) * score_scale
+        if F >= 0:  # s = scale * f * dot: df = ds * scale * dot, and the dot's own gradient scaled by f
+            if GFAC:
+                tl.store(gfac + eid.to(tl.int64) * num_heads + head_row, grad_score * dot, mask=score_mask)
+            grad_score = grad_score * factor
         if KIND == 0:
             grad_terms = grad_score * tl.where(terms > 0, 1.0, slope)
         elif KIND == 1:
@@ -230,8 +238,10 @@ def split_backward_kernel(
 def split_pass(layout: Layout, major: int, outputs: list, buffers: dict, att_grad, items, other: Tensor,
                 eid: Tensor, grad_out: Tensor, lse: Tensor, delta: Tensor, config: dict, row0: int = 0) -> None:
     """One launch of :func:`split_backward_kernel`: the dst pass (``major == ROLE_DST``) or the src
-    pass; its row-role outputs hold the rows from ``row0`` on."""
+    pass; its row-role outputs hold the rows from ``row0`` on. The dst pass also writes the score factor's
+    gradient where ``buffers`` has one (an edge-role factor: float32 ``[E, H]``, by edge id)."""
     form = layout.form
+    factor_grad = buffers.get(form.score_factor) if major == ROLE_DST and form.score_factor is not None else None
     pointers, constexprs = common_slots(layout)
     # an edge-role output is stored by edge id (the segment variant's per-edge dst score terms too)
     constexprs["NEED_EID"] = constexprs["NEED_EID"] or any(o[1] == ROLE_EDGE for o in outputs)
@@ -245,11 +255,11 @@ def split_pass(layout: Layout, major: int, outputs: list, buffers: dict, att_gra
     row_outputs = [o for o in outputs if o[1] == major]
     flags = {"ROW_T": any(o[2] for o in row_outputs), "ROW_V": any(o[3] for o in row_outputs),
              "ROW_Q": any(o[4] for o in row_outputs), "EDGE_Q": any(o[4] for o in outputs),
-             "GATT": att_grad is not None}
+             "GATT": att_grad is not None, "GFAC": factor_grad is not None}
     if not items[0].shape[0]:
         return
     args = (*items, other, eid, *pointers, lse, delta, grad_out, *grads,
-            lse if att_grad is None else att_grad, *strides, row0,
+            lse if att_grad is None else att_grad, lse if factor_grad is None else factor_grad, *strides, row0,
             layout.heads, layout.channels, form.negative_slope, form.score_scale, form.message_scale)
     split_backward_kernel[(items[0].shape[0],)](
         *args, **constexprs, MAJOR=major, **specs, **flags,

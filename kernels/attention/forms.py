@@ -27,6 +27,12 @@ family     score                                                               P
 
 Each term reaches the edge through its role (src, dst or edge; ``att`` is dense).
 
+The dot family may also carry a per-edge score factor ``f`` (an argument of a per-edge role, ``[rows, H]``, or
+``[rows, 1]`` for every head): ``s_e = scale * f[e, h] * sum_c q[e, h, c] * sum_t k_t[e, h, c]``, the score of PyG's
+HGTConv (``(q_i * k_j).sum(-1) * p_rel / sqrt(D)``, ``p_rel`` the relation prior gathered per edge). The kernels
+multiply the score by ``f`` and give its gradient ``df[e, h] = ds[e, h] * scale * sum_c q k``; ``q`` and the keys
+get theirs scaled by ``f``.
+
 Float casts inside the chains are transparent: ``x.float()``, ``x.to(torch.bfloat16)`` and a sum with
 ``dtype=torch.float32`` (what CUDA autocast makes of ``sum``, on its float32 list) change only where eager rounds an
 intermediate, and the kernels load every argument in its own dtype and compute in float32. The output dtype is not
@@ -56,6 +62,7 @@ class AttentionForm:
     score_scale: float
     value_terms: tuple       # summed into the message's [*, H, C] value
     message_scale: float
+    score_factor: int | None = None   # dot: the per-edge [*, H] factor of the score (HGTConv's relation prior)
 
 
 class _NotRecognised(Exception):
@@ -125,10 +132,36 @@ def _last_dim_sum(node):
     return None
 
 
+def _factored(node, placeholders):
+    """``(factor argument, other side)`` where ``node`` is the product of an argument and a non-argument, else
+    None."""
+    if node.op != "call_function" or node.target != _aten.mul.Tensor or node.kwargs:
+        return None
+    a, b = (_uncast(x) for x in node.args)
+    if not isinstance(a, torch.fx.Node) or not isinstance(b, torch.fx.Node):
+        return None
+    for factor, other in ((a, b), (b, a)):
+        if factor in placeholders and other not in placeholders:
+            return placeholders[factor], other
+    return None
+
+
 def _score_form(fn) -> dict:
     placeholders = {n: i for i, n in enumerate(n for n in fn.graph.nodes if n.op == "placeholder")}
     (root,) = [n.args[0] for n in fn.graph.nodes if n.op == "output"]
     root, scale = _scaled(root)
+    factored = _factored(root, placeholders)
+    if factored is None:
+        return _unfactored_score_form(root, scale, placeholders)
+    factor, other = factored
+    root, scale = _scaled(other, scale)
+    form = _unfactored_score_form(root, scale, placeholders)
+    if form["family"] != "dot":
+        raise _NotRecognised(f"a score factor on the {form['family']} family (only the dot-product family has one)")
+    return {**form, "score_factor": factor}
+
+
+def _unfactored_score_form(root, scale: float, placeholders: dict) -> dict:
     leaky = _leaky_relu(root)
     if leaky is not None:
         return {"family": "gat", "score_terms": _sum_of_args(leaky[0], placeholders), "query": None,
@@ -221,6 +254,8 @@ def recognise(score_key: str, message_key: str, roles) -> AttentionForm | str:
                 raise _NotRecognised("gatv2 attention vector is not dense")
             if form.family == "dot" and roles[form.query] not in per_edge:
                 raise _NotRecognised("dot-product query is dense")
+            if form.score_factor is not None and roles[form.score_factor] not in per_edge:
+                raise _NotRecognised("score factor is dense")
             _FORMS[key] = form
         except _NotRecognised as exc:
             _FORMS[key] = str(exc)

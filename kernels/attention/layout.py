@@ -41,6 +41,8 @@ class Layout:
             self._view(i, True)
         if form.query is not None:
             self._view(form.query, True)
+        if form.score_factor is not None:
+            self._view(form.score_factor, False)
         if self.reason is None and any(a.dtype not in _FLOATS for i, a in enumerate(args) if i in self.views):
             self.reason = "an input is not float32, float16 or bfloat16"
         # the kernels draw one mask entry per (edge, head): alpha must have one score per head, not one broadcast
@@ -122,12 +124,13 @@ def common_slots(layout: Layout) -> tuple:
         [x for i in s for x in (*layout.slot(i, False), 0)]
     pointers += layout.slot(form.query, True) + layout.slot(v[0], True) + layout.slot(v[1], True)
     pointers += layout.keep_bits_slot()
+    pointers += layout.slot(form.score_factor, False)
     constexprs = {"KIND": FAMILIES[form.family], "S0": layout.role(s[0]), "S1": layout.role(s[1]), "S2": layout.role(s[2]),
                       "Q": layout.role(form.query), "V0": layout.role(v[0]), "V1": layout.role(v[1]),
-                      "DROPOUT": layout.dropout is not None}
+                      "F": layout.role(form.score_factor), "DROPOUT": layout.dropout is not None}
     # the dropout counter is the original edge id: read through perm like an edge-role argument
     constexprs["NEED_EID"] = layout.dropout is not None or \
-        ROLE_EDGE in [constexprs[k] for k in ("S0", "S1", "S2", "Q", "V0", "V1")]
+        ROLE_EDGE in [constexprs[k] for k in ("S0", "S1", "S2", "Q", "V0", "V1", "F")]
     return pointers, constexprs
 
 
