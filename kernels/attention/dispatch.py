@@ -48,12 +48,26 @@ def forward(args, roles, rowptr, col, perm, score_key, message_key, eps, items, 
     decision, items, max_edges = path(layout, args, roles, rowptr, col, perm, score_key, message_key, eps, items,
                                       max_edges)
     if decision is not None and decision.path != "csr":
-        return (*attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
-                                             message_key, eps, max_edges), False)
+        out, lse = attention_paths.run_forward(decision, layout, args, roles, rowptr, col, perm, score_key,
+                                               message_key, eps, max_edges)
+        return message_shaped(layout, out), lse, False
     if bias is not None:
         check_bias(bias, (layout.heads, layout.channels), out_dtype(args), rowptr.device)
     rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
-    return (*csr_forward.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows), bias is not None)
+    out, lse = csr_forward.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows)
+    return message_shaped(layout, out), lse, bias is not None
+
+
+def message_shaped(layout: Layout, out: Tensor) -> Tensor:
+    """The kernels' ``[N, H, C]`` output in the message's shape: ``[N, H * C]`` where the message flattens its
+    heads and channels (kernels/attention/forms.py's ``message_width``)."""
+    return out if layout.form.message_width is None else out.view(out.shape[0], layout.form.message_width)
+
+
+def kernel_shaped(layout: Layout, grad_out: Tensor) -> Tensor:
+    """An output gradient in the message's shape as the kernels' ``[N, H, C]``."""
+    return grad_out if layout.form.message_width is None else \
+        grad_out.reshape(grad_out.shape[0], layout.heads, layout.channels)
 
 
 def csr_backward_of(layout: Layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items, max_edges,
@@ -129,6 +143,7 @@ def backward(grad_out, args, roles, rowptr, col, perm, score_key, message_key, e
     if kernel is None:
         return None
     layout, decision, items, max_edges = kernel
+    grad_out = kernel_shaped(layout, grad_out)
     if decision is not None and decision.path != "csr":
         return attention_paths.run_backward(decision, layout, grad_out, delta, lse, args, roles, rowptr, col, perm,
                                             score_key, message_key, needs_grad, max_edges, pack=pack)
@@ -238,9 +253,9 @@ def chunked_grads(grad_out, args, roles, rowptr, col, perm, score_key, message_k
     if by_src is None:
         return None
     cache = graph_state.state_of(rowptr, col, perm).slot("csr_by_src")
-    return csr_chunked.backward_chunked(layout, grad_out, delta, lse, rowptr, col, perm, needs_grad, items,
-                                        max_edges, by_src, pack_offsets, pack_width, gaps, dtype, bounds, consume,
-                                        cache)
+    return csr_chunked.backward_chunked(layout, kernel_shaped(layout, grad_out), delta, lse, rowptr, col, perm,
+                                        needs_grad, items, max_edges, by_src, pack_offsets, pack_width, gaps, dtype,
+                                        bounds, consume, cache)
 
 
 def mass_terms(args, roles, rowptr: Tensor, perm: Tensor, score_key: str, message_key: str) -> list:

@@ -33,6 +33,10 @@ HGTConv (``(q_i * k_j).sum(-1) * p_rel / sqrt(D)``, ``p_rel`` the relation prior
 multiply the score by ``f`` and give its gradient ``df[e, h] = ds[e, h] * scale * sum_c q k``; ``q`` and the keys
 get theirs scaled by ``f``.
 
+The message is ``alpha`` (times constants) times a sum of values, ``[E, H, C]``, or that product flattened to
+``[E, H * C]`` (HGTConv's ``out.view(-1, out_channels)``); the op's output then has the message's shape, heads
+major.
+
 Float casts inside the chains are transparent: ``x.float()``, ``x.to(torch.bfloat16)`` and a sum with
 ``dtype=torch.float32`` (what CUDA autocast makes of ``sum``, on its float32 list) change only where eager rounds an
 intermediate, and the kernels load every argument in its own dtype and compute in float32. The output dtype is not
@@ -63,6 +67,7 @@ class AttentionForm:
     value_terms: tuple       # summed into the message's [*, H, C] value
     message_scale: float
     score_factor: int | None = None   # dot: the per-edge [*, H] factor of the score (HGTConv's relation prior)
+    message_width: int | None = None  # the message flattened to [*, message_width] (= H * C), None for [*, H, C]
 
 
 class _NotRecognised(Exception):
@@ -216,12 +221,21 @@ def _alpha_chain(node, alpha) -> float:
     return scale
 
 
+def _flattened(node) -> tuple:
+    """``(node, width)`` of a message flattened to ``[rows, width]`` by a view or reshape (``width`` an int), else
+    ``(node, None)``."""
+    if node.op == "call_function" and node.target in _VIEWS and not node.kwargs and len(node.args[1]) == 2 and \
+            isinstance(node.args[1][1], int) and not isinstance(node.args[1][1], bool) and node.args[1][1] > 0:
+        return _uncast(node.args[0]), node.args[1][1]
+    return node, None
+
+
 def _message_form(fn) -> dict:
     nodes = list(fn.graph.nodes)
     alpha = nodes[0]
     placeholders = {n: i for i, n in enumerate(n for n in nodes[1:] if n.op == "placeholder")}
     (root,) = [n.args[0] for n in nodes if n.op == "output"]
-    root = _uncast(root)
+    root, width = _flattened(_uncast(root))
     if root.op != "call_function" or root.target != _aten.mul.Tensor or root.kwargs:
         raise _NotRecognised("message is not (alpha-weighted) * values")
     for alpha_side, value_side in (root.args, reversed(root.args)):
@@ -229,7 +243,8 @@ def _message_form(fn) -> dict:
             continue
         try:
             scale = _alpha_chain(alpha_side, alpha)
-            return {"value_terms": _sum_of_args(value_side, placeholders), "message_scale": scale}
+            return {"value_terms": _sum_of_args(value_side, placeholders), "message_scale": scale,
+                    "message_width": width}
         except _NotRecognised:
             continue
     raise _NotRecognised("message is not alpha (times constants) times a sum of values")

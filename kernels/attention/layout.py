@@ -43,6 +43,9 @@ class Layout:
             self._view(form.query, True)
         if form.score_factor is not None:
             self._view(form.score_factor, False)
+        if self.reason is None and form.message_width not in (None, self.heads * self.channels):
+            self.reason = (f"message flattened to {form.message_width} columns for {self.heads} heads x "
+                           f"{self.channels} channels")
         if self.reason is None and any(a.dtype not in _FLOATS for i, a in enumerate(args) if i in self.views):
             self.reason = "an input is not float32, float16 or bfloat16"
         # the kernels draw one mask entry per (edge, head): alpha must have one score per head, not one broadcast

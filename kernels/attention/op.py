@@ -52,7 +52,7 @@ import torch
 from gnn_inductor.kernels.attention import csr_delta, csr_forward, csr_launch, dispatch
 from gnn_inductor.kernels.attention import selector as attention_paths
 from gnn_inductor.kernels.attention.dispatch import check_bias, check_pack, check_projection, chunked_grads, fused, \
-    mass_terms, projection_blocks
+    mass_terms, message_shaped, projection_blocks
 from gnn_inductor.kernels.attention.forms import recognise
 from gnn_inductor.kernels.attention.layout import out_dtype, prepare, undo_view_grad
 from gnn_inductor.kernels.dense import gemm as dense_triton
@@ -171,9 +171,13 @@ def _(args, roles, rowptr, col, row, perm, score_key, message_key, eps, items, m
 
 def _delta_shape(out: Tensor, lse: Tensor) -> tuple | None:
     """``(rows, heads, channels)`` of ``out`` seen per (row, head) of ``lse``, or None where ``out``'s rows do not
-    split into ``lse``'s heads (only the reference backward runs there, and it does not read ``D``)."""
-    if lse.dim() < 1 or out.dim() < lse.dim() or out.shape[0] != lse.shape[0] or \
-            tuple(out.shape[1:lse.dim()]) != tuple(lse.shape[1:]):
+    split into ``lse``'s heads (only the reference backward runs there, and it does not read ``D``). An ``[N, F]``
+    output with ``[N, H]`` statistics is a message flattened heads major (kernels/attention/forms.py's
+    ``message_width``): ``F / H`` channels per head."""
+    if lse.dim() < 1 or out.dim() < lse.dim() or out.shape[0] != lse.shape[0]:
+        return None
+    flattened = out.dim() == lse.dim() == 2
+    if not flattened and tuple(out.shape[1:lse.dim()]) != tuple(lse.shape[1:]):
         return None
     heads = math.prod(lse.shape[1:])
     per_row = math.prod(out.shape[1:])
@@ -467,7 +471,7 @@ def attention_forward_mass(args: list[Tensor], roles: list[int], rowptr: Tensor,
     rows = None if bias is None else bias.reshape(layout.heads, layout.channels)
     out, lse, mass = csr_forward.forward(layout, rowptr, col, perm, eps, items, max_edges, bias=rows,
                                          variant="all", mass=True)
-    return out, lse, mass
+    return message_shaped(layout, out), lse, message_shaped(layout, mass)
 
 
 @attention_forward_mass.register_fake
