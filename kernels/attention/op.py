@@ -7,8 +7,9 @@ r"""Attention aggregation: edge scores, edge softmax, attention dropout and weig
 
 ``score`` (``score_key``) and ``message`` (``message_key``) are edge functions cut from the model:
 GAT's ``leaky_relu(a_l x_j + a_r x_i)``, GATv2's ``a . leaky_relu(W_l x_j + W_r x_i)``,
-TransformerConv's ``q_i . k_j / sqrt(d)`` and their ``alpha * v_j`` messages. Arguments reach the
-edge through their roles (``kernels/runtime/roles.py``).
+TransformerConv's ``q_i . k_j / sqrt(d)``, HGTConv's ``(q_i . k_j) p_rel / sqrt(d)`` (a per-edge factor of
+the score) and their ``alpha * v_j`` messages. Arguments reach the edge through their roles
+(``kernels/runtime/roles.py``).
 
 Ops:
 
@@ -38,11 +39,11 @@ Ops:
 
 On CUDA (and on CPU under ``TRITON_INTERPRET=1``) the fused Triton kernels of
 ``kernels/attention/csr_*.py`` run when the edge functions are one of the GAT, GATv2 or dot-product
-(TransformerConv) families; anything else, and every CPU call, runs the exact reference below
+(TransformerConv, HGTConv) families; anything else, and every CPU call, runs the exact reference below
 (backward: recompute it under autograd). dtype: float32 accumulation; ``out`` is half precision when
 any input is. Which kernel runs for the dot-product family on CUDA (fused CSR, block-sparse
-Tensor-Core, or a hybrid by row window) is decided per graph by ``kernels/attention/selector.py``;
-``kernels/attention/dispatch.py`` runs the kernels of the path.
+Tensor-Core, or a hybrid by row window; always CSR for a score with a factor) is decided per graph by
+``kernels/attention/selector.py``; ``kernels/attention/dispatch.py`` runs the kernels of the path.
 """
 from __future__ import annotations
 
