@@ -1,5 +1,7 @@
 """The PyG frontend (gnn_inductor/frontends/pyg.py): HeteroLinear's segment loop as one op while compiling, so
-HGTConv compiles as one graph; forward and gradients against eager, and the op's registration."""
+HGTConv compiles as one graph; forward and gradients against eager, and the op's registration. HGTConv's attention
+is the dot family with a per-edge score factor (kernels/attention/forms.py): on the kernels' device (CUDA, or the
+CPU under Triton's interpreter) its rewrite runs the fused kernels."""
 import contextlib
 import subprocess
 import sys
@@ -11,10 +13,12 @@ from torch_geometric.nn import HGTConv
 from torch_geometric.nn.dense.linear import HeteroLinear
 
 import gnn_inductor  # noqa: F401  (registers the backend and installs the frontend)
-from gnn_inductor import rewrite_report
+from gnn_inductor import cost, rewrite_report
 from gnn_inductor.frontends import pyg
+from gnn_inductor.kernels.attention import csr_backward, csr_forward
 from gnn_inductor.kernels.dense import segment
 from gnn_inductor.testing import random_hetero_graph, tolerance
+from tests.tiers import KERNEL_DEVICE, runs_kernel
 
 
 def _compile_counting(model, *args, plain=False):
@@ -59,11 +63,12 @@ def test_plain_pyg_keeps_pyg_s_own_loop_and_its_graph_breaks():
     assert breaks > 0
 
 
+HGT_SIZES = {"paper": 12, "author": 9}
+HGT_EDGES = {("author", "writes", "paper"): 30, ("paper", "cites", "paper"): 25, ("paper", "rev_writes", "author"): 30}
+
+
 def test_hgt_conv_is_one_graph_with_its_attention_rewritten_and_matches_eager():
-    x, edge_index, metadata = random_hetero_graph({"paper": 12, "author": 9}, {("author", "writes", "paper"): 30,
-                                                                              ("paper", "cites", "paper"): 25,
-                                                                              ("paper", "rev_writes", "author"): 30},
-                                                  8, dtype=torch.float64)
+    x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, dtype=torch.float64)
     torch.manual_seed(0)
     conv = HGTConv(8, 8, metadata, heads=2).double()
     expected = conv(x, edge_index)
@@ -76,8 +81,47 @@ def test_hgt_conv_is_one_graph_with_its_attention_rewritten_and_matches_eager():
     out = compiled(x, edge_index)
     sum(v.square().sum() for v in out.values()).backward()
     assert sum(counters["graph_break"].values()) == 0
-    assert any(w.pattern == "attention" for r in rewrite_report.reports(compiled) for w in r.rewrites)
+    (attention,) = [w for r in rewrite_report.reports(compiled) for w in r.rewrites if w.pattern == "attention"]
+    # the dot family with a factor: a fused kernel covers it, so CUDA's cost model does not decline the form
+    assert attention.details["family"] == "dot"
+    assert cost.attention_declined("cuda", 10 ** 7, attention.details["family"], "float32", False, 10 ** 6) is None
     tol = tolerance(torch.float64)
+    for key in expected:
+        torch.testing.assert_close(out[key], expected[key], **tol)
+    for name, p in conv.named_parameters():
+        if name in grads:
+            torch.testing.assert_close(p.grad, grads[name], **tol)
+
+
+def _recording(ran: list, name: str, real):
+    """``real``, appending ``name`` to ``ran`` at each call."""
+    def recorded(*args, **kwargs):
+        ran.append(name)
+        return real(*args, **kwargs)
+    return recorded
+
+
+@runs_kernel
+def test_hgt_conv_runs_the_fused_attention_kernels(monkeypatch):
+    """Float32 HGTConv compiled on the kernels' device: its attention's forward and backward run the fused CSR
+    kernels (the score factor and the flattened message recognised), and the outputs and every parameter's
+    gradient match eager PyG."""
+    ran = []
+    monkeypatch.setattr(csr_forward, "forward", _recording(ran, "forward", csr_forward.forward))
+    monkeypatch.setattr(csr_backward, "backward", _recording(ran, "backward", csr_backward.backward))
+    x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, device=KERNEL_DEVICE)
+    torch.manual_seed(0)
+    conv = HGTConv(8, 8, metadata, heads=2).to(KERNEL_DEVICE)
+    expected = conv(x, edge_index)
+    sum(v.square().sum() for v in expected.values()).backward()
+    grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
+    conv.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="gnn_io", options={"force": True, "cpu_rewrite": True})
+    out = compiled(x, edge_index)
+    sum(v.square().sum() for v in out.values()).backward()
+    assert "forward" in ran and "backward" in ran
+    tol = tolerance(torch.float32, "layer")
     for key in expected:
         torch.testing.assert_close(out[key], expected[key], **tol)
     for name, p in conv.named_parameters():
