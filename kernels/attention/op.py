@@ -108,8 +108,10 @@ def _kernel_name(device_type: str, details: dict) -> str:
     form = recognise(details["score"], details["message"], roles)
     if isinstance(form, str):
         return f"reference (torch segment ops): edge functions not fused ({form})"
-    if form.family == "dot":
+    if form.family == "dot" and form.score_factor is None:
         return f"{csr_launch.kernel_name(form.family)}; {attention_paths.kernel_name()}"
+    if form.family == "dot":
+        return f"{csr_launch.kernel_name(form.family)}; per-edge score factor (no block-sparse kernel for it)"
     return csr_launch.kernel_name(form.family)
 
 

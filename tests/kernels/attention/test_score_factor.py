@@ -14,7 +14,7 @@ from gnn_inductor.kernels.attention import csr_atomic_backward, csr_backward, cs
 from gnn_inductor.kernels.attention import forms as attention_forms
 from gnn_inductor.kernels.attention import layout as attention_layout
 from gnn_inductor.kernels.attention import selector as attention_paths
-from gnn_inductor.kernels.attention.op import attention_reference
+from gnn_inductor.kernels.attention.op import attention_reference, kernel_name
 from gnn_inductor.kernels.runtime import edge_functions, rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.testing import random_graph
@@ -105,6 +105,14 @@ def test_the_block_sparse_kernel_declines_a_factor():
     args = [torch.randn(NUM_NODES, HEADS, CHANNELS) for _ in range(3)] + [torch.randn(NUM_NODES, HEADS)]
     layout = attention_layout.prepare(args, roles, torch.arange(5), score, message)
     assert "score factor" in attention_paths.block_sparse.dot_form_reason(layout)
+
+
+def test_report_names_the_csr_kernels_for_a_factor():
+    details = {"roles": ["src", "dst", "src", "edge"], "score": _register(_hgt_score),
+               "message": _register(_message(HEADS, CHANNELS, True))}
+    name = kernel_name("cuda", details)
+    assert name.startswith(csr_launch.kernel_name("dot")) and "score factor" in name
+    assert attention_paths.kernel_name() not in name
 
 
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
