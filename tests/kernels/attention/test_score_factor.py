@@ -268,6 +268,20 @@ def test_empty_edge_set(empty_plan):
 
 
 @runs_kernel
+def test_opcheck_with_a_factor_and_a_flattened_message(plan):
+    """The fake implementation's shapes (the output in the message's ``[N, H * C]``) are the kernels'."""
+    roles = [ROLE_SRC, ROLE_DST, ROLE_SRC, ROLE_EDGE]
+    score, message = _register(_hgt_score), _register(_message(HEADS, CHANNELS, True))
+    on_device = [t.to(DEVICE) for t in plan[:4]]
+    items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
+    args = [a.to(DEVICE).requires_grad_(True)
+            for a in _case_args(plan[1].numel(), ROLE_EDGE, "EH", False, torch.float32)]
+    torch.library.opcheck(torch.ops.gnn_io.attention_forward.default,
+                          (args, roles, *on_device, score, message, EPS, items, MAX_EDGES),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@runs_kernel
 def test_factor_through_the_projected_backward_by_blocks(plan, monkeypatch):
     """The chunked split backward (gnn_io::attention_backward_projected, 1 KiB blocks): the edge-role factor's
     gradient, not packed, summed over the blocks' dst passes, as the whole backward gives it."""
