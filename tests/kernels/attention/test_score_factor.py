@@ -19,7 +19,7 @@ from gnn_inductor.kernels.runtime import edge_functions, rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.testing import random_graph
 from tests.kernels.attention.test_attention_triton import CASES, EPS, assert_close, grads_of
-from tests.tiers import KERNEL_DEVICE as DEVICE, runs_kernel
+from tests.tiers import KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
 NUM_NODES, HEADS, CHANNELS = 24, 2, 4
 MAX_EDGES = 8  # below both hubs' degrees: each spans several work items
@@ -206,8 +206,8 @@ def _recording_atomic_backward(monkeypatch) -> list:
 
 
 @runs_kernel
-@pytest.mark.parametrize("factor_shape", list(FACTOR_SHAPES))
-@pytest.mark.parametrize("flat", [True, False], ids=["flat", "heads"])
+@pytest.mark.parametrize("factor_shape, flat", tiered([(shape, flat) for shape in FACTOR_SHAPES for flat in (True, False)],
+                                                      keep=[("EH", True), ("E1", False)]))
 def test_edge_factor_matches_reference(plan, factor_shape, flat, monkeypatch):
     """The default kernels (all-heads forward, split backward: the edge-role factor's gradient stored by edge id in
     the dst pass, no atomic backward)."""
@@ -217,7 +217,8 @@ def test_edge_factor_matches_reference(plan, factor_shape, flat, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("factor_role", [ROLE_SRC, ROLE_DST], ids=["src", "dst"])
+@pytest.mark.parametrize("factor_role", tiered([pytest.param(ROLE_SRC, id="src"), pytest.param(ROLE_DST, id="dst")],
+                                                keep=[(ROLE_SRC,)]))
 def test_node_factor_runs_the_atomic_backward(plan, factor_role, monkeypatch):
     """A src- or dst-role factor's gradient is summed by atomics (the split backward stores edge-role ones only):
     the atomic backward runs, and a gradient of the other arguments alone takes the split one."""
@@ -230,8 +231,8 @@ def test_node_factor_runs_the_atomic_backward(plan, factor_role, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("backward", ["split", "atomic"])
-@pytest.mark.parametrize("heads_variant", ["all", "per_head"])
+@pytest.mark.parametrize("backward, heads_variant", tiered([(b, h) for b in ("split", "atomic") for h in ("all", "per_head")],
+                                                          keep=[("split", "per_head"), ("atomic", "all")]))
 def test_forward_and_backward_variants(plan, backward, heads_variant, monkeypatch):
     monkeypatch.setenv(csr_launch.BACKWARD_ENV, backward)
     monkeypatch.setenv(csr_launch.HEADS_ENV, heads_variant)
@@ -239,19 +240,23 @@ def test_forward_and_backward_variants(plan, backward, heads_variant, monkeypatc
 
 
 @runs_kernel
-@pytest.mark.parametrize("needs", [[False, False, False, True], [True, True, True, False], [False, True, False, True]],
-                         ids=["factor_only", "no_factor", "query_and_factor"])
+@pytest.mark.parametrize("needs", tiered([pytest.param([False, False, False, True], id="factor_only"),
+                                          pytest.param([True, True, True, False], id="no_factor"),
+                                          pytest.param([False, True, False, True], id="query_and_factor")],
+                                         keep=[([False, False, False, True],)]))
 def test_gradients_asked_in_part(plan, needs):
     """Only the factor (the dst pass runs for it alone), everything but the factor, the query and the factor."""
     check_factor(plan, needs=needs)
 
 
 @runs_kernel
+@pytest.mark.slow
 def test_factor_with_an_edge_key_term(plan):
     check_factor(plan, edge_key=True)
 
 
 @runs_kernel
+@pytest.mark.slow
 def test_factor_with_attention_dropout(plan):
     check_factor(plan, dropout=True)
 
