@@ -2,13 +2,13 @@
 
 On a machine with CUDA one pytest process runs every tier but ``slow`` (the Triton kernels on the GPU). On a CPU
 machine the Triton kernel tests (marker ``triton``) run under Triton's interpreter, ``TRITON_INTERPRET=1 pytest -m
-triton``, in pytest processes of their own: the interpreter only takes effect for kernels defined after it is set, and
-set in the main process it would interpret Inductor's kernels too. The main tier (``-m "not triton"``) runs in two
-processes (tests/models and tests/test_examples.py apart) and the interpreter tier in two (the attention kernel files
-of :data:`HEAVY_INTERPRETED` apart), so that the four share CI's two cores about evenly: measured alone on one core of
-a 2-core machine, the interpreter tier took 718 s, 360 of them in those files. The first process prints as it goes,
-the others' output follows when all have ended. The exit status is pytest's: 1 when a test failed in any process, 5
-when no process ran a test.
+triton``, in pytest processes of their own: the interpreter only takes effect for kernels defined after it
+is set, and set in the main process it would interpret Inductor's kernels too. The main tier (``-m "not triton"``)
+runs in two processes (tests/models, tests/test_examples.py and tests/benchmarks apart) and the interpreter tier in
+two (the attention kernel files of :data:`HEAVY_INTERPRETED` apart), so that the four share CI's two cores about
+evenly: measured alone on one core of a 2-core machine, the interpreter tier took 718 s, 360 of them in those files.
+The first process prints as it goes, the others' output follows when all have ended. The exit status is pytest's: 1
+when a test failed in any process, 5 when no process ran a test.
 ``--slow`` adds the ``slow`` tier (the full grids: on the device, and before a release).
 """
 import os
@@ -43,12 +43,13 @@ def main(argv: list) -> int:
     if torch.cuda.is_available():
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30",
                                 *extra, "tests"], cwd=ROOT, env=base)
-    # the main tier in two processes (the model-level tests and the examples apart) and the interpreter tier in two,
-    # so that the four share the two cores evenly (a fresh clone on a 2-core machine, three processes: the rest
-    # 796 s, models and examples 606 s, the interpreter tier 1,009 s)
+    # the main tier in two processes (the model-level tests, the examples and the benchmarks' tests apart) and the
+    # interpreter tier in two, so that the four share the two cores evenly (a fresh clone on a 2-core machine, four
+    # processes, the benchmarks' tests in the first: 925 s, 717 s, 777 s and 809 s)
     interpreted = {**base, "TRITON_INTERPRET": "1"}
-    tiers = [("not triton", ["tests", "--ignore=tests/models", "--ignore=tests/test_examples.py"], base),
-             ("not triton", ["tests/models", "tests/test_examples.py"], base),
+    apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks"]
+    tiers = [("not triton", ["tests", *(f"--ignore={path}" for path in apart)], base),
+             ("not triton", apart, base),
              ("triton", HEAVY_INTERPRETED, interpreted),
              ("triton", ["tests", *(f"--ignore={path}" for path in HEAVY_INTERPRETED)], interpreted)]
     start = time.monotonic()

@@ -42,6 +42,7 @@ def test_fit_attention_recovers_the_constants_it_was_given(tmp_path, capsys):
     assert out.count("| c | block |") == 2  # the hybrid row is not a point
 
 
+@pytest.mark.slow  # a developer's A/B tool, about 30 s of two child processes: run with --slow
 def test_tree_ab_measures_each_tree_staged_on_its_own(capsys, monkeypatch):
     """Both trees (here the same revision) run in their own interpreter from their staged copy (the child checks the
     package it imported is the staged one) and land in one table."""
