@@ -37,6 +37,12 @@ A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy of the first n
 * ``error``: a mode that raises (out of memory, a compile error) records the exception and the run goes on;
 * gnn_io: ``rewrites`` (op -> count, from the rewrite report) and ``near_misses`` (pattern -> reason).
 
+Mini-batches (``--batch N``): the steps train on subgraphs sampled as PyG's ``NeighborLoader`` samples a
+``HeteroData`` (:func:`benchmarks.sampler.hetero_neighbor_sample`: ``N`` seeds of the first node type, ``--fanout``
+in-neighbours per edge type and hop), a pool of ``--pool`` batches drawn once and cycled, the loss on the seeds'
+rows; ``recompiles``: Dynamo's graph compilations after the warm-up. The RGCN models take the whole graph's
+homogeneous form and have no mini-batch mode.
+
 ``inductor`` runs as in a process that never imported gnn_inductor
 (:func:`gnn_inductor.testing.plain_torch_compile`: Dynamo's default capture of data-dependent shapes, PyG's own
 ``HeteroLinear`` loop); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise
@@ -56,12 +62,15 @@ import time
 import traceback
 
 import torch
+from torch._dynamo.utils import counters
 import torch.nn.functional as F
 
 import gnn_inductor  # registers the backend; also turns on Dynamo's capture of data-dependent output shapes
 from gnn_inductor import rewrite_report
 from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import plain_torch_compile
+
+from benchmarks.sampler import hetero_neighbor_sample, to_csc
 
 MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
 MODES = ("eager", "inductor", "gnn_io")
@@ -128,11 +137,37 @@ class Workload:
         self.y = torch.randint(0, args.classes, (self.data[self.first].num_nodes,), generator=generator,
                                device=self.device)
         self.num_nodes, self.num_edges = self.data.num_nodes, self.data.num_edges
+        self.pool = self._sample_pool(args) if args.batch else []
+
+    def _sample_pool(self, args) -> list:
+        """``--pool`` mini-batches of ``--batch`` seeds of the first node type: ``(x_dict, edge_index_dict, y)``."""
+        num_nodes = {t: self.data[t].num_nodes for t in self.node_types}
+        cscs = {(s, r, d): to_csc(self.edge_index_dict[s, r, d], num_nodes[d], num_src=num_nodes[s])
+                for s, r, d in self.data.edge_types}
+        fanouts = [int(f) for f in args.fanout.split(",")]
+        generator = torch.Generator(device=self.device).manual_seed(args.seed + 2)
+        order = torch.randperm(num_nodes[self.first], generator=generator, device=self.device)
+        pool, self.batch_nodes, self.batch_edges = [], [], []
+        for i in range(args.pool):
+            seeds = order[(i * args.batch) % order.numel():][:args.batch]
+            batch = hetero_neighbor_sample(cscs, num_nodes, self.first, seeds, fanouts, generator)
+            x_dict = {t: self.x_dict[t][ids] for t, ids in batch.n_id.items()}
+            pool.append((x_dict, batch.edge_index, self.y[seeds]))
+            self.batch_nodes.append(sum(int(ids.numel()) for ids in batch.n_id.values()))
+            self.batch_edges.append(sum(int(e.shape[1]) for e in batch.edge_index.values()))
+        return pool
 
     def inputs(self, model: str) -> tuple:
         if model.startswith("rgcn"):
             return self.x_dict, self.homogeneous.edge_index, self.homogeneous.edge_type
         return self.x_dict, self.edge_index_dict
+
+    def step(self, model: str, i: int) -> tuple:
+        """``(inputs, labels)`` of step ``i``: the whole graph, or the pool's batches in turn."""
+        if not self.pool:
+            return self.inputs(model), self.y
+        x_dict, edge_index_dict, y = self.pool[i % len(self.pool)]
+        return (x_dict, edge_index_dict), y
 
 
 class RGCN(torch.nn.Module):
@@ -222,8 +257,8 @@ def compile_model(mode: str, model: torch.nn.Module, cpu_rewrites: bool):
 def train_step(model, optimizer, inputs, y, work: Workload):
     optimizer.zero_grad(set_to_none=True)
     out = model(*inputs)
-    rows = out[work.first] if isinstance(out, dict) else out[:y.numel()]
-    F.cross_entropy(rows, y).backward()
+    rows = out[work.first] if isinstance(out, dict) else out
+    F.cross_entropy(rows[:y.numel()], y).backward()
     optimizer.step()
     return out
 
@@ -242,8 +277,14 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
     plain = mode == "inductor"
     dynamo = plain_torch_compile() if plain else contextlib.nullcontext()
     record = {"graph": work.name, "model": name, "mode": mode, "nodes": work.num_nodes, "edges": work.num_edges}
+    if work.pool:
+        record.update(batch=args.batch, fanout=args.fanout, batch_nodes=[min(work.batch_nodes), max(work.batch_nodes)],
+                      batch_edges=[min(work.batch_edges), max(work.batch_edges)])
     model = compiled = optimizer = first = None
-    inputs = work.inputs(name)
+    steps = iter(range(1 << 30))
+
+    def step():
+        return train_step(compiled, optimizer, *work.step(name, next(steps)), work)
     try:
         with dynamo:
             torch._dynamo.reset()
@@ -255,25 +296,27 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
             compiled = compile_model(mode, model, args.cpu_rewrites)
             optimizer = torch.optim.Adam(model.parameters(), lr=LR)
             t = time.perf_counter()
-            first = flat_output(train_step(compiled, optimizer, inputs, work.y, work), work)
+            first = flat_output(step(), work)
             sync()
             record["first_step_s"] = time.perf_counter() - t
             if reference is not None:
                 record["rel_err"] = float((first - reference).norm() / reference.norm().clamp_min(1e-30))
             for _ in range(1, args.warmup):
-                train_step(compiled, optimizer, inputs, work.y, work)
+                step()
             sync()
+            compiles = counters["stats"]["unique_graphs"]
             gc.collect()
             gc.disable()  # no collector pause inside a timed step (enabled again in the finally below)
             times = []
             for _ in range(args.steps):
                 sync()
                 t = time.perf_counter()
-                train_step(compiled, optimizer, inputs, work.y, work)
+                step()
                 sync()
                 times.append((time.perf_counter() - t) * 1e3)
             gc.enable()
             record["ms"] = statistics.median(times) if times else None
+            record["recompiles"] = counters["stats"]["unique_graphs"] - compiles
             if cuda:
                 record["peak_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
             if mode == "gnn_io":
@@ -298,7 +341,7 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
 def eager_output(pristine, work: Workload, name: str) -> torch.Tensor:
     """Eager PyG's forward with the pristine weights, for ``rel_err`` when eager is not the first mode."""
     with torch.no_grad():
-        return flat_output(copy.deepcopy(pristine)(*work.inputs(name)), work)
+        return flat_output(copy.deepcopy(pristine)(*work.step(name, 0)[0]), work)
 
 
 def parse(argv):
@@ -311,6 +354,9 @@ def parse(argv):
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least one)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every node and edge count")
+    parser.add_argument("--batch", type=int, default=0, help="seeds per sampled mini-batch (0: full-graph steps)")
+    parser.add_argument("--fanout", default="10,10", help="in-neighbours per edge type and hop (mini-batches)")
+    parser.add_argument("--pool", type=int, default=8, help="sampled mini-batches, cycled")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--cpu-rewrites", action="store_true",
@@ -361,6 +407,8 @@ def main(argv=None) -> list:
         print(f"== {graph}: {work.num_nodes} nodes, {work.num_edges} edges in {len(work.data.edge_types)} types")
         for name in models:
             try:
+                if work.pool and name.startswith("rgcn"):
+                    raise ValueError("the RGCN models take the whole graph's homogeneous form: no mini-batch mode")
                 pristine = build_model(name, work, args.hidden, args.classes, args.seed)
                 reference = None if modes[0] == "eager" else eager_output(pristine, work, name)
             except Exception as exc:

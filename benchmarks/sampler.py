@@ -19,6 +19,9 @@ so :func:`neighbor_sample` reproduces that sampler for the homogeneous default (
   built from), ``batch_size`` and the per-hop counts ``num_sampled_nodes`` (seeds first) and
   ``num_sampled_edges``, as the ``Data`` that ``NeighborLoader`` yields carries them.
 
+:func:`hetero_neighbor_sample` does the same per edge type for a heterogeneous graph (one fanout list for every
+edge type), as pyg-lib's heterogeneous sampler does for ``NeighborLoader`` on a ``HeteroData``.
+
 What differs: the random stream (torch's generator, ``floor(U * (i + 1))`` from float64 uniforms, not pyg-lib's
 ``RandintEngine``), so the subgraphs are pyg-lib's in distribution and in every ordering rule, not draw for
 draw. The CSC lists each destination's sources in ascending id: what PyG's stable ``index_sort`` by destination
@@ -53,11 +56,12 @@ class Csc:
         return Csc(self.colptr.to(device), self.row.to(device), self.perm.to(device))
 
 
-def to_csc(edge_index: torch.Tensor, num_nodes: int, device=None) -> Csc:
-    """The CSC of ``edge_index`` (``[source, destination]``) on ``device`` (default: where ``edge_index`` is)."""
+def to_csc(edge_index: torch.Tensor, num_nodes: int, device=None, num_src: int | None = None) -> Csc:
+    """The CSC of ``edge_index`` (``[source, destination]``, ``num_nodes`` destinations; ``num_src`` sources, by
+    default as many: a bipartite relation has its own) on ``device`` (default: where ``edge_index`` is)."""
     edge_index = edge_index.to(device) if device is not None else edge_index
     src, dst = edge_index[0].long(), edge_index[1].long()
-    _, perm = torch.sort(dst * num_nodes + src)
+    _, perm = torch.sort(dst * (num_nodes if num_src is None else num_src) + src)
     counts = torch.bincount(dst, minlength=num_nodes)
     colptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=edge_index.device)
     torch.cumsum(counts, 0, out=colptr[1:])
@@ -100,6 +104,42 @@ def _floyd(population: torch.Tensor, count: int, generator) -> torch.Tensor:
     return picks
 
 
+def _hop(csc: Csc, frontier: torch.Tensor, count: int, generator) -> tuple:
+    """One hop from ``frontier`` (destination ids): ``(position, target)``, the CSC positions of the sampled
+    in-edges and the index in ``frontier`` of each one's destination, destination by destination, each's sampled
+    in-neighbours in CSC order or, above ``count``, in Floyd's draw order."""
+    device = csc.device
+    start = csc.colptr[frontier]
+    degree = csc.colptr[frontier + 1] - start
+    take = degree if count < 0 else degree.clamp(max=count)
+    total = int(take.sum())
+    target = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), take, output_size=total)
+    slot = torch.arange(total, device=device) - (torch.cumsum(take, 0) - take)[target]
+    position = start[target] + slot  # the CSC position: all neighbours in CSC order ...
+    if count > 0:
+        heavy = degree > count
+        heavy_rows = heavy.nonzero().squeeze(1)
+        if heavy_rows.numel():  # ... or, above the fanout, Floyd's draws in their order
+            picks = _floyd(degree[heavy_rows], count, generator)
+            which = torch.full((frontier.numel(),), -1, dtype=torch.long, device=device)
+            which[heavy_rows] = torch.arange(heavy_rows.numel(), device=device)
+            drawn = heavy[target]
+            position[drawn] = start[target[drawn]] + picks[which[target[drawn]], slot[drawn]]
+    return position, target
+
+
+def _number_new(source: torch.Tensor, local: torch.Tensor, first: torch.Tensor, offset: int) -> torch.Tensor:
+    """The nodes of ``source`` without a local id yet (``local < 0``), in the order the edges meet them, numbered
+    from ``offset`` in ``local``; ``first`` is scratch of ``local``'s size."""
+    candidate = source[local[source] < 0]
+    order = torch.arange(candidate.numel(), device=source.device)
+    first[candidate] = candidate.numel()
+    first.scatter_reduce_(0, candidate, order, "amin")
+    new = candidate[first[candidate] == order]
+    local[new] = torch.arange(offset, offset + new.numel(), device=source.device)
+    return new
+
+
 def neighbor_sample(csc: Csc, seeds: torch.Tensor, num_neighbors: list, generator=None) -> SampledBatch:
     """Sample the ``len(num_neighbors)``-hop neighbourhood of ``seeds`` (distinct node ids) on ``csc``'s device,
     as pyg-lib's ``neighbor_sample`` does for ``NeighborLoader`` (the module's docstring says what matches).
@@ -113,40 +153,77 @@ def neighbor_sample(csc: Csc, seeds: torch.Tensor, num_neighbors: list, generato
     num_sampled_nodes, num_sampled_edges = [int(seeds.numel())], []
     frontier, begin = seeds, 0
     for count in num_neighbors:
-        start = csc.colptr[frontier]
-        degree = csc.colptr[frontier + 1] - start
-        take = degree if count < 0 else degree.clamp(max=count)
-        total = int(take.sum())
-        target = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), take, output_size=total)
-        slot = torch.arange(total, device=device) - (torch.cumsum(take, 0) - take)[target]
-        position = start[target] + slot  # the CSC position: all neighbours in CSC order ...
-        if count > 0:
-            heavy = degree > count
-            heavy_rows = heavy.nonzero().squeeze(1)
-            if heavy_rows.numel():  # ... or, above the fanout, Floyd's draws in their order
-                picks = _floyd(degree[heavy_rows], count, generator)
-                which = torch.full((frontier.numel(),), -1, dtype=torch.long, device=device)
-                which[heavy_rows] = torch.arange(heavy_rows.numel(), device=device)
-                drawn = heavy[target]
-                position[drawn] = start[target[drawn]] + picks[which[target[drawn]], slot[drawn]]
+        position, target = _hop(csc, frontier, count, generator)
         source = csc.row[position]
-        # the new nodes, numbered in the order the edges meet them
-        candidate = source[local[source] < 0]
-        order = torch.arange(candidate.numel(), device=device)
-        first[candidate] = candidate.numel()
-        first.scatter_reduce_(0, candidate, order, "amin")
-        new = candidate[first[candidate] == order]
-        offset = sum(num_sampled_nodes)
-        local[new] = torch.arange(offset, offset + new.numel(), device=device)
+        new = _number_new(source, local, first, sum(num_sampled_nodes))
         nodes.append(new)
         sources.append(local[source])
         targets.append(target + begin)
         edge_ids.append(csc.perm[position])
         num_sampled_nodes.append(int(new.numel()))
-        num_sampled_edges.append(total)
+        num_sampled_edges.append(int(position.numel()))
         begin += frontier.numel()
         frontier = new
     empty = torch.empty(0, dtype=torch.long, device=device)
     edge_index = torch.stack([torch.cat(sources or [empty]), torch.cat(targets or [empty])])
     return SampledBatch(torch.cat(nodes), torch.cat(edge_ids or [empty]), edge_index, int(seeds.numel()),
                         num_sampled_nodes, num_sampled_edges)
+
+
+@dataclass
+class HeteroSampledBatch:
+    """One heterogeneous mini-batch, the fields of the ``HeteroData`` that ``NeighborLoader`` yields: per node type
+    the global ids in local order (``n_id``; the seeds first in ``input_type``), per edge type the local
+    ``edge_index`` and the edge positions ``e_id``."""
+    n_id: dict
+    edge_index: dict
+    e_id: dict
+    input_type: str
+    batch_size: int
+
+
+def hetero_neighbor_sample(cscs: dict, num_nodes: dict, input_type: str, seeds: torch.Tensor, num_neighbors: list,
+                           generator=None) -> HeteroSampledBatch:
+    """Sample the ``len(num_neighbors)``-hop neighbourhood of ``seeds`` (distinct ids of ``input_type``) over the
+    edge types of ``cscs`` (``(src, rel, dst)`` -> the :class:`Csc` of that relation, ``num_nodes[dst]`` columns,
+:func:`to_csc` with ``num_src=num_nodes[src]``), as
+    pyg-lib's heterogeneous ``neighbor_sample`` does for ``NeighborLoader`` with the same fanout for every edge type:
+    per hop and per edge type in ``cscs``'s order, each destination node first met in the previous hop (the seeds in
+    the first) takes in-neighbours by that relation as :func:`neighbor_sample` does; a source node met for the first
+    time gets the next local id of its type and joins the next hop's frontier of its type. The random stream differs
+    from pyg-lib's as the module's docstring says."""
+    device = next(iter(cscs.values())).device
+    seeds = seeds.to(device=device, dtype=torch.long)
+    local = {t: torch.full((n,), -1, dtype=torch.long, device=device) for t, n in num_nodes.items()}
+    first = {t: torch.empty(n, dtype=torch.long, device=device) for t, n in num_nodes.items()}
+    local[input_type][seeds] = torch.arange(seeds.numel(), device=device)
+    nodes = {t: [] for t in num_nodes}
+    nodes[input_type].append(seeds)
+    counts = {t: 0 for t in num_nodes}
+    counts[input_type] = int(seeds.numel())
+    edges = {e: ([], [], []) for e in cscs}
+    empty = torch.empty(0, dtype=torch.long, device=device)
+    frontier = {t: (seeds, 0) if t == input_type else (empty, 0) for t in num_nodes}  # (ids, first local id)
+    for count in num_neighbors:
+        new_nodes = {t: [] for t in num_nodes}
+        for (src, rel, dst), csc in cscs.items():
+            ids, begin = frontier[dst]
+            if not ids.numel():
+                continue
+            position, target = _hop(csc, ids, count, generator)
+            source = csc.row[position]
+            new = _number_new(source, local[src], first[src], counts[src])
+            counts[src] += int(new.numel())
+            new_nodes[src].append(new)
+            sources, targets, edge_ids = edges[src, rel, dst]
+            sources.append(local[src][source])
+            targets.append(target + begin)
+            edge_ids.append(csc.perm[position])
+        for t, added in new_nodes.items():
+            start = sum(int(n.numel()) for n in nodes[t])
+            nodes[t].extend(added)
+            frontier[t] = (torch.cat(added) if added else empty, start)
+    edge_index = {e: torch.stack([torch.cat(s or [empty]), torch.cat(d or [empty])]) for e, (s, d, _) in edges.items()}
+    e_id = {e: torch.cat(i or [empty]) for e, (_, _, i) in edges.items()}
+    return HeteroSampledBatch({t: torch.cat(n or [empty]) for t, n in nodes.items()}, edge_index, e_id, input_type,
+                              int(seeds.numel()))

@@ -94,3 +94,20 @@ def test_benchmark_runs_and_matches_eager(graph, model, nodes, edges, tmp_path, 
     assert {"device", "torch", "torch_geometric", "triton", "date", "command"} <= set(saved["meta"])
     assert saved["meta"]["command"].startswith(f"python -m benchmarks.hetero --graphs {graph}")
     assert f"| {graph} | {model} |" in capsys.readouterr().out
+
+
+def test_mini_batches_train_on_sampled_subgraphs_and_match_eager(tmp_path, one_thread):
+    """``--batch``: steps on a pool of sampled subgraphs (seeds of the first node type), the first against eager's
+    on the same batch; the RGCN models have no mini-batch mode and say so."""
+    records = hetero.main(["--graphs", "rec-like", "--models", "hetero_sage,rgcn", "--modes", "eager,gnn_io",
+                           "--cpu-rewrites", "--device", "cpu", "--scale", str(SCALE), "--steps", "2", "--warmup",
+                           "1", "--hidden", "16", "--classes", "8", "--batch", "16", "--fanout", "3,2", "--pool", "3",
+                           "--out", str(tmp_path / "hetero.json")])
+    by = {(r["model"], r["mode"]): r for r in records}
+    for mode in ("eager", "gnn_io"):
+        r = by["hetero_sage", mode]
+        assert "error" not in r, r
+        assert r["batch"] == 16 and r["fanout"] == "3,2" and r["ms"] > 0 and r["recompiles"] >= 0
+        assert 16 < r["batch_nodes"][0] <= r["batch_nodes"][1] < 1250 and 0 < r["batch_edges"][0]
+        assert "no mini-batch mode" in by["rgcn", mode]["error"]
+    assert by["hetero_sage", "gnn_io"]["rel_err"] < 1e-4
