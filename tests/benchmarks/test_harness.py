@@ -3,6 +3,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import torch
 
 from benchmarks import harness
@@ -98,6 +99,7 @@ def test_isolated_cases_survive_a_dying_process(monkeypatch, tmp_path):
     assert next(r for r in records if r["mode"] == "bad")["nodes"] == 1024
 
 
+@pytest.mark.slow  # three child harness processes, about 25 s on a 2-core CPU: run with --slow
 def test_isolated_run_end_to_end(tmp_path):
     harness.main(["--device", "cpu", "--graphs", "rmat-small", "--layers", "gcn", "--modes", "eager,gnn_io",
                   "--reps", "1", "--isolate", "--out", str(tmp_path)])
