@@ -105,10 +105,38 @@ class RewriteContext:
             return int(expr)
         if expr in self._symbols:
             return self._symbols[expr]
+        built = self._from_symbols(expr)
+        if built is not None:
+            return built
         with self.gm.graph.inserting_after(tensor_node):
             node = self.gm.graph.call_function(torch.ops.aten.sym_size.int, (tensor_node, dim))
         node.meta["val"] = size
         return node
+
+    def _from_symbols(self, expr, before: Optional[Node] = None) -> Optional[Node]:
+        """A size that is a sum of products of the graph's SymInt inputs and integers (the rows of a ``cat`` of
+        several node types: ``s0 + s1``), computed from those inputs ahead of every other node, or None. Taking
+        such a size from the tensor that has it instead would place the plan after that tensor, which an
+        aggregation's own scatter is (its replacement would then read a plan built from its own output)."""
+        if expr.is_Integer:
+            return int(expr)
+        if expr in self._symbols:
+            return self._symbols[expr]
+        if not (expr.is_Add or expr.is_Mul) or not expr.free_symbols <= set(self._symbols):
+            return None
+        if before is None:
+            before = next(n for n in self.gm.graph.nodes if n.op != "placeholder")
+        terms = [self._from_symbols(term, before) for term in expr.args]
+        if any(term is None for term in terms):
+            return None
+        combine = operator.add if expr.is_Add else operator.mul
+        result = terms[0]
+        for term in terms[1:]:
+            with self.gm.graph.inserting_before(before):
+                result = self.gm.graph.call_function(combine, (result, term))
+            result.meta["val"] = combine(*(t.meta["val"] if isinstance(t, Node) else t for t in result.args))
+            self.structure.add(result)
+        return result
 
     def csr(self, dst_index: Node, src_index: Node, num_dst, num_src) -> "PlanNodes":
         """The CSR plan nodes for edges ``src -> dst`` (see ``gnn_inductor/plan/csr.py``); one per distinct

@@ -93,6 +93,36 @@ def test_hgt_conv_is_one_graph_with_its_attention_rewritten_and_matches_eager():
             torch.testing.assert_close(p.grad, grads[name], **tol)
 
 
+def test_hgt_conv_over_changing_graphs_rewrites_its_attention_with_sizes_from_the_symbols():
+    """Sampled mini-batches: compiled with symbolic sizes, the attention's destination rows are a sum of the node
+    types' counts (``s0 + s1``), which the plan takes from the size inputs (never from the scatter it replaces), and
+    each call's output and gradients match eager's."""
+    torch.manual_seed(0)
+    conv = HGTConv(8, 8, random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, dtype=torch.float64)[2], heads=2).double()
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="gnn_io", options={"force": True, "cpu_rewrite": True, "strict": True})
+    tol = tolerance(torch.float64)
+    for scale in (1, 2):
+        x, edge_index, _ = random_hetero_graph({k: v * scale for k, v in HGT_SIZES.items()},
+                                               {k: v * scale for k, v in HGT_EDGES.items()}, 8, dtype=torch.float64)
+        for tensor, dim in [*((t, 0) for t in x.values()), *((e, 1) for e in edge_index.values())]:
+            torch._dynamo.mark_dynamic(tensor, dim)
+        expected = conv(x, edge_index)
+        sum(v.square().sum() for v in expected.values()).backward()
+        grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
+        conv.zero_grad()
+        out = compiled(x, edge_index)
+        sum(v.square().sum() for v in out.values()).backward()
+        for key in expected:
+            torch.testing.assert_close(out[key], expected[key], **tol)
+        for name, p in conv.named_parameters():
+            torch.testing.assert_close(p.grad, grads.get(name, torch.zeros_like(p)), **tol)
+        conv.zero_grad()
+    # one graph, of symbolic sizes, with its attention rewritten
+    (report,) = rewrite_report.reports(compiled)
+    assert any(w.pattern == "attention" for w in report.rewrites)
+
+
 def _recording(ran: list, name: str, real):
     """``real``, appending ``name`` to ``ran`` at each call."""
     def recorded(*args, **kwargs):
