@@ -58,10 +58,16 @@ def main(argv: list) -> int:
         log = None if i == 0 else tempfile.TemporaryFile(mode="w+")
         label = ("TRITON_INTERPRET=1 " if "TRITON_INTERPRET" in env else "") + f"-m '{marker}' {' '.join(paths)}"
         runs.append((label, log, _pytest(marker, paths, extra, env, log)))
+    ended = {}
+    while len(ended) < len(runs):  # each process's own end time, to keep the four balanced
+        for i, (_, _, process) in enumerate(runs):
+            if i not in ended and process.poll() is not None:
+                ended[i] = time.monotonic() - start
+        time.sleep(0.5)
     codes = []
-    for label, log, process in runs:
-        codes.append(process.wait())
-        print(f"\n===== {label}: exit {codes[-1]} after {time.monotonic() - start:.0f} s =====", flush=True)
+    for i, (label, log, process) in enumerate(runs):
+        codes.append(process.returncode)
+        print(f"\n===== {label}: exit {codes[-1]} after {ended[i]:.0f} s =====", flush=True)
         if log is not None:
             log.seek(0)
             sys.stdout.write(log.read())

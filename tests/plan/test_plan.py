@@ -12,6 +12,7 @@ import gnn_inductor  # noqa: F401
 from gnn_inductor.passes import direct_ops
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import random_graph
+from tests.tiers import tiered
 
 
 def op_counts(fn) -> Counter:
@@ -342,8 +343,10 @@ def test_an_integer_setting_that_is_not_one_is_an_error(monkeypatch, value):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("layer", ["gat", "gcn"])
-@pytest.mark.parametrize("cuda_graphs", [False, True], ids=["plain", "size_specialized"])
+# the default tier: each layer once, each compile once (the other two pairs with --slow)
+@pytest.mark.parametrize("cuda_graphs, layer", tiered(
+    [pytest.param(graphs, layer, id=f"{'size_specialized' if graphs else 'plain'}-{layer}")
+     for graphs in (False, True) for layer in ("gat", "gcn")], [(True, "gat"), (False, "gcn")]))
 def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer, cuda_graphs, monkeypatch):
     """PyG's self-loop handling indexes the edge inputs by a structure mask (``edge_attr[mask]``). With edge inputs
     that need a gradient the indexing stays in the model's graph: its ``nonzero`` becomes structure (the plan makes

@@ -340,7 +340,8 @@ def test_opcheck_fused(plan):
 @runs_kernel
 @pytest.mark.parametrize("heads, channels", tiered([pytest.param(1, 4, id="1x4"), pytest.param(4, 4, id="4x4"),
                                                     pytest.param(3, 5, id="3x5_padded")], [(3, 5)]))
-@pytest.mark.parametrize("name", list(CASES))
+# the default tier: each family once, edge roles and dropout among them (the other five with --slow)
+@pytest.mark.parametrize("name", tiered(list(CASES), ["gat", "gat_edge", "gatv2_edge", "transformer_dropout"]))
 def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
     """Output, lse and gradients of the one-program-per-item kernels, forward and split backward (hub split and
     combined, isolated nodes 0); 2 heads: the half-precision and mixing tests below."""
@@ -410,7 +411,7 @@ def split_backward_case(name, plan, dropout=None) -> tuple:
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat", "gatv2_edge", "transformer_edge"])
+@pytest.mark.parametrize("name", tiered(["gat", "gatv2_edge", "transformer_edge"], ["gatv2_edge"]))
 def test_split_passes_launch_apart(plan, name, monkeypatch):
     """Each split pass takes its own launch (the measured pair, or one pass overridden down to one edge per block):
     the launches change no gradient, and each pass ran with the launch asked of it. Both passes: ``split`` (GAT's
@@ -690,8 +691,12 @@ def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypat
 
 @pytest.mark.triton
 @pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
-@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
-@pytest.mark.parametrize("name, make, family", LAYERS[:3], ids=[name for name, _, _ in LAYERS[:3]])
+# the default tier: each layer once, with and without edge features between them (the other three with --slow)
+@pytest.mark.parametrize("name, make, family, with_edge_attr", tiered(
+    [pytest.param(name, make, family, edge, id=f"{name}-{'edge_attr' if edge else 'no_edge_attr'}")
+     for name, make, family in LAYERS[:3] for edge in (False, True)],
+    [("gat", LAYERS[0][1], "gat", True), ("gatv2", LAYERS[1][1], "gatv2", False),
+     ("transformer", LAYERS[2][1], "dot", True)]))
 def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family, with_edge_attr, monkeypatch):
     """The CUDA tests' matrix (tests/kernels/attention/test_attention_cuda.py) on the fused kernels, interpreted: GATConv,
     GATv2Conv and TransformerConv compiled with ``gnn_io``, with and without edge features, against eager PyG,
