@@ -1,5 +1,6 @@
 """Full-graph training steps of heterogeneous-graph models: PyG eager, ``torch.compile`` default (Inductor) and
-``torch.compile(backend="gnn_io")``, in the same process, one after another.
+``torch.compile(backend="gnn_io")``, each also under CUDA graphs (``mode="reduce-overhead"``), in the same process,
+one after another.
 
     python -m benchmarks.hetero --graphs mag-like,rec-like --models rgcn,rgcn_bases,hgt,hetero_sage,hetero_gat,\\
         to_hetero_sage,to_hetero_gat --modes eager,inductor,gnn_io --hidden 64 --steps 10 --warmup 3 \\
@@ -43,11 +44,16 @@ in-neighbours per edge type and hop), a pool of ``--pool`` batches drawn once an
 rows; ``recompiles``: Dynamo's graph compilations after the warm-up. The RGCN models take the whole graph's
 homogeneous form and have no mini-batch mode.
 
-``inductor`` runs as in a process that never imported gnn_inductor
+Modes: ``eager``; ``inductor`` and ``inductor_cg``, ``torch.compile(model)`` and ``torch.compile(model,
+mode="reduce-overhead")``, run as in a process that never imported gnn_inductor
 (:func:`gnn_inductor.testing.plain_torch_compile`: Dynamo's default capture of data-dependent shapes, PyG's own
-``HeteroLinear`` loop); ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it otherwise
-leaves the aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records and the metadata
-after each; a Markdown table last.
+``HeteroLinear`` loop); ``gnn_io`` and ``gnn_io_cg``, ``backend="gnn_io"`` without and with
+``mode="reduce-overhead"`` (which pads mini-batches to shape buckets, gnn_inductor/buckets.py, and records each
+as a CUDA graph; ``buckets`` in a gnn_io record lists the padded sizes compiled). The ``_cg`` modes call
+``torch.compiler.cudagraph_mark_step_begin()`` before each step and need ``--device cuda``: on another device their
+records say they were skipped. ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it
+otherwise leaves the aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records
+and the metadata after each; a Markdown table last.
 """
 import argparse
 import contextlib
@@ -73,7 +79,9 @@ from gnn_inductor.testing import plain_torch_compile
 from benchmarks.sampler import hetero_neighbor_sample, to_csc
 
 MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
-MODES = ("eager", "inductor", "gnn_io")
+MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
+BASELINES = ("eager", "inductor", "inductor_cg")
+CUDA_GRAPH_MODES = ("inductor_cg", "gnn_io_cg")
 HEADS = 4
 BASES = 4
 LR = 0.01
@@ -249,9 +257,11 @@ def build_model(name: str, work: Workload, hidden: int, classes: int, seed: int)
 
 
 def compile_model(mode: str, model: torch.nn.Module, cpu_rewrites: bool):
-    if mode == "gnn_io":
-        return torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True} if cpu_rewrites else None)
-    return torch.compile(model) if mode == "inductor" else model
+    cuda_graphs = "reduce-overhead" if mode in CUDA_GRAPH_MODES else None
+    if mode in ("gnn_io", "gnn_io_cg"):
+        return torch.compile(model, backend="gnn_io", mode=cuda_graphs,
+                             options={"cpu_rewrite": True} if cpu_rewrites else None)
+    return torch.compile(model, mode=cuda_graphs) if mode in ("inductor", "inductor_cg") else model
 
 
 def train_step(model, optimizer, inputs, y, work: Workload):
@@ -274,16 +284,21 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
     """One mode's record and its first forward's output (None if it raised)."""
     cuda = work.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    plain = mode == "inductor"
+    plain = mode in ("inductor", "inductor_cg")
     dynamo = plain_torch_compile() if plain else contextlib.nullcontext()
     record = {"graph": work.name, "model": name, "mode": mode, "nodes": work.num_nodes, "edges": work.num_edges}
     if work.pool:
         record.update(batch=args.batch, fanout=args.fanout, batch_nodes=[min(work.batch_nodes), max(work.batch_nodes)],
                       batch_edges=[min(work.batch_edges), max(work.batch_edges)])
+    if mode in CUDA_GRAPH_MODES and not cuda:
+        record["skipped"] = f"{mode} records CUDA graphs: it needs --device cuda"
+        return record, None
     model = compiled = optimizer = first = None
     steps = iter(range(1 << 30))
 
     def step():
+        if mode in CUDA_GRAPH_MODES:
+            torch.compiler.cudagraph_mark_step_begin()  # a new training step: the last step's outputs are dead
         return train_step(compiled, optimizer, *work.step(name, next(steps)), work)
     try:
         with dynamo:
@@ -319,11 +334,13 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
             record["recompiles"] = counters["stats"]["unique_graphs"] - compiles
             if cuda:
                 record["peak_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
-            if mode == "gnn_io":
+            if mode in ("gnn_io", "gnn_io_cg"):
                 reports = rewrite_report.reports(model)
                 ops = [w.op for r in reports for w in r.rewrites]
                 record["rewrites"] = {op: ops.count(op) for op in sorted(set(ops))}
                 record["near_misses"] = {m.pattern: str(m.reason)[:200] for r in reports for m in r.near_misses}
+                record["buckets"] = [b for r in reports for w in r.rewrites if w.pattern == "buckets"
+                                     for b in w.details["buckets"]]
     except Exception as exc:  # an out-of-memory or a compile error of one mode is a result, not the end of the run
         record["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
         traceback.print_exc(limit=3)
@@ -435,24 +452,33 @@ def print_table(records, graphs, models, meta):
             return "error" if r and "error" in r else "-"
         return fmt.format(r[key])
 
+    def ms(r):
+        return r.get("ms") if r and "error" not in r else None
+
     print(f"\n{meta['device']}, torch {meta['torch']}, PyG {meta['torch_geometric']}: ms per training step (median), "
-          "compile = torch.compile default; peak GB above the graph's own memory (CUDA); rel_err of the first "
-          "forward against eager, compile / gnn_io\n")
-    print("| graph | model | eager ms | compile ms | gnn_io ms | gnn_io vs eager | gnn_io vs compile "
-          "| peak GB eager/compile/gnn_io | rel_err |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    errors = []
+          "compile = torch.compile default, _cg = mode=\"reduce-overhead\" (CUDA graphs); x best: the best of eager, "
+          "compile and compile_cg over the best gnn_io mode; peak GB above the graph's own memory (CUDA); rel_err of "
+          "the first forward against eager, compile / compile_cg / gnn_io / gnn_io_cg\n")
+    print("| graph | model | eager ms | compile ms | compile_cg ms | gnn_io ms | gnn_io_cg ms | gnn_io vs eager "
+          "| gnn_io vs compile | x best | peak GB eager/compile/compile_cg/gnn_io/gnn_io_cg | rel_err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    notes = []
     for graph in graphs:
         for name in models:
-            e, c, g = (by.get((graph, name, m)) for m in MODES)
-            ms = [r.get("ms") if r and "error" not in r else None for r in (e, c, g)]
-            ratio = ["{:.2f}x".format(base / ms[2]) if base and ms[2] else "-" for base in ms[:2]]
-            peaks = "/".join(cell(r, "peak_gb", "{:.2f}") for r in (e, c, g))
-            errs = " / ".join(cell(r, "rel_err", "{:.1e}") for r in (c, g))
-            print(f"| {graph} | {name} | " + " | ".join(cell(r, "ms", "{:.2f}") for r in (e, c, g))
-                  + f" | {ratio[0]} | {ratio[1]} | {peaks} | {errs} |")
-            errors += [f"{graph} {name} {r['mode']}: {r['error']}" for r in (e, c, g) if r and "error" in r]
-    for line in errors:
+            rows = [by.get((graph, name, m)) for m in MODES]
+            times = dict(zip(MODES, map(ms, rows)))
+            ratio = ["{:.2f}x".format(times[base] / times["gnn_io"]) if times[base] and times["gnn_io"] else "-"
+                     for base in ("eager", "inductor")]
+            baseline = min((times[m] for m in BASELINES if times[m]), default=None)
+            ours = min((times[m] for m in ("gnn_io", "gnn_io_cg") if times[m]), default=None)
+            best = "{:.2f}x".format(baseline / ours) if baseline and ours else "-"
+            peaks = "/".join(cell(r, "peak_gb", "{:.2f}") for r in rows)
+            errs = " / ".join(cell(r, "rel_err", "{:.1e}") for r in rows[1:])
+            print(f"| {graph} | {name} | " + " | ".join(cell(r, "ms", "{:.2f}") for r in rows)
+                  + f" | {ratio[0]} | {ratio[1]} | {best} | {peaks} | {errs} |")
+            notes += [f"{graph} {name} {r['mode']}: {r['error']}" for r in rows if r and "error" in r]
+            notes += [f"{graph} {name} {r['mode']} skipped: {r['skipped']}" for r in rows if r and "skipped" in r]
+    for line in notes:
         print("- " + line)
 
 

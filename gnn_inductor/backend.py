@@ -333,7 +333,8 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
 def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot):
     """For a graph of changing sizes (mini-batches) that :mod:`gnn_inductor.buckets` may pad: a function that
     wraps the shape-generic compile into the bucketed callable; else None, with the report saying why where the
-    setting asked for buckets. Its own report entry lists the buckets compiled."""
+    setting asked for buckets. Its own report entry lists the buckets compiled (their padded sizes, in the order
+    its ``sizes`` names: node counts, then edge counts)."""
     choice = settings["buckets"]
     on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
     if choice == "off" or not _has_symbolic_sizes(example_inputs) or \
@@ -343,9 +344,10 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     graph_report.track_parameters(example_inputs)
     why = None
     try:
-        layout, why = buckets.layout_of(gm)
+        canonical = functools.cache(lambda: canonicalize(buckets.copy_module(gm)))
+        layout, why = buckets.layout_of(gm, canonical)
         if layout is not None:
-            why = buckets.why_unsafe(canonicalize(buckets.copy_module(gm)), layout)
+            why = buckets.why_unsafe(canonical(), layout)
     except Exception as exc:  # noqa: BLE001  (the analysis failing is a reason not to pad, never the user's error)
         if settings["strict"]:
             raise
@@ -359,7 +361,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     pristine = buckets.copy_module(gm)
     # edge filters (self loops removed) kept at fixed sizes, so the bucket has no data-dependent size
     filters, kept_why = buckets.redirect_filters(pristine, layout)
-    details = {"buckets": [], "edge_filters_at_fixed_size": filters}
+    details = {"buckets": [], "sizes": layout.describe(), "edge_filters_at_fixed_size": filters}
     if kept_why:
         details["edge_filters_kept"] = kept_why
     rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, details,
@@ -391,8 +393,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
 
     def wrap(dynamic):
         return buckets.Bucketed(pristine, layout, compile_at, dynamic,
-                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:2])),
-                                pad_ids=filters > 0)
+                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:layout.width])))
 
     return wrap
 

@@ -4,10 +4,13 @@ A stream of sampled subgraphs gives Dynamo a graph of symbolic sizes: ``torch.co
 kernels and, under ``mode="reduce-overhead"``, records a new CUDA graph for every distinct size (every step).
 Here each call's node and edge counts are padded up to a few buckets (:func:`bucket`, a geometric ladder), and
 the graph is compiled once per bucket at fixed sizes, so CUDA graphs replay from the second step of a bucket on.
+A heterogeneous mini-batch (features per node type, an ``edge_index`` per edge type) pads each node type and each
+edge set to its own bucket; which input counts what is :func:`gnn_inductor.buckets_layout.layout_of`'s.
 
-Padding never changes a real output. The padded nodes replicate node 0's row (finite wherever node 0 is, so
-no NaN of a padded row can reach a parameter gradient through a zero), the padded edges are self loops of the
-padded nodes (spread so that none gets more than :data:`PAD_DEGREE` of them), and every output is cut back to
+Padding never changes a real output. The padded nodes of a type replicate its node 0's row (finite wherever node 0
+is, so no NaN of a padded row can reach a parameter gradient through a zero), the padded edges of an edge set join
+padded nodes of its source type to padded nodes of its destination type (self loops within one type), spread so
+that no padded node gets more than :data:`PAD_DEGREE` of them over all edge sets, and every output is cut back to
 the real rows. An edge filter by a mask (PyG's ``remove_self_loops``: ``edge_index[:, mask]``) would leave a
 data-dependent edge count, which neither a fixed-size compile nor a CUDA graph takes: :func:`redirect_filters`
 keeps every edge slot instead and points the dropped edges at padded nodes, where they change no real row.
@@ -24,11 +27,13 @@ import math
 import operator
 from typing import Callable, Optional
 
-import sympy
 import torch
 
-from gnn_inductor.canonical import fake_inputs
+from gnn_inductor.buckets_layout import HOMOGENEOUS, Layout, SizeSlots, copy_module, layout_of, size_expr
 from gnn_inductor.rewrite_report import source_of
+
+__all__ = ["Bucketed", "HOMOGENEOUS", "Layout", "SizeSlots", "bucket", "copy_module", "fits", "layout_of",
+           "padded_for", "padded_sizes", "redirect_filters", "why_unsafe", "with_constant_ints"]
 
 aten = torch.ops.aten
 
@@ -40,7 +45,7 @@ ALIGN = 64
 PAD_DEGREE = 32
 # fixed-size compiles kept per graph before calls of new bucket sizes run the shape-generic graph
 MAX_BUCKETS = 8
-# a call whose own bucket has no compile yet runs in a compiled bucket up to this factor larger in both sizes (two
+# a call whose own bucket has no compile yet runs in a compiled bucket up to this factor larger in every size (two
 # steps of the ladder), if there is one, instead of compiling its own. Over six epochs of 1024-seed batches drawn by
 # benchmarks/sampler.py from the arxiv-sized graph (fanouts 10,10 and 15,10,5; two seeds; 102 batches each), the
 # ladder alone compiled 6-9 buckets, the last at batch 67-94; with this reuse 2-4, the last at batch 16-50 (each
@@ -71,28 +76,30 @@ def bucket(size: int) -> int:
     return int(math.ceil(_rung(step) / ALIGN) * ALIGN)
 
 
+def padded_for(counts: tuple, slots: SizeSlots = HOMOGENEOUS) -> tuple:
+    """The padded sizes of a call of ``counts`` (node counts and edge counts at the positions ``slots`` names): each
+    edge count to its bucket (0 stays 0), each node count to the bucket that leaves it enough padded nodes for no
+    padded node to carry more than :data:`PAD_DEGREE` of the padded edges that end on its type, and at least one."""
+    padded = list(counts)
+    for j in slots.edges:
+        padded[j] = bucket(counts[j]) if counts[j] else 0
+    for i in slots.nodes:
+        load = sum(padded[j] - counts[j] for j in slots.loads.get(i, ()))
+        padded[i] = bucket(counts[i] + max(1, -(-load // PAD_DEGREE)) - 1)
+    return tuple(padded)
+
+
 def padded_sizes(nodes: int, edges: int) -> tuple:
-    """``(padded nodes, padded edges)`` for a graph of ``nodes`` and ``edges``: enough padded nodes that none
-    carries more than :data:`PAD_DEGREE` padded edges."""
-    edge_bucket = bucket(edges) if edges else 0
-    extra_nodes = max(1, -(-(edge_bucket - edges) // PAD_DEGREE))
-    return bucket(nodes + extra_nodes - 1), edge_bucket
+    """``(padded nodes, padded edges)`` for a homogeneous graph of ``nodes`` and ``edges``."""
+    return padded_for((nodes, edges))
 
 
-# node metadata that holds values of the tracing's fake mode (and its ShapeEnv's symbols)
-_TRACED_VALUES = ("example_value", "val", "tensor_meta", "unbacked_bindings")
-
-
-def copy_module(gm: torch.fx.GraphModule, values: bool = True) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose graph can be rewritten in place (Inductor's passes do) without touching ``gm``'s; node
-    metadata is shared, not copied, and without ``values`` the traced values are left out (a compile in another
-    fake mode, whose data-dependent sizes must not meet Dynamo's symbols of the same names)."""
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    if not values:
-        for node in graph.nodes:
-            node.meta = {k: v for k, v in node.meta.items() if k not in _TRACED_VALUES}
-    return torch.fx.GraphModule(gm, graph)
+def fits(padded: tuple, counts: tuple, slots: SizeSlots = HOMOGENEOUS) -> bool:
+    """Whether a call of ``counts`` fits the bucket of ``padded`` sizes: every count at most its padded size, and
+    padded nodes of each type enough for the padded edges that end there (:data:`PAD_DEGREE` each at most)."""
+    return all(p >= c for p, c in zip(padded, counts)) and all(
+        (padded[i] - counts[i]) * PAD_DEGREE >= sum(padded[j] - counts[j] for j in slots.loads.get(i, ()))
+        and padded[i] > counts[i] for i in slots.nodes)
 
 
 def with_constant_ints(gm: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
@@ -107,145 +114,6 @@ def with_constant_ints(gm: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
     gm.graph.lint()
     gm.recompile()
     return gm
-
-
-def _expr(size):
-    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
-
-
-def _symbol(size) -> Optional[sympy.Symbol]:
-    expr = _expr(size)
-    return expr if isinstance(expr, sympy.Symbol) else None
-
-
-class Layout:
-    """What each input of a Dynamo graph is for the padding: ``edge_index`` (``[2, E]`` integers), ``rows`` (a tensor
-    whose first dimension counts nodes or edges), ``size`` (the node or edge count as an integer input) or
-    ``keep``. Built by :func:`layout_of`."""
-
-    def __init__(self, kinds: list, nodes, edges, out_dims: list):
-        self.kinds, self.nodes, self.edges, self.out_dims = kinds, nodes, edges, out_dims
-        self.edge_at = next(i for i, (kind, _) in enumerate(kinds) if kind == "edge_index")
-        self.node_at = next((i for i, (kind, tag) in enumerate(kinds) if kind == "rows" and tag == "N"), None)
-
-    def sizes(self, args) -> tuple:
-        edge_index = args[self.edge_at]
-        edges = edge_index.shape[1]
-        nodes = args[self.node_at].shape[0] if self.node_at is not None else None
-        for (kind, tag), arg in zip(self.kinds, args):
-            if kind == "size" and tag == "N":
-                nodes = int(arg)
-        return nodes, edges
-
-    def key(self, args, sizes: tuple) -> tuple:
-        """The compile key of a call: its padded sizes and everything else that fixes the compiled shapes."""
-        rest = tuple(tuple(a.shape[1:]) if kind == "rows" else (tuple(a.shape) if isinstance(a, torch.Tensor) else a)
-                     for (kind, _), a in zip(self.kinds, args) if kind in ("rows", "keep"))
-        return sizes + rest
-
-    def pad(self, args, nodes: int, edges: int, padded: tuple, targets: Optional[torch.Tensor] = None) -> list:
-        """``args`` padded to ``padded``; the padded edges are self loops of the padded nodes named by the last
-        slots of ``targets`` (:func:`pad_targets`, made here unless given)."""
-        node_pad, edge_pad = padded[0] - nodes, padded[1] - edges
-        out = []
-        for (kind, tag), arg in zip(self.kinds, args):
-            if kind == "size":
-                out.append(padded[0] if tag == "N" else padded[1])
-            elif kind == "edge_index":
-                loops = (pad_targets(nodes, padded, arg) if targets is None else targets)[edges:]
-                out.append(torch.cat([arg, loops.expand(2, edge_pad)], dim=1))
-            elif kind == "rows":
-                count = node_pad if tag == "N" else edge_pad
-                if arg.shape[0] == 0:  # nothing to replicate: zeros (an empty edge set's attributes)
-                    out.append(torch.cat([arg, arg.new_zeros((count,) + tuple(arg.shape[1:]))]))
-                else:
-                    out.append(torch.cat([arg, arg[:1].expand((count,) + tuple(arg.shape[1:]))]))
-            else:
-                out.append(arg)
-        return out
-
-    def trim(self, outputs, nodes: int, edges: int):
-        trimmed = []
-        for value, dims in zip(outputs, self.out_dims):
-            if isinstance(value, torch.Tensor):
-                for dim, tag in dims:
-                    value = value.narrow(dim, 0, nodes if tag == "N" else edges)
-            elif dims:
-                value = nodes if dims[0][1] == "N" else edges
-            trimmed.append(value)
-        return type(outputs)(trimmed) if isinstance(outputs, tuple) else trimmed
-
-
-def layout_of(gm: torch.fx.GraphModule) -> tuple:
-    """``(Layout, None)`` for a Dynamo graph whose inputs can be padded, else ``(None, why)``."""
-    example_inputs = fake_inputs(gm)
-    edge_syms = set()
-    for value in example_inputs:
-        if isinstance(value, torch.Tensor) and value.dim() == 2 and not value.is_floating_point() \
-                and value.dtype != torch.bool and value.shape[0] == 2 and _symbol(value.shape[1]) is not None:
-            edge_syms.add(_symbol(value.shape[1]))
-    if len(edge_syms) != 1:
-        return None, ("no edge_index of a changing size among the inputs" if not edge_syms
-                      else "several edge sets of different sizes")
-    edges = edge_syms.pop()
-    node_syms = {_symbol(v.shape[0]) for v in example_inputs if isinstance(v, torch.Tensor) and v.dim() >= 1
-                 and v.is_floating_point() and _symbol(v.shape[0]) not in (None, edges)}
-    if len(node_syms) != 1:
-        return None, ("no node features of a changing size among the inputs" if not node_syms
-                      else "node features of several changing sizes")
-    nodes = node_syms.pop()
-    tags = {nodes: "N", edges: "E"}
-    kinds = []
-    for value in example_inputs:
-        if isinstance(value, torch.SymInt):
-            expr = _expr(value)
-            if expr in tags:
-                kinds.append(("size", tags[expr]))
-            elif expr.free_symbols & set(tags):
-                return None, f"an integer input {expr} computed from the node or edge count"
-            else:
-                kinds.append(("keep", None))
-        elif isinstance(value, torch.Tensor):
-            exprs = [_expr(d) for d in value.shape]
-            tagged = [i for i, e in enumerate(exprs) if e.free_symbols & set(tags)]
-            if not tagged:
-                kinds.append(("keep", None))
-            elif value.dim() == 2 and exprs[1] == edges and exprs[0] == 2 and not value.is_floating_point():
-                kinds.append(("edge_index", "E"))
-            elif tagged == [0] and exprs[0] in tags and value.is_floating_point():
-                kinds.append(("rows", tags[exprs[0]]))
-            elif not value.is_floating_point():
-                return None, (f"an integer input of shape {tuple(exprs)} besides edge_index (node ids or a batch "
-                              f"vector): its padded entries would need values that change no output")
-            else:
-                return None, f"an input of shape {tuple(exprs)} whose node or edge count is not its first dimension"
-        else:
-            kinds.append(("keep", None))
-    out_dims, why = _output_dims(gm, tags)
-    if why:
-        return None, why
-    return Layout(kinds, nodes, edges, out_dims), None
-
-
-def _output_dims(gm, tags: dict) -> tuple:
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    dims = []
-    for value in torch.fx.node.map_aggregate(output.args[0], lambda n: n.meta.get("example_value")
-                                             if isinstance(n, torch.fx.Node) else n):
-        if isinstance(value, torch.Tensor):
-            here = []
-            for i, size in enumerate(value.shape):
-                expr = _expr(size)
-                if expr in tags:
-                    here.append((i, tags[expr]))
-                elif expr.free_symbols & set(tags):
-                    return None, f"an output of shape {tuple(value.shape)}: a size computed from the node count"
-            dims.append(here)
-        elif isinstance(value, torch.SymInt) and _expr(value) in tags:
-            dims.append([(0, tags[_expr(value)])])
-        else:
-            dims.append([])
-    return dims, None
 
 
 # ---- the row analysis: which ops keep padded rows apart from real ones -------------------------------------------
@@ -285,7 +153,8 @@ _REDUCTIONS = {
     aten.cumprod.default: 1, aten.var_mean.correction: 1, aten.any.dims: 1,
 }
 # ordered integer work on edges (a CSR's sort and prefix sums): the padded entries have the largest node ids, so
-# they sort last and every real prefix stays as it was
+# they sort last and every real prefix stays as it was. With several node types a padded id of one type can be
+# smaller than a real id of another, so these are declined there
 _INTEGER_ORDERED = {aten.sort.default, aten.sort.stable, aten.bincount.default,
                     aten._unique2.default, aten.unique_consecutive.default, aten.searchsorted.Tensor,
                     aten.argsort.default, aten.argsort.stable}
@@ -294,7 +163,7 @@ _INTEGER_ORDERED = {aten.sort.default, aten.sort.stable, aten.bincount.default,
 def _tagged_dims(value, tagged: set) -> list:
     if not isinstance(value, torch.Tensor):
         return []
-    return [i for i, size in enumerate(value.shape) if _expr(size).free_symbols & tagged]
+    return [i for i, size in enumerate(value.shape) if size_expr(size).free_symbols & tagged]
 
 
 def _dims_arg(node, position: int, ndim: int) -> list:
@@ -308,7 +177,8 @@ def _dims_arg(node, position: int, ndim: int) -> list:
 def why_unsafe(aten_gm: torch.fx.GraphModule, layout: Layout) -> Optional[str]:
     """None where padding provably changes no real row of any output, else which op (and the user's line) mixes
     padded rows into real ones."""
-    tagged = {layout.nodes, layout.edges}
+    nodes = set(layout.nodes.values())
+    tagged = nodes | set(layout.edges.values())
     for node in aten_gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -319,17 +189,17 @@ def why_unsafe(aten_gm: torch.fx.GraphModule, layout: Layout) -> Optional[str]:
         if touched:  # a data-dependent size drawn from rows (a mask's count) counts rows too
             for v in values:
                 if isinstance(v, torch.Tensor):
-                    tagged |= {s for d in v.shape for s in _expr(d).free_symbols
+                    tagged |= {s for d in v.shape for s in size_expr(d).free_symbols
                                if str(s).startswith(("u", "unbacked"))}
         if not touched:
             continue
-        why = _op_mixes_rows(node, inputs, tagged, layout.nodes)
+        why = _op_mixes_rows(node, inputs, tagged, nodes)
         if why:
             return f"{why} (at {source_of(node)['source']})"
     return None
 
 
-def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
+def _op_mixes_rows(node, inputs, tagged: set, nodes: set) -> Optional[str]:
     target = node.target
     name = getattr(target, "__name__", str(target))
     first = inputs[0] if inputs else None
@@ -343,6 +213,9 @@ def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
                                                         (dim if isinstance(dim, (list, tuple)) else [dim])]
         if not set(dims) & set(_tagged_dims(first, tagged)):
             return None
+        if any(len(size_expr(first.shape[d]).free_symbols & tagged) > 1 for d in dims):
+            # a concatenation of counts (node types, or edges and self loops): padded rows sit between real ones
+            return f"{name} picks rows by position along a dimension of several counts"
         if target in (aten.slice.Tensor, aten.narrow.default):
             start = node.args[2] if len(node.args) > 2 else 0
             step = node.args[4] if target is aten.slice.Tensor and len(node.args) > 4 else 1
@@ -357,12 +230,14 @@ def _op_mixes_rows(node, inputs, tagged: set, nodes) -> Optional[str]:
             return None
         return f"{name} sums rows into a tensor that has no row per node or edge"
     if target in _INTEGER_ORDERED and first is not None and not first.is_floating_point():
+        if len(nodes) > 1:
+            return f"{name} orders node ids, which with several node types padding may reorder"
         return None
     if target is aten.cumsum.default and not first.is_floating_point():
         # prefix sums of integers per node (degrees into CSR offsets): the padded nodes are the last rows. Over an
         # edge dimension padded edges can sit between real ones (after a concatenation), so it is declined there
-        size = _expr(first.shape[node.args[1] % first.dim()])
-        if not size.free_symbols - {nodes}:
+        size = size_expr(first.shape[node.args[1] % first.dim()])
+        if len(size.free_symbols) == 1 and size.free_symbols <= nodes:
             return None
     if target in _REDUCTIONS:
         dims = _dims_arg(node, _REDUCTIONS[target], first.dim())
@@ -420,14 +295,14 @@ def _only_sizes(node: torch.fx.Node, seen: set) -> bool:
     return True
 
 
-def _edge_mask(index, edges) -> Optional[torch.fx.Node]:
-    """The boolean mask of an index ``mask`` or ``(:, mask)`` whose length is the input edge count, else None."""
+def _edge_mask(index, edges: set) -> Optional[torch.fx.Node]:
+    """The boolean mask of an index ``mask`` or ``(:, mask)`` whose length is an input edge count, else None."""
     mask = index[1] if isinstance(index, tuple) and len(index) == 2 and index[0] == slice(None) else index
     if not isinstance(mask, torch.fx.Node):
         return None
     value = mask.meta.get("example_value")
     if not (isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() == 1
-            and _expr(value.shape[0]) == edges):
+            and size_expr(value.shape[0]) in edges):
         return None
     return mask
 
@@ -435,113 +310,118 @@ def _edge_mask(index, edges) -> Optional[torch.fx.Node]:
 def redirect_filters(gm: torch.fx.GraphModule, layout: Layout) -> tuple:
     """Rewrite ``gm`` (a Dynamo graph, in place) so that no edge filter by a mask changes its sizes:
     ``edge_index[:, mask]`` and ``edge_index[i][mask]`` become ``where(mask, ..., pad_ids)``, where ``pad_ids``
-    (a new last input, :func:`pad_targets`) names a padded node for every edge slot, so a dropped edge joins two
-    padded nodes; an edge attribute ``attr[mask]`` (floating point) keeps all its rows, aligned with the kept slots.
+    (a new last input per filtered ``edge_index``, its :meth:`Layout.targets`) names a padded node of each row's node
+    type for every edge slot, so a dropped edge joins two padded nodes; an edge attribute ``attr[mask]`` (floating
+    point) keeps all its rows, aligned with the kept slots. ``layout.filtered`` lists the filtered ``edge_index``
+    inputs' positions, in the order of the new inputs.
 
     Returns ``(count, None)``, ``(0, None)`` where the graph filters nothing, or ``(0, why)`` with ``gm`` unchanged
     where a filter cannot keep its slots: one of other integers (edge types), or a filtered count used for more
     than sizes and asserts."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    edge_index = placeholders[layout.edge_at]
-    rows_of_edges = {edge_index}
+    edge_syms = set(layout.edges.values())
+    rows_of_edges = {placeholders[i]: (i, None) for i in layout.edge_inputs}  # node -> (input, row or None: both)
     for node in gm.graph.nodes:  # edge_index[0], edge_index[1]
-        if node.op == "call_function" and node.target is operator.getitem and node.args[0] is edge_index \
-                and isinstance(node.args[1], int):
-            rows_of_edges.add(node)
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0] in rows_of_edges \
+                and rows_of_edges[node.args[0]][1] is None and node.args[1] in (0, 1, -1, -2):
+            rows_of_edges[node] = (rows_of_edges[node.args[0]][0], node.args[1] % 2)
     plan = []
     for node in gm.graph.nodes:
         if not (node.op == "call_function" and node.target is operator.getitem and len(node.args) == 2):
             continue
         source, index = node.args
-        mask = _edge_mask(index, layout.edges)
+        mask = _edge_mask(index, edge_syms)
         if mask is None:
             continue
         value = source.meta.get("example_value") if isinstance(source, torch.fx.Node) else None
-        if source in rows_of_edges and (source is not edge_index or isinstance(index, tuple)):
-            plan.append((node, source, mask, "redirect"))
+        if source in rows_of_edges and (rows_of_edges[source][1] is not None or isinstance(index, tuple)):
+            plan.append((node, source, mask, rows_of_edges[source]))
         elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 \
-                and _expr(value.shape[0]) == layout.edges and not isinstance(index, tuple):
-            plan.append((node, source, mask, "keep"))
+                and size_expr(value.shape[0]) == size_expr(mask.meta["example_value"].shape[0]) \
+                and not isinstance(index, tuple):
+            plan.append((node, source, mask, None))
         else:
             return 0, f"a mask filters {node.format_node()[:120]}, which is not edge_index or an edge attribute"
     if not plan:
         return 0, None
     counts = {s for node, *_ in plan for d in node.meta["example_value"].shape
-              for s in _expr(d).free_symbols if s != layout.edges}
+              for s in size_expr(d).free_symbols if s not in edge_syms}
     for node in gm.graph.nodes:
         value = node.meta.get("example_value")
-        if _is_scalar(value) and counts & _expr(value).free_symbols and not _only_sizes(node, set()):
+        if _is_scalar(value) and counts & size_expr(value).free_symbols and not _only_sizes(node, set()):
             return 0, f"the filtered edge count is used as a value ({node.format_node()[:120]})"
-    with gm.graph.inserting_after(placeholders[-1]):
-        pad_ids = gm.graph.placeholder("gnn_io_pad_ids")
-    for node, source, mask, how in plan:
-        if how == "keep":
+    layout.filtered = sorted({rows[0] for *_, rows in plan if rows is not None})
+    pad_ids, last = {}, placeholders[-1]
+    for i in layout.filtered:
+        with gm.graph.inserting_after(last):
+            pad_ids[i] = last = gm.graph.placeholder("gnn_io_pad_ids")
+    for node, source, mask, rows in plan:
+        if rows is None:
             node.replace_all_uses_with(source)
         else:
             with gm.graph.inserting_before(node):
-                node.replace_all_uses_with(gm.graph.call_function(torch.where, (mask, source, pad_ids)))
+                targets = pad_ids[rows[0]]
+                if rows[1] is not None:
+                    targets = gm.graph.call_function(operator.getitem, (targets, rows[1]))
+                node.replace_all_uses_with(gm.graph.call_function(torch.where, (mask, source, targets)))
         gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
     return len(plan), None
 
 
-def pad_targets(nodes: int, padded: tuple, like: torch.Tensor) -> torch.Tensor:
-    """For each of the ``padded[1]`` edge slots a padded node (``like``'s dtype and device), in turn: the padded
-    edges' nodes (the last slots) and where :func:`redirect_filters` sends the edges a filter drops."""
-    return nodes + torch.arange(padded[1], device=like.device, dtype=like.dtype) % (padded[0] - nodes)
-
-
 class Bucketed:
-    """The callable for a Dynamo graph of changing sizes: each call padded to its bucket (:func:`padded_sizes`, or
+    """The callable for a Dynamo graph of changing sizes: each call padded to its bucket (:func:`padded_for`, or
     a compiled bucket up to :data:`REUSE` larger, or :data:`FAR_REUSE` for a size not met in the last
     :data:`RECENT_CALLS` calls, :meth:`covering`), run by that bucket's fixed-size compile
     (``compile_at(gm, example_inputs)``, one per bucket, made at its first call; None where it failed), its outputs
     cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a call of a new bucket runs ``dynamic``, the
-    shape-generic compile."""
+    shape-generic compile. A bucket key is the padded sizes (node counts, then edge counts, ``slots``) and the
+    fixed shapes of the other inputs."""
 
-    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None,
-                 pad_ids: bool = False):
+    slots = HOMOGENEOUS  # the positions of the sizes in a key (a chooser made without a layout: (nodes, edges))
+
+    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None):
         self.gm, self.layout, self.compile_at, self.dynamic = gm, layout, compile_at, dynamic
+        self.slots = layout.slots
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
-        self.pad_ids = pad_ids  # ``gm`` takes :func:`pad_targets` as its last input (:func:`redirect_filters`)
         self.recent = collections.deque(maxlen=RECENT_CALLS)  # the calls' own bucket keys
         self.far_reuse = FAR_REUSE
 
-    def covering(self, key: tuple, nodes: int, edges: int, factor: float = REUSE) -> Optional[tuple]:
-        """The smallest compiled bucket (the same sizes besides nodes and edges) that holds a call of ``nodes`` and
-        ``edges``, at most ``factor`` times the call's own bucket ``key`` in each size, with padded nodes enough
-        for its padded edges (:data:`PAD_DEGREE`); None where there is none."""
-        fits = [k for k, fn in self.compiled.items() if fn is not None and k[2:] == key[2:]
-                and key[0] <= k[0] <= key[0] * factor and key[1] <= k[1] <= key[1] * factor
-                and (k[0] - nodes) * PAD_DEGREE >= k[1] - edges]
-        return min(fits, key=lambda k: (k[1], k[0])) if fits else None
+    def covering(self, key: tuple, *counts: int, factor: float = REUSE) -> Optional[tuple]:
+        """The smallest compiled bucket (the same fixed shapes besides the padded sizes) that holds a call of
+        ``counts``, at most ``factor`` times the call's own bucket ``key`` in each size, with padded nodes of each
+        type enough for the padded edges that end there (:func:`fits`); None where there is none."""
+        width = len(counts)
+        found = [k for k, fn in self.compiled.items() if fn is not None and k[width:] == key[width:]
+                 and all(key[i] <= k[i] <= key[i] * factor for i in range(width))
+                 and fits(k[:width], counts, self.slots)]
+        return min(found, key=lambda k: (sum(k[j] for j in self.slots.edges), sum(k[i] for i in self.slots.nodes))) \
+            if found else None
 
-    def choose(self, own: tuple, nodes: int, edges: int) -> tuple:
-        """The bucket key a call of ``nodes`` and ``edges`` runs in, ``own`` being its own: ``own`` where compiled,
-        else the :meth:`covering` compiled bucket within :data:`REUSE` or, for a size not met in the last
+    def choose(self, own: tuple, *counts: int) -> tuple:
+        """The bucket key a call of ``counts`` runs in, ``own`` being its own: ``own`` where compiled, else the
+        :meth:`covering` compiled bucket within :data:`REUSE` or, for a size not met in the last
         :data:`RECENT_CALLS` calls, within ``far_reuse``, else ``own`` (to compile). Records the call's size."""
         key = own
         if own not in self.compiled:
-            larger = self.covering(own, nodes, edges)
+            larger = self.covering(own, *counts)
             if larger is None and own not in self.recent:
-                larger = self.covering(own, nodes, edges, self.far_reuse)
+                larger = self.covering(own, *counts, factor=self.far_reuse)
             key = own if larger is None else larger
         self.recent.append(own)
         return key
 
     def __call__(self, *args):
-        nodes, edges = self.layout.sizes(args)
-        padded = padded_sizes(nodes, edges)
-        key = self.choose(self.layout.key(args, padded), nodes, edges)
-        padded = key[:2]
+        layout = self.layout
+        counts = layout.sizes(args)
+        key = self.choose(layout.key(args, padded_for(counts, self.slots)), *counts)
+        padded = key[:layout.width]
         fn = self.compiled.get(key)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
-        targets = pad_targets(nodes, padded, args[self.layout.edge_at]) if self.pad_ids else None
-        inputs = self.layout.pad(args, nodes, edges, padded, targets)
-        if targets is not None:
-            inputs.append(targets)
+        targets = layout.targets(args, counts, padded)
+        inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
         tensors = [a for a in inputs if not isinstance(a, int)]
         if key not in self.compiled:
             bucket_gm = with_constant_ints(copy_module(self.gm, values=False), inputs)
@@ -551,4 +431,4 @@ class Bucketed:
                 self.on_compile(key)
         if fn is None:  # this bucket's fixed-size compile failed (the report says why): the shape-generic graph
             return self.dynamic(*args)
-        return self.layout.trim(fn(*tensors), nodes, edges)
+        return layout.trim(fn(*tensors), counts)

@@ -41,21 +41,21 @@ def test_padding_replicates_row_zero_and_points_padded_edges_at_padded_nodes():
     layout = _layout()
     args = [x, edge_index, edge_attr, weight]
     assert layout.sizes(args) == (5, edges)
-    px, pe, pa, pw = layout.pad(args, 5, edges, (9, 40))
+    px, pe, pa, pw = layout.pad(args, (5, edges), (9, 40))
     assert px.shape == (9, 3) and pe.shape == (2, 40) and pa.shape == (40, 2) and pw is weight
     assert torch.equal(px[:5], x) and torch.equal(px[5:], x[:1].expand(4, 3))
     assert torch.equal(pa[:edges], edge_attr) and torch.equal(pa[edges:], edge_attr[:1].expand(40 - edges, 2))
     assert torch.equal(pe[:, :edges], edge_index) and bool((pe[:, edges:] >= 5).all())
     assert bool((pe[:, edges:] < 9).all()) and torch.equal(pe[0, edges:], pe[1, edges:])  # padded nodes' self loops
     assert torch.bincount(pe[1, edges:]).max() <= -(-(40 - edges) // 4)
-    out = layout.trim((torch.zeros(9, 4), torch.zeros(2, 40), torch.zeros(3)), 5, edges)
+    out = layout.trim((torch.zeros(9, 4), torch.zeros(2, 40), torch.zeros(3)), (5, edges))
     assert [tuple(o.shape) for o in out] == [(5, 4), (2, edges), (3,)]
 
 
 def test_padding_differentiates_back_to_the_real_rows():
     x = torch.randn(4, 3, requires_grad=True)
     layout = buckets.Layout([("rows", "N"), ("edge_index", "E")], "n", "e", [[(0, "N")]])
-    px, _ = layout.pad([x, random_graph(4, 6)], 4, 6, (8, 16))
+    px, _ = layout.pad([x, random_graph(4, 6)], (4, 6), (8, 16))
     (px * torch.arange(8.0)[:, None]).sum().backward()
     assert torch.equal(x.grad, torch.tensor([[0.0] * 3, [1.0] * 3, [2.0] * 3, [3.0] * 3]) + torch.tensor(
         [[4.0 + 5 + 6 + 7] * 3, [0.0] * 3, [0.0] * 3, [0.0] * 3]))

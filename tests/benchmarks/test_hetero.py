@@ -111,3 +111,18 @@ def test_mini_batches_train_on_sampled_subgraphs_and_match_eager(tmp_path, one_t
         assert 16 < r["batch_nodes"][0] <= r["batch_nodes"][1] < 1250 and 0 < r["batch_edges"][0]
         assert "no mini-batch mode" in by["rgcn", mode]["error"]
     assert by["hetero_sage", "gnn_io"]["rel_err"] < 1e-4
+
+
+def test_cuda_graph_modes_are_skipped_off_cuda_with_the_reason(tmp_path, one_thread, capsys):
+    """``inductor_cg`` and ``gnn_io_cg`` (``mode="reduce-overhead"``) are known modes; on the CPU their records say
+    why they did not run and the table lists them, while the other modes run."""
+    records = hetero.main(["--graphs", "rec-like", "--models", "hetero_sage", "--modes", "eager,inductor_cg,gnn_io_cg",
+                           "--device", "cpu", "--scale", str(SCALE), "--steps", "1", "--warmup", "1", "--hidden", "16",
+                           "--classes", "8", "--batch", "16", "--fanout", "3,2", "--pool", "2",
+                           "--out", str(tmp_path / "hetero.json")])
+    by = {r["mode"]: r for r in records}
+    assert "error" not in by["eager"] and by["eager"]["ms"] > 0
+    for mode in ("inductor_cg", "gnn_io_cg"):
+        assert by[mode]["skipped"] == f"{mode} records CUDA graphs: it needs --device cuda" and "ms" not in by[mode]
+    out = capsys.readouterr().out
+    assert "| rec-like | hetero_sage |" in out and "gnn_io_cg skipped: gnn_io_cg records CUDA graphs" in out
