@@ -7,8 +7,9 @@ dimension of that type's features, ``[N_t, F]``) and an edge count per edge set 
 each output dimension to cut back, and finds for each ``edge_index`` the node count its row 0 (sources) and its row
 1 (destinations) index: a padded edge must join a padded node of its source type to one of its destination type.
 
-With one node count and one ``edge_index``, both rows index that count (a homogeneous mini-batch). Otherwise the
-rows' counts come from the graph's ATen ops (:func:`row_counts`).
+The rows' counts come from the graph's ATen ops (:func:`row_counts`), in a homogeneous mini-batch too (both rows
+then index its one node count): a graph of one changing node count can still index a tensor of fixed size by a
+row (a bipartite layer whose sources Dynamo fixed at one node), where a padded edge would point past its end.
 """
 from __future__ import annotations
 
@@ -233,30 +234,28 @@ def layout_of(gm: torch.fx.GraphModule, canonical: Optional[Callable] = None) ->
     if why:
         return None, why
     edge_inputs = [i for i, (kind, _) in enumerate(kinds) if kind == "edge_index"]
-    ends = None
-    if len(edge_inputs) > 1 or len(nodes) > 1:
-        counted = collections.defaultdict(list)  # symbol -> the inputs whose rows (or edges) it counts
-        for i, (kind, tag) in enumerate(kinds):
-            if kind in ("rows", "edge_index"):
-                counted[nodes.get(tag, edges.get(tag))].append(names[i])
+    counted = collections.defaultdict(list)  # symbol -> the inputs whose rows (or edges) it counts
+    for i, (kind, tag) in enumerate(kinds):
+        if kind in ("rows", "edge_index"):
+            counted[nodes.get(tag, edges.get(tag))].append(names[i])
 
-        def label(expr) -> str:
-            if expr in counted:
-                return f"{expr} ({', '.join(counted[expr])})"
-            return f"{expr} (counts added: inputs concatenated)" if len(expr.free_symbols) > 1 else str(expr)
-        aten_gm = (canonical or (lambda: canonicalize(copy_module(gm))))()
-        rows, why = row_counts(aten_gm, edge_inputs, names, label)
-        if why:
-            return None, why
-        ends = {}
-        for i in edge_inputs:
-            for r in (0, 1):
-                if tags.get(rows[i, r]) not in nodes:
-                    kind = "an edge count" if rows[i, r] in edges.values() else (
-                        "a fixed size (a node type whose count has not changed in the calls traced)"
-                        if not rows[i, r].free_symbols else "not one node type's changing count")
-                    return None, f"row {r} of {names[i]} indexes rows counted by {label(rows[i, r])}, {kind}"
-            ends[i] = (tags[rows[i, 0]], tags[rows[i, 1]])
+    def label(expr) -> str:
+        if expr in counted:
+            return f"{expr} ({', '.join(counted[expr])})"
+        return f"{expr} (counts added: inputs concatenated)" if len(expr.free_symbols) > 1 else str(expr)
+    aten_gm = (canonical or (lambda: canonicalize(copy_module(gm))))()
+    rows, why = row_counts(aten_gm, edge_inputs, names, label)
+    if why:
+        return None, why
+    ends = {}
+    for i in edge_inputs:
+        for r in (0, 1):
+            if tags.get(rows[i, r]) not in nodes:
+                kind = "an edge count" if rows[i, r] in edges.values() else (
+                    "a fixed size (a node count Dynamo traced as a constant: 0 or 1, or one that had not changed)"
+                    if not rows[i, r].free_symbols else "not one node type's changing count")
+                return None, f"row {r} of {names[i]} indexes rows counted by {label(rows[i, r])}, {kind}"
+        ends[i] = (tags[rows[i, 0]], tags[rows[i, 1]])
     return Layout(kinds, nodes, edges, out_dims, ends, names), None
 
 

@@ -4,7 +4,7 @@ models over changing batches against eager, forward and gradients."""
 import pytest
 import torch
 from torch._dynamo.utils import counters
-from torch_geometric.nn import GAT, GATConv, GraphSAGE, HeteroConv, SAGEConv, to_hetero
+from torch_geometric.nn import GAT, GATConv, GraphSAGE, HeteroConv, SAGEConv, TransformerConv, to_hetero
 
 import gnn_inductor
 from gnn_inductor import buckets
@@ -229,8 +229,8 @@ def test_to_hetero_gat_over_changing_batches_matches_eager():
 
 # ---- the layout: which node type each edge_index row indexes ---------------------------------------------------------
 
-def _dynamo_graph(model, nodes: dict, edges: dict):
-    """``model``'s graph as Dynamo captures it with symbolic sizes (no compile)."""
+def _captured(model, *args):
+    """``model``'s graph as Dynamo captures it for ``args`` with symbolic sizes (no compile)."""
     graphs = []
 
     def capture(gm, example_inputs):
@@ -238,9 +238,13 @@ def _dynamo_graph(model, nodes: dict, edges: dict):
         return gm.forward
 
     torch._dynamo.reset()
-    torch.compile(model, backend=capture, dynamic=True)(*hetero_batch(nodes, edges, seed=0))
+    torch.compile(model, backend=capture, dynamic=True)(*args)
     torch._dynamo.reset()
     return graphs[-1]
+
+
+def _dynamo_graph(model, nodes: dict, edges: dict):
+    return _captured(model, *hetero_batch(nodes, edges, seed=0))
 
 
 def _why_not_padded(gm):
@@ -275,15 +279,9 @@ def test_the_rows_of_each_edge_set_map_to_their_node_types_in_a_to_hetero_graph(
 
 
 def test_a_homogeneous_layout_is_as_it_was():
-    """One node count, one edge_index: both rows index the node count, without looking at the ops, and the sizes,
-    padding and targets are those of (nodes, edges)."""
-    torch._dynamo.reset()
-    graphs = []
-    compiled = torch.compile(SAGEConv(FEATURES, 4), backend=lambda gm, _: graphs.append(gm) or gm.forward,
-                             dynamic=True)
-    compiled(torch.randn(30, FEATURES), random_graph(30, 70))
-    torch._dynamo.reset()
-    layout, why = buckets.layout_of(graphs[-1])
+    """One node count, one edge_index: both rows index the node count, and the sizes, padding and targets are those
+    of (nodes, edges) that the homogeneous padding has always used."""
+    layout, why = buckets.layout_of(_captured(SAGEConv(FEATURES, 4), torch.randn(30, FEATURES), random_graph(30, 70)))
     assert why is None and layout.slots == buckets.HOMOGENEOUS and layout.order == ["N", "E"]
     assert [k for k in layout.kinds if k[0] in ("rows", "edge_index")] == [("rows", "N"), ("edge_index", "E")]
     edge_at = layout.edge_inputs[0]
@@ -299,6 +297,28 @@ def test_a_homogeneous_layout_is_as_it_was():
     targets = layout.targets(args, counts, padded)[edge_at]
     loops = counts[0] + torch.arange(padded[1]) % (padded[0] - counts[0])  # the padded nodes in turn, self loops
     assert torch.equal(targets, torch.stack([loops, loops]))
+
+
+def _bipartite(sources: int, destinations: int) -> tuple:
+    edge_index = torch.stack([torch.randint(0, sources, (70,)), torch.randint(0, destinations, (70,))])
+    return (torch.randn(sources, FEATURES), torch.randn(destinations, FEATURES)), edge_index
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SAGEConv((FEATURES, FEATURES), 4),
+    lambda: GATConv((FEATURES, FEATURES), 4, heads=2, add_self_loops=False),
+    lambda: TransformerConv((FEATURES, FEATURES), 4, heads=2),
+], ids=["sage", "gat", "transformer"])
+def test_a_bipartite_layer_maps_its_rows_to_sources_and_destinations(make):
+    layout, why = buckets.layout_of(_captured(make(), *_bipartite(30, 20)))
+    assert why is None and _rows_by_name(layout) == {"l_edge_index_": ("l_x_0_", "l_x_1_")}
+
+
+def test_a_row_into_a_tensor_of_fixed_size_is_declined():
+    """One source node: Dynamo fixes that count at 1, so the one changing node count is the destinations' and a
+    padded edge's source would point past the sources' end."""
+    reason = buckets.layout_of(_captured(SAGEConv((FEATURES, FEATURES), 4), *_bipartite(1, 20)))[1]
+    assert reason.startswith("row 0 of l_edge_index_ indexes rows counted by 1, a fixed size"), reason
 
 
 class _Ambiguous(torch.nn.Module):
