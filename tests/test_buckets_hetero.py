@@ -84,9 +84,10 @@ def _hetero_conv(inputs: int, outputs: int, relations=RELATIONS) -> HeteroConv:
     return HeteroConv({r: convs[r] for r in relations}, aggr="sum")
 
 
-def _run(model, stream):
+def _run(model, stream, edge_dims=None):
     """Eager and compiled (buckets on, every batch traced with symbolic sizes) over ``stream``: every node type's
-    output and all gradients checked. Returns the buckets' report entries and, before the last batch, Dynamo's
+    output and all gradients checked (of the features, of the edge attributes of the edge types in ``edge_dims``,
+    a third input, and of the parameters). Returns the buckets' report entries and, before the last batch, Dynamo's
     graph count and the buckets compiled. The CPU rewrites are off: the buckets compile Inductor's own code either
     way, and the graph of changing sizes (compiled too, as the fallback) compiles faster without them."""
     compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on", "cpu_rewrite": False}, dynamic=True)
@@ -95,19 +96,23 @@ def _run(model, stream):
         if i == len(stream) - 1:
             before = counters["stats"]["unique_graphs"], _buckets_compiled(model)
         x, edge_index = hetero_batch(nodes, edges, seed=i)
-        x = {t: v.requires_grad_() for t, v in x.items()}
-        expected = model(x, edge_index)
+        leaves = {t: v.requires_grad_() for t, v in x.items()}
+        args = (leaves, edge_index)
+        if edge_dims:
+            attr = {e: torch.randn(edge_index[e].shape[1], d, requires_grad=True) for e, d in edge_dims.items()}
+            leaves, args = {**leaves, **attr}, args + (attr,)
+        expected = model(*args)
         sum(v.square().sum() for v in expected.values()).backward()
-        want = [x[t].grad for t in x] + [p.grad for p in model.parameters()]
+        want = [v.grad for v in leaves.values()] + [p.grad for p in model.parameters()]
         model.zero_grad()
-        for v in x.values():
+        for v in leaves.values():
             v.grad = None
-        actual = compiled(x, edge_index)
+        actual = compiled(*args)
         assert set(actual) == set(expected)
         sum(v.square().sum() for v in actual.values()).backward()
         for t in expected:
             torch.testing.assert_close(actual[t], expected[t], **tolerance(torch.float32, "layer"))
-        got = [x[t].grad for t in x] + [p.grad for p in model.parameters()]
+        got = [v.grad for v in leaves.values()] + [p.grad for p in model.parameters()]
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, **tolerance(torch.float32, "layer"))
         model.zero_grad()
@@ -224,6 +229,31 @@ def test_to_hetero_gat_over_changing_batches_matches_eager():
                       aggr="sum")
     entries, (graphs, compiled) = _run(model, TO_HETERO_STREAM)
     _compiled_entry(entries, 5, [["l_x_paper_"], ["l_x_author_"]])
+    assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
+
+
+class _WithEdgeAttributes(torch.nn.Module):
+    """GATConv with edge features on writes (bipartite) and on cites (whose self-loop filter keeps the attribute's
+    rows and whose added self loops get filled attributes), SAGEConv on rev_writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = HeteroConv({METADATA[1][0]: GATConv((FEATURES, FEATURES), 4, edge_dim=3, add_self_loops=False),
+                                METADATA[1][1]: SAGEConv(FEATURES, 4),
+                                METADATA[1][2]: GATConv(FEATURES, 4, edge_dim=3)}, aggr="sum")
+
+    def forward(self, x_dict, edge_index_dict, edge_attr_dict):
+        return self.conv(x_dict, edge_index_dict, edge_attr_dict=edge_attr_dict)
+
+
+@pytest.mark.slow
+def test_edge_attributes_per_edge_set_are_padded_with_their_edges():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _WithEdgeAttributes()
+    entries, (graphs, compiled) = _run(model, HETERO_CONV_STREAM, edge_dims={METADATA[1][0]: 3, METADATA[1][2]: 3})
+    entry = _compiled_entry(entries, 5, [["l_x_dict_author_"], ["l_x_dict_paper_"]])
+    assert entry.details["edge_filters_at_fixed_size"] == 2, entry.details  # cites' edge_index and its attribute
     assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
 
 
