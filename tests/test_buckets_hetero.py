@@ -10,6 +10,7 @@ import gnn_inductor
 from gnn_inductor import buckets
 from gnn_inductor.canonical import canonicalize
 from gnn_inductor.testing import random_graph, tolerance
+from benchmarks.hetero import HeteroStack
 
 FEATURES = 8
 # to_hetero's metadata: a relation, its reverse and one within a node type
@@ -58,18 +59,6 @@ TO_HETERO_STREAM = [
     (_sizes(48, 66), {METADATA[1][0]: 110, METADATA[1][1]: 130, METADATA[1][2]: 50}),
     (_sizes(55, 45), {METADATA[1][0]: 120, METADATA[1][1]: 100, METADATA[1][2]: 70}),
 ]
-
-
-class _Stack(torch.nn.Module):
-    """Two HeteroConv layers, ReLU between (dict in, dict out)."""
-
-    def __init__(self, first, second):
-        super().__init__()
-        self.first, self.second = first, second
-
-    def forward(self, x_dict, edge_index_dict):
-        x_dict = {t: x.relu() for t, x in self.first(x_dict, edge_index_dict).items()}
-        return self.second(x_dict, edge_index_dict)
 
 
 def _hetero_conv(inputs: int, outputs: int, relations=RELATIONS) -> HeteroConv:
@@ -210,7 +199,7 @@ def test_hetero_conv_of_sage_and_gat_over_changing_batches_runs_padded_and_match
 def test_two_hetero_conv_layers_over_three_node_types_match_eager():
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = _Stack(_hetero_conv(FEATURES, 16), _hetero_conv(16, 4))
+    model = HeteroStack(_hetero_conv(FEATURES, 16), _hetero_conv(16, 4))
     entries, (graphs, compiled) = _run(model, HETERO_CONV_STREAM_3)
     papers, authors, fields = "l_x_dict_paper_", "l_x_dict_author_", "l_x_dict_field_"
     shared = _compiled_entry(entries, 6, [[authors, papers], [fields]])  # papers and authors one count

@@ -103,8 +103,6 @@ class RewriteContext:
         expr = size.node.expr
         if expr.is_number:
             return int(expr)
-        if expr in self._symbols:
-            return self._symbols[expr]
         built = self._from_symbols(expr)
         if built is not None:
             return built
