@@ -21,7 +21,7 @@ RELATIONS = METADATA[1] + [("paper", "has_topic", "field")]
 ISOLATED = 2  # the last nodes of each type have no edges
 
 
-def hetero_batch(nodes: dict, edges: dict, seed: int) -> tuple:
+def hetero_batch(nodes: dict, edges: dict, seed: int, device: str = "cpu") -> tuple:
     """``(x_dict, edge_index_dict)`` of a sampled-looking batch: ``nodes`` per type (the last :data:`ISOLATED` of
     each without edges), ``edges`` per edge type (0: an empty edge set), each with three duplicated edges and a hub
     (node 0 of the destination type gets a third of its type's count more), and self loops within a type."""
@@ -41,7 +41,7 @@ def hetero_batch(nodes: dict, edges: dict, seed: int) -> tuple:
             parts.append(torch.stack([loops, loops]))
         parts.append(parts[0][:, :3])
         edge_index[src, rel, dst] = torch.cat(parts, dim=1)
-    return x, edge_index
+    return {t: v.to(device) for t, v in x.items()}, {e: v.to(device) for e, v in edge_index.items()}
 
 
 def _sizes(paper, author, field=None):
@@ -73,22 +73,28 @@ def _hetero_conv(inputs: int, outputs: int, relations=RELATIONS) -> HeteroConv:
     return HeteroConv({r: convs[r] for r in relations}, aggr="sum")
 
 
-def _run(model, stream, edge_dims=None):
+def _run(model, stream, edge_dims=None, device="cpu"):
     """Eager and compiled (buckets on, every batch traced with symbolic sizes) over ``stream``: every node type's
     output and all gradients checked (of the features, of the edge attributes of the edge types in ``edge_dims``,
     a third input, and of the parameters). Returns the buckets' report entries and, before the last batch, Dynamo's
-    graph count and the buckets compiled. The CPU rewrites are off: the buckets compile Inductor's own code either
-    way, and the graph of changing sizes (compiled too, as the fallback) compiles faster without them."""
-    compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on", "cpu_rewrite": False}, dynamic=True)
+    graph count and the buckets compiled. On the CPU the rewrites are off: the buckets compile Inductor's own code
+    either way, and the graph of changing sizes (compiled too, as the fallback) compiles faster without them. On
+    CUDA the model compiles as users run mini-batches there, ``mode="reduce-overhead"`` (buckets, CUDA graphs)."""
+    if device == "cuda":
+        compiled = torch.compile(model, backend="gnn_io", mode="reduce-overhead", dynamic=True)
+    else:
+        compiled = torch.compile(model, backend="gnn_io", options={"buckets": "on", "cpu_rewrite": False},
+                                 dynamic=True)
     before = None
     for i, (nodes, edges) in enumerate(stream):
         if i == len(stream) - 1:
             before = counters["stats"]["unique_graphs"], _buckets_compiled(model)
-        x, edge_index = hetero_batch(nodes, edges, seed=i)
+        x, edge_index = hetero_batch(nodes, edges, seed=i, device=device)
         leaves = {t: v.requires_grad_() for t, v in x.items()}
         args = (leaves, edge_index)
         if edge_dims:
-            attr = {e: torch.randn(edge_index[e].shape[1], d, requires_grad=True) for e, d in edge_dims.items()}
+            attr = {e: torch.randn(edge_index[e].shape[1], d, device=device, requires_grad=True)
+                    for e, d in edge_dims.items()}
             leaves, args = {**leaves, **attr}, args + (attr,)
         expected = model(*args)
         sum(v.square().sum() for v in expected.values()).backward()
@@ -102,6 +108,7 @@ def _run(model, stream, edge_dims=None):
         for t in expected:
             torch.testing.assert_close(actual[t], expected[t], **tolerance(torch.float32, "layer"))
         got = [v.grad for v in leaves.values()] + [p.grad for p in model.parameters()]
+        assert all(g is not None for g in got)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, **tolerance(torch.float32, "layer"))
         model.zero_grad()
@@ -193,6 +200,29 @@ def test_hetero_conv_of_sage_and_gat_over_changing_batches_runs_padded_and_match
     assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
     assert not [m for r in gnn_inductor.rewrite_report.reports(model) for m in r.near_misses
                 if m.pattern == "buckets"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("model_name", ["to_hetero_sage", "hetero_conv", "to_hetero_gat", "edge_attributes"])
+def test_hetero_models_over_changing_batches_under_cuda_graphs_match_eager(model_name):
+    """On CUDA under ``mode="reduce-overhead"``: every batch padded to a bucket replayed as a CUDA graph, outputs and
+    all gradients against eager, and the repeated batch neither traced nor compiled again."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    stream, edge_dims = (HETERO_CONV_STREAM, None) if model_name == "hetero_conv" else (TO_HETERO_STREAM, None)
+    if model_name == "to_hetero_sage":
+        model = to_hetero(GraphSAGE(FEATURES, 16, num_layers=2, out_channels=4), METADATA, aggr="sum")
+    elif model_name == "to_hetero_gat":
+        model = to_hetero(GAT(FEATURES, 8, num_layers=2, out_channels=4, heads=2, add_self_loops=False), METADATA,
+                          aggr="sum")
+    elif model_name == "hetero_conv":
+        model = _hetero_conv(FEATURES, 4, METADATA[1])
+    else:
+        model, stream = _WithEdgeAttributes(), HETERO_CONV_STREAM
+        edge_dims = {METADATA[1][0]: 3, METADATA[1][2]: 3}
+    entries, (graphs, compiled) = _run(model.cuda(), stream, edge_dims=edge_dims, device="cuda")
+    assert _buckets_compiled(model) >= 2, [e.details for e in entries]
+    assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
 
 
 @pytest.mark.slow
