@@ -362,6 +362,8 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     # edge filters (self loops removed) kept at fixed sizes, so the bucket has no data-dependent size
     filters, kept_why = buckets.redirect_filters(pristine, layout)
     details = {"buckets": [], "sizes": layout.describe(), "edge_filters_at_fixed_size": filters}
+    if layout.scalars:  # numbers read from 0-d tensors, fixed per bucket (their values are part of its key)
+        details["fixed_numbers"] = [layout.names[i] for i in sorted(layout.scalars)]
     if kept_why:
         details["edge_filters_kept"] = kept_why
     rewrite = _report.Rewrite("buckets", "padded shape buckets", GRAPH_SOURCE, details,

@@ -33,7 +33,7 @@ from gnn_inductor.buckets_layout import HOMOGENEOUS, Layout, SizeSlots, copy_mod
 from gnn_inductor.rewrite_report import source_of
 
 __all__ = ["Bucketed", "HOMOGENEOUS", "Layout", "SizeSlots", "bucket", "copy_module", "fits", "layout_of",
-           "padded_for", "padded_sizes", "redirect_filters", "why_unsafe", "with_constant_ints"]
+           "padded_for", "padded_sizes", "redirect_filters", "why_unsafe", "with_constant_scalars"]
 
 aten = torch.ops.aten
 
@@ -102,13 +102,20 @@ def fits(padded: tuple, counts: tuple, slots: SizeSlots = HOMOGENEOUS) -> bool:
         and padded[i] > counts[i] for i in slots.nodes)
 
 
-def with_constant_ints(gm: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
-    """``gm`` (rewritten in place) with each integer placeholder replaced by its value in ``inputs``: a compile at
-    fixed sizes, where AOTAutograd would otherwise make a symbol of every integer input. The result takes the
-    tensor inputs only."""
+def with_constant_scalars(gm: torch.fx.GraphModule, inputs: list, numbers: frozenset = frozenset()) \
+        -> torch.fx.GraphModule:
+    """``gm`` (rewritten in place) with each integer or float placeholder replaced by its value in ``inputs``, and
+    the ``.item()`` reads of the 0-d tensors at the positions ``numbers`` by theirs (a bucket key holds the values
+    of all of them that are not sizes): a compile at fixed sizes, where AOTAutograd would otherwise make a symbol of
+    every such input, an unbacked one for a number read from a tensor (GATConv's dropout probability, whose range
+    check then cannot be decided). The result takes the other tensor inputs only."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, inputs):
-        if isinstance(value, int):
+    for i, (node, value) in enumerate(zip(placeholders, inputs)):
+        if i in numbers:
+            for read in list(node.users):
+                read.replace_all_uses_with(value.item())
+                gm.graph.erase_node(read)
+        if isinstance(value, (int, float)) or i in numbers:
             node.replace_all_uses_with(value)
             gm.graph.erase_node(node)
     gm.graph.lint()
@@ -422,9 +429,9 @@ class Bucketed:
             return self.dynamic(*args)
         targets = layout.targets(args, counts, padded)
         inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
-        tensors = [a for a in inputs if not isinstance(a, int)]
+        tensors = [a for i, a in enumerate(inputs) if not isinstance(a, (int, float)) and i not in layout.scalars]
         if key not in self.compiled:
-            bucket_gm = with_constant_ints(copy_module(self.gm, values=False), inputs)
+            bucket_gm = with_constant_scalars(copy_module(self.gm, values=False), inputs, layout.scalars)
             fn = self.compiled[key] = self.compile_at(bucket_gm, tensors)
             self.failed = fn is None  # a graph Inductor cannot compile at one fixed size fails at the others too
             if fn is not None and self.on_compile is not None:

@@ -66,8 +66,10 @@ HOMOGENEOUS = SizeSlots((0,), (1,), {0: (1,)})
 
 class Layout:
     """What each input of a Dynamo graph is for the padding: ``("edge_index", E)`` (``[2, E]`` integers), ``("rows",
-    tag)`` (a tensor whose first dimension is the count ``tag``), ``("size", tag)`` (the count as an integer input) or
-    ``("keep", None)``. ``nodes`` and ``edges`` map each tag to its symbol (one symbol: the tag ``N`` or ``E``);
+    tag)`` (a tensor whose first dimension is the count ``tag``), ``("size", tag)`` (the count as an integer input),
+    ``("scalar", None)`` (a 0-d CPU tensor the graph only reads as a number: a float module attribute such as
+    GATConv's ``negative_slope`` or ``dropout``, which Dynamo passes as a tensor) or ``("keep", None)``. ``nodes``
+    and ``edges`` map each tag to its symbol (one symbol: the tag ``N`` or ``E``);
     ``ends`` maps each ``edge_index`` input's position to the node tags of its rows 0 and 1 (by default the one node
     tag); ``out_dims`` lists per output its ``(dimension, tag)`` pairs to cut back. A call's sizes, padded sizes and
     bucket key list the node counts, then the edge counts, in tag order. Built by :func:`layout_of`."""
@@ -82,6 +84,7 @@ class Layout:
         self.width = len(self.order)
         self.names = names or [f"input {i}" for i in range(len(kinds))]
         self.edge_inputs = [i for i, (kind, _) in enumerate(kinds) if kind == "edge_index"]
+        self.scalars = {i for i, (kind, _) in enumerate(kinds) if kind == "scalar"}
         if ends is None:
             (node,) = self.nodes
             ends = {i: (node, node) for i in self.edge_inputs}
@@ -109,8 +112,9 @@ class Layout:
 
     def key(self, args, sizes: tuple) -> tuple:
         """The compile key of a call: its padded sizes and everything else that fixes the compiled shapes."""
-        rest = tuple(tuple(a.shape[1:]) if kind == "rows" else (tuple(a.shape) if isinstance(a, torch.Tensor) else a)
-                     for (kind, _), a in zip(self.kinds, args) if kind in ("rows", "keep"))
+        rest = tuple(tuple(a.shape[1:]) if kind == "rows" else a.item() if kind == "scalar" else
+                     (tuple(a.shape) if isinstance(a, torch.Tensor) else a)
+                     for (kind, _), a in zip(self.kinds, args) if kind in ("rows", "keep", "scalar"))
         return sizes + rest
 
     def describe(self) -> list:
@@ -185,6 +189,12 @@ def _is_edge_index(value) -> bool:
         and value.dtype != torch.bool and value.shape[0] == 2 and size_symbol(value.shape[1]) is not None
 
 
+def _read_as_number(node: torch.fx.Node, value) -> bool:
+    """Whether a placeholder is a 0-d CPU tensor that the graph only reads with ``.item()``."""
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu" and \
+        bool(node.users) and all(u.op == "call_method" and u.target == "item" for u in node.users)
+
+
 def _tagged(symbols: list, letter: str) -> dict:
     return {letter if len(symbols) == 1 else f"{letter}{i}": s for i, s in enumerate(symbols)}
 
@@ -205,8 +215,11 @@ def layout_of(gm: torch.fx.GraphModule, canonical: Optional[Callable] = None) ->
     nodes, edges = _tagged(node_syms, "N"), _tagged(edge_syms, "E")
     tags = {s: tag for tag, s in list(nodes.items()) + list(edges.items())}
     kinds = []
-    for value in example_inputs:
-        if isinstance(value, torch.SymInt):
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs):
+        if _read_as_number(node, value):
+            kinds.append(("scalar", None))
+        elif isinstance(value, torch.SymInt):
             expr = size_expr(value)
             if expr in tags:
                 kinds.append(("size", tags[expr]))

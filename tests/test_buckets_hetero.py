@@ -221,8 +221,29 @@ def test_hetero_models_over_changing_batches_under_cuda_graphs_match_eager(model
         model, stream = _WithEdgeAttributes(), HETERO_CONV_STREAM
         edge_dims = {METADATA[1][0]: 3, METADATA[1][2]: 3}
     entries, (graphs, compiled) = _run(model.cuda(), stream, edge_dims=edge_dims, device="cuda")
-    assert _buckets_compiled(model) >= 2, [e.details for e in entries]
+    misses = [m.reason for r in gnn_inductor.rewrite_report.reports(model) for m in r.near_misses
+              if m.pattern == "buckets"]
+    assert _buckets_compiled(model) >= 2 and not misses, ([e.details for e in entries], misses)
     assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
+
+
+def test_float_attributes_read_from_tensors_are_fixed_in_each_bucket():
+    """GATConv's ``negative_slope`` and ``dropout`` reach the graph as 0-d tensors read by ``.item()``; a bucket's
+    compile at fixed sizes takes their values (part of its key), where a fresh symbol for them could not be checked
+    by dropout's range test and the compile failed (the CUDA-graph path on CUDA; here its settings on the CPU)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _hetero_conv(FEATURES, 4, METADATA[1])
+    compiled = torch.compile(model, backend="gnn_io", dynamic=True,
+                             options={"buckets": "on", "cpu_rewrite": False, "cuda_graphs": True, "strict": True})
+    for i, (nodes, edges) in enumerate(HETERO_CONV_STREAM[:2]):
+        x, edge_index = hetero_batch(nodes, edges, seed=i)
+        expected, actual = model(x, edge_index), compiled(x, edge_index)
+        for t in expected:
+            torch.testing.assert_close(actual[t], expected[t], **tolerance(torch.float32, "layer"))
+    assert _buckets_compiled(model) >= 1
+    scalars = [e.details.get("fixed_numbers") for e in _bucket_entries(model)]
+    assert any(scalars), scalars
 
 
 @pytest.mark.slow
