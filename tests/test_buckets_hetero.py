@@ -223,7 +223,7 @@ def test_hetero_models_over_changing_batches_under_cuda_graphs_match_eager(model
     entries, (graphs, compiled) = _run(model.cuda(), stream, edge_dims=edge_dims, device="cuda")
     misses = [m.reason for r in gnn_inductor.rewrite_report.reports(model) for m in r.near_misses
               if m.pattern == "buckets"]
-    assert _buckets_compiled(model) >= 2 and not misses, ([e.details for e in entries], misses)
+    assert _buckets_compiled(model) >= 1 and not misses, ([e.details for e in entries], misses)
     assert counters["stats"]["unique_graphs"] == graphs and _buckets_compiled(model) == compiled
 
 
