@@ -4,8 +4,8 @@ On a machine with CUDA one pytest process runs every tier but ``slow`` (the Trit
 machine the Triton kernel tests (marker ``triton``) run under Triton's interpreter, ``TRITON_INTERPRET=1 pytest -m
 triton``, in pytest processes of their own: the interpreter only takes effect for kernels defined after it
 is set, and set in the main process it would interpret Inductor's kernels too. The main tier (``-m "not triton"``)
-runs in two processes (tests/models, tests/test_examples.py, tests/benchmarks and the heterogeneous buckets' tests
-apart) and the interpreter tier in
+runs in two processes (tests/models, tests/test_examples.py, tests/benchmarks, the heterogeneous buckets' tests and
+the DGL layer zoo apart) and the interpreter tier in
 two (the attention kernel files of :data:`HEAVY_INTERPRETED` apart), so that the four share CI's two cores about
 evenly: measured alone on one core of a 2-core machine, the interpreter tier took 718 s, 360 of them in those files.
 The first process prints as it goes, the others' output follows when all have ended. The exit status is pytest's: 1
@@ -48,7 +48,8 @@ def main(argv: list) -> int:
     # interpreter tier in two, so that the four share the two cores evenly (a fresh clone on a 2-core machine, four
     # processes, the benchmarks' tests in the first: 925 s, 717 s, 777 s and 809 s)
     interpreted = {**base, "TRITON_INTERPRET": "1"}
-    apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks", "tests/test_buckets_hetero.py"]
+    apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks", "tests/test_buckets_hetero.py",
+             "tests/frontends/dgl/test_dgl_zoo.py"]
     tiers = [("not triton", ["tests", *(f"--ignore={path}" for path in apart)], base),
              ("not triton", apart, base),
              ("triton", HEAVY_INTERPRETED, interpreted),

@@ -73,12 +73,14 @@ def test_minibatch_sage():
     assert "SAGEConv conv1 at examples/minibatch_sage.py" in output and "runs gnn_io.spmm" in output
 
 
+@pytest.mark.slow  # the TransformerConv rewrite's end to end runs in tests/models; the README's first command here
 def test_bf16_large():
     output = run(["examples/bf16_large.py", "--epochs", "1", "--cpu-rewrites"])
     assert "test accuracy:" in output
     assert "TransformerConv conv1 at examples/bf16_large.py" in output and "runs gnn_io.attention" in output
 
 
+@pytest.mark.slow  # GCNConv's SpMM under inference_mode runs in tests/models/test_reliability.py
 def test_inference():
     output = run(["examples/inference.py", "--calls", "2", "--cpu-rewrites"])
     assert "predicted 20000 nodes" in output

@@ -132,6 +132,7 @@ def _recording(ran: list, name: str, real):
 
 
 @runs_kernel
+@pytest.mark.slow  # the score factor's kernels run in tests/kernels/attention/test_score_factor.py's default tier
 def test_hgt_conv_runs_the_fused_attention_kernels(monkeypatch):
     """Float32 HGTConv compiled on the kernels' device: its attention's forward and backward run the fused CSR
     kernels (the score factor and the flattened message recognised), and the outputs and every parameter's

@@ -70,7 +70,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("name", "dynamic"), tiered(
     [(name, dynamic) for name in LAYERS for dynamic in (None, True)],
-    [("gcn", None), ("sage_max", None), ("gat", None), ("sage_max", True)]))
+    [("gcn", None), ("gat", None), ("sage_max", True)]))
 def test_one_compiled_layer_across_awkward_graphs(name, dynamic, device, monkeypatch):
     make, family = LAYERS[name]
     _check_across(name, make, family, dynamic, device, _graph_calls(None), monkeypatch)
@@ -122,7 +122,7 @@ INPUT_LAYERS = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("name", "dynamic"), tiered(
     [(name, dynamic) for name in INPUT_LAYERS for dynamic in (None, True)],
-    [("sage_mean_bipartite", None), ("gine_edge_attr", None), ("gat_edge_attr", None)]))
+    [("sage_mean_bipartite", None), ("gine_edge_attr", None)]))
 def test_bipartite_and_edge_input_layers_across_awkward_graphs(name, dynamic, device, monkeypatch):
     """The same for bipartite layers (source and destination features of their own sizes) and for layers with an
     edge weight or edge features, whose gradients are compared too."""
@@ -163,7 +163,7 @@ HALF_CASES = [("bfloat16", "cpu")] + [
 
 
 @pytest.mark.parametrize(("dtype", "device"), HALF_CASES)
-@pytest.mark.parametrize("name", tiered(HALF_LAYERS, ["gcn", "gat"]))
+@pytest.mark.parametrize("name", tiered(HALF_LAYERS, ["gcn"]))
 def test_half_precision_layers_across_awkward_graphs(name, dtype, device, monkeypatch):
     """The awkward graphs in bfloat16 and float16 (the precision where ``torch.compile`` default crashed on
     GATConv): each call's outputs and gradients within twice eager's own half-precision error of float32.

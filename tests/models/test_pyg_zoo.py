@@ -18,6 +18,7 @@ from torch_geometric.nn.aggr import MultiAggregation
 
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import check_rewrites, tolerance
+from tests.tiers import tiered
 
 OUT_CHANNELS = 6
 FAMILIES = ("spmm", "gather_scatter", "edge_softmax", "attention")
@@ -197,8 +198,9 @@ def test_sum_and_mean_alone_stay_an_spmm(graph):
     check_rewrites(model, graph.x, graph.edge_index, expect=only(spmm=1))
 
 
-@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
-@pytest.mark.parametrize("towers", [1, 2], ids=["towers1", "towers2"])
+@pytest.mark.parametrize(("towers", "with_edge_attr"), tiered(
+    [pytest.param(t, e, id=f"towers{t}-{'edge_attr' if e else 'no_edge_attr'}") for t in (1, 2) for e in (False, True)],
+    [(2, True)]))
 def test_pna_conv(graph, towers, with_edge_attr):
     """PNA's messages are a linear map of ``[x_i, x_j(, e_ij)]``, an edge tensor the model computes; its mean,
     min, max and std (mean twice: its own and std's) read it in one pass."""
@@ -222,9 +224,10 @@ def test_pna_conv(graph, towers, with_edge_attr):
 # Attention layers (train mode, dropout off)
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
-@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean_heads"])
-@pytest.mark.parametrize("heads", [1, 3], ids=["heads1", "heads3"])
+@pytest.mark.parametrize(("heads", "concat", "with_edge_attr"), tiered(
+    [pytest.param(h, c, e, id=f"heads{h}-{'concat' if c else 'mean_heads'}-{'edge_attr' if e else 'no_edge_attr'}")
+     for h in (1, 3) for c in (True, False) for e in (False, True)],
+    [(3, True, True), (3, False, False), (1, True, False)]))
 def test_gat_conv(graph, heads, concat, with_edge_attr):
     torch.manual_seed(0)
     edge_dim = graph.edge_dim if with_edge_attr else None

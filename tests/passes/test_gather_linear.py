@@ -9,6 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from gnn_inductor import config, pipeline
 from gnn_inductor.passes import gather_linear
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
+from tests.tiers import tiered
 
 aten = torch.ops.aten
 N, E, F_IN, F_OUT = 12, 50, 6, 5
@@ -102,7 +103,7 @@ LAYERS = {
 }
 
 
-@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("name", tiered(list(LAYERS), ["general_max", "cg", "edge_conv"]))
 def test_pyg_layers_move_their_message_linear(name, monkeypatch):
     """Outputs and every gradient against eager PyG on a graph with a hub, self loops, duplicate edges and
     isolated nodes; with the move the per-edge math left is fused with its aggregation where one follows."""

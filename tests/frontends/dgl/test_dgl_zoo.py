@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.frontends.dgl.conftest import load_dgl
+from tests.tiers import tiered
 
 dgl = load_dgl()
 from dgl import function as fn
@@ -297,7 +298,7 @@ def check_sampled_blocks(model, conv, graph, dgl_graph, seed_counts) -> None:
                                    torch.autograd.grad(expected.square().sum(), x)[0])
 
 
-@pytest.mark.parametrize("layer", ["sage_mean", "gat"])
+@pytest.mark.parametrize("layer", tiered(["sage_mean", "gat"], ["sage_mean"]))
 def test_sampled_blocks_of_changing_sizes(graph, dgl_graph, layer):
     """Mini-batch training as DGL's samplers feed it: a new block (bipartite, sources then destinations) of a
     new size every step. From the second block Dynamo traces with symbolic sizes, where the frontend's

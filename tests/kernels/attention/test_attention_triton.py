@@ -557,9 +557,12 @@ def _check_bias(plan, name, device, dtype=torch.float32):
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("heads, backward_variant", [
-    ("all", "split"), ("all", "one_pass_segment"), ("per_head", "atomic")])
+@pytest.mark.parametrize("name, heads, backward_variant", tiered(
+    [(name, heads, variant)
+     for heads, variant in [("all", "split"), ("all", "one_pass_segment"), ("per_head", "atomic")]
+     for name in ["gat", "gat_dropout", "gatv2_edge", "transformer_edge"]],
+    [("gat", "all", "split"), ("gatv2_edge", "all", "one_pass_segment"), ("transformer_edge", "per_head", "atomic"),
+     ("gat_dropout", "all", "split")]))
 def test_bias_is_added_in_the_output_and_taken_out_of_d(plan, name, heads, backward_variant, poisoned_empty,
                                                         monkeypatch):
     """``attention(..., bias=b)`` is the attention output plus ``b`` in one tensor: added by the all-heads kernel and
