@@ -66,6 +66,7 @@ def test_ddp_minibatch_on_two_processes():
     assert "SAGEConv conv1 at examples/minibatch_sage.py" in output and "runs gnn_io.spmm" in output
 
 
+@pytest.mark.slow  # the mini-batch paths (the switch, shape buckets) run in tests/test_buckets.py and tests/plan
 def test_minibatch_sage():
     output = run(["examples/minibatch_sage.py", "--epochs", "1", "--steps", "3", "--batch-size", "64",
                   "--cpu-rewrites"])
@@ -88,6 +89,7 @@ def test_inference():
 
 
 @needs_cora
+@pytest.mark.slow  # DGL's GraphConv compiled end to end runs in tests/frontends/dgl/test_dgl_zoo.py
 def test_dgl_gcn(tmp_path):
     try:
         import_dgl()  # skips where DGL is not installed

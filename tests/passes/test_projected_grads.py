@@ -14,7 +14,7 @@ import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.kernels.attention import csr_chunked, dispatch
 from gnn_inductor.testing import TOLERANCES, random_graph, tolerance
-from tests.tiers import INTERPRETED
+from tests.tiers import INTERPRETED, tiered
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_kernels = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
@@ -141,7 +141,7 @@ def _layer_check(model, x, edge_index, edge_attr=None):
 
 
 @needs_kernels
-@pytest.mark.parametrize("layer", ["transformer_edge", "gatv2"])
+@pytest.mark.parametrize("layer", tiered(["transformer_edge", "gatv2"], ["gatv2"]))
 def test_compiled_layers_with_the_kernels_by_blocks(layer, monkeypatch):
     """The compiled layer under Triton's interpreter with 1 KiB blocks: the backward graph calls the projected op,
     the chunked split backward runs, and the input gradient and every parameter's match eager PyG. With edge

@@ -30,6 +30,7 @@ from tests.kernels.attention.test_attention_split_backward import (
     run_op,
 )
 from tests.kernels.attention.test_attention_triton import assert_close, make_args
+from tests.tiers import tiered
 
 runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 GAT_CASES = ["gat", "gat_edge", "gat_dropout"]
@@ -87,7 +88,7 @@ def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
 
 @pytest.mark.triton
 @pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
-@pytest.mark.parametrize("edge_dim", [None, 3])
+@pytest.mark.parametrize("edge_dim", tiered([None, 3], [None]))
 def test_compiled_gatconv_takes_the_mass_form_and_matches_eager(edge_dim, monkeypatch):
     """PyG's GATConv (2 heads, its bias, with and without edge features) compiled with ``gnn_io``: the attention
     forward makes the mass, and the output and every gradient (input, weights, attention vectors, bias) are eager

@@ -687,7 +687,7 @@ COMPILED_MULTI = {"sage": _sage, "multi_aggregation": lambda edge_index: _MultiA
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", list(COMPILED_MULTI))
+@pytest.mark.parametrize("name", tiered(list(COMPILED_MULTI), ["sage"]))
 def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
     """PyG layers with several aggregations, compiled with ``gnn_io`` (graph with a split hub, isolated nodes,
     self loops and duplicate edges), against eager PyG: one merged rewrite, one forward kernel for all members."""
