@@ -290,8 +290,10 @@ def test_hub_windows_stay_on_csr(monkeypatch):
 # ---- the kernels through the op (CUDA, or the interpreter on CPU) ----
 
 @runs_kernel
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("path", ["block", "hybrid", "hub"])
+@pytest.mark.parametrize("path, dtype", tiered(
+    [pytest.param(path, dtype, id=f"{path}-{'fp32' if dtype == torch.float32 else 'fp16'}")
+     for dtype in (torch.float32, torch.float16) for path in ("block", "hybrid", "hub")],
+    [("block", torch.float32), ("hybrid", torch.float16), ("hub", torch.float32)]))
 def test_paths_match_reference(path, dtype, monkeypatch):
     # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
     # and the gradient of every input against the float64 reference on the whole graph
@@ -332,8 +334,10 @@ def test_paths_match_reference(path, dtype, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("case", ["gat", "gat_edge", "gatv2", "gatv2_dropout"])
+@pytest.mark.parametrize("case, dtype", tiered(
+    [pytest.param(case, dtype, id=f"{case}-{'fp32' if dtype == torch.float32 else 'fp16'}")
+     for dtype in (torch.float32, torch.float16) for case in ("gat", "gat_edge", "gatv2", "gatv2_dropout")],
+    [("gat_edge", torch.float32), ("gatv2", torch.float16), ("gatv2_dropout", torch.float32)]))
 def test_gat_paths_match_reference(case, dtype, monkeypatch):
     # GAT and GATv2 through the op on the block path (duplicate windows on CSR): forward and every gradient
     from tests.kernels.attention.test_block_sparse_gat import CASES, NUM_NODES, dropout_of, make_args

@@ -210,7 +210,8 @@ def check_case(name, plan, dtype=torch.float32, heads=HEADS, channels=CHANNELS):
 # ---- the kernels (CUDA, or the interpreter on CPU) ----
 
 @runs_kernel
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", tiered(list(CASES), ["gat", "gat_edge", "gatv2_edge", "transformer_edge",
+                                                       "gatv2_dropout"]))
 def test_fused_matches_reference(plan, name):
     check_case(name, plan)
 
@@ -285,8 +286,10 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "transformer_edge"])
-@pytest.mark.parametrize("backward_variant", ["split", "one_pass_segment"])
+@pytest.mark.parametrize("name, backward_variant", tiered(
+    [(name, variant) for variant in ("split", "one_pass_segment") for name in ("gat_edge", "gatv2_edge",
+                                                                               "transformer_edge")],
+    [("gat_edge", "split"), ("transformer_edge", "one_pass_segment")]))
 def test_backward_stores_row_gradients_without_a_memset(plan, name, backward_variant, poisoned_empty, monkeypatch):
     """The split backward's row gradients start uninitialised (the plan's own items and the transposed CSR's
     cover every row with edges): rows without edges and hub rows (several items add) are zeroed, light rows
@@ -441,7 +444,8 @@ def test_split_passes_launch_apart(plan, name, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout", "gatv2_edge", "transformer_edge"])
+@pytest.mark.parametrize("name", tiered(["gat", "gat_edge", "gat_dropout", "gatv2_edge", "transformer_edge"],
+                                        ["gat_edge", "transformer_edge"]))
 def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
     """With ``one_pass_segment``, GAT's split backward is one src pass (dst score terms stored per edge and summed
     over each destination's CSR row by the SpMM), the other families keep the dst pass; either way the gradients
@@ -481,8 +485,9 @@ def test_one_pass_backward_skips_gat_dst_pass(plan, name, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("name", ["gat", "gat_edge", "gat_dropout"])
-@pytest.mark.parametrize("by_position", [True, False])
+@pytest.mark.parametrize("name, by_position", tiered(
+    [(name, by_position) for by_position in (True, False) for name in ("gat", "gat_edge", "gat_dropout")],
+    [("gat_edge", True), ("gat_dropout", False)]))
 def test_segment_backward_stores_dst_terms_by_source_position(plan, name, by_position, poisoned_empty, monkeypatch):
     """The segment backward's src pass stores each edge's dst-role score term at the edge's position in the
     transposed CSR (contiguous stores, into an uninitialised buffer: every position is walked once), and the sum
@@ -668,8 +673,10 @@ LAYERS = [
 ]
 
 
-@pytest.mark.parametrize("with_edge_attr", [False, True], ids=["no_edge_attr", "edge_attr"])
-@pytest.mark.parametrize("name, make, family", LAYERS, ids=[name for name, _, _ in LAYERS])
+@pytest.mark.parametrize("name, make, family, with_edge_attr", tiered(
+    [pytest.param(name, make, family, edge, id=f"{name}-{'edge_attr' if edge else 'no_edge_attr'}")
+     for name, make, family in LAYERS for edge in (False, True)],
+    [(LAYERS[0] + (True,)), (LAYERS[1] + (False,)), (LAYERS[2] + (True,)), (LAYERS[3] + (False,))]))
 def test_pyg_layers_are_recognised(name, make, family, with_edge_attr, monkeypatch):
     """The edge functions cut from the real layers are fused families (what the report says on CUDA)."""
     if INTERPRETED:

@@ -235,8 +235,10 @@ def test_launch_options_change_no_result(name, monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("max_channels", [128, 32], ids=["one_block", "blocks_of_2"])
-@pytest.mark.parametrize("name", ["gat_edge", "gatv2_edge", "gat_dropout"])
+@pytest.mark.parametrize("name, max_channels", tiered(
+    [pytest.param(name, channels, id=f"{name}-{'one_block' if channels == 128 else 'blocks_of_2'}")
+     for channels in (128, 32) for name in ("gat_edge", "gatv2_edge", "gat_dropout")],
+    [("gat_edge", 32), ("gatv2_edge", 128), ("gat_dropout", 32)]))
 def test_all_heads_program_masks_the_padded_heads(name, max_channels, monkeypatch):
     """Three heads in one program of four (``BLOCK_H`` the next power of two), or in blocks of two when
     MAX_PROGRAM_CHANNELS allows only two (the second block half padded): the padded head reads and writes
