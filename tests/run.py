@@ -44,9 +44,9 @@ def main(argv: list) -> int:
     if torch.cuda.is_available():
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30",
                                 *extra, "tests"], cwd=ROOT, env=base)
-    # the main tier in two processes (the model-level tests, the examples and the benchmarks' tests apart) and the
-    # interpreter tier in two, so that the four share the two cores evenly (a fresh clone on a 2-core machine, four
-    # processes, the benchmarks' tests in the first: 925 s, 717 s, 777 s and 809 s)
+    # the main tier in two processes (the model-level tests, the examples, the benchmarks' tests, the heterogeneous
+    # buckets and the DGL zoo apart) and the interpreter tier in two: a fresh clone on a 2-core machine ended them
+    # after 1609, 1591, 769 and 1144 s, the two cores busy throughout (install 145 s, 1754 s in all)
     interpreted = {**base, "TRITON_INTERPRET": "1"}
     apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks", "tests/test_buckets_hetero.py",
              "tests/frontends/dgl/test_dgl_zoo.py"]
