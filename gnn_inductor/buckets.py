@@ -102,6 +102,12 @@ def fits(padded: tuple, counts: tuple, slots: SizeSlots = HOMOGENEOUS) -> bool:
         and padded[i] > counts[i] for i in slots.nodes)
 
 
+def _fixed_in_graph(position: int, value, numbers) -> bool:
+    """Whether an input is put into a bucket's graph as a constant (a Python number, or a 0-d tensor at one of the
+    positions ``numbers`` that the graph reads as a number) instead of being passed at each call."""
+    return isinstance(value, (int, float)) or position in numbers
+
+
 def with_constant_scalars(gm: torch.fx.GraphModule, inputs: list, numbers: frozenset = frozenset()) \
         -> torch.fx.GraphModule:
     """``gm`` (rewritten in place) with each integer or float placeholder replaced by its value in ``inputs``, and
@@ -111,13 +117,15 @@ def with_constant_scalars(gm: torch.fx.GraphModule, inputs: list, numbers: froze
     check then cannot be decided). The result takes the other tensor inputs only."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, (node, value) in enumerate(zip(placeholders, inputs)):
-        if i in numbers:
+        if not _fixed_in_graph(i, value, numbers):
+            continue
+        if i in numbers:  # its .item() reads become the number
             for read in list(node.users):
                 read.replace_all_uses_with(value.item())
                 gm.graph.erase_node(read)
-        if isinstance(value, (int, float)) or i in numbers:
+        else:
             node.replace_all_uses_with(value)
-            gm.graph.erase_node(node)
+        gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
     return gm
@@ -429,7 +437,7 @@ class Bucketed:
             return self.dynamic(*args)
         targets = layout.targets(args, counts, padded)
         inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
-        tensors = [a for i, a in enumerate(inputs) if not isinstance(a, (int, float)) and i not in layout.scalars]
+        tensors = [a for i, a in enumerate(inputs) if not _fixed_in_graph(i, a, layout.scalars)]
         if key not in self.compiled:
             bucket_gm = with_constant_scalars(copy_module(self.gm, values=False), inputs, layout.scalars)
             fn = self.compiled[key] = self.compile_at(bucket_gm, tensors)
