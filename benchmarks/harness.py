@@ -351,6 +351,29 @@ def _new_graph_costs(record, model, x, x_grad, edge_index, device, mode, reps) -
         record["new_graph_error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:160]}"
 
 
+def _csr_build_costs(record, edge_index, num_nodes, device) -> None:
+    """``csr_build_ms`` and ``csr_build_gb``: the backend's CSR build of the graph (``gnn_io::csr_plan``, both
+    directions, in the index type the kernels read) timed to the end of its device work, and the GiB it allocates
+    at its peak above what was allocated before it (its outputs included); ``csr_gb``: its outputs alone. Run
+    before the model exists, so that on a graph near the device's memory it has the room the first call has."""
+    if device.type != "cuda":
+        return
+    try:
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        parts = torch.ops.gnn_io.csr_plan(edge_index[1], edge_index[0], num_nodes, num_nodes)
+        torch.cuda.synchronize()
+        record["csr_build_ms"] = (time.perf_counter() - start) * 1e3
+        record["csr_build_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        record["csr_gb"] = sum(p.numel() * p.element_size() for p in parts) / 2**30
+        del parts
+    except torch.OutOfMemoryError as exc:
+        record["csr_build_error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:160]}"
+    torch.cuda.empty_cache()
+
+
 def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=None) -> dict:
     if mode == "turbo_gnn":
         from benchmarks import peers
@@ -373,6 +396,8 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
         model = build(mode, layer)
     record = {"layer": layer_name, "graph": graph.name, "mode": mode, "nodes": graph.num_nodes,
               "edges": graph.num_edges}
+    if mode == "gnn_io":
+        _csr_build_costs(record, edge_index, graph.num_nodes, device)
     try:
         def forward():
             if "cg" in mode:

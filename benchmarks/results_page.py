@@ -162,20 +162,30 @@ def _detail_table(records: list) -> list:
     extra = list(dict.fromkeys(r["mode"] for r in records if r["mode"] not in BASE_MODES))
     lines = ["## Every column", "",
              "fwd: forward alone (ms). step GB: the step's peak less what was allocated before it. plan build: "
-             "gnn_io's structure work at the first call (ms). roofline: the least bytes the layer must move over the "
+             "gnn_io's structure work at the first call (ms). CSR build: the backend's CSR build of the graph alone, both "
+             "directions, timed to the end of its device work (ms), and the GiB it allocates at its peak, its "
+             "outputs included. roofline: the least bytes the layer must move over the "
              "copy bandwidth measured in the run (ms). err vs fp32: half-precision runs, against eager in float32 "
              "from the same inputs.", "",
              "| graph | layer | dtype | fwd eager | fwd compile | fwd gnn_io | step GB (eager / compile / gnn_io) | "
-             "plan build | roofline | err vs fp32 (eager / gnn_io) | gnn_io path |" + "".join(f" {m} |" for m in extra),
-             "|---|---|---|---:|---:|---:|---|---:|---:|---|---|" + "---:|" * len(extra)]
+             "plan build | CSR build (ms / peak GB) | roofline | err vs fp32 (eager / gnn_io) | gnn_io path |" + "".join(f" {m} |" for m in extra),
+             "|---|---|---|---:|---:|---:|---|---:|---|---:|---|---|" + "---:|" * len(extra)]
     for (graph, layer, dtype), modes in _cases(records).items():
         e, i, g = (modes.get(m, {}) for m in BASE_MODES)
         lines.append(f"| {graph} | {layer} | {dtype} | {_time(e, 'fwd_ms')} | {_time(i, 'fwd_ms')} | "
                      f"{_time(g, 'fwd_ms')} | {' / '.join(_fmt(r.get('step_gb')) for r in (e, i, g))} | "
-                     f"{_fmt(g.get('plan_build_ms'))} | {_fmt(g.get('roofline_ms'), 3)} | "
+                     f"{_fmt(g.get('plan_build_ms'))} | {_csr_build(g)} | {_fmt(g.get('roofline_ms'), 3)} | "
                      f"{_fmt(e.get('err_vs_fp32'), 5)} / {_fmt(g.get('err_vs_fp32'), 5)} | {g.get('paths', '-')} |"
                      + "".join(f" {_time(modes.get(m, {}))} |" for m in extra))
     return lines
+
+
+def _csr_build(record: dict) -> str:
+    if "csr_build_error" in record:
+        return "fails: " + record["csr_build_error"][:40]
+    if record.get("csr_build_ms") is None:
+        return "-"
+    return f"{_fmt(record['csr_build_ms'])} / {_fmt(record.get('csr_build_gb'))}"
 
 
 def _bars(ax, labels: list, series: list, ylabel: str, log: bool) -> None:

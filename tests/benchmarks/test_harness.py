@@ -182,7 +182,8 @@ def test_merge_joins_runs_into_one_table(tmp_path):
         meta = {"device": "GPU", "torch": "t", "triton": "tr", "torch_geometric": "pyg", "python": "3",
                 "date": f"{name}-date", "command": command, "dtype": dtype, "features": 8, "copy_gbps": 100.0}
         rows = [{"layer": layer, "graph": "g", "mode": mode, "nodes": 10, "edges": 20, "fwdbwd_ms": ms,
-                 "peak_gb": 1.0} for layer, mode, ms in records]
+                 "peak_gb": 1.0, **({"csr_build_ms": 7.5, "csr_build_gb": 0.25} if mode == "gnn_io" else {})}
+                for layer, mode, ms in records]
         path.write_text(json.dumps({"meta": meta, "results": rows}))
         return str(path)
 
@@ -206,6 +207,8 @@ def test_merge_joins_runs_into_one_table(tmp_path):
     # graph, nodes, edges, layer, dtype, eager, compile, gnn_io, turbo-gnn, vs eager, vs compile, vs turbo-gnn
     assert cells("| g | 10 | 20 | GCNConv |")[4:12] == ["float32", "4.00", "3.00", "2.00", "-", "2.00x", "1.50x", "-"]
     assert cells("| g | 10 | 20 | GATConv |")[4:11] == ["bfloat16", "6.00", "-", "3.00", "-", "2.00x", "-"]
+    # the detail table: graph, layer, dtype, fwd x3, step GB, plan build, CSR build (gnn_io's record)
+    assert cells("| g | gcn | float32 |")[8] == "7.50 / 0.25"
 
 
 def test_ab_compiles_each_mode_under_its_own_environment():
