@@ -15,6 +15,12 @@ os.environ.setdefault("GNN_IO_CPU_REWRITE", "1")
 # AOTAutograd's cache would load a graph another test (or an earlier run) compiled without running the passes after
 # the split, whose records many tests read; the warm-start tests turn it on for their processes.
 os.environ.setdefault("GNN_IO_AOT_CACHE", "off")
+# A graph compiled with dynamic shapes is also compiled up front as torch.compile's default would compile it, for the
+# mini-batch switch (gnn_inductor/churn.py): that doubled the compile time of every test meeting a second graph size
+# (GCNConv across the awkward graphs: 33 s, 14 s without it, on a 2-core machine) and, after eight new graphs, would
+# check Inductor's code where the rewrites are under test. The tests of the switch set it (tests/plan/test_plan.py,
+# the plan-cache churn test, DGL's sampled blocks).
+os.environ.setdefault("GNN_IO_CHURN", "off")
 # Inductor's multi-threaded CPU kernels add scattered values with atomic_add_vec, whose compiled code (GCC, AVX2) reads
 # a by-value vector argument with an aligned load from the stack (vmovdqa 0x8(%rsp)): it segfaults when the stack
 # at the call is not 32-byte aligned, which depends on the C call path from Python, so it comes and goes with

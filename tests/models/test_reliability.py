@@ -244,6 +244,7 @@ def test_plan_cache_churn(name, device, monkeypatch):
     garbage collected and replaced by new ones of the same size (the dead graph's plan must not be reused, nor the
     graph kept alive), and a new graph of a new size at every step: equal to eager at every call."""
     _setup(monkeypatch, device)
+    monkeypatch.delenv("GNN_IO_CHURN", raising=False)  # the default: the mini-batch switch after eight new graphs
     compiled, reference = _compiled(name, device)
     calls = iter(range(100))
 
