@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the interpreter tier's slowest files, run in a process of their own (the rest of the tier in another)
 HEAVY_INTERPRETED = ["tests/kernels/attention/test_attention_triton.py",
                      "tests/kernels/attention/test_attention_split_backward.py",
-                     "tests/kernels/attention/test_block_sparse_gat.py"]
+                     "tests/kernels/attention/test_block_sparse_gat.py",
+                     "tests/kernels/attention/test_score_factor.py"]
 
 
 def _pytest(marker: str, paths: list, extra: list, env: dict, log) -> subprocess.Popen:
@@ -49,7 +50,7 @@ def main(argv: list) -> int:
     # after 1609, 1591, 769 and 1144 s, the two cores busy throughout (install 145 s, 1754 s in all)
     interpreted = {**base, "TRITON_INTERPRET": "1"}
     apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks", "tests/test_buckets_hetero.py",
-             "tests/frontends/dgl/test_dgl_zoo.py"]
+             "tests/frontends/dgl/test_dgl_zoo.py", "tests/test_warm_start.py"]
     tiers = [("not triton", ["tests", *(f"--ignore={path}" for path in apart)], base),
              ("not triton", apart, base),
              ("triton", HEAVY_INTERPRETED, interpreted),

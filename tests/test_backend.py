@@ -124,7 +124,7 @@ def check_against_eager(conv, x, edge_index):
         torch.testing.assert_close(g, w, **tolerance(torch.float32))
 
 
-@pytest.mark.parametrize("name", ["gcn", "sage_max", "gat", "transformer"])
+@pytest.mark.parametrize("name", tiered(["gcn", "sage_max", "gat", "transformer"], ["sage_max", "gat"]))
 def test_cpu_leaves_aggregation_to_inductor_unless_asked(name, monkeypatch):
     """On CPU the ops' references are slower than Inductor's C++ code, so by default every aggregation is left
     to Inductor (the report says why, per layer); GNN_IO_CPU_REWRITE=1 takes the rewrites. Same results either

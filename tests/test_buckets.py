@@ -211,6 +211,8 @@ def test_an_integer_prefix_over_edges_is_declined():
     assert "cumsum" in (_why_not_padded(_EdgePrefix()) or "")
 
 
+# a minute of interpreted GEMMs on the CPU: the GPU tier and --slow (the kernels' own tests stay in the default tier)
+@pytest.mark.slow
 @runs_kernel
 def test_the_buckets_float32_gemms_run_on_the_3xtf32_kernels(monkeypatch):
     """A bucket's fixed sizes let its float32 GEMMs (forward and both gradients) take the 3xTF32 kernels

@@ -3,6 +3,7 @@ the others ``slow`` (run with ``--slow``: on the GPU machine and before a releas
 that still exercises every behaviour (one case per kernel family and variant). ``runs_kernel`` marks a test of the
 Triton kernels (the ``triton`` tier: on the GPU, or on the CPU under the interpreter, ``INTERPRETED``), which runs
 them on ``KERNEL_DEVICE``."""
+import itertools
 import os
 
 import pytest
@@ -25,3 +26,23 @@ def tiered(cases, keep) -> list:
             marks = list(getattr(case, "marks", ())) + [pytest.mark.slow]
             out.append(pytest.param(*values, marks=marks, id=getattr(case, "id", None)))
     return out
+
+
+def covering(*axes) -> list:
+    """Every combination of ``axes`` (lists of values, as stacked ``parametrize`` decorators would give), as tuples
+    for one ``parametrize`` over their names, with the default tier keeping a covering set: case ``i`` takes value
+    ``i % len(axis)`` of each axis, for ``i`` up to the longest axis, so that each value of each axis runs at least
+    once; the other combinations are ``slow``."""
+    combos = list(itertools.product(*axes))
+    keep = [tuple(axis[i % len(axis)] for axis in axes) for i in range(max(len(axis) for axis in axes))]
+    return tiered(combos, keep)
+
+
+def tiered_at(cases, positions) -> list:
+    """:func:`tiered` for cases whose values cannot name them (lambdas, modules): the cases at ``positions`` stay in
+    the default tier."""
+    cases = list(cases)
+    return [case if i in positions else
+            pytest.param(*(case.values if hasattr(case, "values") else case if isinstance(case, tuple) else (case,)),
+                         marks=list(getattr(case, "marks", ())) + [pytest.mark.slow], id=getattr(case, "id", None))
+            for i, case in enumerate(cases)]

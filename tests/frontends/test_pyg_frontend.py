@@ -67,6 +67,8 @@ HGT_SIZES = {"paper": 12, "author": 9}
 HGT_EDGES = {("author", "writes", "paper"): 30, ("paper", "cites", "paper"): 25, ("paper", "rev_writes", "author"): 30}
 
 
+# the attention rewrite and the comparison with eager also run over changing graphs below, in the default tier
+@pytest.mark.slow
 def test_hgt_conv_is_one_graph_with_its_attention_rewritten_and_matches_eager():
     x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, dtype=torch.float64)
     torch.manual_seed(0)

@@ -122,7 +122,7 @@ INPUT_LAYERS = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("name", "dynamic"), tiered(
     [(name, dynamic) for name in INPUT_LAYERS for dynamic in (None, True)],
-    [("sage_mean_bipartite", None), ("gine_edge_attr", None)]))
+    [("gine_edge_attr", None)]))
 def test_bipartite_and_edge_input_layers_across_awkward_graphs(name, dynamic, device, monkeypatch):
     """The same for bipartite layers (source and destination features of their own sizes) and for layers with an
     edge weight or edge features, whose gradients are compared too."""

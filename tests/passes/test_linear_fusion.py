@@ -8,6 +8,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, SAGEConv, TransformerConv
 from gnn_inductor import config, pipeline
 from gnn_inductor.passes import linear_fusion
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
+from tests.tiers import tiered_at
 
 aten = torch.ops.aten
 
@@ -52,11 +53,11 @@ def test_groups_below_the_minimum_stay_apart():
     assert linear_fusion.fuse_shared_input_linears(gm, config.snapshot()) == []
 
 
-@pytest.mark.parametrize("make, maps, setting", [
+@pytest.mark.parametrize("make, maps, setting", tiered_at([
     (lambda: TransformerConv(12, 5, heads=3), ["query", "key", "value"], "1"),  # skip: not saved, kept apart
     (lambda: TransformerConv(12, 5, heads=3), ["query", "key", "value", "skip"], "all"),
     (lambda: TransformerConv(12, 5, heads=2, root_weight=False), ["query", "key", "value"], "1"),
-])
+], [1]))
 def test_layers_with_shared_input_maps_are_fused_and_correct(make, maps, setting, monkeypatch):
     monkeypatch.setenv(linear_fusion.ENV, setting)
     torch.manual_seed(0)

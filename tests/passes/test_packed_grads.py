@@ -105,6 +105,8 @@ def output_shape_ops():
         yield
 
 
+# a minute under the interpreter: --slow (the packed backward kernel's own test stays in the default tier)
+@pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 def test_compiled_layer_writes_packed_gradients_with_the_kernels(monkeypatch, output_shape_ops):

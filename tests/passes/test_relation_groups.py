@@ -13,6 +13,7 @@ from torch_geometric.utils import scatter
 import gnn_inductor
 from gnn_inductor.plan import csr
 from gnn_inductor.testing import random_graph, random_hetero_graph, tolerance
+from tests.tiers import covering, tiered
 
 NODES, RELATIONS = 40, 4
 FLOAT64 = tolerance(torch.float64)
@@ -52,8 +53,7 @@ def _check(model, inputs, tol=FLOAT64, options=None):
     return _groups(model)
 
 
-@pytest.mark.parametrize("bases", [None, 2], ids=["plain", "bases"])
-@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+@pytest.mark.parametrize(("bases", "index_dtype"), covering([None, 2], [torch.int64, torch.int32]))
 def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype):
     torch.manual_seed(0)
     model = RGCNConv(6, 5, RELATIONS, num_bases=bases).double()
@@ -145,7 +145,7 @@ class _Sage(torch.nn.Module):
         return self.conv(x, edge_index)
 
 
-@pytest.mark.parametrize("kind", ["hetero_conv", "to_hetero"])
+@pytest.mark.parametrize("kind", tiered(["hetero_conv", "to_hetero"], ["to_hetero"]))
 def test_relations_from_different_node_types_share_one_spmm(kind):
     """The relations into papers read authors and papers: one SpMM over both inputs concatenated; outputs and every
     gradient (both node types' inputs, every parameter) against eager in float64."""

@@ -9,6 +9,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
 from gnn_inductor import backend, rewrite_report
 from gnn_inductor.testing import random_graph
+from tests.tiers import tiered, tiered_at
 
 aten = torch.ops.aten
 LAYERS = {"gat": GATConv, "gatv2": GATv2Conv, "transformer": TransformerConv}
@@ -43,7 +44,7 @@ def compile_layer(layer, training: bool):
     return rewrite
 
 
-@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("layer", tiered(list(LAYERS), ["gatv2"]))
 def test_training_draws_a_seed_not_a_mask(layer, graphs):
     rewrite = compile_layer(layer, training=True)
     (gm,) = graphs
@@ -103,13 +104,14 @@ def test_returned_attention_weights_read_the_ops_mask(graphs, monkeypatch):
     assert (alpha == 0).any(), "dropout must drop some weights"
 
 
-@pytest.mark.parametrize("make, folded", [
+# the default tier: one folded bias and one kept apart (a mean over heads first)
+@pytest.mark.parametrize("make, folded", tiered_at([
     (lambda: GATConv(8, 4, heads=2), True),
     (lambda: GATv2Conv(8, 4, heads=2, edge_dim=3), True),
     (lambda: GATConv(8, 4, heads=2, bias=False), False),
     (lambda: GATConv(8, 4, heads=2, concat=False), False),     # mean over heads first: not the op's output plus b
     (lambda: TransformerConv(8, 4, heads=2), False),           # a skip map, not a bias
-])
+], [1, 3]))
 def test_bias_on_the_attention_output_is_folded_into_the_op(make, folded, graphs, monkeypatch):
     """PyG's bias on the concatenated heads becomes the op's ``bias`` argument (reported as ``attention_bias``);
     outputs and every gradient, the bias's included, stay eager PyG's."""

@@ -20,6 +20,7 @@ from torch_geometric.utils import scatter, softmax
 
 from gnn_inductor import config, rewrite_report
 from gnn_inductor.testing import TOLERANCES, gradient_scale, random_graph
+from tests.tiers import tiered_at
 
 HALF = torch.bfloat16
 NODES, EDGES, IN, HEADS, CHANNELS = 24, 90, 8, 2, 4
@@ -138,14 +139,14 @@ def _check(make, family, calls: int) -> None:
     assert rewrites[0].details["dtype"] == "bfloat16", rewrites[0].details  # the kernels' precision
 
 
-@pytest.mark.parametrize("make, family", LAYERS)
+@pytest.mark.parametrize("make, family", tiered_at(LAYERS, [1]))
 def test_cuda_autocast_casts_are_fused_and_match_eager(make, family):
     """The op's CPU reference, two calls (the second on the cached graph plan)."""
     _check(make, family, calls=2)
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("make, family", LAYERS)
+@pytest.mark.parametrize("make, family", tiered_at(LAYERS, [2]))
 def test_cuda_autocast_casts_on_the_fused_kernels_match_eager(make, family, monkeypatch):
     """The fused kernels (on CUDA, or interpreted on CPU tensors) with the mixed dtypes: bfloat16 terms and values,
     float32 ``att`` (GATv2Conv) and float32 score terms (GATConv)."""

@@ -293,7 +293,7 @@ def test_hub_windows_stay_on_csr(monkeypatch):
 @pytest.mark.parametrize("path, dtype", tiered(
     [pytest.param(path, dtype, id=f"{path}-{'fp32' if dtype == torch.float32 else 'fp16'}")
      for dtype in (torch.float32, torch.float16) for path in ("block", "hybrid", "hub")],
-    [("block", torch.float32), ("hybrid", torch.float16), ("hub", torch.float32)]))
+    [("hybrid", torch.float16)]))
 def test_paths_match_reference(path, dtype, monkeypatch):
     # forced block (duplicate windows still on CSR) and hybrid (cost model by window) through the op, forward
     # and the gradient of every input against the float64 reference on the whole graph
@@ -337,7 +337,7 @@ def test_paths_match_reference(path, dtype, monkeypatch):
 @pytest.mark.parametrize("case, dtype", tiered(
     [pytest.param(case, dtype, id=f"{case}-{'fp32' if dtype == torch.float32 else 'fp16'}")
      for dtype in (torch.float32, torch.float16) for case in ("gat", "gat_edge", "gatv2", "gatv2_dropout")],
-    [("gat_edge", torch.float32), ("gatv2", torch.float16), ("gatv2_dropout", torch.float32)]))
+    [("gat_edge", torch.float32), ("gatv2", torch.float16)]))
 def test_gat_paths_match_reference(case, dtype, monkeypatch):
     # GAT and GATv2 through the op on the block path (duplicate windows on CSR): forward and every gradient
     from tests.kernels.attention.test_block_sparse_gat import CASES, NUM_NODES, dropout_of, make_args
@@ -428,8 +428,9 @@ def test_dropout_paths_match_reference(monkeypatch):
         torch.testing.assert_close(leaf.grad.cpu().double(), expected.grad, **tolerance(torch.float32, "layer"))
 
 
+# timing both paths under the interpreter takes a minute: the GPU tier and --slow
 @runs_kernel
-@pytest.mark.parametrize("reorder", tiered(["off", "applied"], ["off"]))
+@pytest.mark.parametrize("reorder", tiered(["off", "applied"], []))
 def test_automatic_choice_times_both_steps(monkeypatch, reorder):
     """Left to the chooser (a cost model that predicts a hybrid), the first call times the forward and backward of
     the pick and of CSR through the op's own step function, records both, and the result matches the reference

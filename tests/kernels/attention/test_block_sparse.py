@@ -19,7 +19,7 @@ from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, do
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import magnitude, random_graph, tolerance
-from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel
+from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, covering, runs_kernel, tiered
 
 HEADS, CHANNELS = 2, 4
 EPS = 1e-16
@@ -266,8 +266,7 @@ def test_dot_forward_matches_reference(case, dtype, heads_per_program):
 
 
 @runs_kernel
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("case", ["hub", "duplicates", "order", "dropout"])
+@pytest.mark.parametrize("case, dtype", covering(["hub", "duplicates", "order", "dropout"], [torch.float32, torch.float16]))
 def test_dot_backward_matches_reference(case, dtype, heads_per_program):
     # query, key and value gradients of BlockSparseDotAttention against autograd through the float64 reference,
     # whose output gradient is zero on rows of windows that are not dense_ok (those edges are the CSR path's)
@@ -422,7 +421,7 @@ def test_launch_options_change_no_result(monkeypatch):
 
 
 @runs_kernel
-@pytest.mark.parametrize("heads, max_channels", [(3, 128), (5, 128), (5, 32)],
+@pytest.mark.parametrize("heads, max_channels", tiered([(3, 128), (5, 128), (5, 32)], [(5, 32)]),
                          ids=["3_heads", "5_heads", "5_heads_in_blocks_of_2"])
 def test_all_heads_program_masks_the_padded_heads(heads, max_channels, monkeypatch):
     """With every head in one program, ``BLOCK_H`` is the next power of two (capped by MAX_PROGRAM_CHANNELS: then

@@ -13,6 +13,7 @@ import torch
 from gnn_inductor.kernels.dense import gemm as dense_triton
 from gnn_inductor.config import SettingError
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
+from tests.tiers import tiered
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
@@ -34,10 +35,16 @@ def _operands(m, k, n, seed=0, a_transposed=False, b_kmajor=False):
     return a.to(DEVICE), b.to(DEVICE)
 
 
+PRODUCT_SHAPES = [(300, 40, 24, 1), (257, 128, 64, 1), (33, 5, 130, 1), (64, 700, 48, 5), (20, 1000, 9, None),
+                  (1, 3, 1, 1)]
+LAYOUTS = ["row", "a_transposed", "b_kmajor"]
+
+
+# the default tier: each shape once, the layouts in turn
 @runs_kernel
-@pytest.mark.parametrize("m,k,n,split", [(300, 40, 24, 1), (257, 128, 64, 1), (33, 5, 130, 1), (64, 700, 48, 5),
-                                         (20, 1000, 9, None), (1, 3, 1, 1)])
-@pytest.mark.parametrize("layout", ["row", "a_transposed", "b_kmajor"])
+@pytest.mark.parametrize("m,k,n,split,layout", tiered(
+    [shape + (layout,) for shape in PRODUCT_SHAPES for layout in LAYOUTS],
+    [shape + (LAYOUTS[i % len(LAYOUTS)],) for i, shape in enumerate(PRODUCT_SHAPES)]))
 def test_product_matches_float64(m, k, n, split, layout):
     a, b = _operands(m, k, n, a_transposed=layout == "a_transposed", b_kmajor=layout == "b_kmajor")
     exact = a.double() @ b.double()
@@ -102,7 +109,8 @@ def test_inf_and_nan_propagate_as_in_float32():
 
 
 @runs_kernel
-@pytest.mark.parametrize("m,k,n", [(300, 128, 128), (257, 100, 40), (65, 5, 130), (1, 16, 64), (129, 128, 512)])
+@pytest.mark.parametrize("m,k,n", tiered([(300, 128, 128), (257, 100, 40), (65, 5, 130), (1, 16, 64), (129, 128, 512)],
+                                         [(300, 128, 128), (1, 16, 64)]))
 def test_stationary_kernel_matches_float64(m, k, n):
     """The weight-stationary kernel: any row count, inner sizes up to 128 (padded to a power of two), outputs of
     several column tiles, a bias, each launch of programs per SM."""

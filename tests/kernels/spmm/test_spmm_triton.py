@@ -20,6 +20,7 @@ from gnn_inductor.plan.work_items import PADDING, WorkItems, padded_item_count, 
 from gnn_inductor.kernels.spmm.csr_triton import triton_spmm
 from gnn_inductor.testing import magnitude, random_graph, tolerance
 from gnn_inductor.kernels.runtime.launch import INTERPRETED
+from tests.tiers import covering
 
 DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 NUM_NODES = 40
@@ -110,10 +111,9 @@ def test_work_items_rejects_bad_max_edges(plan):
 # ---- the kernel (CUDA, or the interpreter on CPU) ----
 
 @runs_kernel
-@pytest.mark.parametrize("tiles", [dict(block_e=4, block_f=16), dict()], ids=["multi-block", "defaults"])
-@pytest.mark.parametrize("feature_shape", [(20,), (3, 5)], ids=["F20", "HxC"])
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
-@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+# the default tier: each value of each axis once (two cases of the sixteen)
+@pytest.mark.parametrize("index_dtype, reduce, feature_shape, tiles", covering(
+    [torch.int32, torch.int64], ["sum", "mean"], [(20,), (3, 5)], [dict(block_e=4, block_f=16), dict()]))
 def test_matches_csr_matmul(plan, index_dtype, reduce, feature_shape, tiles):
     # multi-block: two blocks of entries per full item; F=20 with BLOCK_F=16 a full and a masked feature block
     x, values, rowptr, col, row = inputs(plan, index_dtype, feature_shape)
