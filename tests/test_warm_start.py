@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 CHILD = textwrap.dedent("""
@@ -63,6 +64,8 @@ def test_a_second_process_reuses_the_compiled_graphs(tmp_path):
         assert run["out_err"] < 1e-4 and run["grad_err"] < 1e-4
 
 
+# the warm start itself runs in the default tier; the options' cache setting with --slow
+@pytest.mark.slow
 def test_settings_given_as_options_keep_aot_autograds_cache_off(tmp_path):
     """A graph loaded from AOTAutograd's cache runs its backward without the compile's settings in force, so a
     compile with options never uses that cache; Inductor's FX graph cache still serves it."""

@@ -14,11 +14,18 @@ KERNEL_DEVICE = torch.device("cpu" if INTERPRETED else "cuda")
 runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier
 
 
+def _values(case) -> tuple:
+    """A case's values: a ``pytest.param``'s, a tuple's own, or the one value (a dict among them)."""
+    if isinstance(case, type(pytest.param(None))):
+        return case.values
+    return case if isinstance(case, tuple) else (case,)
+
+
 def tiered(cases, keep) -> list:
     kept = list(keep)
     out = []
     for case in cases:
-        values = case.values if hasattr(case, "values") else (case if isinstance(case, tuple) else (case,))
+        values = _values(case)
         key = values if isinstance(case, tuple) or len(values) > 1 else values[0]
         if key in kept:
             out.append(case)
@@ -43,6 +50,6 @@ def tiered_at(cases, positions) -> list:
     the default tier."""
     cases = list(cases)
     return [case if i in positions else
-            pytest.param(*(case.values if hasattr(case, "values") else case if isinstance(case, tuple) else (case,)),
-                         marks=list(getattr(case, "marks", ())) + [pytest.mark.slow], id=getattr(case, "id", None))
+            pytest.param(*_values(case), marks=list(getattr(case, "marks", ())) + [pytest.mark.slow],
+                         id=getattr(case, "id", None))
             for i, case in enumerate(cases)]

@@ -74,6 +74,8 @@ RUNS = [pytest.param("mag-like", "to_hetero_sage", 969, 18404, marks=pytest.mark
         pytest.param("rec-like", "rgcn", 1250, 10000, id="rec-like-rgcn")]
 
 
+# the mini-batch benchmark test runs the same harness in the default tier; the full-graph runs with --slow
+@pytest.mark.slow
 @pytest.mark.parametrize("graph,model,nodes,edges", RUNS)
 def test_benchmark_runs_and_matches_eager(graph, model, nodes, edges, tmp_path, one_thread, capsys):
     out = tmp_path / "hetero.json"

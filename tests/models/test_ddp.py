@@ -116,6 +116,8 @@ def test_ddp_on_two_processes_trains_as_one_process_on_the_global_batch(tmp_path
                                    **tolerance(torch.float32, "layer"))
 
 
+# the two-process test above checks the rewrites under DDP in the default tier; one process with --slow (and on the GPU)
+@pytest.mark.slow
 def test_ddp_world_size_one_keeps_the_rewrites(tmp_path):
     """One process, the gloo backend: the DDP-wrapped compiled model rewrites as the bare one does."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

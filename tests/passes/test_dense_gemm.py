@@ -92,6 +92,9 @@ def test_op_without_the_kernel_is_cublas_with_bias():
     assert fake.shape == (5, 4) and fake.device.type == "meta"
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.parametrize("layer", tiered(["gat", "sage_max"], ["gat"]))
 def test_compiled_layers_with_the_split_gemms(layer, low_thresholds, monkeypatch):

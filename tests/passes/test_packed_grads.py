@@ -10,11 +10,11 @@ from torch_geometric.nn import GATConv, TransformerConv
 import gnn_inductor
 from gnn_inductor.passes import packed_grads
 from gnn_inductor.testing import check_rewrites, random_graph, tolerance
-from tests.tiers import INTERPRETED
+from tests.tiers import INTERPRETED, tiered
 
 
 
-@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("heads", tiered([1, 4], [4]))
 def test_transformer_conv_packs_query_key_value_gradients(heads, monkeypatch):
     """TransformerConv's query, key and value maps run as one GEMM (gnn_inductor/passes/linear_fusion.py); its backward's
     three attention gradients become the packed gradient the op returns, with no concatenation left. Strict: a

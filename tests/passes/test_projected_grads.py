@@ -91,6 +91,9 @@ def test_op_matches_the_packed_gradient_times_the_weights(dtype, chunk_kb, monke
         _compare(got, _expected(common, offsets, width, *inputs), dtype)
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @needs_kernels
 def test_blocks_run_the_split_passes_per_block(monkeypatch):
     """With 1 KiB blocks the chunked backward runs (it does not decline), once per call, over several blocks whose

@@ -88,6 +88,9 @@ def test_gat_conv_with_the_fold_off_and_gatv2_without_projections(monkeypatch):
                    expect={"attention": 1, "score_projection": 0})
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.skipif(not INTERPRETED, reason="the kernels on CPU tensors, under the interpreter")
 def test_compiled_gat_with_edge_features_needing_grads_with_the_kernels(monkeypatch):

@@ -145,6 +145,9 @@ def test_cuda_autocast_casts_are_fused_and_match_eager(make, family):
     _check(make, family, calls=2)
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.parametrize("make, family", tiered_at(LAYERS, [2]))
 def test_cuda_autocast_casts_on_the_fused_kernels_match_eager(make, family, monkeypatch):

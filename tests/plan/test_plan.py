@@ -12,7 +12,7 @@ import gnn_inductor  # noqa: F401
 from gnn_inductor.passes import direct_ops
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import random_graph
-from tests.tiers import tiered
+from tests.tiers import tiered, tiered_at
 
 
 def op_counts(fn) -> Counter:
@@ -278,9 +278,10 @@ def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch, setti
     assert misses and "torch.compile's default" in misses[-1].reason, misses
 
 
-@pytest.mark.parametrize("env", [{"GNN_IO_CHURN": "off"},
-                                 # every graph below has more edges than that
-                                 {"GNN_IO_CHURN": "on", "GNN_IO_CHURN_EDGES": "100"}], ids=["off", "large_graphs"])
+@pytest.mark.parametrize("env", tiered_at([{"GNN_IO_CHURN": "off"},
+                                           # every graph below has more edges than that
+                                           {"GNN_IO_CHURN": "on", "GNN_IO_CHURN_EDGES": "100"}], [1]),
+                         ids=["off", "large_graphs"])
 def test_a_new_graph_every_step_keeps_the_rewrites(monkeypatch, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)

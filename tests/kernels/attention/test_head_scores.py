@@ -167,6 +167,9 @@ def test_bad_input_is_a_clear_error(case):
         head_scores.linear_scores(x, weight, bias, att)
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @runs_kernel
 def test_compiled_gatconv_with_the_epilogue(kernel_sizes, monkeypatch):
     """GATConv compiled with ``GNN_IO_SCORE_FOLD=1``: its projections and GEMM are one ``linear_scores``

@@ -684,6 +684,9 @@ def _sage(edge_index):
 COMPILED_MULTI = {"sage": _sage, "multi_aggregation": lambda edge_index: _MultiAggregate(), "pna": _pna}
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @runs_kernel
 @pytest.mark.parametrize("name", tiered(list(COMPILED_MULTI), ["sage"]))
 def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
@@ -710,6 +713,9 @@ def test_compiled_layers_share_one_pass(plan, name, monkeypatch, launched):
     assert forwards and all(len(s.members) == len(rewrite["details"]["members"]) for s in forwards)
 
 
+# a compiled layer through the interpreted kernels takes about a minute of CPU: --slow, and the GPU (the kernels' own
+# tests stay in the default tier)
+@pytest.mark.slow
 @runs_kernel
 @pytest.mark.parametrize("aggr", ["max", "min"])
 def test_compiled_sage_backward_adds_into_the_root_gemm(plan, aggr, monkeypatch, launched):
