@@ -4,10 +4,9 @@ On a machine with CUDA one pytest process runs every tier but ``slow`` (the Trit
 machine the Triton kernel tests (marker ``triton``) run under Triton's interpreter, ``TRITON_INTERPRET=1 pytest -m
 triton``, in pytest processes of their own: the interpreter only takes effect for kernels defined after it
 is set, and set in the main process it would interpret Inductor's kernels too. The main tier (``-m "not triton"``)
-runs in two processes (tests/models, tests/test_examples.py, tests/benchmarks, the heterogeneous buckets' tests and
-the DGL layer zoo apart) and the interpreter tier in
-two (the attention kernel files of :data:`HEAVY_INTERPRETED` apart), so that the four share CI's two cores about
-evenly: measured alone on one core of a 2-core machine, the interpreter tier took 718 s, 360 of them in those files.
+runs in two processes (tests/models, tests/test_examples.py, tests/benchmarks, the heterogeneous buckets' tests, the
+DGL layer zoo and the warm starts apart) and the interpreter tier in two (the attention kernel files of
+:data:`HEAVY_INTERPRETED` apart). The four share CI's two cores; while at least two run, both cores are busy.
 The first process prints as it goes, the others' output follows when all have ended. The exit status is pytest's: 1
 when a test failed in any process, 5 when no process ran a test.
 ``--slow`` adds the ``slow`` tier (the full grids: on the device, and before a release).
@@ -46,8 +45,8 @@ def main(argv: list) -> int:
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30",
                                 *extra, "tests"], cwd=ROOT, env=base)
     # the main tier in two processes (the model-level tests, the examples, the benchmarks' tests, the heterogeneous
-    # buckets and the DGL zoo apart) and the interpreter tier in two: a fresh clone on a 2-core machine ended them
-    # after 1609, 1591, 769 and 1144 s, the two cores busy throughout (install 145 s, 1754 s in all)
+    # buckets, the DGL zoo and the warm starts apart) and the interpreter tier in two: a fresh clone on a 2-core
+    # machine ended them after 1276, 1198, 642 and 473 s, the two cores busy throughout (install 163 s, 1440 s in all)
     interpreted = {**base, "TRITON_INTERPRET": "1"}
     apart = ["tests/models", "tests/test_examples.py", "tests/benchmarks", "tests/test_buckets_hetero.py",
              "tests/frontends/dgl/test_dgl_zoo.py", "tests/test_warm_start.py"]
