@@ -162,13 +162,13 @@ def _detail_table(records: list) -> list:
     extra = list(dict.fromkeys(r["mode"] for r in records if r["mode"] not in BASE_MODES))
     lines = ["## Every column", "",
              "fwd: forward alone (ms). step GB: the step's peak less what was allocated before it. plan build: "
-             "gnn_io's structure work at the first call (ms). CSR build: the backend's CSR build of the graph alone, both "
-             "directions, timed to the end of its device work (ms), and the GiB it allocates at its peak, its "
-             "outputs included. roofline: the least bytes the layer must move over the "
-             "copy bandwidth measured in the run (ms). err vs fp32: half-precision runs, against eager in float32 "
-             "from the same inputs.", "",
+             "gnn_io's structure work at the first call (ms). CSR build: the backend's CSR build of the graph alone, "
+             "both directions, timed to the end of its device work (ms), and the GiB it allocates at its peak, its "
+             "outputs included. roofline: the least bytes the layer must move over the copy bandwidth measured in "
+             "the run (ms). err vs fp32: half-precision runs, against eager in float32 from the same inputs.", "",
              "| graph | layer | dtype | fwd eager | fwd compile | fwd gnn_io | step GB (eager / compile / gnn_io) | "
-             "plan build | CSR build (ms / peak GB) | roofline | err vs fp32 (eager / gnn_io) | gnn_io path |" + "".join(f" {m} |" for m in extra),
+             "plan build | CSR build (ms / peak GB) | roofline | err vs fp32 (eager / gnn_io) | gnn_io path |"
+             + "".join(f" {m} |" for m in extra),
              "|---|---|---|---:|---:|---:|---|---:|---|---:|---|---|" + "---:|" * len(extra)]
     for (graph, layer, dtype), modes in _cases(records).items():
         e, i, g = (modes.get(m, {}) for m in BASE_MODES)

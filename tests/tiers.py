@@ -27,12 +27,14 @@ def tiered(cases, keep) -> list:
     for case in cases:
         values = _values(case)
         key = values if isinstance(case, tuple) or len(values) > 1 else values[0]
-        if key in kept:
-            out.append(case)
-        else:
-            marks = list(getattr(case, "marks", ())) + [pytest.mark.slow]
-            out.append(pytest.param(*values, marks=marks, id=getattr(case, "id", None)))
+        out.append(case if key in kept else _slow(case))
     return out
+
+
+def _slow(case):
+    """``case`` marked ``slow``, its own marks and id kept."""
+    return pytest.param(*_values(case), marks=list(getattr(case, "marks", ())) + [pytest.mark.slow],
+                        id=getattr(case, "id", None))
 
 
 def covering(*axes) -> list:
@@ -48,8 +50,4 @@ def covering(*axes) -> list:
 def tiered_at(cases, positions) -> list:
     """:func:`tiered` for cases whose values cannot name them (lambdas, modules): the cases at ``positions`` stay in
     the default tier."""
-    cases = list(cases)
-    return [case if i in positions else
-            pytest.param(*_values(case), marks=list(getattr(case, "marks", ())) + [pytest.mark.slow],
-                         id=getattr(case, "id", None))
-            for i, case in enumerate(cases)]
+    return [case if i in positions else _slow(case) for i, case in enumerate(cases)]

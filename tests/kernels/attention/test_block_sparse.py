@@ -266,7 +266,8 @@ def test_dot_forward_matches_reference(case, dtype, heads_per_program):
 
 
 @runs_kernel
-@pytest.mark.parametrize("case, dtype", covering(["hub", "duplicates", "order", "dropout"], [torch.float32, torch.float16]))
+@pytest.mark.parametrize("case, dtype", covering(["hub", "duplicates", "order", "dropout"],
+                                                  [torch.float32, torch.float16]))
 def test_dot_backward_matches_reference(case, dtype, heads_per_program):
     # query, key and value gradients of BlockSparseDotAttention against autograd through the float64 reference,
     # whose output gradient is zero on rows of windows that are not dense_ok (those edges are the CSR path's)
