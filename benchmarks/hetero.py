@@ -53,7 +53,8 @@ as a CUDA graph; ``buckets`` in a gnn_io record lists the padded sizes compiled)
 ``torch.compiler.cudagraph_mark_step_begin()`` before each step and need ``--device cuda``: on another device their
 records say they were skipped. ``--cpu-rewrites`` gives gnn_io ``options={"cpu_rewrite": True}`` (on the CPU it
 otherwise leaves the aggregations to Inductor). A JSON line per record as it finishes; ``--out`` gets the records
-and the metadata after each; a Markdown table last.
+and the metadata after each; a Markdown table last. ``--profile N``: N more steps per mode under the profiler
+(:func:`benchmarks.step_profile.profile_steps`: the GPU's busy time, launches, the top ``--profile-top`` GPU ops).
 """
 import argparse
 import contextlib
@@ -77,6 +78,7 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import plain_torch_compile
 
 from benchmarks.sampler import hetero_neighbor_sample, to_csc
+from benchmarks.step_profile import profile_steps, summary
 
 MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
@@ -334,6 +336,8 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
             record["recompiles"] = counters["stats"]["unique_graphs"] - compiles
             if cuda:
                 record["peak_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+            if args.profile:
+                record.update(profile_steps(step, args.profile, work.device, top=args.profile_top))
             if mode in ("gnn_io", "gnn_io_cg"):
                 reports = rewrite_report.reports(model)
                 ops = [w.op for r in reports for w in r.rewrites]
@@ -375,6 +379,10 @@ def parse(argv):
     parser.add_argument("--fanout", default="10,10", help="in-neighbours per edge type and hop (mini-batches)")
     parser.add_argument("--pool", type=int, default=8, help="sampled mini-batches, cycled")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="also profile this many steps after the timed ones: the GPU's busy time, launches, the "
+                             "top GPU ops (benchmarks/step_profile.py)")
+    parser.add_argument("--profile-top", type=int, default=12, help="GPU ops listed per profiled record")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--cpu-rewrites", action="store_true",
                         help='gnn_io with options={"cpu_rewrite": True}: the rewrites on the CPU too')
@@ -480,6 +488,13 @@ def print_table(records, graphs, models, meta):
             notes += [f"{graph} {name} {r['mode']} skipped: {r['skipped']}" for r in rows if r and "skipped" in r]
     for line in notes:
         print("- " + line)
+    profiled = [r for r in records if "gpu_busy_ms" in r]
+    if profiled:
+        print("\nprofiles (per step):")
+        for r in profiled:
+            print(f"- {r['graph']} {r['model']} {r['mode']}: {r['ms']:.2f} ms, {summary(r)}")
+            for name, gpu_ms, count in r["top_gpu"]:
+                print(f"    {gpu_ms:8.3f} ms x{count:<5g} {name}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,25 @@ LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunc
             "cudaMemsetAsync")
 GRAPH_LAUNCH = "cudaGraphLaunch"
 
+# GPU ops by what they do, from their names (first match wins): the dense GEMMs (cuBLAS, CUTLASS, the backend's
+# Triton GEMMs), the message passing (cuSPARSE, the backend's reduction and attention kernels, Inductor's and
+# ATen's gather, scatter and index kernels), the loss, the optimizer and copies or fills; the rest is elementwise
+KINDS = (
+    ("gemm", ("gemm", "xmma", "cutlass", "_mm_kernel", "_stationary_kernel", "gemv", "splitkreduce")),
+    ("loss", ("nll_loss", "log_softmax", "softmax_warp", "cross_entropy")),
+    ("message passing", ("cusparse", "csrmm", "spmm", "scatter", "gather", "index", "segment", "forward_all_heads",
+                         "split_backward", "delta_kernel", "combine_kernel", "_zero_empty_rows", "_gat_", "_dot_",
+                         "atomic_backward", "forward_kernel", "kernel_gs", "reduce_kernel")),
+    ("optimizer", ("multi_tensor_apply", "adam", "foreach")),
+    ("copy or fill", ("memcpy", "memset", "fill", "copy")),
+)
+
+
+def kind_of(name: str) -> str:
+    """The :data:`KINDS` entry a GPU op's name falls in; ``other`` for none."""
+    lowered = name.lower()
+    return next((kind for kind, marks in KINDS if any(m in lowered for m in marks)), "other")
+
 
 def busy_ns(intervals: list) -> int:
     """The length of the union of ``(start, end)`` intervals."""
@@ -41,7 +60,8 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
     ``graph_launches`` (the host's launch calls: single kernels and copies, CUDA graphs), ``top_gpu``:
     the ``top`` GPU ops by total time as ``[name, ms per step, count per step]``, and ``top_host``: the
     ``2 * top`` host ranges and ops by inclusive time, the same way (nested ranges count in each that holds them:
-    ``Optimizer.step#Adam.step`` holds its ``aten::_foreach_*`` ops), which says where a host-bound step goes."""
+    ``Optimizer.step#Adam.step`` holds its ``aten::_foreach_*`` ops), which says where a host-bound step goes;
+    ``gpu_kinds``: the GPU ops' summed ms per step by :func:`kind_of`, which says what a GPU-bound step is made of."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -58,6 +78,9 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
     gpu = [e for e in events if e.device_type() == DeviceType.CUDA and not e.is_user_annotation()]
     host = collections.Counter(e.name() for e in events if e.device_type() == DeviceType.CPU)
     ranked = _ranked(gpu, top)
+    kinds = collections.Counter()
+    for e in gpu:
+        kinds[kind_of(e.name())] += e.duration_ns() / 1e6 / steps
     on_host = [e for e in events if e.device_type() == DeviceType.CPU and not e.name().startswith("ProfilerStep")]
     return {
         "profiled_ms": wall * 1e3 / steps,
@@ -66,6 +89,7 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
         "launches": sum(host[name] for name in LAUNCHES) / steps,
         "graph_launches": host[GRAPH_LAUNCH] / steps,
         "top_gpu": [[name[:90], ns / 1e6 / steps, count / steps] for name, (ns, count) in ranked],
+        "gpu_kinds": dict(kinds.most_common()),
         "top_host": [[name[:90], ns / 1e6 / steps, count / steps] for name, (ns, count) in _ranked(on_host, 2 * top)],
     }
 
@@ -85,6 +109,7 @@ def summary(record: dict) -> str:
         return ""
     tops = "; ".join(f"{name[:48]} {ms:.3f} ms x{count:g}" for name, ms, count in record["top_gpu"][:4])
     host = "; ".join(f"{name[:40]} {ms:.3f} ms x{count:g}" for name, ms, count in record.get("top_host", [])[:8])
+    kinds = ", ".join(f"{kind} {ms:.3f}" for kind, ms in record.get("gpu_kinds", {}).items())
     return (f"profiled {record['profiled_ms']:.2f} ms/step, GPU busy {record['gpu_busy_ms']:.3f} ms in "
-            f"{record['gpu_ops']:g} ops, host launches {record['launches']:g} + {record['graph_launches']:g} "
-            f"CUDA graphs; top: {tops}" + (f"; host: {host}" if host else ""))
+            f"{record['gpu_ops']:g} ops ({kinds}), host launches {record['launches']:g} + "
+            f"{record['graph_launches']:g} CUDA graphs; top: {tops}" + (f"; host: {host}" if host else ""))

@@ -91,6 +91,7 @@ class Layout:
         self.ends = ends
         # the edge_index inputs whose padded nodes the graph takes as last inputs (set by buckets.redirect_filters)
         self.filtered = []
+        self._ramps = {}  # (dtype, device) -> arange kept for :meth:`targets`
         self.count_at = {}  # tag -> (input position, kind) where a call's count is read
         for i, (kind, tag) in enumerate(kinds):
             if kind in ("rows", "edge_index", "size") and tag not in self.count_at:
@@ -130,37 +131,50 @@ class Layout:
             out.append(f"{tag}: {', '.join(names)}")
         return out
 
-    def targets(self, args, counts: tuple, padded: tuple) -> dict:
+    def targets(self, args, counts: tuple, padded: tuple, tails: bool = False) -> dict:
         """Per ``edge_index`` input, ``[2, padded edges]`` padded node ids (its dtype and device): row ``r`` names
         padded nodes of row ``r``'s node type, in turn, one per edge slot. The last slots are the padded edges (a self
         loop where both rows are of one type); :func:`gnn_inductor.buckets.redirect_filters` sends the edges a filter
         drops to the others. The padded edges of all edge sets that end on one node type follow each other round
-        its padded nodes, so none gets more than its share (``SizeSlots.loads``)."""
+        its padded nodes, so none gets more than its share (``SizeSlots.loads``). ``tails``: only the padded edges'
+        slots, but for the inputs the graph also takes whole (:attr:`filtered`)."""
         out, next_at = {}, {}
         for i in self.edge_inputs:
             edges, slot = counts[self.slot[self.kinds[i][1]]], self.slot[self.kinds[i][1]]
-            like, rows = args[i], {}
+            first = edges if tails and i not in self.filtered else 0
+            ramp = self._ramp(padded[slot], args[i])[first:]
+            rows = {}
             for tag in self.ends[i]:
                 if tag in rows:
                     continue
                 nodes = counts[self.slot[tag]]
                 start = next_at[tag] - edges if tag in next_at else 0
                 next_at[tag] = start + padded[slot]
-                steps = torch.arange(padded[slot], device=like.device, dtype=like.dtype) + start
-                rows[tag] = nodes + steps % (padded[self.slot[tag]] - nodes)
+                rows[tag] = (ramp + start).remainder_(padded[self.slot[tag]] - nodes).add_(nodes)
             out[i] = torch.stack([rows[tag] for tag in self.ends[i]])
         return out
 
+    def _ramp(self, length: int, like: torch.Tensor) -> torch.Tensor:
+        """``arange(length)`` in ``like``'s dtype and device, a view of one kept per dtype and device: a step pads
+        its edge sets without an ``arange`` each (on a heterogeneous batch of seven edge sets that was 22 launches
+        per step, the host's largest item after the compiled call)."""
+        key = (like.dtype, like.device)
+        ramp = self._ramps.get(key)
+        if ramp is None or ramp.numel() < length:
+            ramp = self._ramps[key] = torch.arange(length, dtype=like.dtype, device=like.device)
+        return ramp[:length]
+
     def pad(self, args, counts: tuple, padded: tuple, targets: Optional[dict] = None) -> list:
         """``args`` of ``counts`` padded to ``padded``: padded rows replicate row 0 (zeros where there is none), and
-        the padded edges are the last slots of :meth:`targets` (made here unless given)."""
-        targets = self.targets(args, counts, padded) if targets is None else targets
+        the padded edges are the last slots of :meth:`targets` (made here unless given, whole or the tails)."""
+        targets = self.targets(args, counts, padded, tails=True) if targets is None else targets
         out = []
         for i, ((kind, tag), arg) in enumerate(zip(self.kinds, args)):
             if kind == "size":
                 out.append(padded[self.slot[tag]])
             elif kind == "edge_index":
-                out.append(torch.cat([arg, targets[i][:, counts[self.slot[tag]]:]], dim=1))
+                ends = targets[i]
+                out.append(torch.cat([arg, ends[:, ends.shape[1] - (padded[self.slot[tag]] - arg.shape[1]):]], dim=1))
             elif kind == "rows":
                 count = padded[self.slot[tag]] - counts[self.slot[tag]]
                 if arg.shape[0] == 0:  # nothing to replicate: zeros (an empty edge set's attributes)

@@ -117,14 +117,17 @@ def test_mini_batches_train_on_sampled_subgraphs_and_match_eager(tmp_path, one_t
 
 def test_cuda_graph_modes_are_skipped_off_cuda_with_the_reason(tmp_path, one_thread, capsys):
     """``inductor_cg`` and ``gnn_io_cg`` (``mode="reduce-overhead"``) are known modes; on the CPU their records say
-    why they did not run and the table lists them, while the other modes run."""
+    why they did not run and the table lists them, while the other modes run (``--profile``: with a profile)."""
     records = hetero.main(["--graphs", "rec-like", "--models", "hetero_sage", "--modes", "eager,inductor_cg,gnn_io_cg",
                            "--device", "cpu", "--scale", str(SCALE), "--steps", "1", "--warmup", "1", "--hidden", "16",
-                           "--classes", "8", "--batch", "16", "--fanout", "3,2", "--pool", "2",
+                           "--classes", "8", "--batch", "16", "--fanout", "3,2", "--pool", "2", "--profile", "1",
                            "--out", str(tmp_path / "hetero.json")])
     by = {r["mode"]: r for r in records}
     assert "error" not in by["eager"] and by["eager"]["ms"] > 0
+    # on the CPU the profile has the host's ranges and no GPU op
+    assert by["eager"]["profiled_ms"] > 0 and by["eager"]["top_host"] and by["eager"]["gpu_kinds"] == {}
     for mode in ("inductor_cg", "gnn_io_cg"):
         assert by[mode]["skipped"] == f"{mode} records CUDA graphs: it needs --device cuda" and "ms" not in by[mode]
     out = capsys.readouterr().out
     assert "| rec-like | hetero_sage |" in out and "gnn_io_cg skipped: gnn_io_cg records CUDA graphs" in out
+    assert "- rec-like hetero_sage eager: " in out.split("profiles (per step):")[1]

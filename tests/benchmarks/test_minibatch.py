@@ -3,6 +3,7 @@ claim, and the benchmark runs end to end (tiny graph, CPU): a check of the workl
 import json
 import math
 
+import pytest
 import torch
 
 from benchmarks import minibatch, step_profile
@@ -159,3 +160,19 @@ def test_busy_time_is_the_union_of_intervals():
     assert step_profile.busy_ns([]) == 0
     assert step_profile.busy_ns([(5, 7), (0, 2), (1, 3), (10, 11), (6, 6)]) == 3 + 2 + 1
     assert step_profile.busy_ns([(0, 10), (2, 3)]) == 10
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nt_n_tilesize64x64x8_stage3", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>", "gemm"),
+    ("_stationary_kernel", "gemm"),
+    ("void cusparse::csrmm_alg2_kernel<false, false, false, int, int, int, int, float>", "message passing"),
+    ("triton_poi_fused_expand_index_select_scatter_add_select_view_9", "message passing"),
+    ("forward_all_heads_kernel", "message passing"),
+    ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float>", "loss"),
+    ("void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor>", "optimizer"),
+    ("Memset (Device)", "copy or fill"),
+    ("triton_poi_fused_add_addmm_relu_11", "other"),
+])
+def test_gpu_ops_fall_in_one_kind_by_name(name, kind):
+    assert step_profile.kind_of(name) == kind
