@@ -171,6 +171,22 @@ def test_segment_matmul_registration():
     torch.autograd.gradcheck(lambda a, w: segment.segment_matmul(a, type_ptr, w), (x, weight))
 
 
+def test_segment_matmul_gives_pyg_loops_products():
+    """The op's products are PyG's ``forward_naive`` loop's, to the bit: a non-contiguous ``x``, an empty segment,
+    a weight gradient summed per segment (zero for the empty one)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 9).t()  # [9, 4], not contiguous
+    weight, type_ptr = torch.randn(3, 4, 5), torch.tensor([0, 4, 4, 9])
+    grad = torch.randn(9, 5)
+    expected, expected_grad = torch.empty(9, 5), torch.zeros(3, 4, 5)
+    for i, (start, end) in enumerate([(0, 4), (4, 4), (4, 9)]):
+        expected[start:end] = x[start:end] @ weight[i]
+        if end > start:
+            expected_grad[i] = x[start:end].t() @ grad[start:end]
+    assert torch.equal(segment.segment_matmul(x, type_ptr, weight), expected)
+    assert torch.equal(segment.segment_matmul_weight_grad(x, type_ptr, grad, 3), expected_grad)
+
+
 def test_pyg_imported_after_gnn_inductor_gets_the_frontend_too():
     code = ("import gnn_inductor\nfrom torch_geometric.nn.dense.linear import HeteroLinear\n"
             "assert hasattr(HeteroLinear.forward_naive, '_gnn_io_original')\n")
