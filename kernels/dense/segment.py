@@ -9,11 +9,27 @@ break per call. As one op the loop is opaque to the compiler, so the layer aroun
 - ``gnn_io::segment_matmul(x [N, K], type_ptr [T + 1], weight [T, K, M]) -> [N, M]``
 - ``gnn_io::segment_matmul_weight_grad(x [N, K], type_ptr, grad [N, M], types) -> [T, K, M]``: each segment's
   ``x.T @ grad``, zero for an empty one (the weight's gradient).
+
+Both run a loop of GEMMs, one per segment, or with the setting ``segment_matmul=triton`` one Triton kernel each
+(kernels/dense/segment_triton.py) on CUDA (and on CPU tensors under Triton's interpreter, for the tests) for float32
+and half-precision operands.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from gnn_inductor import config
+from gnn_inductor.kernels.dense import segment_triton
+from gnn_inductor.kernels.dense.gemm import kernel_device
+
+
+def _kernels_take(x: Tensor, other: Tensor, type_ptr: Tensor, segments_held: int) -> bool:
+    """Whether the Triton kernels run this call: the setting, operands of one dtype they take on their device,
+    and a segment for each of ``type_ptr``'s bounds among the ``segments_held`` (else the loop, which raises)."""
+    return (config.get("segment_matmul") == "triton" and x.dtype in segment_triton.DTYPES and other.dtype == x.dtype
+            and x.device == other.device and kernel_device(x.device.type) and x.dim() == 2
+            and type_ptr.dim() == 1 and not type_ptr.is_floating_point() and type_ptr.numel() - 1 <= segments_held)
 
 
 def _bounds(type_ptr: Tensor) -> list:
@@ -23,6 +39,8 @@ def _bounds(type_ptr: Tensor) -> list:
 
 @torch.library.custom_op("gnn_io::segment_matmul", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
 def segment_matmul(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
+    if _kernels_take(x, weight, type_ptr, weight.shape[0]):
+        return segment_triton.segment_mm(x, type_ptr, weight)
     out = x.new_empty(x.shape[0], weight.shape[-1])
     for i, (start, end) in enumerate(_bounds(type_ptr)):
         # PyG's own products (the same kernels, the same rounding), each written into its rows of ``out``: no
@@ -40,6 +58,8 @@ def _segment_matmul_fake(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
 @torch.library.custom_op("gnn_io::segment_matmul_weight_grad", mutates_args=(),
                          tags=(torch.Tag.cudagraph_unsafe,))
 def segment_matmul_weight_grad(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
+    if _kernels_take(x, grad, type_ptr, types):
+        return segment_triton.segment_weight_grad(x, type_ptr, grad, types)
     out = x.new_zeros(types, x.shape[1], grad.shape[1])
     for i, (start, end) in enumerate(_bounds(type_ptr)):
         if end > start:
