@@ -12,7 +12,8 @@ launched from Python (1033 launches per step in all, on a GPU busy for 10 of the
   and one ``BLOCK_K x BLOCK_N`` tile of the gradient, and adds each segment's partial product into it atomically,
   in float32 (the sum's order varies between runs, within float32's rounding).
 
-Rows after ``type_ptr[-1]`` are in no segment and left as they are, as by the loop. Float32 products are IEEE unless
+Rows after ``type_ptr[-1]`` are in no segment and left as they are, as by the loop; bounds past the last row
+address no row. Float32 products are IEEE unless
 TF32 is allowed (``torch.backends.cuda.matmul.allow_tf32``, what ``torch.mm`` follows); half precision accumulates
 in float32.
 """
@@ -54,7 +55,7 @@ def _segment_mm_kernel(x_ptr, ptr_ptr, w_ptr, out_ptr, M, K, N, S,
     for s in range(lo, hi + 1):
         start = tl.load(ptr_ptr + s).to(tl.int64)
         end = tl.load(ptr_ptr + s + 1).to(tl.int64)
-        in_segment = (rows >= start) & (rows < end)
+        in_segment = (rows >= start) & (rows < end) & (rows < M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
@@ -81,7 +82,7 @@ def _segment_weight_grad_kernel(x_ptr, ptr_ptr, g_ptr, out_ptr, M, K, N, S,
     for s in range(lo, hi + 1):
         start = tl.load(ptr_ptr + s).to(tl.int64)
         end = tl.load(ptr_ptr + s + 1).to(tl.int64)
-        in_segment = (rows >= start) & (rows < end)
+        in_segment = (rows >= start) & (rows < end) & (rows < M)
         a = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
                     mask=in_segment[:, None] & (ks[None, :] < K), other=0.0)
         b = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn,
@@ -93,7 +94,7 @@ def _segment_weight_grad_kernel(x_ptr, ptr_ptr, g_ptr, out_ptr, M, K, N, S,
 
 def _bounds_on(type_ptr: Tensor, device: torch.device) -> Tensor:
     """``type_ptr`` where the kernels read it (a copy of a few integers when it is on the host)."""
-    return type_ptr if type_ptr.device == device else type_ptr.to(device, non_blocking=True)
+    return type_ptr if type_ptr.device == device else type_ptr.to(device)
 
 
 def _block(size: int, largest: int) -> int:

@@ -13,10 +13,10 @@ from torch_geometric.nn import HGTConv
 from torch_geometric.nn.dense.linear import HeteroLinear
 
 import gnn_inductor  # noqa: F401  (registers the backend and installs the frontend)
-from gnn_inductor import cost, rewrite_report
+from gnn_inductor import config, cost, rewrite_report
 from gnn_inductor.frontends import pyg
 from gnn_inductor.kernels.attention import csr_backward, csr_forward
-from gnn_inductor.kernels.dense import segment
+from gnn_inductor.kernels.dense import segment, segment_triton
 from gnn_inductor.testing import random_hetero_graph, tolerance
 from tests.tiers import KERNEL_DEVICE, runs_kernel
 
@@ -169,6 +169,34 @@ def test_segment_matmul_registration():
     type_ptr = torch.tensor([0, 2, 2, 7])
     torch.library.opcheck(segment.segment_matmul, (x, type_ptr, weight))
     torch.autograd.gradcheck(lambda a, w: segment.segment_matmul(a, type_ptr, w), (x, weight))
+
+
+@runs_kernel
+def test_hgt_conv_compiled_with_the_segment_kernels_matches_eager(monkeypatch):
+    """``segment_matmul=triton``: HGTConv compiled on the kernels' device runs its per-relation maps (forward, input
+    and weight gradients) through the segment kernels, and the outputs and every gradient match eager PyG."""
+    ran = []
+    monkeypatch.setattr(segment_triton, "segment_mm", _recording(ran, "forward", segment_triton.segment_mm))
+    monkeypatch.setattr(segment_triton, "segment_weight_grad",
+                        _recording(ran, "weight_grad", segment_triton.segment_weight_grad))
+    x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, device=KERNEL_DEVICE)
+    torch.manual_seed(0)
+    conv = HGTConv(8, 8, metadata, heads=2).to(KERNEL_DEVICE)
+    expected = conv(x, edge_index)
+    sum(v.square().sum() for v in expected.values()).backward()
+    grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
+    conv.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="gnn_io")
+    with config.patch(segment_matmul="triton", triton_on_cpu=True):
+        out = compiled(x, edge_index)
+        sum(v.square().sum() for v in out.values()).backward()
+    assert ran.count("forward") == 4 and ran.count("weight_grad") == 2, ran  # the key and value maps
+    tol = tolerance(torch.float32, "layer")
+    for key in expected:
+        torch.testing.assert_close(out[key], expected[key], **tol)
+    for name, p in conv.named_parameters():
+        torch.testing.assert_close(p.grad, grads.get(name, torch.zeros_like(p)), **tol)
 
 
 def test_segment_matmul_gives_pyg_loops_products():
