@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import functools
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import plain_torch_compile
 from benchmarks.graphs import SUITE, graph_suite  # noqa: F401  (the harness's graphs; other scripts import them here)
 from benchmarks.results_page import merge, write_outputs
+from benchmarks.run_info import run_metadata
 
 HEADS = 4
 EDGE_DIM = 16
@@ -509,12 +508,9 @@ def main(argv=None) -> int:
         torch.backends.cudnn.allow_tf32 = True
     names = SUITE if args.graphs == "suite" else args.graphs.split(",")
     bandwidth = copy_bandwidth(device)
-    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
-            "gnn_inductor": gnn_inductor.__version__, "torch": torch.__version__, "triton": _version("triton"),
-            "torch_geometric": _version("torch_geometric"),
-            "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "dtype": args.dtype + (" (TF32 allowed)" if args.tf32 else ""), "features": args.features, "copy_gbps": bandwidth / 1e9}
+    meta = run_metadata("benchmarks.harness", device, argv) | {
+        "dtype": args.dtype + (" (TF32 allowed)" if args.tf32 else ""), "features": args.features,
+        "copy_gbps": bandwidth / 1e9}
     records = []
     def keep(records_so_far):  # after every case: a run cut off by a time limit keeps what it measured
         write_outputs(records_so_far, meta, args.out, with_chart=False)
@@ -611,13 +607,6 @@ def _isolated_records(args, names: list, keep=lambda records: None) -> list:
             print(f"{name} {layer}: {len(finished)}/{len(modes)} modes finished", flush=True)
             keep(records)
     return records
-
-
-def _version(module: str) -> str:
-    try:
-        return __import__(module).__version__
-    except ImportError:
-        return "not installed"
 
 
 if __name__ == "__main__":

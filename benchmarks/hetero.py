@@ -59,12 +59,9 @@ and the metadata after each; a Markdown table last. ``--profile N``: N more step
 import argparse
 import contextlib
 import copy
-import datetime
 import gc
 import json
-import platform
 import statistics
-import sys
 import time
 import traceback
 
@@ -78,6 +75,7 @@ from gnn_inductor.plan import state as graph_state
 from gnn_inductor.testing import plain_torch_compile
 
 from benchmarks.sampler import hetero_neighbor_sample, to_csc
+from benchmarks.run_info import run_metadata
 from benchmarks.step_profile import profile_steps, summary
 
 MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
@@ -391,15 +389,7 @@ def parse(argv):
 
 
 def metadata(args, argv) -> dict:
-    import torch_geometric
-    import triton
-
-    device = torch.device(args.device)
-    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__, "triton": triton.__version__,
-            "gnn_inductor": gnn_inductor.__version__, "python": platform.python_version(),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "command": "python -m benchmarks.hetero " + " ".join(sys.argv[1:] if argv is None else argv)}
+    return run_metadata("benchmarks.hetero", torch.device(args.device), argv)
 
 
 def main(argv=None) -> list:

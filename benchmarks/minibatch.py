@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.graphs import graph_suite
+from benchmarks.run_info import run_metadata
 from benchmarks.sampler import neighbor_sample, to_csc
 from benchmarks.step_profile import profile_steps, summary
 
@@ -292,7 +293,7 @@ def main(argv=None):
     args = parse(argv)
     modes, models = args.modes.split(","), args.model.split(",")
     if not args.same_process and args.records_out is None and len(modes) > 1:
-        return finish(_isolated(argv, models, modes), args, models, modes)
+        return finish(_isolated(argv, models, modes), args, models, modes, argv)
     work = Workload(args)
     sizes = [(n.numel(), e.shape[1]) for n, e, _ in work.pool]
     print(f"== {work.graph_name} ({work.num_nodes} nodes, {work.num_edges} edges): {len(sizes)} batches of "
@@ -317,7 +318,7 @@ def main(argv=None):
         with open(args.records_out, "w") as f:
             json.dump(records, f)
         return records
-    return finish(records, args, models, modes)
+    return finish(records, args, models, modes, argv)
 
 
 def _isolated(argv, models, modes):
@@ -349,10 +350,11 @@ def _isolated(argv, models, modes):
     return records
 
 
-def finish(records, args, models, modes):
+def finish(records, args, models, modes, argv=None):
     if args.out is not None:
         with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "records": records}, f, indent=1)
+            json.dump({"meta": run_metadata("benchmarks.minibatch", torch.device(args.device), argv),
+                       "args": vars(args), "records": records}, f, indent=1)
     print_table(records, args, models, modes)
     return records
 

@@ -1,12 +1,15 @@
 """The harness's outputs: ``results.json`` (every record), ``results.md`` (the results page: a table per layer
 family with ratios against PyG eager, ``torch.compile`` and turbo-gnn and the peak memory of each, then every
 column of every case) and two charts, ``speedup.png`` and ``memory.png``. :func:`merge` joins the
-``results.json`` of several runs (a suite run in pieces, or runs of different dtypes) into one page."""
+``results.json`` of several runs (a suite run in pieces, or runs of different dtypes) into one page, with the runs
+of ``benchmarks/minibatch.py`` among them as its mini-batch section (benchmarks/minibatch_page.py)."""
 from __future__ import annotations
 
 import json
 import math
 import os
+
+from benchmarks.minibatch_page import is_minibatch_run, minibatch_section
 
 # layer families of the page, in its order: (title, what gnn_io runs for them, the harness's layer names)
 FAMILIES = (
@@ -27,16 +30,18 @@ LAYER_NAMES = {"gcn": "GCNConv", "sage_mean": "SAGEConv mean", "gin": "GINConv",
 BASE_MODES = ("eager", "inductor", "gnn_io")
 
 
-def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True) -> str:
-    """Writes the JSON and the page (and, with ``with_chart``, the charts); returns the page."""
+def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True, minibatch=()) -> str:
+    """Writes the JSON and the page (and, with ``with_chart``, the charts); returns the page. ``minibatch``: the
+    mini-batch benchmark's runs, kept in the JSON under ``minibatch`` and shown in their own section."""
     os.makedirs(out_dir, exist_ok=True)
     clean = [{k: v for k, v in r.items() if k != "out"} for r in records]
     for r in clean:
         r.setdefault("dtype", meta.get("dtype", "float32"))
     runs = meta.get("runs") or [{k: meta[k] for k in meta if k != "runs"}]
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"meta": meta, "results": clean}, f, indent=1)
-    page = results_page(clean, runs)
+        json.dump({"meta": meta, "results": clean, **({"minibatch": list(minibatch)} if minibatch else {})}, f,
+                  indent=1)
+    page = results_page(clean, runs, minibatch)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(page)
     if with_chart:
@@ -50,18 +55,25 @@ def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = Tr
 
 def merge(paths: list, out_dir: str) -> int:
     """One page from several runs: ``--merge A/results.json B/results.json --out DIR``. A case measured in more
-    than one run (same graph, layer, mode and dtype) keeps the later run's record."""
-    runs, by_key = [], {}
+    than one run (same graph, layer, mode and dtype) keeps the later run's record. A file written by
+    ``benchmarks/minibatch.py --out`` joins the mini-batch section."""
+    runs, by_key, minibatch = [], {}, []
     for path in paths:
         with open(path) as f:
             run = json.load(f)
+        if is_minibatch_run(run):
+            minibatch.append(run)
+            continue
+        minibatch.extend(run.get("minibatch", []))
         metas = run["meta"].get("runs") or [run["meta"]]
         runs.extend(metas)
         for r in run["results"]:
             r.setdefault("dtype", metas[0].get("dtype", "float32"))
             by_key[(r["graph"], r["layer"], r["mode"], r["dtype"])] = r
+    if not runs:
+        raise SystemExit("--merge: no harness results.json among the files (a page needs at least one)")
     meta = {"runs": runs, "device": runs[0]["device"]}
-    print(write_outputs(list(by_key.values()), meta, out_dir))
+    print(write_outputs(list(by_key.values()), meta, out_dir, minibatch=minibatch))
     return 0
 
 
@@ -143,7 +155,7 @@ def _geomean(values: list) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def results_page(records: list, runs: list) -> str:
+def results_page(records: list, runs: list, minibatch=()) -> str:
     cases = _cases(records)
     lines = _header(runs) + ["![gnn_io speedup per case](speedup.png)", "", "![peak memory per case](memory.png)",
                              ""]
@@ -153,7 +165,7 @@ def results_page(records: list, runs: list) -> str:
         grouped.update(layers)
     rest = tuple(sorted({layer for _, layer, _ in cases} - grouped))
     lines += _family_section("Other layers", "the rewrites named in the last table's path column", rest, cases)
-    return "\n".join(lines + _detail_table(records)) + "\n"
+    return "\n".join(lines + minibatch_section(list(minibatch)) + _detail_table(records)) + "\n"
 
 
 def _detail_table(records: list) -> list:

@@ -143,6 +143,7 @@ def test_minibatch_runs_end_to_end(tmp_path):
     data = json.loads(out.read_text())
     records = {r["mode"]: r for r in data["records"]}
     assert set(records) == {"eager", "gnn_io"} and data["args"]["fanout"] == "4,3"
+    assert data["meta"]["command"].startswith("python -m benchmarks.minibatch ") and data["meta"]["torch"]
     for r in records.values():
         assert "error" not in r, r
         assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("alone_ms", "loop_ms", "sampled_ms", "epoch_s"))
