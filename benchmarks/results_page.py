@@ -2,14 +2,17 @@
 family with ratios against PyG eager, ``torch.compile`` and turbo-gnn and the peak memory of each, then every
 column of every case) and two charts, ``speedup.png`` and ``memory.png``. :func:`merge` joins the
 ``results.json`` of several runs (a suite run in pieces, or runs of different dtypes) into one page, with the runs
-of ``benchmarks/minibatch.py`` among them as its mini-batch section (benchmarks/minibatch_page.py)."""
+of ``benchmarks/minibatch.py`` and ``benchmarks/hetero.py`` among them as sections of their own
+(benchmarks/run_pages.py)."""
 from __future__ import annotations
 
 import json
 import math
 import os
 
-from benchmarks.minibatch_page import is_minibatch_run, minibatch_section
+from benchmarks.run_pages import hetero_section, kind_of_run, minibatch_section
+
+STEP_RUNS = ("minibatch", "hetero")  # the training-step benchmarks whose runs the page shows
 
 # layer families of the page, in its order: (title, what gnn_io runs for them, the harness's layer names)
 FAMILIES = (
@@ -30,18 +33,19 @@ LAYER_NAMES = {"gcn": "GCNConv", "sage_mean": "SAGEConv mean", "gin": "GINConv",
 BASE_MODES = ("eager", "inductor", "gnn_io")
 
 
-def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True, minibatch=()) -> str:
-    """Writes the JSON and the page (and, with ``with_chart``, the charts); returns the page. ``minibatch``: the
-    mini-batch benchmark's runs, kept in the JSON under ``minibatch`` and shown in their own section."""
+def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = True, step_runs=None) -> str:
+    """Writes the JSON and the page (and, with ``with_chart``, the charts); returns the page. ``step_runs``: the
+    training-step benchmarks' runs by :data:`STEP_RUNS` name, kept in the JSON under that name and shown in sections
+    of their own."""
+    step_runs = {kind: list(runs) for kind, runs in (step_runs or {}).items() if runs}
     os.makedirs(out_dir, exist_ok=True)
     clean = [{k: v for k, v in r.items() if k != "out"} for r in records]
     for r in clean:
         r.setdefault("dtype", meta.get("dtype", "float32"))
     runs = meta.get("runs") or [{k: meta[k] for k in meta if k != "runs"}]
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"meta": meta, "results": clean, **({"minibatch": list(minibatch)} if minibatch else {})}, f,
-                  indent=1)
-    page = results_page(clean, runs, minibatch)
+        json.dump({"meta": meta, "results": clean, **step_runs}, f, indent=1)
+    page = results_page(clean, runs, step_runs)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(page)
     if with_chart:
@@ -56,15 +60,16 @@ def write_outputs(records: list, meta: dict, out_dir: str, with_chart: bool = Tr
 def merge(paths: list, out_dir: str) -> int:
     """One page from several runs: ``--merge A/results.json B/results.json --out DIR``. A case measured in more
     than one run (same graph, layer, mode and dtype) keeps the later run's record. A file written by
-    ``benchmarks/minibatch.py --out`` joins the mini-batch section."""
-    runs, by_key, minibatch = [], {}, []
+    ``benchmarks/minibatch.py --out`` or ``benchmarks/hetero.py --out`` joins that benchmark's section."""
+    runs, by_key, step_runs = [], {}, {kind: [] for kind in STEP_RUNS}
     for path in paths:
         with open(path) as f:
             run = json.load(f)
-        if is_minibatch_run(run):
-            minibatch.append(run)
+        if kind_of_run(run) is not None:
+            step_runs[kind_of_run(run)].append(run)
             continue
-        minibatch.extend(run.get("minibatch", []))
+        for kind in STEP_RUNS:
+            step_runs[kind].extend(run.get(kind, []))
         metas = run["meta"].get("runs") or [run["meta"]]
         runs.extend(metas)
         for r in run["results"]:
@@ -73,7 +78,7 @@ def merge(paths: list, out_dir: str) -> int:
     if not runs:
         raise SystemExit("--merge: no harness results.json among the files (a page needs at least one)")
     meta = {"runs": runs, "device": runs[0]["device"]}
-    print(write_outputs(list(by_key.values()), meta, out_dir, minibatch=minibatch))
+    print(write_outputs(list(by_key.values()), meta, out_dir, step_runs=step_runs))
     return 0
 
 
@@ -155,7 +160,7 @@ def _geomean(values: list) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def results_page(records: list, runs: list, minibatch=()) -> str:
+def results_page(records: list, runs: list, step_runs=None) -> str:
     cases = _cases(records)
     lines = _header(runs) + ["![gnn_io speedup per case](speedup.png)", "", "![peak memory per case](memory.png)",
                              ""]
@@ -165,7 +170,9 @@ def results_page(records: list, runs: list, minibatch=()) -> str:
         grouped.update(layers)
     rest = tuple(sorted({layer for _, layer, _ in cases} - grouped))
     lines += _family_section("Other layers", "the rewrites named in the last table's path column", rest, cases)
-    return "\n".join(lines + minibatch_section(list(minibatch)) + _detail_table(records)) + "\n"
+    step_runs = step_runs or {}
+    lines += minibatch_section(step_runs.get("minibatch", [])) + hetero_section(step_runs.get("hetero", []))
+    return "\n".join(lines + _detail_table(records)) + "\n"
 
 
 def _detail_table(records: list) -> list:

@@ -1,5 +1,6 @@
-"""The results page's mini-batch section (benchmarks/minibatch_page.py): the mini-batch benchmark's runs merged into
-the page with the harness's, a workload's later run replacing its earlier one, and kept through a second merge."""
+"""The results page's training-step sections (benchmarks/run_pages.py): the mini-batch and heterogeneous benchmarks'
+runs merged into the page with the harness's, a workload's later run replacing its earlier one, and kept through a
+second merge."""
 import json
 
 from benchmarks import harness
@@ -75,3 +76,35 @@ def test_a_failed_mode_shows_as_failing(tmp_path):
     assert harness.main(["--merge", _harness_run(tmp_path / "h.json"), run, "--out", str(out)]) == 0
     row = _row((out / "results.md").read_text(), "| arxiv-like | GATConv, 3 layers |")
     assert row[5] == "fails" and row[9] == "2.47x" and row[11] == "147 / 163"
+
+
+def _hetero_run(path, date, records):
+    args = {"graphs": "rec-like", "models": "to_hetero_sage", "modes": "eager,inductor,gnn_io", "batch": 0}
+    meta = {"date": date, "device": "GPU", "torch": "t", "command": f"hetero {date}"}
+    path.write_text(json.dumps({"meta": meta, "args": args, "records": records}))
+    return str(path)
+
+
+def test_heterogeneous_runs_get_their_own_section(tmp_path):
+    def record(model, mode, ms, peak, batch=0, **more):
+        return {"graph": "rec-like", "model": model, "mode": mode, "ms": ms, "peak_gb": peak, "recompiles": 0,
+                **({"batch": batch, "fanout": "10,10"} if batch else {}), **more}
+    full = _hetero_run(tmp_path / "h1.json", "d1", [record("to_hetero_sage", "inductor", 26.72, 3.44),
+                                                     record("to_hetero_sage", "gnn_io", 21.80, 4.77),
+                                                     {"graph": "rec-like", "model": "rgcn", "mode": "eager",
+                                                      "error": "OutOfMemoryError"}])
+    batches = _hetero_run(tmp_path / "h2.json", "d2", [
+        record("hetero_sage", "eager", 10.10, 0.63, 1024), record("hetero_sage", "inductor", 10.59, 0.65, 1024),
+        record("hetero_sage", "gnn_io_cg", 5.17, 0.83, 1024, buckets=[[1, 2], [3, 4]])])
+    out = tmp_path / "page"
+    assert harness.main(["--merge", _harness_run(tmp_path / "h.json"), full, batches, "--out", str(out)]) == 0
+    page = (out / "results.md").read_text()
+    assert "## Heterogeneous graphs" in page and "`hetero d1`" in page and "`hetero d2`" in page
+    # graph, model, steps on, eager, compile, reduce-overhead, gnn_io, gnn_io_cg, x best, compiles, peak GB
+    assert _row(page, "| rec-like | `to_hetero(GraphSAGE)` |") == [
+        "rec-like", "`to_hetero(GraphSAGE)`", "full graph", "-", "26.72", "-", "21.80", "-", "1.23x", "0",
+        "4.77 / 3.44"]
+    assert _row(page, "| rec-like | HeteroConv(SAGEConv) |")[2:] == [
+        "1024 seeds, 10,10", "10.10", "10.59", "-", "-", "5.17", "1.95x", "0 (2 buckets)", "0.83 / 0.63"]
+    assert _row(page, "| rec-like | RGCNConv |")[3] == "fails"
+    assert [run["meta"]["date"] for run in json.loads((out / "results.json").read_text())["hetero"]] == ["d1", "d2"]
