@@ -93,8 +93,10 @@ def _segment_weight_grad_kernel(x_ptr, ptr_ptr, g_ptr, out_ptr, M, K, N, S,
 
 
 def _bounds_on(type_ptr: Tensor, device: torch.device) -> Tensor:
-    """``type_ptr`` where the kernels read it (a copy of a few integers when it is on the host)."""
-    return type_ptr if type_ptr.device == device else type_ptr.to(device)
+    """``type_ptr`` where the kernels read it: a copy of a few integers when it is on the host (HGTConv builds its
+    type vector there), issued without waiting for the GPU (a blocking copy to CUDA synchronises the stream; from
+    pageable memory the driver stages the bytes before the call returns)."""
+    return type_ptr if type_ptr.device == device else type_ptr.to(device, non_blocking=True)
 
 
 def _block(size: int, largest: int) -> int:
