@@ -27,19 +27,30 @@ from torch import Tensor
 from gnn_inductor.kernels.runtime.launch import cdiv, dot_precision, fast_launch, next_power_of_2
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# (BLOCK_M, largest BLOCK_N, largest BLOCK_K, warps) of each kernel
+# (BLOCK_M, largest BLOCK_N, largest BLOCK_K, warps) of each kernel: first choices, not tuned on a GPU yet
 FORWARD_LAUNCH = (64, 64, 32, 4)
 WEIGHT_GRAD_LAUNCH = (128, 64, 64, 4)
 
 
 @triton.jit
-def _segments_of_block(ptr_ptr, first, last, S, BLOCK_S: tl.constexpr):
-    """The segments of rows ``first`` and ``last``: how many segments end at or before each."""
+def _block_rows(ptr_ptr, M, S, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr):
+    """This program's ``BLOCK_M`` rows and the first and last segment they meet (how many segments end at or before
+    its first and last row)."""
+    first = tl.program_id(0).to(tl.int64) * BLOCK_M
+    last = tl.minimum(first + BLOCK_M, M) - 1
     segments = tl.arange(0, BLOCK_S)
     ends = tl.load(ptr_ptr + 1 + segments, mask=segments < S, other=first + last + 1).to(tl.int64)
     lo = tl.sum((ends <= first).to(tl.int32), axis=0)
     hi = tl.minimum(tl.sum((ends <= last).to(tl.int32), axis=0), S - 1)
-    return lo, hi
+    return first + tl.arange(0, BLOCK_M), lo, hi
+
+
+@triton.jit
+def _in_segment(ptr_ptr, s, rows, M):
+    """Which of ``rows`` segment ``s`` holds (none past the last row)."""
+    start = tl.load(ptr_ptr + s).to(tl.int64)
+    end = tl.load(ptr_ptr + s + 1).to(tl.int64)
+    return (rows >= start) & (rows < end) & (rows < M)
 
 
 @fast_launch
@@ -48,14 +59,10 @@ def _segment_mm_kernel(x_ptr, ptr_ptr, w_ptr, out_ptr, M, K, N, S,
                        stride_xm, stride_xk, stride_ws, stride_wk, stride_wn, stride_om, stride_on,
                        PRECISION: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr):
-    first = tl.program_id(0).to(tl.int64) * BLOCK_M
-    rows = first + tl.arange(0, BLOCK_M)
+    rows, lo, hi = _block_rows(ptr_ptr, M, S, BLOCK_M, BLOCK_S)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    lo, hi = _segments_of_block(ptr_ptr, first, tl.minimum(first + BLOCK_M, M) - 1, S, BLOCK_S)
     for s in range(lo, hi + 1):
-        start = tl.load(ptr_ptr + s).to(tl.int64)
-        end = tl.load(ptr_ptr + s + 1).to(tl.int64)
-        in_segment = (rows >= start) & (rows < end) & (rows < M)
+        in_segment = _in_segment(ptr_ptr, s, rows, M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
@@ -74,15 +81,11 @@ def _segment_weight_grad_kernel(x_ptr, ptr_ptr, g_ptr, out_ptr, M, K, N, S,
                                 stride_xm, stride_xk, stride_gm, stride_gn, stride_os, stride_ok, stride_on,
                                 PRECISION: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_M: tl.constexpr,
                                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    first = tl.program_id(0).to(tl.int64) * BLOCK_M
-    rows = first + tl.arange(0, BLOCK_M)
+    rows, lo, hi = _block_rows(ptr_ptr, M, S, BLOCK_M, BLOCK_S)
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
-    lo, hi = _segments_of_block(ptr_ptr, first, tl.minimum(first + BLOCK_M, M) - 1, S, BLOCK_S)
     for s in range(lo, hi + 1):
-        start = tl.load(ptr_ptr + s).to(tl.int64)
-        end = tl.load(ptr_ptr + s + 1).to(tl.int64)
-        in_segment = (rows >= start) & (rows < end) & (rows < M)
+        in_segment = _in_segment(ptr_ptr, s, rows, M)
         a = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
                     mask=in_segment[:, None] & (ks[None, :] < K), other=0.0)
         b = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn,
