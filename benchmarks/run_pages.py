@@ -98,43 +98,48 @@ def _run_lines(runs: list) -> list:
     return lines + [""]
 
 
+def _section(title: str, text: str, columns: list, rows: list, runs: list) -> list:
+    """A section: its title and text, a table of ``columns`` and ``rows``, then the runs' commands."""
+    return ([f"## {title}", "", text, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+            + rows + _run_lines(runs))
+
+
+STEP_COLUMNS = ["PyG eager", "`torch.compile`", "reduce-overhead", "gnn_io", "gnn_io_cg", "x best",
+                "compiles after warm-up"]
+
+
 def hetero_section(runs: list) -> list:
     """The heterogeneous benchmark's section (none without runs)."""
     if not runs:
         return []
-    lines = ["## Heterogeneous graphs", "",
-             "Training steps (forward, cross-entropy, backward, Adam) of two-layer heterogeneous models "
-             "(`benchmarks/hetero.py`), full graph or sampled mini-batches, the modes one after another in one "
-             "process: ms per step (median). \"x best\": the faster gnn_io mode against the best other mode. "
-             "Compiles after the warm-up and the peak memory above the graph (GB: gnn_io's / the lowest "
-             "other's) are the faster gnn_io mode's. The graphs, the other models and earlier runs: hetero.md.", "",
-             "| graph | model | steps on | PyG eager | `torch.compile` | reduce-overhead | gnn_io | gnn_io_cg | x best "
-             "| compiles after warm-up | peak GB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    rows = latest(runs, _hetero_workload)
-    lines += [_hetero_row(key, modes) for key, (_, modes) in sorted(rows.items(), key=lambda kv: kv[0][:3])]
-    return lines + _run_lines(runs)
+    rows = sorted(latest(runs, _hetero_workload).items(), key=lambda kv: kv[0][:3])
+    return _section(
+        "Heterogeneous graphs",
+        "Training steps (forward, cross-entropy, backward, Adam) of two-layer heterogeneous models "
+        "(`benchmarks/hetero.py`), full graph or sampled mini-batches, the modes one after another in one process: "
+        "ms per step (median). \"x best\": the faster gnn_io mode against the best other mode. Compiles after the "
+        "warm-up and the peak memory above the graph (GB: gnn_io's / the lowest other's) are the faster gnn_io "
+        "mode's. The graphs, the other models and earlier runs: hetero.md.",
+        ["graph", "model", "steps on", *STEP_COLUMNS, "peak GB"],
+        [_hetero_row(key, modes) for key, (_, modes) in rows], runs)
 
 
 def minibatch_section(runs: list) -> list:
-    """The section's lines (none without runs)."""
+    """The mini-batch benchmark's section (none without runs)."""
     if not runs:
         return []
-    lines = ["## Mini-batch training steps", "",
-             "Training steps (forward, backward, Adam) on subgraphs sampled as PyG's `NeighborLoader` samples "
-             "(`benchmarks/minibatch.py`), pre-sampled, each mode in its own process: ms per step, alone "
-             "(synchronised each step) / loop (back to back). `reduce-overhead` is `torch.compile(mode="
-             "\"reduce-overhead\")`; gnn_io_cg is `backend=\"gnn_io\", mode=\"reduce-overhead\"`, which pads batches "
-             "to shape buckets replayed as CUDA graphs. \"x best\": the best gnn_io loop against the best other "
-             "loop. Compiles after the warm-up (Dynamo / AOTAutograd) and the peak memory above the resident graph "
-             "(MB: gnn_io's / the lowest other's) are the faster gnn_io mode's. Profiles, the steps with the "
-             "sampling in the loop and earlier runs: minibatch.md.", "",
-             "| graph | model | seeds | fan-out | PyG eager | `torch.compile` | reduce-overhead | gnn_io | gnn_io_cg "
-             "| x best | compiles after warm-up | peak MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    rows = latest(runs, _minibatch_workload)
-    lines += [_row(key, modes) for key, (_, modes) in sorted(rows.items(), key=lambda kv: kv[0][:4])]
-    return lines + _run_lines(runs)
+    rows = sorted(latest(runs, _minibatch_workload).items(), key=lambda kv: kv[0][:4])
+    return _section(
+        "Mini-batch training steps",
+        "Training steps (forward, backward, Adam) on subgraphs sampled as PyG's `NeighborLoader` samples "
+        "(`benchmarks/minibatch.py`), pre-sampled, each mode in its own process: ms per step, alone (synchronised "
+        "each step) / loop (back to back). `reduce-overhead` is `torch.compile(mode=\"reduce-overhead\")`; gnn_io_cg "
+        "is `backend=\"gnn_io\", mode=\"reduce-overhead\"`, which pads batches to shape buckets replayed as CUDA "
+        "graphs. \"x best\": the best gnn_io loop against the best other loop. Compiles after the warm-up (Dynamo / "
+        "AOTAutograd) and the peak memory above the resident graph (MB: gnn_io's / the lowest other's) are the faster "
+        "gnn_io mode's. Profiles, the steps with the sampling in the loop and earlier runs: minibatch.md.",
+        ["graph", "model", "seeds", "fan-out", *STEP_COLUMNS, "peak MB"],
+        [_row(key, modes) for key, (_, modes) in rows], runs)
 
 
 def _command(args: dict) -> str:
