@@ -142,24 +142,37 @@ def test_hgt_conv_runs_the_fused_attention_kernels(monkeypatch):
     ran = []
     monkeypatch.setattr(csr_forward, "forward", _recording(ran, "forward", csr_forward.forward))
     monkeypatch.setattr(csr_backward, "backward", _recording(ran, "backward", csr_backward.backward))
+    _hgt_conv_matches_eager(lambda conv, x, edge_index: _step(
+        torch.compile(conv, backend="gnn_io", options={"force": True, "cpu_rewrite": True}), x, edge_index))
+    assert "forward" in ran and "backward" in ran
+
+
+def _step(model, x, edge_index):
+    """``model``'s outputs, their squares' sum back-propagated."""
+    out = model(x, edge_index)
+    sum(v.square().sum() for v in out.values()).backward()
+    return out
+
+
+def _hgt_conv_matches_eager(run):
+    """A float32 HGTConv on the kernels' device: ``run(conv, x, edge_index)`` (a compiled forward and backward,
+    returning the outputs) gives eager PyG's outputs and parameter gradients."""
     x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, device=KERNEL_DEVICE)
     torch.manual_seed(0)
     conv = HGTConv(8, 8, metadata, heads=2).to(KERNEL_DEVICE)
-    expected = conv(x, edge_index)
-    sum(v.square().sum() for v in expected.values()).backward()
+    expected = _step(conv, x, edge_index)
     grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
     conv.zero_grad()
     torch._dynamo.reset()
-    compiled = torch.compile(conv, backend="gnn_io", options={"force": True, "cpu_rewrite": True})
-    out = compiled(x, edge_index)
-    sum(v.square().sum() for v in out.values()).backward()
-    assert "forward" in ran and "backward" in ran
+    out = run(conv, x, edge_index)
     tol = tolerance(torch.float32, "layer")
     for key in expected:
         torch.testing.assert_close(out[key], expected[key], **tol)
     for name, p in conv.named_parameters():
         if name in grads:
             torch.testing.assert_close(p.grad, grads[name], **tol)
+        else:  # no gradient in eager: none, or zeros, compiled
+            assert p.grad is None or not p.grad.any(), name
 
 
 def test_segment_matmul_registration():
@@ -179,24 +192,12 @@ def test_hgt_conv_compiled_with_the_segment_kernels_matches_eager(monkeypatch):
     monkeypatch.setattr(segment_triton, "segment_mm", _recording(ran, "forward", segment_triton.segment_mm))
     monkeypatch.setattr(segment_triton, "segment_weight_grad",
                         _recording(ran, "weight_grad", segment_triton.segment_weight_grad))
-    x, edge_index, metadata = random_hetero_graph(HGT_SIZES, HGT_EDGES, 8, device=KERNEL_DEVICE)
-    torch.manual_seed(0)
-    conv = HGTConv(8, 8, metadata, heads=2).to(KERNEL_DEVICE)
-    expected = conv(x, edge_index)
-    sum(v.square().sum() for v in expected.values()).backward()
-    grads = {n: p.grad.clone() for n, p in conv.named_parameters() if p.grad is not None}
-    conv.zero_grad()
-    torch._dynamo.reset()
-    compiled = torch.compile(conv, backend="gnn_io")
-    with config.patch(segment_matmul="triton", triton_on_cpu=True):
-        out = compiled(x, edge_index)
-        sum(v.square().sum() for v in out.values()).backward()
+
+    def run(conv, x, edge_index):
+        with config.patch(segment_matmul="triton", triton_on_cpu=True):
+            return _step(torch.compile(conv, backend="gnn_io"), x, edge_index)
+    _hgt_conv_matches_eager(run)
     assert ran.count("forward") == 4 and ran.count("weight_grad") == 2, ran  # the key and value maps
-    tol = tolerance(torch.float32, "layer")
-    for key in expected:
-        torch.testing.assert_close(out[key], expected[key], **tol)
-    for name, p in conv.named_parameters():
-        torch.testing.assert_close(p.grad, grads.get(name, torch.zeros_like(p)), **tol)
 
 
 def test_segment_matmul_gives_pyg_loops_products():
