@@ -129,3 +129,25 @@ def test_float64_and_missing_weights_stay_with_the_loop():
         x = x.float()
         assert not segment._kernels_take(x, torch.randn(1, 3, 4, device=DEVICE), type_ptr, 1)  # 2 bounds, 1 weight
         assert segment._kernels_take(x, torch.randn(2, 3, 4, device=DEVICE), type_ptr, 2)
+
+
+def test_deterministic_algorithms_take_the_weight_gradient_from_the_loop(monkeypatch):
+    """The weight gradient's kernel adds partial products atomically: under ``torch.use_deterministic_algorithms``
+    the loop makes it, while the products still run the kernel."""
+    calls = []
+    for name in ("segment_mm", "segment_weight_grad"):
+        original = getattr(segment_triton, name)
+        monkeypatch.setattr(segment_triton, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    type_ptr = torch.tensor([0, 3, 9])
+    x = torch.randn(9, 4, device=DEVICE)
+    grad = torch.randn(9, 5, device=DEVICE)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        with config.patch(segment_matmul="triton", triton_on_cpu=True):
+            got = segment.segment_matmul_weight_grad(x, type_ptr, grad, 2)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    assert calls == []
+    torch.testing.assert_close(got.double().cpu(), _loop_grad(x.cpu(), [0, 3, 9], grad.cpu(), 2),
+                               **tolerance(torch.float32))
