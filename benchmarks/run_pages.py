@@ -8,6 +8,8 @@ command.
 """
 from __future__ import annotations
 
+import re
+
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
 BASELINES = ("eager", "inductor", "inductor_cg")
 OURS = ("gnn_io", "gnn_io_cg")
@@ -94,12 +96,15 @@ def _run_lines(runs: list) -> list:
     for run in runs:
         meta = run.get("meta", {})
         where = f"{meta['date']}, {meta['device']}, torch {meta['torch']}: " if meta else ""
-        lines.append(f"- {where}`{meta.get('command') or _command(run['args'])}`")
+        command = re.sub(r" --out \S+", "", meta.get("command") or _command(run["args"]))  # where it wrote: not news
+        lines.append(f"- {where}`{command}`")
     return lines + [""]
 
 
-def _section(title: str, text: str, columns: list, rows: list, runs: list) -> list:
-    """A section: its title and text, a table of ``columns`` and ``rows``, then the runs' commands."""
+def _section(title: str, text: str, columns: list, rows: list, shown: dict) -> list:
+    """A section: its title and text, a table of ``columns`` and ``rows``, then the commands of the runs whose
+    records ``shown`` (:func:`latest`'s) holds, in run order."""
+    runs = list({id(run): run for run, _ in shown.values()}.values())
     return ([f"## {title}", "", text, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
             + rows + _run_lines(runs))
 
@@ -112,7 +117,8 @@ def hetero_section(runs: list) -> list:
     """The heterogeneous benchmark's section (none without runs)."""
     if not runs:
         return []
-    rows = sorted(latest(runs, _hetero_workload).items(), key=lambda kv: kv[0][:3])
+    shown = latest(runs, _hetero_workload)
+    rows = sorted(shown.items(), key=lambda kv: kv[0][:3])
     return _section(
         "Heterogeneous graphs",
         "Training steps (forward, cross-entropy, backward, Adam) of two-layer heterogeneous models "
@@ -121,14 +127,15 @@ def hetero_section(runs: list) -> list:
         "warm-up and the peak memory above the graph (GB: gnn_io's / the lowest other's) are the faster gnn_io "
         "mode's. The graphs, the other models and earlier runs: hetero.md.",
         ["graph", "model", "steps on", *STEP_COLUMNS, "peak GB"],
-        [_hetero_row(key, modes) for key, (_, modes) in rows], runs)
+        [_hetero_row(key, modes) for key, (_, modes) in rows], shown)
 
 
 def minibatch_section(runs: list) -> list:
     """The mini-batch benchmark's section (none without runs)."""
     if not runs:
         return []
-    rows = sorted(latest(runs, _minibatch_workload).items(), key=lambda kv: kv[0][:4])
+    shown = latest(runs, _minibatch_workload)
+    rows = sorted(shown.items(), key=lambda kv: kv[0][:4])
     return _section(
         "Mini-batch training steps",
         "Training steps (forward, backward, Adam) on subgraphs sampled as PyG's `NeighborLoader` samples "
@@ -139,7 +146,7 @@ def minibatch_section(runs: list) -> list:
         "AOTAutograd) and the peak memory above the resident graph (MB: gnn_io's / the lowest other's) are the faster "
         "gnn_io mode's. Profiles, the steps with the sampling in the loop and earlier runs: minibatch.md.",
         ["graph", "model", "seeds", "fan-out", *STEP_COLUMNS, "peak MB"],
-        [_row(key, modes) for key, (_, modes) in rows], runs)
+        [_row(key, modes) for key, (_, modes) in rows], shown)
 
 
 def _command(args: dict) -> str:

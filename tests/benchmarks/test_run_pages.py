@@ -30,7 +30,7 @@ def _minibatch_run(path, date, model, steps):
             if mode == "gnn_io_cg":
                 record["buckets"] = [[27584, 71488]]
         records.append(record)
-    meta = {"date": date, "device": "GPU", "torch": "t", "command": f"minibatch {date}"}
+    meta = {"date": date, "device": "GPU", "torch": "t", "command": f"minibatch {date} --out /where/it/wrote.json"}
     path.write_text(json.dumps({"meta": meta, "args": args, "records": records}))
     return str(path)
 
@@ -60,8 +60,9 @@ def test_minibatch_runs_join_the_page_and_survive_a_second_merge(tmp_path):
         "2.20 / 2.25", "1.67x", "0 / 0 (1 buckets)", "235 / 173"]
     sage = _row(page, "| arxiv-like | SAGEConv max, 3 layers |")
     assert sage[4:10] == ["-", "3.25 / 2.71", "-", "-", "3.32 / 2.60", "1.04x"]
-    assert all(f"`minibatch {d}`" in page for d in ("d1", "d2", "d3"))
-    # the merged results.json keeps the runs: merging it again gives the same section
+    # the commands of the runs shown: d1's only workload is d2's now
+    assert all(f"`minibatch {d}`" in page for d in ("d2", "d3")) and "`minibatch d1`" not in page
+    # the merged results.json keeps every run: merging it again gives the same section
     data = json.loads((out / "results.json").read_text())
     assert [run["meta"]["date"] for run in data["minibatch"]] == ["d1", "d2", "d3"]
     again = tmp_path / "again"
