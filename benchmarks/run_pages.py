@@ -101,12 +101,17 @@ def _run_lines(runs: list) -> list:
     return lines + [""]
 
 
-def _section(title: str, text: str, columns: list, rows: list, shown: dict) -> list:
-    """A section: its title and text, a table of ``columns`` and ``rows``, then the commands of the runs whose
-    records ``shown`` (:func:`latest`'s) holds, in run order."""
-    runs = list({id(run): run for run, _ in shown.values()}.values())
+def _section(runs: list, workload, sort_width: int, row, title: str, text: str, columns: list) -> list:
+    """A section (none without runs): its title and text, a table of ``columns`` with a ``row(key, modes)`` per
+    workload (:func:`latest`; sorted by the key's first ``sort_width`` fields), then the commands of the runs those
+    rows come from, in run order."""
+    if not runs:
+        return []
+    shown = latest(runs, workload)
+    shown_runs = list({id(run): run for run, _ in shown.values()}.values())
+    rows = [row(key, modes) for key, (_, modes) in sorted(shown.items(), key=lambda kv: kv[0][:sort_width])]
     return ([f"## {title}", "", text, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-            + rows + _run_lines(runs))
+            + rows + _run_lines(shown_runs))
 
 
 STEP_COLUMNS = ["PyG eager", "`torch.compile`", "reduce-overhead", "gnn_io", "gnn_io_cg", "x best",
@@ -115,29 +120,20 @@ STEP_COLUMNS = ["PyG eager", "`torch.compile`", "reduce-overhead", "gnn_io", "gn
 
 def hetero_section(runs: list) -> list:
     """The heterogeneous benchmark's section (none without runs)."""
-    if not runs:
-        return []
-    shown = latest(runs, _hetero_workload)
-    rows = sorted(shown.items(), key=lambda kv: kv[0][:3])
     return _section(
-        "Heterogeneous graphs",
+        runs, _hetero_workload, 3, _hetero_row, "Heterogeneous graphs",
         "Training steps (forward, cross-entropy, backward, Adam) of two-layer heterogeneous models "
         "(`benchmarks/hetero.py`), full graph or sampled mini-batches, the modes one after another in one process: "
         "ms per step (median). \"x best\": the faster gnn_io mode against the best other mode. Compiles after the "
         "warm-up and the peak memory above the graph (GB: gnn_io's / the lowest other's) are the faster gnn_io "
         "mode's. The graphs, the other models and earlier runs: hetero.md.",
-        ["graph", "model", "steps on", *STEP_COLUMNS, "peak GB"],
-        [_hetero_row(key, modes) for key, (_, modes) in rows], shown)
+        ["graph", "model", "steps on", *STEP_COLUMNS, "peak GB"])
 
 
 def minibatch_section(runs: list) -> list:
     """The mini-batch benchmark's section (none without runs)."""
-    if not runs:
-        return []
-    shown = latest(runs, _minibatch_workload)
-    rows = sorted(shown.items(), key=lambda kv: kv[0][:4])
     return _section(
-        "Mini-batch training steps",
+        runs, _minibatch_workload, 4, _row, "Mini-batch training steps",
         "Training steps (forward, backward, Adam) on subgraphs sampled as PyG's `NeighborLoader` samples "
         "(`benchmarks/minibatch.py`), pre-sampled, each mode in its own process: ms per step, alone (synchronised "
         "each step) / loop (back to back). `reduce-overhead` is `torch.compile(mode=\"reduce-overhead\")`; gnn_io_cg "
@@ -145,8 +141,7 @@ def minibatch_section(runs: list) -> list:
         "graphs. \"x best\": the best gnn_io loop against the best other loop. Compiles after the warm-up (Dynamo / "
         "AOTAutograd) and the peak memory above the resident graph (MB: gnn_io's / the lowest other's) are the faster "
         "gnn_io mode's. Profiles, the steps with the sampling in the loop and earlier runs: minibatch.md.",
-        ["graph", "model", "seeds", "fan-out", *STEP_COLUMNS, "peak MB"],
-        [_row(key, modes) for key, (_, modes) in rows], shown)
+        ["graph", "model", "seeds", "fan-out", *STEP_COLUMNS, "peak MB"])
 
 
 def _command(args: dict) -> str:
