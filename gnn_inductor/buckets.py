@@ -435,7 +435,7 @@ class Bucketed:
         fn = self.compiled.get(key)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
-        targets = layout.targets(args, counts, padded, tails=True)
+        targets = layout.targets(args, counts, padded)
         inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
         tensors = [a for i, a in enumerate(inputs) if not _fixed_in_graph(i, a, layout.scalars)]
         if key not in self.compiled:

@@ -131,17 +131,17 @@ class Layout:
             out.append(f"{tag}: {', '.join(names)}")
         return out
 
-    def targets(self, args, counts: tuple, padded: tuple, tails: bool = False) -> dict:
+    def targets(self, args, counts: tuple, padded: tuple) -> dict:
         """Per ``edge_index`` input, ``[2, padded edges]`` padded node ids (its dtype and device): row ``r`` names
         padded nodes of row ``r``'s node type, in turn, one per edge slot. The last slots are the padded edges (a self
         loop where both rows are of one type); :func:`gnn_inductor.buckets.redirect_filters` sends the edges a filter
         drops to the others. The padded edges of all edge sets that end on one node type follow each other round
-        its padded nodes, so none gets more than its share (``SizeSlots.loads``). ``tails``: only the padded edges'
-        slots, but for the inputs the graph also takes whole (:attr:`filtered`)."""
+        its padded nodes, so none gets more than its share (``SizeSlots.loads``). Only the padded edges' slots are made
+        (the real edges keep their own ids), but for the inputs the graph also takes whole (:attr:`filtered`)."""
         out, next_at = {}, {}
         for i in self.edge_inputs:
             edges, slot = counts[self.slot[self.kinds[i][1]]], self.slot[self.kinds[i][1]]
-            first = edges if tails and i not in self.filtered else 0
+            first = 0 if i in self.filtered else edges
             ramp = self._ramp(padded[slot], args[i])[first:]
             rows = {}
             for tag in self.ends[i]:
@@ -166,8 +166,8 @@ class Layout:
 
     def pad(self, args, counts: tuple, padded: tuple, targets: Optional[dict] = None) -> list:
         """``args`` of ``counts`` padded to ``padded``: padded rows replicate row 0 (zeros where there is none), and
-        the padded edges are the last slots of :meth:`targets` (made here unless given, whole or the tails)."""
-        targets = self.targets(args, counts, padded, tails=True) if targets is None else targets
+        the padded edges are the last slots of :meth:`targets` (made here unless given)."""
+        targets = self.targets(args, counts, padded) if targets is None else targets
         out = []
         for i, ((kind, tag), arg) in enumerate(zip(self.kinds, args)):
             if kind == "size":
