@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
-import time
 
 import torch
 
 from gnn_inductor.kernels.attention import csr_launch
 from benchmarks import hetero
+from benchmarks.harness import median_ms
 from benchmarks.step_profile import profile_steps
 
 SWEEP = {
@@ -52,17 +51,6 @@ def launch_tables(family: str, forward: tuple, backward: tuple):
         csr_launch.ALL_HEADS_FORWARD_LAUNCH[family], csr_launch.SPLIT_BACKWARD_LAUNCH[family] = saved
 
 
-def timed(step, steps: int, sync) -> float:
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def main(argv=None) -> list:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", default="rec-like", choices=hetero.GRAPHS)
@@ -78,7 +66,6 @@ def main(argv=None) -> list:
     model = hetero.build_model(args.model, work, work_args.hidden, work_args.classes, work_args.seed)
     compiled = hetero.compile_model("gnn_io", model, False)
     optimizer = torch.optim.Adam(model.parameters(), lr=hetero.LR)
-    sync = torch.cuda.synchronize if work.device.type == "cuda" else (lambda: None)
     counter = iter(range(1 << 30))
 
     def step():
@@ -90,9 +77,7 @@ def main(argv=None) -> list:
     rows = []
     for name, forward, backward in launches(family):
         with launch_tables(family, forward, backward):
-            for _ in range(args.warmup):
-                step()
-            ms = timed(step, args.steps, sync)
+            ms = median_ms(step, args.steps, warmup=args.warmup)
             profile = profile_steps(step, 2, work.device, top=4)
         row = {"graph": args.graph, "model": args.model, "launch": name, "step_ms": round(ms, 2),
                "message_passing_ms": round(profile["gpu_kinds"].get("message passing", 0.0), 2),
