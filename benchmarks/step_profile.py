@@ -20,11 +20,13 @@ LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunc
             "cudaMemsetAsync")
 GRAPH_LAUNCH = "cudaGraphLaunch"
 
-# GPU ops by what they do, from their names (first match wins): the dense GEMMs (cuBLAS, CUTLASS, the backend's
-# Triton GEMMs), the message passing (cuSPARSE, the backend's reduction and attention kernels, Inductor's and
-# ATen's gather, scatter and index kernels), the loss, the optimizer and copies or fills; the rest is elementwise
+# GPU ops by what they do, from their names (first match wins): the dense GEMMs (cuBLAS, CUTLASS, the backend's Triton
+# GEMMs and segment products), the message passing (cuSPARSE, the backend's reduction and attention kernels,
+# Inductor's and ATen's gather, scatter and index kernels), the loss, the optimizer and copies or fills; the rest is
+# elementwise
 KINDS = (
-    ("gemm", ("gemm", "xmma", "cutlass", "_mm_kernel", "_stationary_kernel", "gemv", "splitkreduce")),
+    ("gemm", ("gemm", "xmma", "cutlass", "_mm_kernel", "_stationary_kernel", "gemv", "splitkreduce",
+              "_segment_weight_grad_kernel")),
     ("loss", ("nll_loss", "log_softmax", "softmax_warp", "cross_entropy")),
     ("message passing", ("cusparse", "csrmm", "spmm", "scatter", "gather", "index", "segment", "forward_all_heads",
                          "split_backward", "delta_kernel", "combine_kernel", "_zero_empty_rows", "_gat_", "_dot_",

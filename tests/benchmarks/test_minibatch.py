@@ -167,6 +167,8 @@ def test_busy_time_is_the_union_of_intervals():
     ("sm80_xmma_gemm_f32f32_f32f32_f32_nt_n_tilesize64x64x8_stage3", "gemm"),
     ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>", "gemm"),
     ("_stationary_kernel", "gemm"),
+    ("_segment_mm_kernel", "gemm"),
+    ("_segment_weight_grad_kernel", "gemm"),
     ("void cusparse::csrmm_alg2_kernel<false, false, false, int, int, int, int, float>", "message passing"),
     ("triton_poi_fused_expand_index_select_scatter_add_select_view_9", "message passing"),
     ("forward_all_heads_kernel", "message passing"),
