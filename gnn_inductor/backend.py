@@ -100,6 +100,17 @@ class UnderSettings:
         return getattr(self.compiled, name)
 
 
+def _pointwise_autotune(settings: config.Snapshot) -> bool:
+    """Whether Inductor times its pointwise kernels' launch configurations at their first call. Not under CUDA graphs
+    (unless max-autotune asks for tuning): there that first call is the graph trees' warm-up, inside the pool that
+    already holds the step's buffers, and the timing's L2-sized flush buffer (60 MB on the H200) set the step's peak.
+    On one H200, 1024-seed arxiv-like batches: GCNConv's peak 235 -> 184 MB, SAGEConv mean's 298 -> 238 MB
+    (docs/benchmarks/minibatch.md); the replayed steps are bound by the host, not by these kernels' launches."""
+    if settings.is_set("inductor_pointwise_autotune"):
+        return settings["inductor_pointwise_autotune"]
+    return not settings["cuda_graphs"] or settings["inductor_max_autotune"]
+
+
 def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, inductor_tiles=False,
                      split_passes=None):
     """Inductor's compile of ``gm`` (AOTAutograd's split, then :func:`_guarded_inner_compile` per side, with
@@ -138,6 +149,8 @@ def inductor_compile(gm, example_inputs, graph_report=None, static_inputs=None, 
         # (seen on the H100, RMAT 2^17).
         options["triton.cudagraphs"] = True
         options["triton.cudagraph_skip_dynamic_graphs"] = _has_symbolic_sizes(example_inputs)
+    if not _pointwise_autotune(settings):
+        options["triton.autotune_pointwise"] = False
     if static_inputs is None:
         static_inputs = _parameter_positions(example_inputs)
     inner = functools.partial(_guarded_inner_compile, graph_report=graph_report, static_inputs=tuple(static_inputs),

@@ -616,6 +616,39 @@ def test_lazily_compiled_backward_is_compiled_for_cuda_graphs(monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("env, expected", [
+    ({}, True),
+    ({"GNN_IO_CUDAGRAPHS": "1"}, False),
+    ({"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_INDUCTOR_MAX_AUTOTUNE": "1"}, True),
+    ({"GNN_IO_CUDAGRAPHS": "1", "GNN_IO_INDUCTOR_POINTWISE_AUTOTUNE": "1"}, True),
+    ({"GNN_IO_INDUCTOR_POINTWISE_AUTOTUNE": "0"}, False),
+])
+def test_pointwise_autotuning_is_off_under_cuda_graphs(monkeypatch, env, expected):
+    """Under CUDA graphs the forward and the lazily compiled backward are compiled without Inductor's timing of
+    pointwise launch configurations (its flush buffer set the peak inside the graphs' pool), unless max-autotune
+    or the setting asks for it; elsewhere Inductor's own default (on) stays."""
+    import torch._inductor.compile_fx as inductor
+    from torch._inductor import config as inductor_config
+    from torch_geometric.nn import SAGEConv
+
+    real, seen = inductor.compile_fx_inner, []
+
+    def record(gm, example_inputs, **kwargs):
+        seen.append((kwargs.get("is_backward", False), inductor_config.triton.autotune_pointwise))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(inductor, "compile_fx_inner", record)
+    for name in ("GNN_IO_CUDAGRAPHS", "GNN_IO_INDUCTOR_MAX_AUTOTUNE", "GNN_IO_INDUCTOR_POINTWISE_AUTOTUNE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    torch._dynamo.reset()
+    model = torch.compile(SAGEConv(8, 4, aggr="max"), backend="gnn_io")
+    model(torch.randn(30, 8, requires_grad=True), random_graph(30, 120)).sum().backward()
+    torch._dynamo.reset()
+    assert seen == [(False, expected), (True, expected)], seen
+
+
 def test_bad_max_tiles_setting_is_a_clear_error(monkeypatch):
     from gnn_inductor import backend
 
