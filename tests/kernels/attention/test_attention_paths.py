@@ -220,7 +220,7 @@ def test_one_call_never_pays_for_an_order(monkeypatch):
 def test_an_orders_build_time_leaves_out_library_imports(monkeypatch):
     """The order's build time, which the policy weighs against its gain, starts after the candidate's libraries
     are imported (a one-time process cost: a cold scipy import took one plan's RCM build from about 360 ms to
-    1272 ms on the H200 in session 39, and the policy then took the degree order), as reorder's own builds do."""
+    1272 ms on the H200, and the policy then took the degree order), as reorder's own builds do."""
     from gnn_inductor.plan import orders as reorder
 
     events = []
@@ -596,8 +596,8 @@ def _scripted(monkeypatch, predicted: dict, measured: dict):
 ])
 def test_close_csr_prediction_is_timed(monkeypatch, predicted_block, block_ms, expected):
     """Where the cost model predicts the CSR kernel faster by less than PREDICTED_DOUBT, the block or hybrid
-    candidate is built and timed against CSR at the first call, as a predicted block pick is (session 41: bf16
-    GATConv on the TU batch, predicted 10% behind CSR, timed 1.22x ahead at the first call and 1.11x per step).
+    candidate is built and timed against CSR at the first call, as a predicted block pick is (on the H200, bf16
+    GATConv on the TU batch: predicted 10% behind CSR, timed 1.22x ahead at the first call and 1.11x per step).
     Without a first-call timing (``forward_fn`` None) the prediction alone decides: CSR."""
     monkeypatch.setenv("GNN_IO_REORDER", "off")
     src, dst = community_graph()

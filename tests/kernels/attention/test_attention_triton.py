@@ -711,8 +711,8 @@ def test_compiled_pyg_layers_on_the_fused_kernels_match_eager(name, make, family
     forward and the gradients of every input (edge features included, as ``check_rewrites`` makes them leaves
     that need one) and parameter. Here the trace-time rules that only look at arguments the fused kernels take
     run on CPU too: GATConv and GATv2Conv mask the edge index and the edge features by two nonzero calls, two
-    unbacked sizes at tracing that the rules must not guard on (session 29: the CUDA tests failed to compile
-    there with "Could not guard on data-dependent expression", and no CPU test saw it)."""
+    unbacked sizes at tracing that the rules must not guard on (a rule that did made the CUDA tests fail to
+    compile with "Could not guard on data-dependent expression", which no CPU test saw)."""
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     torch.manual_seed(0)

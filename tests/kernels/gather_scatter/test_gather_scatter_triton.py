@@ -747,7 +747,7 @@ def test_compiled_cuda_matrix_layer_matches_eager(name, monkeypatch):
     ``GATHER_LINEAR``: GeneralConv, CGConv, EdgeConv and PNAConv, whose linear maps of gathered rows move before
     the gather) on the fused kernels, interpreted, float32: compiled with ``gnn_io`` against eager PyG, forward
     and every gradient (edge inputs included). The trace-time rules of the fused path run only where its kernels
-    do, so on CPU only here (session 29 found the attention family's failing on CUDA alone)."""
+    do, so on CPU only here (the attention family's once failed on CUDA alone)."""
     from gnn_inductor.testing import check_rewrites
     from tests.kernels.gather_scatter.test_gather_scatter_cuda import GATHER_LINEAR, MODELS, _graph
 
