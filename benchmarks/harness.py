@@ -7,7 +7,10 @@ Times are medians of ``--reps`` runs timed with CUDA events after warm-up, on ra
 inputs, each forward+backward starting with every gradient set to None (as ``optimizer.zero_grad()``
 leaves them); peak memory is ``torch.cuda.max_memory_allocated`` over one forward+backward step (inputs,
 parameters and gradients included); "step GB" is that peak less what was allocated before the step (inputs,
-weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. Outputs kept
+weights, ``edge_index``, the output cotangent, cached plans), i.e. what the step itself adds. In the CUDA-graph
+modes a replayed step allocates nothing (its memory is the graphs' pool, allocated when they are recorded), so their
+peak is taken over every training step from the first (warm-up, recording, replays) above what was allocated before
+it (the no-grad forward's graph already among that). Outputs kept
 for comparison (the mode's own no-grad output, eager's as the reference) are held on the host, so they count
 in no mode's peak, and the input that requires grad shares the no-grad input's storage (no second copy of the
 input in any peak). The roofline column is the least bytes a layer must move
@@ -431,8 +434,17 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
                 torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier outputs are dead
             model(x_grad, edge_index).backward(grad)
 
+        cuda_graphs = device.type == "cuda" and "cg" in mode
+        if cuda_graphs:  # the pool of the training step's graphs, allocated at their recording (below)
+            torch.cuda.synchronize()
+            resident = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
         record["fwdbwd_ms"] = median_ms(step, reps)
-        if device.type == "cuda":
+        if cuda_graphs:
+            torch.cuda.synchronize()
+            record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        if device.type == "cuda" and not cuda_graphs:
             x_grad.grad = None
             for p in params:
                 p.grad = None
@@ -443,10 +455,6 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
             torch.cuda.synchronize()
             record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
             record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
-            if "cg" in mode:
-                # a replayed step's memory is the CUDA graphs' pool, allocated at recording and so already in
-                # ``resident`` (the step itself would read 0.0 GB): not measured here
-                record["peak_gb"] = record["step_gb"] = None
         if mode.startswith("gnn_io"):
             _new_graph_costs(record, model, x, x_grad, edge_index, device, mode, reps)
         if reference is not None:
