@@ -176,7 +176,7 @@ _DECLARED = (
             "launch configuration instead of timing several at their first call; that timing allocates an L2-sized "
             "buffer (60 MB on the H200) inside the CUDA graphs' pool, which set the peak of small steps",
             default_doc="`0` under CUDA graphs unless `inductor_max_autotune`, else Inductor's (`1`)",
-            more="minibatch.md"),
+            more="benchmarks/minibatch.md"),
     Setting("inductor_max_autotune", "bool", False, "`1`: Inductor's `max_autotune` and `coordinate_descent_tuning` "
             "for the graphs the backend compiles (what `mode=\"max-autotune\"` sets)", more="this page"),
     Setting("fp32_gemm", "choice", "x3", "float32 GEMMs: `x3` by the 3xTF32 Triton kernels where they pay, "

@@ -265,6 +265,15 @@ def test_the_docs_table_is_the_generated_one():
     assert table == config.markdown_table(), "docs/usage.md's settings table is stale: python -m gnn_inductor.config"
 
 
+def test_every_setting_points_at_docs_that_exist():
+    """The table's "more" column names pages of docs/ ("this page": usage.md, where a quoted section follows)."""
+    for setting in config.SETTINGS.values():
+        for part in filter(None, setting.more.split(", ")):
+            if part.startswith('"') or part == "this page":
+                continue
+            assert (ROOT / "docs" / part).is_file(), f"{setting.name}: docs/{part} does not exist"
+
+
 def test_only_the_config_module_reads_the_environment():
     readers = [str(path.relative_to(ROOT)) for folder in ("gnn_inductor", "kernels", "patterns")
                for path in sorted((ROOT / folder).rglob("*.py"))
