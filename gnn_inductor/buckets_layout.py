@@ -150,8 +150,17 @@ class Layout:
                 nodes = counts[self.slot[tag]]
                 start = next_at[tag] - edges if tag in next_at else 0
                 next_at[tag] = start + padded[slot]
-                rows[tag] = (ramp + start).remainder_(padded[self.slot[tag]] - nodes).add_(nodes)
-            out[i] = torch.stack([rows[tag] for tag in self.ends[i]])
+                span = padded[self.slot[tag]] - nodes
+                # from the kept ramp itself where it starts at 0 (a launch fewer), never in place on it
+                turn = (ramp + start).remainder_(span) if start else ramp.remainder(span)
+                rows[tag] = turn.add_(nodes)
+            ends = self.ends[i]
+            if ends[0] == ends[1] and i not in self.filtered:
+                # both rows of one node type: one row viewed twice, which the padding's cat copies (an input the
+                # graph takes whole stays a tensor of its own: the CUDA graphs copy inputs into static buffers)
+                out[i] = rows[ends[0]].expand(2, -1)
+            else:
+                out[i] = torch.stack([rows[t] for t in ends])
         return out
 
     def _ramp(self, length: int, like: torch.Tensor) -> torch.Tensor:
