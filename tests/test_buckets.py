@@ -374,3 +374,43 @@ def test_calls_that_fit_a_compiled_bucket_do_not_compile_another():
     torch._dynamo.reset()  # the first call compiles at its own sizes (no frame remembered as dynamic)
     reports = _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4)), sizes=[(100, 300)] + sizes)
     assert _buckets_used(reports)[-1] == [list(own[0])]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_kept_padded_inputs_are_reused_and_never_written_while_a_backward_holds_them(device, monkeypatch):
+    """Under CUDA graphs (on CUDA, ``mode="reduce-overhead"``; their settings on the CPU) a bucket pads the inputs no
+    gradient flows into into tensors it keeps from call to call, static inputs of the CUDA graphs. A training loop
+    reuses one set; two batches through the model before one backward (two views of a batch in contrastive
+    training) take two, since the first call's saved inputs are still held, and both batches' gradients match
+    eager."""
+    written = []
+    keep = buckets.Bucketed.kept_inputs
+
+    def spy(self, key, args, padded):
+        kept = keep(self, key, args, padded)
+        written.append(sorted(t.data_ptr() for t in kept.values()))
+        return kept
+
+    monkeypatch.setattr(buckets.Bucketed, "kept_inputs", spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Layers(SAGEConv(8, 16), SAGEConv(16, 4)).to(device)
+    compiled = torch.compile(model, backend="gnn_io", mode="reduce-overhead") if device == "cuda" else \
+        torch.compile(model, backend="gnn_io", options={"buckets": "on", "cuda_graphs": True})
+    batches = [(torch.randn(n, 8, device=device), random_graph(n, e, hub_degree=n // 3).to(device))
+               for n, e in [(100, 300), (300, 900), (280, 860), (290, 880)]]
+
+    def check(pairs):
+        for out in (model, compiled):
+            model.zero_grad()
+            sum(out(x, edge_index).square().sum() for x, edge_index in pairs).backward()
+            if out is model:
+                grads = [p.grad.clone() for p in model.parameters()]
+        for got, want in zip([p.grad for p in model.parameters()], grads):
+            torch.testing.assert_close(got, want, **tolerance(torch.float32, "layer"))
+
+    for batch in batches[:3]:  # the first call compiles at its own sizes; the next two run one bucket
+        check([batch])
+    assert len(written) == 2 and written[0] == written[1] and len(written[0]) == 2  # features and edges, one set
+    check(batches[2:])
+    assert written[2] == written[0] and written[3] != written[0]
