@@ -385,10 +385,9 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     graph_report.rewrites.append(rewrite)
     _report.add(graph_report)
 
-    def compile_at(bucket_gm, inputs, kept=()):
+    def compile_at(bucket_gm, inputs):
         # at the bucket's fixed sizes, in a fake mode of its own whose ShapeEnv takes the data-dependent sizes
-        # (GCNConv's self loops: nonzero); the inputs' sizes stay static, and the padded inputs the buckets keep
-        # from call to call (positions ``kept``) are static inputs of the CUDA graphs
+        # (GCNConv's self loops: nonzero); the inputs' sizes stay static
         from torch._guards import TracingContext, tracing
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -397,7 +396,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
         fakes = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
         records = []
         with tracing(TracingContext(fake_mode)):
-            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs) + list(kept),
+            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs),
                                                pipeline.BUCKET_SPLIT_PASSES, records)
         gemms = sum(r.count for r in records if r.name == "dense_gemm" and r.status == "ran")
         rewrite.details["gemms_3xtf32"] = rewrite.details.get("gemms_3xtf32", 0) + gemms
@@ -409,8 +408,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
 
     def wrap(dynamic):
         return buckets.Bucketed(pristine, layout, compile_at, dynamic,
-                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:layout.width])),
-                                keep_inputs=settings["cuda_graphs"])
+                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:layout.width])))
 
     return wrap
 

@@ -60,9 +60,6 @@ REUSE = GROWTH ** 2
 # from 3 to 2: those are batches larger than every compiled bucket, which no reuse covers.
 FAR_REUSE = 2.0
 RECENT_CALLS = 16
-# sets of kept padded inputs per bucket (:meth:`Bucketed.kept_inputs`): one per call whose autograd graph can be
-# pending at once (two views of a batch through one encoder before one backward take two)
-MAX_KEPT = 4
 
 
 def _rung(step: int) -> float:
@@ -399,14 +396,12 @@ class Bucketed:
 
     slots = HOMOGENEOUS  # the positions of the sizes in a key (a chooser made without a layout: (nodes, edges))
 
-    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None,
-                 keep_inputs: bool = False):
+    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None):
         self.gm, self.layout, self.compile_at, self.dynamic = gm, layout, compile_at, dynamic
         self.slots = layout.slots
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
         self.recent = collections.deque(maxlen=RECENT_CALLS)  # the calls' own bucket keys
         self.far_reuse = FAR_REUSE
-        self.keep_inputs, self.kept = keep_inputs, {}  # bucket key -> sets of kept padded inputs
 
     def covering(self, key: tuple, *counts: int, factor: float = REUSE) -> Optional[tuple]:
         """The smallest compiled bucket (the same fixed shapes besides the padded sizes) that holds a call of
@@ -441,48 +436,14 @@ class Bucketed:
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
         targets = layout.targets(args, counts, padded)
-        into = self.kept_inputs(key, args, padded) if self.keep_inputs else {}
-        inputs = layout.pad(args, counts, padded, targets, into) + [targets[i] for i in layout.filtered]
-        tensors, static = [], []
-        for i, value in enumerate(inputs):
-            if not _fixed_in_graph(i, value, layout.scalars):
-                if i in into:
-                    static.append(len(tensors))
-                tensors.append(value)
+        inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
+        tensors = [a for i, a in enumerate(inputs) if not _fixed_in_graph(i, a, layout.scalars)]
         if key not in self.compiled:
             bucket_gm = with_constant_scalars(copy_module(self.gm, values=False), inputs, layout.scalars)
-            fn = self.compiled[key] = self.compile_at(bucket_gm, tensors, static)
+            fn = self.compiled[key] = self.compile_at(bucket_gm, tensors)
             self.failed = fn is None  # a graph Inductor cannot compile at one fixed size fails at the others too
             if fn is not None and self.on_compile is not None:
                 self.on_compile(key)
         if fn is None:  # this bucket's fixed-size compile failed (the report says why): the shape-generic graph
             return self.dynamic(*args)
         return layout.trim(fn(*tensors), counts)
-
-    def kept_inputs(self, key: tuple, args, padded: tuple) -> dict:
-        """Per input that no gradient flows into, a tensor of bucket ``key``'s padded shape that the call's padded
-        input is written into, kept from call to call. Under CUDA graphs the compile takes these as static inputs,
-        read in place at each replay: no second copy of them in the graphs' pool, and no new padded tensor per call
-        alive beside it (the input saved for the backward, such as the features for the first layer's weight
-        gradient, is the kept tensor). A set that something else still holds (the autograd graph of a call not yet
-        backpropagated, an output that views it) is never written: the call takes the bucket's next free set, or a
-        new one (its CUDA graph then records again for the new addresses)."""
-        sets = self.kept.setdefault(key, [])
-        for kept in sets:
-            if not any(_held(t) for t in kept.values()):
-                return kept
-        kept = {i: args[i].new_empty(self.layout.padded_shape(i, args[i], padded)) for i in self.layout.paddable(args)}
-        if len(sets) < MAX_KEPT:
-            sets.append(kept)
-        return kept
-
-
-def _held(tensor: torch.Tensor) -> bool:
-    """Whether anything but the one reference kept to ``tensor`` holds it: a saved tensor of an autograd graph (a
-    reference to the tensor itself) or another tensor over its storage (a view), counted as CUDA graph trees count
-    the liveness of their outputs."""
-    return tensor._use_count() > 1 or torch._C._storage_Use_Count(tensor.untyped_storage()._cdata) > _STORAGE_USES
-
-
-# the storage uses of a tensor that nothing else holds (the count includes the storage object it is read through)
-_STORAGE_USES = torch._C._storage_Use_Count(torch.empty(0).untyped_storage()._cdata)

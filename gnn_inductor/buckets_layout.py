@@ -173,42 +173,26 @@ class Layout:
             ramp = self._ramps[key] = torch.arange(length, dtype=like.dtype, device=like.device)
         return ramp[:length]
 
-    def pad(self, args, counts: tuple, padded: tuple, targets: Optional[dict] = None,
-            into: Optional[dict] = None) -> list:
+    def pad(self, args, counts: tuple, padded: tuple, targets: Optional[dict] = None) -> list:
         """``args`` of ``counts`` padded to ``padded``: padded rows replicate row 0 (zeros where there is none), and
-        the padded edges are the last slots of :meth:`targets` (made here unless given). ``into`` maps input
-        positions to tensors of the padded shape that the padded input is written into (:meth:`paddable`), where a
-        new tensor would be made otherwise."""
+        the padded edges are the last slots of :meth:`targets` (made here unless given)."""
         targets = self.targets(args, counts, padded) if targets is None else targets
-        into = into or {}
         out = []
         for i, ((kind, tag), arg) in enumerate(zip(self.kinds, args)):
             if kind == "size":
                 out.append(padded[self.slot[tag]])
             elif kind == "edge_index":
                 ends = targets[i]
-                out.append(_cat([arg, ends[:, ends.shape[1] - (padded[self.slot[tag]] - arg.shape[1]):]], 1,
-                                into.get(i)))
+                out.append(torch.cat([arg, ends[:, ends.shape[1] - (padded[self.slot[tag]] - arg.shape[1]):]], dim=1))
             elif kind == "rows":
                 count = padded[self.slot[tag]] - counts[self.slot[tag]]
                 if arg.shape[0] == 0:  # nothing to replicate: zeros (an empty edge set's attributes)
-                    out.append(_cat([arg, arg.new_zeros((count,) + tuple(arg.shape[1:]))], 0, into.get(i)))
+                    out.append(torch.cat([arg, arg.new_zeros((count,) + tuple(arg.shape[1:]))]))
                 else:
-                    out.append(_cat([arg, arg[:1].expand((count,) + tuple(arg.shape[1:]))], 0, into.get(i)))
+                    out.append(torch.cat([arg, arg[:1].expand((count,) + tuple(arg.shape[1:]))]))
             else:
                 out.append(arg)
         return out
-
-    def padded_shape(self, i: int, arg: torch.Tensor, padded: tuple) -> tuple:
-        """The shape of input ``i`` (an edge set or rows, ``arg`` at a call's size) padded to ``padded``."""
-        size = padded[self.slot[self.kinds[i][1]]]
-        return (2, size) if self.kinds[i][0] == "edge_index" else (size,) + tuple(arg.shape[1:])
-
-    def paddable(self, args) -> list:
-        """The positions of the inputs that :meth:`pad` can write into kept tensors: the edge sets and rows that
-        no gradient flows into (a write into a kept tensor is outside autograd)."""
-        return [i for i, ((kind, _), arg) in enumerate(zip(self.kinds, args))
-                if kind in ("edge_index", "rows") and isinstance(arg, torch.Tensor) and not arg.requires_grad]
 
     def trim(self, outputs, counts: tuple):
         """The outputs of a padded call cut back to the call's ``counts``."""
@@ -221,10 +205,6 @@ class Layout:
                 value = counts[self.slot[dims[0][1]]]
             trimmed.append(value)
         return type(outputs)(trimmed) if isinstance(outputs, tuple) else trimmed
-
-
-def _cat(parts: list, dim: int, out: Optional[torch.Tensor]) -> torch.Tensor:
-    return torch.cat(parts, dim) if out is None else torch.cat(parts, dim, out=out)
 
 
 def _is_edge_index(value) -> bool:
