@@ -25,6 +25,9 @@ against random labels, backward and an Adam step. Per mode:
 * ``peak_mb``: on CUDA, ``torch.cuda.max_memory_allocated`` above what was resident when the mode began;
 * ``gpu_busy_ms``, ``launches``, ``top_gpu`` ... (``--profile N``): N more pre-sampled steps under the profiler
   (:func:`benchmarks.step_profile.profile_steps`), to tell a step bound by the host from one bound by its kernels;
+* ``phases_ms`` (``--phases N``): N more pre-sampled steps back to back, timed phase by phase on the host (the
+  batch, ``zero_grad``, forward, loss, backward, the optimizer step; :func:`phase_times`), where a step is the
+  host's;
 * ``rel_err``: the first step's seed rows against eager PyG's, same weights, same batch.
 
 ``inductor`` and ``inductor_cg`` are ``torch.compile(model)`` and ``torch.compile(model, mode="reduce-overhead")``
@@ -105,6 +108,34 @@ def compile_model(mode: str, model: torch.nn.Module):
 def new_net(args, device) -> Net:
     torch.manual_seed(args.seed)
     return Net(args.model, args.features, args.hidden, args.classes, args.layers).to(device)
+
+
+PHASES = ("batch", "zero_grad", "forward", "loss", "backward", "step")
+
+
+def phase_times(model, optimizer, batch_at, steps: int) -> dict:
+    """Host time per phase (:data:`PHASES`) of ``steps`` training steps on ``batch_at(i)``, back to back and never
+    synchronised, so each phase's wall time is the host's while the device keeps up: ms per step. On a step bound
+    by the host the phases add up to the step; on one bound by its kernels a phase that waits for them (a copy to
+    the CPU, the allocator) takes their time."""
+    total = dict.fromkeys(PHASES, 0.0)
+    for i in range(steps):
+        marks = [time.perf_counter()]
+        x, edge_index, y, batch_size = batch_at(i)
+        marks.append(time.perf_counter())
+        optimizer.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        out = model(x, edge_index)
+        marks.append(time.perf_counter())
+        loss = F.cross_entropy(out[:batch_size], y)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
+        optimizer.step()
+        marks.append(time.perf_counter())
+        for name, start, end in zip(PHASES, marks, marks[1:]):
+            total[name] += end - start
+    return {name: seconds * 1e3 / steps for name, seconds in total.items()}
 
 
 def train_step(model, optimizer, x, edge_index, y, batch_size):
@@ -220,6 +251,11 @@ def run_mode(mode, args, work, reference):
             sync()
             record["sampled_ms"] = (time.perf_counter() - t) * 1e3 / args.steps
             record["steps_per_s"] = 1e3 / record["sampled_ms"]
+            if args.phases:
+                sync()
+                first = args.warmup + 2 * args.steps
+                record["phases_ms"] = phase_times(model, optimizer, lambda i: work.pool_batch(first + i), args.phases)
+                sync()
             if args.profile:
                 batches = iter(range(args.warmup + 2 * args.steps, args.warmup + 2 * args.steps + args.profile))
                 record.update(profile_steps(lambda: train_step(model, optimizer, *work.pool_batch(next(batches))),
@@ -278,6 +314,8 @@ def parse(argv):
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="also profile this many pre-sampled steps: the GPU's busy time against the step's, "
                              "launches, the top GPU ops (benchmarks/step_profile.py)")
+    parser.add_argument("--phases", type=int, default=0, metavar="STEPS",
+                        help="also time this many pre-sampled steps back to back phase by phase on the host")
     parser.add_argument("--train-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -387,6 +425,12 @@ def print_table(records, args, models, modes):
                      + (f" ({len(r['buckets'])} buckets)" if r.get("buckets") else ""),
                      f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-", f"{r['rel_err']:.1e}"]
             print(f"| {model} | {mode} | " + " | ".join(cells) + " |")
+    phased = [r for r in records if "phases_ms" in r]
+    if phased:
+        print("\nhost time per phase (ms per step, back to back):")
+        for r in phased:
+            print(f"- {r['model']} {r['mode']}: loop {r['loop_ms']:.2f}; "
+                  + ", ".join(f"{name} {ms:.3f}" for name, ms in r["phases_ms"].items()))
     profiled = [r for r in records if "gpu_busy_ms" in r]
     if profiled:
         print("\nprofiles (per step):")

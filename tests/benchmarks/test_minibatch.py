@@ -139,7 +139,7 @@ def test_minibatch_runs_end_to_end(tmp_path):
     minibatch.main(["--graph", "rmat-small", "--model", "sage_mean", "--layers", "2", "--hidden", "16",
                     "--features", "8", "--classes", "4", "--batch", "16", "--fanout", "4,3", "--pool", "3",
                     "--steps", "2", "--warmup", "2", "--epoch", "--train-fraction", "0.05", "--device", "cpu",
-                    "--modes", "eager,gnn_io", "--same-process", "--profile", "2", "--out", str(out)])
+                    "--modes", "eager,gnn_io", "--same-process", "--profile", "2", "--phases", "2", "--out", str(out)])
     data = json.loads(out.read_text())
     records = {r["mode"]: r for r in data["records"]}
     assert set(records) == {"eager", "gnn_io"} and data["args"]["fanout"] == "4,3"
@@ -149,6 +149,10 @@ def test_minibatch_runs_end_to_end(tmp_path):
         assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("alone_ms", "loop_ms", "sampled_ms", "epoch_s"))
         assert r["epoch_steps"] == math.ceil(int(0.05 * 1024) / 16) and r["recompiles"] >= 0 <= r["aot_compiles"]
     assert records["eager"]["rel_err"] == 0 and records["gnn_io"]["rel_err"] < 1e-4
+    for r in records.values():  # every phase timed, the forward and backward never free
+        assert list(r["phases_ms"]) == list(minibatch.PHASES), r["phases_ms"]
+        assert all(ms >= 0 for ms in r["phases_ms"].values()) and r["phases_ms"]["forward"] > 0 < \
+            r["phases_ms"]["backward"]
     for r in records.values():  # on the CPU the profile has no GPU ops, and its wall time per step
         assert r["gpu_ops"] == 0 == r["gpu_busy_ms"] and r["profiled_ms"] > 0 and r["top_gpu"] == []
         # the host's ranges and ops, the longest first, each at most the profiled step's time
