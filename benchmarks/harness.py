@@ -434,27 +434,27 @@ def _run_case(layer_name, graph, mode, features, dtype, device, reps, reference=
                 torch.compiler.cudagraph_mark_step_begin()  # a new training step: earlier outputs are dead
             model(x_grad, edge_index).backward(grad)
 
-        cuda_graphs = device.type == "cuda" and "cg" in mode
-        if cuda_graphs:  # the pool of the training step's graphs, allocated at their recording (below)
+        def peak_of(fn):
+            """``fn()``, with the peak allocated while it ran (``peak_gb``) and that peak less what was allocated
+            before it (``step_gb``: inputs, weights, edge_index, output cotangent, plans) in the record."""
             torch.cuda.synchronize()
             resident = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-        record["fwdbwd_ms"] = median_ms(step, reps)
-        if cuda_graphs:
+            result = fn()
             torch.cuda.synchronize()
             record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
             record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
-        if device.type == "cuda" and not cuda_graphs:
-            x_grad.grad = None
-            for p in params:
-                p.grad = None
-            torch.cuda.synchronize()
-            resident = torch.cuda.memory_allocated()  # inputs, weights, edge_index, output cotangent, plans
-            torch.cuda.reset_peak_memory_stats()
-            step()
-            torch.cuda.synchronize()
-            record["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
-            record["step_gb"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+            return result
+
+        if device.type == "cuda" and "cg" in mode:  # the graphs' pool, allocated at their recording among these steps
+            record["fwdbwd_ms"] = peak_of(lambda: median_ms(step, reps))
+        else:
+            record["fwdbwd_ms"] = median_ms(step, reps)
+            if device.type == "cuda":
+                x_grad.grad = None  # the timed steps' gradients out of what the step starts from
+                for p in params:
+                    p.grad = None
+                peak_of(step)
         if mode.startswith("gnn_io"):
             _new_graph_costs(record, model, x, x_grad, edge_index, device, mode, reps)
         if reference is not None:

@@ -2,6 +2,8 @@
 import json
 import os
 
+import pytest
+
 from benchmarks import minibatch_suite as suite
 
 
@@ -23,8 +25,6 @@ def test_rows_take_each_models_shape_and_are_dealt_over_the_gpus(tmp_path):
 
 
 def test_unknown_model_is_refused(tmp_path, capsys):
-    import pytest
-
     with pytest.raises(SystemExit):
         suite.parse(["--models", "gcn,gin", "--out", str(tmp_path)])
     assert "unknown --models gin" in capsys.readouterr().err
