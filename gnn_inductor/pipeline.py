@@ -232,9 +232,11 @@ def _relation_groups(state: CompileState) -> list:
     (gnn_inductor/passes/relation_groups.py)."""
     grouped = [Rewrite(
         "relation_groups", f"{g['relations']} gnn_io.spmm of one input", g["source"],
-        {"relations": g["relations"], "one_gemm": g["gemm"]},
-        kernel="one SpMM over a typed CSR (a row per node and relation, built once per graph)"
-               + (", the relations' linear maps as one GEMM" if g["gemm"] else ""))
+        {"relations": g["relations"], "one_gemm": g["gemm"], "order": g["order"]},
+        kernel=("the relations' linear maps as one GEMM, then one SpMM over a typed CSR (a column per node and "
+                "relation, built once per graph)" if g["order"] == "maps first" else
+                "one SpMM over a typed CSR (a row per node and relation, built once per graph)"
+                + (", the relations' linear maps as one GEMM" if g["gemm"] else "")))
         for g in relation_groups.group_relations(state.gm, state.ctx)]
     state.report.rewrites.extend(grouped)
     return grouped

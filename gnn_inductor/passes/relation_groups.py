@@ -126,16 +126,32 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
             offsets[spmm.args[0]] = num_src
             inputs.append(spmm.args[0])
             num_src += plan.args[3]
+    features = list(val(inputs[0]).shape[1:])
+    chain = _gemm_chain(members, features)
+    # one input whose maps narrow it or keep its width (RGCNConv): the maps first, then one SpMM over the mapped
+    # rows, whose backward needs the input alone; aggregating first keeps Y [N, R * F] for the maps' gradient
+    # (on the ogbn-mag-shaped graph, 7 relations, two layers of 64: 7 GB of the 13 GB step)
+    transform_first = (chain is not None and len(inputs) == 1 and val(chain[0][0].args[1]).shape[1] <= features[0]
+                       and _plain_sum(chain, val(inputs[0]).dtype))
     x = inputs[0] if len(inputs) == 1 else ctx.call(aten.cat.default, (inputs,), anchor)
-    # the typed CSR: relation r's edge (j -> d) is entry (d * R + r, offset of r's input + j)
+    if transform_first:
+        maps, steps, base = chain
+        weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps], 1), steps[-1])
+        mapped = ctx.call(aten.mm.default, (x, weights), steps[-1])
+        x = ctx.call(aten.view.default, (mapped, [num_src * count, val(maps[0]).shape[1]]), steps[-1])
+    # the typed CSR. Aggregating first: relation r's edge (j -> d) is entry (d * R + r, offset of r's input + j);
+    # mapping first: entry (d, j * R + r), row j * R + r of the mapped rows being x_j @ W_r
     dst, src, values = [], [], []
     for r, (spmm, plan) in enumerate(members):
-        dst_r, src_r = plan.args[0], plan.args[1]
-        wide = ctx.call(aten._to_copy.default, (dst_r,), anchor, dtype=torch.int64)
-        dst.append(ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (wide, count), anchor), r), anchor))
-        src_r = ctx.call(aten._to_copy.default, (src_r,), anchor, dtype=torch.int64)
-        if offsets[spmm.args[0]]:
-            src_r = ctx.call(aten.add.Tensor, (src_r, offsets[spmm.args[0]]), anchor)
+        dst_r = ctx.call(aten._to_copy.default, (plan.args[0],), anchor, dtype=torch.int64)
+        src_r = ctx.call(aten._to_copy.default, (plan.args[1],), anchor, dtype=torch.int64)
+        if transform_first:
+            src_r = ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (src_r, count), anchor), r), anchor)
+        else:
+            dst_r = ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (dst_r, count), anchor), r), anchor)
+            if offsets[spmm.args[0]]:
+                src_r = ctx.call(aten.add.Tensor, (src_r, offsets[spmm.args[0]]), anchor)
+        dst.append(dst_r)
         src.append(src_r)
         # the relation's values from its CSR order back to its edges' order
         in_order = ctx.call(aten.zeros_like.default, (spmm.args[1],), anchor)
@@ -144,42 +160,52 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
     dst = ctx.call(aten.cat.default, (dst,), anchor)
     src = ctx.call(aten.cat.default, (src,), anchor)
     values = ctx.call(aten.cat.default, (values,), anchor)
-    plan = ctx.csr(dst, src, num_dst * count, num_src)
+    rows, cols = (num_dst, num_src * count) if transform_first else (num_dst * count, num_src)
+    plan = ctx.csr(dst, src, rows, cols)
     csr_values = ctx.call(aten.index_select.default, (values, 0, plan.perm), anchor)
     t_values = ctx.call(aten.index_select.default, (csr_values, 0, plan.t_perm), anchor)
+    if transform_first:
+        anchor = chain[1][-1]
     grouped = ctx.call(SPMM, (x, csr_values, t_values, plan.rowptr, plan.col, plan.row, plan.t_rowptr, plan.t_col,
                               [], [], "sum"), anchor)
-    features = list(val(x).shape[1:])
-    by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, *features]), anchor)
-    gemm = _one_gemm(gm, ctx, members, by_node, num_dst, count, features)
-    if not gemm:
-        for r, (spmm, _) in enumerate(members):
-            spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
+    if transform_first:
+        gemm = _replace_chain(gm, ctx, chain, grouped)
+        order = "maps first"
+    else:
+        by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, *features]), anchor)
+        gemm = chain is not None and _replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (
+            ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), chain[1][-1]),
+            ctx.call(aten.cat.default, ([m.args[1] for m in chain[0]],), chain[1][-1])), chain[1][-1]))
+        if not gemm:
+            for r, (spmm, _) in enumerate(members):
+                spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
+        order = "aggregation first"
     for spmm, _ in members:
         if not spmm.users:
             gm.graph.erase_node(spmm)
     ctx.refresh_structure()
-    return {"source": source, "relations": count, "gemm": gemm}
+    return {"source": source, "relations": count, "gemm": gemm, "order": order if gemm else "aggregation first"}
 
 
-def _one_gemm(gm, ctx, members, by_node: Node, num_dst: int, count: int, features: list) -> bool:
-    """``base + sum_r h_r @ W_r`` as ``base + Y.view(N, R * F) @ cat(W_r)`` when each ``h_r`` feeds only its
-    ``mm`` and the ``mm`` results are the added terms of one chain, in any order; True when done."""
+def _gemm_chain(members, features: list):
+    """``(maps, chain, base)`` where ``base + sum_r h_r @ W_r`` is the relations' use of their results: each
+    ``h_r`` feeds only its ``mm``, and the ``mm`` results are the added terms of one ``chain`` of additions, in any
+    order; None otherwise. Nothing is changed."""
     if len(features) != 1:
-        return False
+        return None
     maps = []
     for spmm, _ in members:
         users = list(spmm.users)
         if len(users) != 1 or users[0].target is not aten.mm.default or users[0].args[0] is not spmm:
-            return False
+            return None
         maps.append(users[0])
     terms, chain = set(maps), []
     node = maps[0]
     # walk down from one term: each addition takes the running sum and one term, until every term is in
-    while len(chain) < count:
+    while len(chain) < len(members):
         users = list(node.users)
         if len(users) != 1 or users[0].target is not aten.add.Tensor or users[0].kwargs or len(users[0].args) != 2:
-            return False
+            return None
         step = users[0]
         chain.append(step)
         node = step
@@ -189,18 +215,32 @@ def _one_gemm(gm, ctx, members, by_node: Node, num_dst: int, count: int, feature
     for step, previous in zip(rest, chain):
         other = step.args[1] if step.args[0] is previous else step.args[0] if step.args[1] is previous else None
         if other is None or other not in terms:
-            return False
+            return None
         added.add(other)
     if added != terms or base in terms or any(len(step.users) != 1 for step in chain[:-1]):
-        return False
-    end = chain[-1]
-    weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps],), end)
-    flat = ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), end)
-    total = ctx.call(aten.add.Tensor, (base, ctx.call(aten.mm.default, (flat, weights), end)), end)
+        return None
+    return maps, chain, base
+
+
+def _plain_sum(chain, dtype: torch.dtype) -> bool:
+    """Whether ``base + product`` (``product`` of ``dtype`` and the sum's shape) has the chain's shape and dtype:
+    a base of the sum's shape (no broadcast; RGCNConv's float32 zeros under a float64 layer promote as before)."""
+    base, end = val(chain[2]), val(chain[1][-1])
+    return (isinstance(base, torch.Tensor) and base.shape == end.shape
+            and torch.promote_types(base.dtype, dtype) == end.dtype)
+
+
+def _replace_chain(gm, ctx, chain, product: Node) -> bool:
+    """The chain's sum replaced by ``base + product`` (``product`` the relations' terms together); True when done,
+    False where that sum would not have the chain's shape and dtype (a broadcasting base: the chain stays, and the
+    new nodes die with the dead code)."""
+    maps, steps, base = chain
+    end = steps[-1]
+    total = ctx.call(aten.add.Tensor, (base, product), end)
     if val(total).shape != val(end).shape or val(total).dtype != val(end).dtype:
-        return False  # a broadcasting base: the chain stays (its new nodes die with the dead code)
+        return False
     end.replace_all_uses_with(total)
-    for step in reversed(chain):
+    for step in reversed(steps):
         gm.graph.erase_node(step)
     for m in maps:
         gm.graph.erase_node(m)

@@ -132,8 +132,18 @@ def _(grad_out, x, values, t_values, rowptr, col, row, t_rowptr, t_col, t_items,
 
 def _setup(ctx, inputs, output):
     x, values, t_values, rowptr, col, row, t_rowptr, t_col, items, t_items, reduce = inputs
-    ctx.save_for_backward(x, values, t_values, rowptr, col, row, t_rowptr, t_col, *t_items)
+    # the backward reads x's values only for the weights' gradient (the SDDMM); without it only x's shape, dtype and
+    # device, so a stand-in of one zero row is kept instead, and x is freed when the forward is done with it (GCNConv's
+    # ``x @ W``, which no other op saves)
+    kept = x if values.requires_grad else _stand_in(x)
+    ctx.save_for_backward(kept, values, t_values, rowptr, col, row, t_rowptr, t_col, *t_items)
     ctx.reduce, ctx.num_items = reduce, len(items)
+
+
+def _stand_in(x: Tensor) -> Tensor:
+    """A tensor of ``x``'s shape, dtype and device over one zero row (an expanded view): what the backward of an SpMM
+    whose weights need no gradient reads of ``x``."""
+    return x.new_zeros((1, *x.shape[1:])).expand(x.shape)
 
 
 def _backward(ctx, grad_out):

@@ -94,6 +94,32 @@ def test_spmm(graph, dtype, reduce, weighted):
         close(gw, rw)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spmm_keeps_x_for_the_backward_only_where_the_weights_need_it(graph, weighted):
+    """The backward reads x's values only for the weights' gradient: without it, what autograd saves holds no
+    storage of x's size (x, GCNConv's ``x @ W``, is freed after the forward), and the gradient of x is unchanged."""
+    src, dst, (rowptr, col, row, perm, t_rowptr, t_col, t_perm) = graph
+    x = torch.randn(NUM_NODES, 64, dtype=torch.float64, requires_grad=True)  # larger than any structure tensor
+    w = (torch.rand(src.numel(), dtype=torch.float64) + 0.1).requires_grad_(weighted)  # in CSR order
+    saved = []
+
+    def pack(t):
+        saved.append((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = ops.spmm(x, w, w.detach()[t_perm], rowptr, col, row, t_rowptr, t_col, [], [], "mean")
+    holds_x = any(ptr == x.untyped_storage().data_ptr() for ptr, _ in saved)
+    assert holds_x == weighted
+    assert weighted or max(size for _, size in saved) < x.untyped_storage().nbytes()
+    weight = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(2))
+    (out * weight).sum().backward()
+    scale = 1 / torch.bincount(row, minlength=NUM_NODES).clamp_min(1).to(x.dtype)
+    expected = scatter_eager(weight.index_select(0, row) * (scale.index_select(0, row) * w.detach()).view(-1, 1), col,
+                             NUM_NODES, "sum")
+    close(x.grad, expected)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no GPU"))])
 def test_spmm_with_more_edges_than_matrix_entries(device):

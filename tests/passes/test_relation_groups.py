@@ -53,13 +53,17 @@ def _check(model, inputs, tol=FLOAT64, options=None):
     return _groups(model)
 
 
-@pytest.mark.parametrize(("bases", "index_dtype"), covering([None, 2], [torch.int64, torch.int32]))
-def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype):
+@pytest.mark.parametrize(("bases", "index_dtype", "width"), covering([None, 2], [torch.int64, torch.int32], [5, 8]))
+def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype, width):
+    """A layer that narrows its input (6 -> 5) maps first, then aggregates the mapped rows; one that widens it
+    (6 -> 8) aggregates first."""
     torch.manual_seed(0)
-    model = RGCNConv(6, 5, RELATIONS, num_bases=bases).double()
+    model = RGCNConv(6, width, RELATIONS, num_bases=bases).double()
     edge_index, edge_type = _graph(index_dtype)
     groups = _check(model, [torch.randn(NODES, 6, dtype=torch.float64), edge_index, edge_type])
-    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+    order = "maps first" if width <= 6 else "aggregation first"
+    assert [(g.details["relations"], g.details["one_gemm"], g.details["order"]) for g in groups] == \
+        [(RELATIONS, True, order)]
 
 
 @pytest.mark.cuda
@@ -72,7 +76,8 @@ def test_rgcn_relations_on_cuda_in_float32(bases):
     inputs = [torch.randn(NODES, 16, device="cuda"), edge_index.cuda(), edge_type.cuda()]
     # forced: on CUDA the cost model leaves an SpMM of a few hundred edges to Inductor
     groups = _check(model, inputs, tolerance(torch.float32), {"force": True})
-    assert [(g.details["relations"], g.details["one_gemm"]) for g in groups] == [(RELATIONS, True)]
+    assert [(g.details["relations"], g.details["one_gemm"], g.details["order"]) for g in groups] == \
+        [(RELATIONS, True, "maps first")]
 
 
 def test_rgcn_relations_with_int32_plans_on_cpu(monkeypatch):
