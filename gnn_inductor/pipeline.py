@@ -234,7 +234,9 @@ def _relation_groups(state: CompileState) -> list:
         "relation_groups", f"{g['relations']} gnn_io.spmm of one input", g["source"],
         {"relations": g["relations"], "one_gemm": g["gemm"], "order": g["order"]},
         kernel=("the relations' linear maps as one GEMM, then one SpMM over a typed CSR (a column per node and "
-                "relation, built once per graph)" if g["order"] == "maps first" else
+                "relation, built once per graph)" if g["order"] == "maps first" and g["gemm"] else
+                "each relation's linear map first, then one SpMM of the mapped rows over a typed CSR (a row per node "
+                "and relation, built once per graph)" if g["order"] == "maps first" else
                 "one SpMM over a typed CSR (a row per node and relation, built once per graph)"
                 + (", the relations' linear maps as one GEMM" if g["gemm"] else "")))
         for g in relation_groups.group_relations(state.gm, state.ctx)]

@@ -128,29 +128,47 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
             num_src += plan.args[3]
     features = list(val(inputs[0]).shape[1:])
     chain = _gemm_chain(members, features)
-    # one input whose maps narrow it or keep its width (RGCNConv): the maps first, then one SpMM over the mapped
-    # rows, whose backward needs the input alone; aggregating first keeps Y [N, R * F] for the maps' gradient
-    # (on the ogbn-mag-shaped graph, 7 relations, two layers of 64: 7 GB of the 13 GB step)
-    transform_first = (chain is not None and len(inputs) == 1 and val(chain[0][0].args[1]).shape[1] <= features[0]
-                       and _plain_sum(chain, val(inputs[0]).dtype))
-    x = inputs[0] if len(inputs) == 1 else ctx.call(aten.cat.default, (inputs,), anchor)
-    if transform_first:
-        maps, steps, base = chain
+    # the maps before the aggregation where they do not widen the features: the SpMM then moves the mapped rows, and
+    # its backward needs the inputs alone, where aggregating first keeps each relation's aggregation for its map's
+    # gradient (RGCNConv on the ogbn-mag-shaped graph, 7 relations, two layers of 64: 7 GB of the 13 GB step).
+    # "sum": one input whose maps' results are summed (RGCNConv), one GEMM by the weights side by side and one SpMM
+    # whose row d sums every relation; "each": a map per relation (HeteroConv, to_hetero), a GEMM each and one SpMM
+    # whose row d * R + r is relation r's
+    if (chain is not None and len(inputs) == 1 and val(chain[0][0].args[1]).shape[1] <= features[0]
+            and _plain_sum(chain, val(inputs[0]).dtype)):
+        maps_first = "sum"
+    else:
+        maps = _relation_maps(members, features)
+        maps_first = "each" if maps is not None else None
+    x = inputs[0] if len(inputs) == 1 else None
+    if maps_first == "sum":
+        maps, steps, _ = chain
         weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps], 1), steps[-1])
         mapped = ctx.call(aten.mm.default, (x, weights), steps[-1])
         x = ctx.call(aten.view.default, (mapped, [num_src * count, val(maps[0]).shape[1]]), steps[-1])
-    # the typed CSR. Aggregating first: relation r's edge (j -> d) is entry (d * R + r, offset of r's input + j);
-    # mapping first: entry (d, j * R + r), row j * R + r of the mapped rows being x_j @ W_r
+    elif maps_first == "each":
+        last_map = max((use for use, _, _ in maps), key=_order(gm))
+        mapped = [ctx.call(aten.mm.default, (spmm.args[0], weight), last_map)
+                  for (spmm, _), (_, weight, _) in zip(members, maps)]
+        x = ctx.call(aten.cat.default, (mapped,), last_map)
+        offsets, num_src = {}, 0
+        for r, (_, plan) in enumerate(members):  # each relation its own mapped rows
+            offsets[r], num_src = num_src, num_src + plan.args[3]
+    elif x is None:
+        x = ctx.call(aten.cat.default, (inputs,), anchor)
+    # the typed CSR. Relation r's edge (j -> d) is entry (d * R + r, the offset of r's rows + j), or with one map sum
+    # entry (d, j * R + r), row j * R + r of the mapped rows being x_j @ W_r
     dst, src, values = [], [], []
     for r, (spmm, plan) in enumerate(members):
         dst_r = ctx.call(aten._to_copy.default, (plan.args[0],), anchor, dtype=torch.int64)
         src_r = ctx.call(aten._to_copy.default, (plan.args[1],), anchor, dtype=torch.int64)
-        if transform_first:
+        if maps_first == "sum":
             src_r = ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (src_r, count), anchor), r), anchor)
         else:
             dst_r = ctx.call(aten.add.Tensor, (ctx.call(aten.mul.Tensor, (dst_r, count), anchor), r), anchor)
-            if offsets[spmm.args[0]]:
-                src_r = ctx.call(aten.add.Tensor, (src_r, offsets[spmm.args[0]]), anchor)
+            offset = offsets[r if maps_first == "each" else spmm.args[0]]
+            if offset:
+                src_r = ctx.call(aten.add.Tensor, (src_r, offset), anchor)
         dst.append(dst_r)
         src.append(src_r)
         # the relation's values from its CSR order back to its edges' order
@@ -160,17 +178,25 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
     dst = ctx.call(aten.cat.default, (dst,), anchor)
     src = ctx.call(aten.cat.default, (src,), anchor)
     values = ctx.call(aten.cat.default, (values,), anchor)
-    rows, cols = (num_dst, num_src * count) if transform_first else (num_dst * count, num_src)
+    rows, cols = (num_dst, num_src * count) if maps_first == "sum" else (num_dst * count, num_src)
     plan = ctx.csr(dst, src, rows, cols)
     csr_values = ctx.call(aten.index_select.default, (values, 0, plan.perm), anchor)
     t_values = ctx.call(aten.index_select.default, (csr_values, 0, plan.t_perm), anchor)
-    if transform_first:
+    if maps_first == "sum":
         anchor = chain[1][-1]
+    elif maps_first == "each":
+        anchor = last_map
     grouped = ctx.call(SPMM, (x, csr_values, t_values, plan.rowptr, plan.col, plan.row, plan.t_rowptr, plan.t_col,
                               [], [], "sum"), anchor)
-    if transform_first:
+    gemm = False
+    if maps_first == "sum":
         gemm = _replace_chain(gm, ctx, chain, grouped)
-        order = "maps first"
+    elif maps_first == "each":
+        by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, val(x).shape[1]]), anchor)
+        for r, (use, _, bias) in enumerate(maps):
+            result = ctx.call(aten.select.int, (by_node, 1, r), use)
+            use.replace_all_uses_with(result if bias is None else ctx.call(aten.add.Tensor, (bias, result), use))
+            gm.graph.erase_node(use)
     else:
         by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, *features]), anchor)
         gemm = chain is not None and _replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (
@@ -179,12 +205,41 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
         if not gemm:
             for r, (spmm, _) in enumerate(members):
                 spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
-        order = "aggregation first"
     for spmm, _ in members:
         if not spmm.users:
             gm.graph.erase_node(spmm)
     ctx.refresh_structure()
-    return {"source": source, "relations": count, "gemm": gemm, "order": order if gemm else "aggregation first"}
+    return {"source": source, "relations": count, "gemm": gemm,
+            "order": "maps first" if maps_first else "aggregation first"}
+
+
+def _relation_maps(members, features: list):
+    """Per relation ``(use, weight, bias)`` where each relation's aggregation feeds one linear map alone,
+    ``mm(h_r, W_r)`` or ``addmm(bias_r, h_r, W_r)`` (a bias over rows: ``bias_r + h_r @ W_r``), of one output width
+    narrower than the input's; None otherwise."""
+    if len(features) != 1:
+        return None
+    found, widths = [], set()
+    for spmm, _ in members:
+        users = list(spmm.users)
+        if len(users) != 1 or users[0].kwargs:
+            return None
+        use = users[0]
+        if use.target is aten.mm.default and len(use.args) == 2 and use.args[0] is spmm:
+            bias, weight = None, use.args[1]
+        elif use.target is aten.addmm.default and len(use.args) == 3 and use.args[1] is spmm:
+            bias, weight = use.args[0], use.args[2]
+            if not isinstance(bias, Node) or val(bias).dim() != 1:
+                return None
+        else:
+            return None
+        w = val(weight)
+        if w.dim() != 2 or w.dtype != val(spmm).dtype or w.shape[0] != features[0]:
+            return None
+        widths.add(w.shape[1])
+        found.append((use, weight, bias))
+    (width,) = widths if len(widths) == 1 else (None,)
+    return found if width is not None and width < features[0] else None
 
 
 def _gemm_chain(members, features: list):

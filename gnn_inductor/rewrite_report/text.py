@@ -109,7 +109,8 @@ def rewrite_phrase(w: Rewrite) -> str:
         return "attention scores made by the feature GEMM's kernel (gnn_io::linear_scores)"
     if w.pattern == "relation_groups":
         if d.get("order") == "maps first":
-            return f"{d.get('relations')} relations' linear maps as one GEMM, then their SpMMs as one over a typed CSR"
+            maps = "linear maps as one GEMM" if d.get("one_gemm") else "linear maps"
+            return f"{d.get('relations')} relations' {maps} first, then their SpMMs as one over a typed CSR"
         return (f"{d.get('relations')} relations' SpMMs of one input as one over a typed CSR"
                 + (", their linear maps as one GEMM" if d.get("one_gemm") else ""))
     if w.pattern == "shared_input_linears":

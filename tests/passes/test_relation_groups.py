@@ -1,8 +1,9 @@
 """The relations of one layer as one SpMM over a typed CSR and one GEMM (gnn_inductor/passes/relation_groups.py):
 RGCNConv (plain and with bases) against eager in float64, forward and every gradient, on a graph with isolated nodes,
-duplicates, self loops, a hub, a relation without edges and int32 indices; a relation loop whose results are not
-summed through maps (one SpMM, no GEMM); HeteroConv and ``to_hetero`` of SAGEConv, whose relations into one node type
-read different node types; and the setting that turns the pass off."""
+duplicates, self loops, a hub, a relation without edges and int32 indices, each in both orders (the maps first where
+they narrow the features or keep their width, the aggregation first where they widen them); a relation loop whose
+results are not summed through maps (one SpMM, no GEMM); HeteroConv and ``to_hetero`` of SAGEConv, whose relations
+into one node type read different node types, in both orders; and the setting that turns the pass off."""
 import copy
 
 import pytest
@@ -13,7 +14,7 @@ from torch_geometric.utils import scatter
 import gnn_inductor
 from gnn_inductor.plan import csr
 from gnn_inductor.testing import random_graph, random_hetero_graph, tolerance
-from tests.tiers import covering, tiered
+from tests.tiers import covering
 
 NODES, RELATIONS = 40, 4
 FLOAT64 = tolerance(torch.float64)
@@ -142,37 +143,58 @@ def _hetero():
 
 
 class _Sage(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, width=5):
         super().__init__()
-        self.conv = SAGEConv((6, 6), 5)
+        self.conv = SAGEConv((6, 6), width)
 
     def forward(self, x, edge_index):
         return self.conv(x, edge_index)
 
 
-@pytest.mark.parametrize("kind", tiered(["hetero_conv", "to_hetero"], ["to_hetero"]))
-def test_relations_from_different_node_types_share_one_spmm(kind):
-    """The relations into papers read authors and papers: one SpMM over both inputs concatenated; outputs and every
-    gradient (both node types' inputs, every parameter) against eager in float64."""
+@pytest.mark.parametrize(("kind", "width"), covering(["hetero_conv", "to_hetero"], [5, 8]))
+def test_relations_from_different_node_types_share_one_spmm(kind, width):
+    """The relations into papers read authors and papers: one SpMM over both inputs concatenated, or, where each
+    relation's map narrows the features (6 -> 5), over the mapped rows of each relation; outputs and every gradient
+    (both node types' inputs, every parameter) against eager in float64."""
     x, edge_index, metadata = _hetero()
     torch.manual_seed(0)
-    model = (HeteroConv({e: SAGEConv((6, 6), 5) for e in edge_index}, aggr="sum") if kind == "hetero_conv"
-             else to_hetero(_Sage(), metadata, aggr="sum")).double()
+    model = (HeteroConv({e: SAGEConv((6, 6), width) for e in edge_index}, aggr="sum") if kind == "hetero_conv"
+             else to_hetero(_Sage(width), metadata, aggr="sum")).double()
+    order = "maps first" if width < 6 else "aggregation first"
+    assert _check_hetero(model, x, edge_index, FLOAT64) == [(2, order)]
+
+
+@pytest.mark.cuda
+def test_relations_from_different_node_types_on_cuda_in_float32():
+    """The maps-first group on the GPU (its GEMMs, the typed CSR built there, the SpMM's CUDA kernels), float32
+    against eager float32 on CUDA."""
+    x, edge_index, metadata = _hetero()
+    torch.manual_seed(0)
+    model = to_hetero(_Sage(), metadata, aggr="sum").cuda()
+    x = {t: v.float().cuda() for t, v in x.items()}
+    edge_index = {e: v.cuda() for e, v in edge_index.items()}
+    # forced: on CUDA the cost model leaves an SpMM of a few dozen edges to Inductor
+    assert _check_hetero(model, x, edge_index, tolerance(torch.float32), {"force": True}) == [(2, "maps first")]
+
+
+def _check_hetero(model, x, edge_index, tol, options=None) -> list:
+    """Outputs and every gradient of the compiled dict-in, dict-out ``model`` against eager's; the report's groups
+    as ``(relations, order)``."""
     eager = copy.deepcopy(model)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True, **(options or {})})
     leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
     ref_leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
     out, want = compiled(leaves, edge_index), eager(ref_leaves, edge_index)
     for t in want:
-        torch.testing.assert_close(out[t], want[t], **FLOAT64)
+        torch.testing.assert_close(out[t], want[t], **tol)
     sum((o * (i + 1)).sum() for i, o in enumerate(out.values())).backward()
     sum((o * (i + 1)).sum() for i, o in enumerate(want.values())).backward()
     for t in x:
-        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, **FLOAT64)
+        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, **tol)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, **FLOAT64, msg=name)
-    assert [g.details["relations"] for g in _groups(model)] == [2]
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+    return [(g.details["relations"], g.details["order"]) for g in _groups(model)]
 
 
 class _TwoLayers(torch.nn.Module):
