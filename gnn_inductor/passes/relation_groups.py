@@ -15,6 +15,14 @@ SpMM gives ``Y [N * R, F]`` = ``[N, R * F]``, ``h_r = Y[:, r]``. Relations of di
 relation's columns offset to its own input's rows. Where the ``h_r @ W_r`` are the terms of one chain of
 additions, the sum becomes one GEMM, ``base + Y.view(N, R * F) @ cat(W_0 .. W_{R-1})``, whose gradient gives
 every ``W_r`` its block. Graphs of symbolic sizes are left as they are (the row count ``N * R`` must be known).
+
+Where the maps do not widen the features, they run before the aggregation instead, which the sum's linearity
+allows (``A_r (x W_r) = (A_r x) W_r``, equal up to rounding): the SpMM then moves the mapped rows, and the backward
+keeps the inputs, not each relation's aggregation ``h_r`` for its map's gradient. One input whose maps are summed
+(RGCNConv) becomes ``base + spmm(A', (x @ cat(W_r, dim=1)).view(M * R, F'))``, entry ``(d, j * R + r)`` of ``A'``
+being relation ``r``'s edge ``j -> d``; relations that each feed one map of their own (HeteroConv and ``to_hetero``
+of SAGEConv, ``mm`` or ``addmm`` with a bias, of one width narrower than the input's) become one SpMM over their
+mapped rows concatenated, row ``d * R + r`` relation ``r``'s result, each map's use reading its row (plus its bias).
 """
 from __future__ import annotations
 
