@@ -221,8 +221,9 @@ _DECLARED = (
     Setting("src_maxnreg", "int", None, "a register cap for the attention backward's src pass (0: none)",
             default_doc="no cap", more="attention.md"),
     Setting("attention_bias", "bool", True, "`0`: keep the bias add outside the attention op", more="attention.md"),
-    Setting("group_relations", "bool", True, "one SpMM over a typed CSR for the relations of a layer that "
-            "aggregate one input (RGCNConv), and their linear maps as one GEMM", more="architecture.md"),
+    Setting("group_relations", "bool", True, "one SpMM over a typed CSR for the relations of a layer (RGCNConv, "
+            "HeteroConv, `to_hetero`), their linear maps first where they do not widen the features",
+            more="architecture.md"),
     Setting("fuse_linears", "choice", "1", "one GEMM for the linear maps of a shared input (`all`: the short-lived "
             "ones too)", choices=("0", "1", "all"), more="architecture.md"),
     Setting("fuse_min_group", "int", None, "the least number of maps fused into one GEMM", minimum=2,
