@@ -132,8 +132,38 @@ def _header(runs: list) -> list:
     return lines + [""]
 
 
+def _under_cuda_graphs(modes: dict) -> bool:
+    """Whether a case's gnn_io figure is the CUDA-graph mode's alone (the training of a small graph, where every mode
+    that pays runs under CUDA graphs): such a case is a row of :func:`_cuda_graph_section`, not of its family's."""
+    return "gnn_io_cg" in modes and "gnn_io" not in modes
+
+
+def _cuda_graph_section(cases: dict) -> list:
+    """The cases measured with gnn_io under CUDA graphs and without it: each mode's step, gnn_io_cg's speedup over the
+    best of the other three, and each mode's peak (for the CUDA-graph modes over the timed steps from the first,
+    recording included)."""
+    rows = [(key, modes) for key, modes in cases.items() if _under_cuda_graphs(modes)]
+    if not rows:
+        return []
+    lines = ["## Under CUDA graphs (`mode=\"reduce-overhead\"`)", "",
+             "Small graphs, where a step is bound by the host's calls: gnn_io_cg is `torch.compile(backend=\"gnn_io\", "
+             "mode=\"reduce-overhead\")`, reduce-overhead `torch.compile(mode=\"reduce-overhead\")`. x best: "
+             "gnn_io_cg against the best of the other three.", "",
+             "| graph | nodes | edges | layer | dtype | PyG eager | torch.compile | reduce-overhead | gnn_io_cg "
+             "| x best | peak GB eager / compile / reduce-overhead / gnn_io_cg |",
+             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|"]
+    for (graph, layer, dtype), modes in rows:
+        e, i, c, g = (modes.get(m, {}) for m in ("eager", "inductor", "inductor_cg", "gnn_io_cg"))
+        times = [r["fwdbwd_ms"] for r in (e, i, c) if r.get("fwdbwd_ms")]
+        best = f"{min(times) / g['fwdbwd_ms']:.2f}x" if times and g.get("fwdbwd_ms") else "-"
+        peaks = " / ".join(_fmt(r.get("peak_gb"), 3) for r in (e, i, c, g))
+        lines.append(f"| {graph} | {g.get('nodes')} | {g.get('edges')} | {LAYER_NAMES.get(layer, layer)} | {dtype} | "
+                     f"{_time(e)} | {_time(i)} | {_time(c)} | {_time(g)} | {best} | {peaks} |")
+    return lines + [""]
+
+
 def _family_section(title: str, kernels: str, layers: tuple, cases: dict) -> list:
-    rows = [(key, modes) for key, modes in cases.items() if key[1] in layers]
+    rows = [(key, modes) for key, modes in cases.items() if key[1] in layers and not _under_cuda_graphs(modes)]
     if not rows:
         return []
     versus_compile = [v for _, m in rows if (v := _speedup(m.get("inductor", {}), m.get("gnn_io", {}))) is not None]
@@ -170,6 +200,7 @@ def results_page(records: list, runs: list, step_runs=None) -> str:
         grouped.update(layers)
     rest = tuple(sorted({layer for _, layer, _ in cases} - grouped))
     lines += _family_section("Other layers", "the rewrites named in the last table's path column", rest, cases)
+    lines += _cuda_graph_section(cases)
     step_runs = step_runs or {}
     lines += minibatch_section(step_runs.get("minibatch", [])) + hetero_section(step_runs.get("hetero", []))
     return "\n".join(lines + _detail_table(records)) + "\n"

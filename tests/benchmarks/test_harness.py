@@ -211,6 +211,25 @@ def test_merge_joins_runs_into_one_table(tmp_path):
     assert cells("| g | gcn | float32 |")[8] == "7.50 / 0.25"
 
 
+def test_cases_under_cuda_graphs_have_a_table_of_their_own(tmp_path):
+    """A case measured with gnn_io under CUDA graphs and not without (a small graph's training) is a row of the
+    CUDA-graph table: every mode's step, gnn_io_cg against the best of the other three, each mode's peak; it is no
+    row of its family's table, whose gnn_io column it would leave empty."""
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "torch_geometric": "pyg", "python": "3", "date": "d",
+            "command": "c", "dtype": "float32", "features": 8, "copy_gbps": 100.0}
+    rows = [{"layer": "gcn:3", "graph": "g", "mode": mode, "nodes": 10, "edges": 20, "fwdbwd_ms": ms, "peak_gb": gb}
+            for mode, ms, gb in (("eager", 4.0, 0.5), ("inductor", 3.0, 0.4), ("inductor_cg", 2.5, 0.3),
+                                 ("gnn_io_cg", 1.0, 0.2))]
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"meta": meta, "results": rows}))
+    assert harness.main(["--merge", str(path), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "results.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| g | 10 | 20 |"))
+    assert [c.strip() for c in row.strip("|").split("|")][5:] == [
+        "4.00", "3.00", "2.50", "1.00", "2.50x", "0.500 / 0.400 / 0.300 / 0.200"]
+    assert "## Under CUDA graphs" in page and "## Other layers" not in page
+
+
 def test_ab_compiles_each_mode_under_its_own_environment():
     """Two gnn_io modes in one process (``benchmarks/ab.py --modes``): each is compiled under its own environment
     (here with and without the GEMM-accumulate pass), not one reusing the other's compiled code."""
