@@ -67,6 +67,25 @@ def test_rgcn_relations_run_as_one_spmm_and_one_gemm(bases, index_dtype, width):
         [(RELATIONS, True, order)]
 
 
+@pytest.mark.parametrize("width", [16, 24], ids=["maps_first", "aggregation_first"])
+def test_maps_first_keep_no_stacked_aggregation_for_the_backward(width):
+    """What the compiled RGCNConv saves for its backward: with the maps first, nothing as large as the stacked
+    aggregations ``Y [N, R * F]`` (the point of that order); aggregating first (a widening layer), ``Y`` itself."""
+    torch.manual_seed(0)
+    model = RGCNConv(16, width, RELATIONS).double()
+    edge_index, edge_type = _graph()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    x = torch.randn(NODES, 16, dtype=torch.float64, requires_grad=True)
+    compiled(x, edge_index, edge_type).sum().backward()  # the compile, and the backward's
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        compiled(x, edge_index, edge_type)
+    stacked = NODES * RELATIONS * 16
+    assert (max(saved) >= stacked) == (width > 16), (sorted(saved)[-4:], stacked)
+    assert [g.details["order"] for g in _groups(model)] == ["maps first" if width == 16 else "aggregation first"]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("bases", [None, 2], ids=["plain", "bases"])
 def test_rgcn_relations_on_cuda_in_float32(bases):
