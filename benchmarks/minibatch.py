@@ -12,8 +12,9 @@ TransformerConv with 4 heads of ``hidden / 4``, the last layer one head), ReLU b
 against random labels, backward and an Adam step. Per mode:
 
 * ``alone_ms`` / ``loop_ms``: a step without sampling, on a ``--pool`` of pre-sampled batches cycled (more than
-  the plans a compiled graph keeps); alone = synchronised before and after each step, the median; loop = the mean
-  of steps issued back to back;
+  the plans a compiled graph keeps), or with ``--pool 0`` a new batch every step, as in training (a mode that keeps a
+  CUDA graph per batch size then records one at every step); alone = synchronised before and after each step, the
+  median; loop = the mean of steps issued back to back;
 * ``sampled_ms`` (and ``steps_per_s``): steps back to back with the sampling inside the loop, on ``--sample-on``:
   ``cpu`` as ``NeighborLoader`` does (graph, features and labels on the CPU, ``x[n_id]`` gathered there and the
   batch copied to ``--device``), ``cuda`` with all of it on the GPU;
@@ -257,7 +258,8 @@ def run_mode(mode, args, work, reference):
                 record["phases_ms"] = phase_times(model, optimizer, lambda i: work.pool_batch(first + i), args.phases)
                 sync()
             if args.profile:
-                batches = iter(range(args.warmup + 2 * args.steps, args.warmup + 2 * args.steps + args.profile))
+                first = args.warmup + 2 * args.steps + args.phases  # after the phases' batches
+                batches = iter(range(first, first + args.profile))
                 record.update(profile_steps(lambda: train_step(model, optimizer, *work.pool_batch(next(batches))),
                                             args.profile, device))
             if args.epoch:
@@ -306,7 +308,9 @@ def parse(argv):
     parser.add_argument("--classes", type=int, default=47)
     parser.add_argument("--batch", type=int, default=1024, help="seed nodes per batch")
     parser.add_argument("--fanout", default="15,10,5", help="in-neighbours per node, one per hop (-1: all)")
-    parser.add_argument("--pool", type=int, default=24, help="pre-sampled batches for the steps without sampling")
+    parser.add_argument("--pool", type=int, default=24, help="pre-sampled batches for the steps without sampling, "
+                        "cycled; 0: one per step (warm-up, timed, --phases and --profile steps), so that no step meets "
+                        "a batch twice, as in training")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--sample-on", default="cpu", choices=("cpu", "cuda"))
@@ -324,7 +328,10 @@ def parse(argv):
                         help="every mode in this process (by default each mode runs in a fresh one)")
     parser.add_argument("--out", default=None, help="write the records (and the arguments) here as JSON")
     parser.add_argument("--records-out", default=None, help=argparse.SUPPRESS)  # a child's records, as JSON
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.pool == 0:
+        args.pool = args.warmup + 2 * args.steps + args.phases + args.profile
+    return args
 
 
 def main(argv=None):

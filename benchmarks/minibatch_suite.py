@@ -8,7 +8,8 @@ of processes per GPU), a JSON file per row in ``--out``, and the rows printed la
 Arguments after ``--`` go to every run of :mod:`benchmarks.minibatch` (``--hidden``, ``--profile``, ``--device``...).
 The files join the results page with ``python -m benchmarks.harness --merge docs/benchmarks/results.json
 runs/*.json --out docs/benchmarks``. A row that fails or passes ``--timeout`` is missing from the table, and its log
-(``--out``/MODEL-BATCH.log) says why. On one H200 a row with the four default modes took about 150 s.
+(``--out``/MODEL-BATCH.log) says why. On one H200 a row with the four default modes took about 150 s (on a cycled
+pool of 24 batches; with a new batch every step, the default, reduce-overhead records a CUDA graph per step).
 """
 import argparse
 import json
@@ -33,6 +34,8 @@ def parse(argv):
     parser.add_argument("--graph", default="arxiv-like")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--pool", type=int, default=0, help="pre-sampled batches per row, cycled; 0 (the default): a "
+                        "new batch every step, as in training (benchmarks.minibatch --pool 0)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread the rows over; 0: no CUDA_VISIBLE_DEVICES")
     parser.add_argument("--timeout", type=float, default=None, help="seconds a row may take")
     parser.add_argument("--out", required=True, help="a folder for the rows' JSON files and logs")
@@ -56,8 +59,8 @@ def command(args, model: str, batch: int) -> list:
     layers, fanout = SHAPES[model]
     return [sys.executable, "-m", "benchmarks.minibatch", "--graph", args.graph, "--model", model, "--layers",
             str(layers), "--fanout", fanout, "--batch", str(batch), "--steps", str(args.steps), "--warmup",
-            str(args.warmup), "--modes", args.modes, "--out", os.path.join(args.out, f"{model}-{batch}.json"),
-            *args.extra]
+            str(args.warmup), "--pool", str(args.pool), "--modes", args.modes,
+            "--out", os.path.join(args.out, f"{model}-{batch}.json"), *args.extra]
 
 
 def lanes(items: list, count: int) -> list:

@@ -161,6 +161,14 @@ def test_minibatch_runs_end_to_end(tmp_path):
         assert all(0 < ms <= r["profiled_ms"] and count > 0 for _, ms, count in r["top_host"])
 
 
+def test_pool_zero_takes_a_new_batch_every_step():
+    """``--pool 0``: one pre-sampled batch per step (the warm-up, both timed loops, the phases and the profiled steps),
+    so that no step meets a batch twice, as in training."""
+    args = minibatch.parse(["--pool", "0", "--warmup", "3", "--steps", "4", "--phases", "5", "--profile", "2"])
+    assert args.pool == 3 + 2 * 4 + 5 + 2
+    assert minibatch.parse(["--pool", "7"]).pool == 7
+
+
 def test_busy_time_is_the_union_of_intervals():
     assert step_profile.busy_ns([]) == 0
     assert step_profile.busy_ns([(5, 7), (0, 2), (1, 3), (10, 11), (6, 6)]) == 3 + 2 + 1

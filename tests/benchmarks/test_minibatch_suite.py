@@ -22,6 +22,7 @@ def test_rows_take_each_models_shape_and_are_dealt_over_the_gpus(tmp_path):
     assert (flags["--layers"], flags["--fanout"], flags["--batch"]) == ("2", "10,10", "4096")
     assert flags["--out"] == os.path.join(str(tmp_path), "gat-4096.json")
     assert suite.SHAPES["gcn"] == (3, "15,10,5") and flags["--modes"] == suite.MODES
+    assert flags["--pool"] == "0"  # a new batch every step unless --pool says otherwise
 
 
 def test_unknown_model_is_refused(tmp_path, capsys):
