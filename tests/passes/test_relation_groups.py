@@ -183,6 +183,41 @@ def test_relations_from_different_node_types_share_one_spmm(kind, width):
     assert _check_hetero(model, x, edge_index, FLOAT64) == [(2, order)]
 
 
+@pytest.mark.filterwarnings("ignore:There exist node types")  # PyG: authors and fields are only sources here
+def test_maps_first_on_hard_graphs():
+    """Each relation's map first on the hard cases: three relations into papers, one from authors with a hub and
+    duplicates, one among papers with self loops, one from fields with no edges; int32 indices and strided inputs to
+    the compiled model (eager takes int64: PyG's SAGEConv gathers with int64 indices); outputs and every gradient
+    against eager in float64."""
+    sizes = {"paper": 30, "author": 20, "field": 5}
+    x, edge_index, _ = random_hetero_graph(sizes, {("author", "writes", "paper"): 60, ("paper", "cites", "paper"): 50,
+                                                  ("field", "has", "paper"): 0}, 12, dtype=torch.float64)
+    writes = edge_index[("author", "writes", "paper")]
+    hub = torch.stack([torch.zeros(25, dtype=torch.long), torch.arange(25)])  # author 0 writes 25 papers
+    edge_index[("author", "writes", "paper")] = torch.cat([writes, writes[:, :10], hub], dim=1)
+    cites = edge_index[("paper", "cites", "paper")]
+    edge_index[("paper", "cites", "paper")] = torch.cat([cites, torch.arange(4).repeat(2, 1)], dim=1)  # self loops
+    x = {t: v[:, ::2] for t, v in x.items()}  # strided views of 12-wide rows: 6 features
+    torch.manual_seed(0)
+    model = HeteroConv({e: SAGEConv((6, 6), 4) for e in edge_index}, aggr="sum").double()
+    narrow = {e: v.int() for e, v in edge_index.items()}
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="gnn_io", options={"cpu_rewrite": True, "strict": True})
+    leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
+    ref_leaves = {t: v.clone().requires_grad_() for t, v in x.items()}
+    out, want = compiled(leaves, narrow), eager(ref_leaves, edge_index)
+    torch.testing.assert_close(out["paper"], want["paper"], **FLOAT64)
+    grad = torch.randn_like(want["paper"])
+    out["paper"].backward(grad)
+    want["paper"].backward(grad)
+    for t in x:
+        torch.testing.assert_close(leaves[t].grad, ref_leaves[t].grad, **FLOAT64)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **FLOAT64, msg=name)
+    assert [(g.details["relations"], g.details["order"]) for g in _groups(model)] == [(3, "maps first")]
+
+
 @pytest.mark.cuda
 def test_relations_from_different_node_types_on_cuda_in_float32():
     """The maps-first group on the GPU (its GEMMs, the typed CSR built there, the SpMM's CUDA kernels), float32
