@@ -41,8 +41,8 @@ A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy of the first n
 Mini-batches (``--batch N``): the steps train on subgraphs sampled as PyG's ``NeighborLoader`` samples a
 ``HeteroData`` (:func:`benchmarks.sampler.hetero_neighbor_sample`: ``N`` seeds of the first node type, ``--fanout``
 in-neighbours per edge type and hop), a pool of ``--pool`` batches drawn once and cycled, the loss on the seeds'
-rows; ``recompiles``: Dynamo's graph compilations after the warm-up. The RGCN models take the whole graph's
-homogeneous form and have no mini-batch mode.
+rows; ``recompiles``: Dynamo's graph compilations after the warm-up. The RGCN models take each batch's homogeneous
+form (``HeteroData.to_homogeneous``: node types one after another, ``edge_type`` per edge).
 
 Modes: ``eager``; ``inductor`` and ``inductor_cg``, ``torch.compile(model)`` and ``torch.compile(model,
 mode="reduce-overhead")``, run as in a process that never imported gnn_inductor
@@ -160,10 +160,25 @@ class Workload:
             seeds = order[(i * args.batch) % order.numel():][:args.batch]
             batch = hetero_neighbor_sample(cscs, num_nodes, self.first, seeds, fanouts, generator)
             x_dict = {t: self.x_dict[t][ids] for t, ids in batch.n_id.items()}
-            pool.append((x_dict, batch.edge_index, self.y[seeds]))
+            pool.append((x_dict, batch.edge_index, self.y[seeds],
+                         self._homogeneous(batch) if self.homogeneous is not None else None))
             self.batch_nodes.append(sum(int(ids.numel()) for ids in batch.n_id.values()))
             self.batch_edges.append(sum(int(e.shape[1]) for e in batch.edge_index.values()))
         return pool
+
+    def _homogeneous(self, batch) -> tuple:
+        """A sampled batch's ``(edge_index, edge_type)`` as ``HeteroData.to_homogeneous`` gives them: the node types'
+        rows one after another in ``node_types`` order, the edge types' edges in ``edge_types`` order, each edge type
+        its index."""
+        offsets, start = {}, 0
+        for t in self.node_types:
+            offsets[t], start = start, start + int(batch.n_id[t].numel())
+        edges, types = [], []
+        for k, (src, rel, dst) in enumerate(self.data.edge_types):
+            index = batch.edge_index[src, rel, dst]
+            edges.append(index + torch.tensor([[offsets[src]], [offsets[dst]]], device=index.device))
+            types.append(torch.full((index.shape[1],), k, dtype=torch.long, device=index.device))
+        return torch.cat(edges, dim=1), torch.cat(types)
 
     def inputs(self, model: str) -> tuple:
         if model.startswith("rgcn"):
@@ -174,7 +189,9 @@ class Workload:
         """``(inputs, labels)`` of step ``i``: the whole graph, or the pool's batches in turn."""
         if not self.pool:
             return self.inputs(model), self.y
-        x_dict, edge_index_dict, y = self.pool[i % len(self.pool)]
+        x_dict, edge_index_dict, y, homogeneous = self.pool[i % len(self.pool)]
+        if model.startswith("rgcn"):
+            return (x_dict, *homogeneous), y
         return (x_dict, edge_index_dict), y
 
 
@@ -422,8 +439,6 @@ def main(argv=None) -> list:
         print(f"== {graph}: {work.num_nodes} nodes, {work.num_edges} edges in {len(work.data.edge_types)} types")
         for name in models:
             try:
-                if work.pool and name.startswith("rgcn"):
-                    raise ValueError("the RGCN models take the whole graph's homogeneous form: no mini-batch mode")
                 pristine = build_model(name, work, args.hidden, args.classes, args.seed)
                 reference = None if modes[0] == "eager" else eager_output(pristine, work, name)
             except Exception as exc:

@@ -100,19 +100,40 @@ def test_benchmark_runs_and_matches_eager(graph, model, nodes, edges, tmp_path, 
 
 def test_mini_batches_train_on_sampled_subgraphs_and_match_eager(tmp_path, one_thread):
     """``--batch``: steps on a pool of sampled subgraphs (seeds of the first node type), the first against eager's
-    on the same batch; the RGCN models have no mini-batch mode and say so."""
+    on the same batch; the RGCN models on each batch's homogeneous form."""
     records = hetero.main(["--graphs", "rec-like", "--models", "hetero_sage,rgcn", "--modes", "eager,gnn_io",
                            "--cpu-rewrites", "--device", "cpu", "--scale", str(SCALE), "--steps", "2", "--warmup",
                            "1", "--hidden", "16", "--classes", "8", "--batch", "16", "--fanout", "3,2", "--pool", "3",
                            "--out", str(tmp_path / "hetero.json")])
     by = {(r["model"], r["mode"]): r for r in records}
-    for mode in ("eager", "gnn_io"):
-        r = by["hetero_sage", mode]
-        assert "error" not in r, r
-        assert r["batch"] == 16 and r["fanout"] == "3,2" and r["ms"] > 0 and r["recompiles"] >= 0
-        assert 16 < r["batch_nodes"][0] <= r["batch_nodes"][1] < 1250 and 0 < r["batch_edges"][0]
-        assert "no mini-batch mode" in by["rgcn", mode]["error"]
-    assert by["hetero_sage", "gnn_io"]["rel_err"] < 1e-4
+    for model in ("hetero_sage", "rgcn"):
+        for mode in ("eager", "gnn_io"):
+            r = by[model, mode]
+            assert "error" not in r, r
+            assert r["batch"] == 16 and r["fanout"] == "3,2" and r["ms"] > 0 and r["recompiles"] >= 0
+            assert 16 < r["batch_nodes"][0] <= r["batch_nodes"][1] < 1250 and 0 < r["batch_edges"][0]
+        assert by[model, "gnn_io"]["rel_err"] < 1e-4
+
+
+def test_a_batchs_homogeneous_form_is_heterodatas():
+    """The RGCN models' mini-batch inputs: each sampled batch's ``(edge_index, edge_type)`` as PyG's
+    ``HeteroData.to_homogeneous`` gives them for the same batch."""
+    from torch_geometric.data import HeteroData
+
+    args = hetero.parse(["--graphs", "mag-like", "--device", "cpu", "--scale", str(SCALE), "--batch", "8",
+                         "--fanout", "3,2", "--pool", "2"])
+    work = hetero.Workload("mag-like", args, homogeneous=True)
+    for i in range(2):
+        (x_dict, edge_index, edge_type), _ = work.step("rgcn", i)
+        _, edge_index_dict, _, _ = work.pool[i]
+        data = HeteroData()
+        for t in work.node_types:
+            data[t].x = x_dict[t]
+        for e in work.data.edge_types:
+            data[e].edge_index = edge_index_dict[e]
+        want = data.to_homogeneous(node_attrs=[], edge_attrs=[])
+        assert torch.equal(edge_index, want.edge_index) and torch.equal(edge_type, want.edge_type)
+        assert edge_index.shape[1] > 0 and int(edge_type.max()) < len(work.data.edge_types)
 
 
 def test_cuda_graph_modes_are_skipped_off_cuda_with_the_reason(tmp_path, one_thread, capsys):
