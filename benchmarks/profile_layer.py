@@ -7,7 +7,8 @@ import os
 
 import torch
 
-from benchmarks.harness import MODE_ENV, build, graph_suite, make_layer, with_graph
+from benchmarks.harness import MODE_ENV, build, graph_suite
+from benchmarks.layers import make_layer, with_graph
 
 
 def layer_step(layer: str, graph_name: str, mode: str, features: int = 128, device=None, graph=None,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, layers
 from benchmarks.graphs import graph_suite, grid, real, rmat, rmat_multi, uniform
 
 # the project's real graphs: GNN_IO_DATA, else next to the repository (as the harness reads them)
@@ -115,13 +115,13 @@ def test_isolated_run_end_to_end(tmp_path):
 
 def test_every_listed_layer_builds():
     """``--layers all`` is every name make_layer knows."""
-    for name in harness.LAYERS:
-        assert isinstance(harness.make_layer(name, 8), torch.nn.Module), name
+    for name in layers.LAYERS:
+        assert isinstance(layers.make_layer(name, 8), torch.nn.Module), name
 
 
 def test_a_stacked_model_runs_its_layers_with_relu_between(tmp_path):
     """``NAME:DEPTH`` is a model of DEPTH layers on one graph; the harness compiles and times it like a layer."""
-    model = harness.make_layer("gcn:3", 8)
+    model = layers.make_layer("gcn:3", 8)
     assert [type(m).__name__ for m in model.layers] == ["GCNConv"] * 3
     x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
     expected = model.layers[0](x, edge_index)
@@ -140,7 +140,7 @@ def test_dense_floor_runs_the_layers_linear_maps():
     import torch
 
     for layer, count in (("gcn", 1), ("sage_mean", 2), ("gin", 1), ("transformer", 4)):
-        floor = harness.DenseFloor(harness.make_layer(layer, 8))
+        floor = layers.DenseFloor(layers.make_layer(layer, 8))
         assert len(floor.maps) == count, layer
         x = torch.randn(5, 8)
         torch.testing.assert_close(floor(x, None), sum(m(x) for m in floor.maps))
@@ -252,15 +252,15 @@ def test_edge_feature_layers_get_seeded_features_for_their_graph():
     import pytest
 
     edge_index = uniform(50, 300, seed=0).edge_index
-    layer = harness.make_layer("gat_edge", 16)
+    layer = layers.make_layer("gat_edge", 16)
     with pytest.raises(ValueError, match="with_graph"):
         layer(torch.randn(50, 16), edge_index)
-    harness.with_graph(layer, edge_index)
-    assert layer.edge_attr.shape == (edge_index.shape[1], harness.EDGE_DIM)
-    again = harness.with_graph(harness.make_layer("gat_edge", 16), edge_index)
+    layers.with_graph(layer, edge_index)
+    assert layer.edge_attr.shape == (edge_index.shape[1], layers.EDGE_DIM)
+    again = layers.with_graph(layers.make_layer("gat_edge", 16), edge_index)
     assert torch.equal(layer.edge_attr, again.edge_attr)
     assert layer(torch.randn(50, 16), edge_index).shape == (50, 16)
-    wide = harness.with_graph(harness.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
+    wide = layers.with_graph(layers.make_layer("gat_edge64", 16).to(torch.float64), edge_index)
     assert wide.edge_attr.shape[1] == 64 and wide.edge_attr.dtype == torch.float64
 
 
