@@ -148,7 +148,9 @@ class Workload:
         self.pool = self._sample_pool(args) if args.batch else []
 
     def _sample_pool(self, args) -> list:
-        """``--pool`` mini-batches of ``--batch`` seeds of the first node type: ``(x_dict, edge_index_dict, y)``."""
+        """``--pool`` mini-batches of ``--batch`` seeds of the first node type: ``(x_dict, edge_index_dict, y,
+        homogeneous)``, the last the batch's ``(edge_index, edge_type)`` where an RGCN model was asked for, else
+        None."""
         num_nodes = {t: self.data[t].num_nodes for t in self.node_types}
         cscs = {(s, r, d): to_csc(self.edge_index_dict[s, r, d], num_nodes[d], num_src=num_nodes[s])
                 for s, r, d in self.data.edge_types}
