@@ -34,7 +34,7 @@ from torch.fx import GraphModule, Node
 
 from gnn_inductor.graph_match import val
 from gnn_inductor.passes.patterns import RewriteContext
-from gnn_inductor.rewrite_report import source_of
+from gnn_inductor.rewrite_report import DECLINED, source_of
 
 aten = torch.ops.aten
 SPMM = torch.ops.gnn_io.spmm.default
@@ -45,18 +45,25 @@ PLAN_PARTS = {3: 0, 4: 1, 5: 2, 6: 4, 7: 5}  # argument position -> csr_plan out
 
 def group_relations(gm: GraphModule, ctx: RewriteContext) -> list:
     """Rewrite every group of the graph (module docstring); one dict per group for the report: ``source``,
-    ``relations``, ``gemm`` (whether the maps became one GEMM)."""
-    groups = defaultdict(list)
+    ``relations``, ``gemm`` (whether the maps became one GEMM), ``order``. SpMMs that would form a group but for
+    their sizes or their plans get a near miss that says why."""
+    groups, kept = defaultdict(list), defaultdict(list)
     for node in gm.graph.nodes:
-        plan = _plain_plan(node)
+        plan, why = _plan_of(node)
         if plan is not None:
             x = val(node.args[0])
-            groups[(plan.args[2], tuple(x.shape[1:]), x.dtype, x.device, val(node.args[1]).dtype)].append((node, plan))
+            key = (str(plan.args[2]), tuple(str(d) for d in x.shape[1:]), x.dtype, x.device, val(node.args[1]).dtype)
+            (kept[why, key] if why else groups[key]).append((node, plan))
     done = []
-    for (num_dst, *_), candidates in groups.items():
+    for candidates in groups.values():
         for members in _independent(candidates):
             if len(members) >= 2:
-                done.append(_rewrite(gm, ctx, num_dst, members))
+                done.append(_rewrite(gm, ctx, members[0][1].args[2], members))
+    for (why, _), candidates in kept.items():
+        for members in _independent(candidates):
+            if len(members) >= 2:
+                ctx.near_miss("relation_groups", f"{len(members)} SpMMs into the same rows kept one per relation: "
+                              f"{why}", members[0][0], kind=DECLINED)
     if done:
         _topological_order(gm.graph)
         gm.graph.eliminate_dead_code()
@@ -90,24 +97,30 @@ def _ancestors(node: Node) -> set:
     return seen
 
 
-def _plain_plan(node: Node):
-    """The ``csr_plan`` node of a sum SpMM that reads it whole and nothing else, with int sizes; else None."""
+def _plan_of(node: Node) -> tuple:
+    """``(plan, None)``: the ``csr_plan`` node of a sum SpMM that reads it whole and nothing else, with int sizes,
+    which a group may take; ``(plan, why)`` for such an SpMM that a group may not take (changing sizes, Triton work
+    items); ``(None, None)`` for any other node."""
     if node.op != "call_function" or node.target is not SPMM or len(node.args) != 11 or node.args[10] != "sum":
-        return None
-    if node.args[8] or node.args[9]:  # work items of the Triton binding: per plan, not regrouped here
-        return None
+        return None, None
     plans = set()
     for position, part in PLAN_PARTS.items():
         arg = node.args[position]
         if not (isinstance(arg, Node) and arg.target is operator.getitem and arg.args[1] == part):
-            return None
+            return None, None
         plans.add(arg.args[0])
     (plan,) = plans if len(plans) == 1 else (None,)
-    if plan is None or plan.target is not CSR_PLAN or not all(isinstance(s, int) for s in plan.args[2:]):
-        return None
-    if val(node.args[0]).shape[0] != plan.args[3] or not all(isinstance(s, int) for s in val(node.args[0]).shape):
-        return None
-    return plan
+    if plan is None or plan.target is not CSR_PLAN:
+        return None, None
+    if node.args[8] or node.args[9]:  # work items of the Triton binding: per plan, not regrouped here
+        return plan, "their plans carry the Triton SpMM's work items (per plan; GNN_IO_SPMM=triton)"
+    sizes = [*plan.args[2:], *val(node.args[0]).shape]
+    if not all(isinstance(s, int) for s in sizes):
+        return plan, ("the graph's sizes change from call to call (the typed CSR's row count, nodes x relations, "
+                      "must be known when the graph compiles)")
+    if val(node.args[0]).shape[0] != plan.args[3]:
+        return None, None
+    return plan, None
 
 
 def _part(gm: GraphModule, plan: Node, index: int) -> Node:

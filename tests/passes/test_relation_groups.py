@@ -218,6 +218,26 @@ def test_maps_first_on_hard_graphs():
     assert [(g.details["relations"], g.details["order"]) for g in _groups(model)] == [(3, "maps first")]
 
 
+def test_a_group_kept_apart_by_changing_sizes_says_why():
+    """A graph of symbolic sizes keeps one SpMM per relation (the typed CSR's rows must be known): the report's near
+    miss says so, once per group that would have formed, and the outputs still match eager."""
+    x, edge_index, _ = _hetero()
+    torch.manual_seed(0)
+    model = HeteroConv({e: SAGEConv((6, 6), 5) for e in edge_index}, aggr="sum").double()
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="gnn_io", dynamic=True, options={"cpu_rewrite": True, "strict": True})
+    out, want = compiled(x, edge_index), eager(x, edge_index)
+    for t in want:
+        torch.testing.assert_close(out[t], want[t], **FLOAT64)
+    assert _groups(model) == []
+    misses = [m for r in gnn_inductor.rewrite_report.reports(model) for m in r.near_misses
+              if m.pattern == "relation_groups"]
+    assert [(m.kind, m.reason.split(":")[0]) for m in misses] == [
+        ("declined", "2 SpMMs into the same rows kept one per relation")]
+    assert "sizes change from call to call" in misses[0].reason
+
+
 @pytest.mark.cuda
 def test_relations_from_different_node_types_on_cuda_in_float32():
     """The maps-first group on the GPU (its GEMMs, the typed CSR built there, the SpMM's CUDA kernels), float32
