@@ -159,8 +159,8 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
             and _plain_sum(chain, val(inputs[0]).dtype)):
         maps_first = "sum"
     else:
-        maps = _relation_maps(members, features)
-        maps_first = "each" if maps is not None else None
+        each = _relation_maps(members, features)
+        maps_first = "each" if each is not None else None
     x = inputs[0] if len(inputs) == 1 else None
     if maps_first == "sum":
         maps, steps, _ = chain
@@ -168,9 +168,9 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
         mapped = ctx.call(aten.mm.default, (x, weights), steps[-1])
         x = ctx.call(aten.view.default, (mapped, [num_src * count, val(maps[0]).shape[1]]), steps[-1])
     elif maps_first == "each":
-        last_map = max((use for use, _, _ in maps), key=_order(gm))
+        last_map = max((use for use, _, _ in each), key=_order(gm))
         mapped = [ctx.call(aten.mm.default, (spmm.args[0], weight), last_map)
-                  for (spmm, _), (_, weight, _) in zip(members, maps)]
+                  for (spmm, _), (_, weight, _) in zip(members, each)]
         x = ctx.call(aten.cat.default, (mapped,), last_map)
         offsets, num_src = {}, 0
         for r, (_, plan) in enumerate(members):  # each relation its own mapped rows
@@ -214,15 +214,17 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
         gemm = _replace_chain(gm, ctx, chain, grouped)
     elif maps_first == "each":
         by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, val(x).shape[1]]), anchor)
-        for r, (use, _, bias) in enumerate(maps):
+        for r, (use, _, bias) in enumerate(each):
             result = ctx.call(aten.select.int, (by_node, 1, r), use)
             use.replace_all_uses_with(result if bias is None else ctx.call(aten.add.Tensor, (bias, result), use))
             gm.graph.erase_node(use)
     else:
         by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, *features]), anchor)
-        gemm = chain is not None and _replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (
-            ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), chain[1][-1]),
-            ctx.call(aten.cat.default, ([m.args[1] for m in chain[0]],), chain[1][-1])), chain[1][-1]))
+        if chain is not None:  # base + Y.view(N, R * F) @ cat(W_r)
+            maps, steps, _ = chain
+            flat = ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), steps[-1])
+            weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps],), steps[-1])
+            gemm = _replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (flat, weights), steps[-1]))
         if not gemm:
             for r, (spmm, _) in enumerate(members):
                 spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
