@@ -360,8 +360,9 @@ def run_mode(mode, name, pristine, work: Workload, args, reference):
                 ops = [w.op for r in reports for w in r.rewrites]
                 record["rewrites"] = {op: ops.count(op) for op in sorted(set(ops))}
                 record["near_misses"] = {m.pattern: str(m.reason)[:200] for r in reports for m in r.near_misses}
-                record["buckets"] = [b for r in reports for w in r.rewrites if w.pattern == "buckets"
-                                     for b in w.details["buckets"]]
+                entries = [w for r in reports for w in r.rewrites if w.pattern == "buckets"]
+                record["buckets"] = [b for w in entries for b in w.details["buckets"]]
+                record["unpadded_calls"] = sum(w.details.get("unpadded_calls", 0) for w in entries)
     except Exception as exc:  # an out-of-memory or a compile error of one mode is a result, not the end of the run
         record["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
         traceback.print_exc(limit=3)

@@ -284,8 +284,10 @@ def run_mode(mode, args, work, reference):
             record["switched"] = any(m.pattern == "mini_batch" and "later calls run" in m.reason for m in misses)
             record["near_misses"] = {m.pattern: m.reason[:200] for m in reversed(misses)}
             # the padded sizes compiled (gnn_inductor/buckets.py), one fixed-size graph each
-            record["buckets"] = [b for r in rewrite_report.reports(model) for w in r.rewrites
-                                 if w.pattern == "buckets" for b in w.details["buckets"]]
+            entries = [w for r in rewrite_report.reports(model) for w in r.rewrites if w.pattern == "buckets"]
+            record["buckets"] = [b for w in entries for b in w.details["buckets"]]
+            # calls of a rare size after the buckets settled, run unpadded (gnn_inductor.buckets.SETTLE_CALLS)
+            record["unpadded_calls"] = sum(w.details.get("unpadded_calls", 0) for w in entries)
     return record
 
 

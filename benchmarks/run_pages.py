@@ -70,6 +70,8 @@ def _comparison(modes: dict, field: str, peak: str, digits: int) -> list:
     mine = modes[ours[1]] if ours else {}
     compiles = (f"{mine['recompiles']}" + (f" / {mine['aot_compiles']}" if "aot_compiles" in mine else "")
                 if "recompiles" in mine else "-") + (f" ({len(mine['buckets'])} buckets)" if mine.get("buckets") else "")
+    if mine.get("unpadded_calls"):  # calls of a rare size after the buckets settled
+        compiles += f", {mine['unpadded_calls']} calls unpadded"
     peaks = [modes[m][peak] for m in BASELINES if peak in modes.get(m, {})]
     memory = f"{mine[peak]:.{digits}f} / {min(peaks):.{digits}f}" if peak in mine and peaks else "-"
     return [ratio, compiles, memory]

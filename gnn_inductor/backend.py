@@ -371,7 +371,7 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
             "declined"))
         _report.add(graph_report)
         return None
-    pristine = buckets.copy_module(gm)
+    pristine, captured = buckets.copy_module(gm), buckets.copy_module(gm)
     # edge filters (self loops removed) kept at fixed sizes, so the bucket has no data-dependent size
     filters, kept_why = buckets.redirect_filters(pristine, layout)
     details = {"buckets": [], "sizes": layout.describe(), "edge_filters_at_fixed_size": filters}
@@ -406,9 +406,14 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
                 GRAPH_SOURCE, "fallback"))
         return compiled
 
+    def unpadded_call():
+        rewrite.details["unpadded_calls"] = rewrite.details.get("unpadded_calls", 0) + 1
+
     def wrap(dynamic):
+        # a rare size after the buckets settled runs the captured graph as it is: eager PyTorch, no compile
         return buckets.Bucketed(pristine, layout, compile_at, dynamic,
-                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:layout.width])))
+                                on_compile=lambda key: rewrite.details["buckets"].append(list(key[:layout.width])),
+                                unpadded=captured.forward, on_unpadded=unpadded_call)
 
     return wrap
 

@@ -60,6 +60,14 @@ REUSE = GROWTH ** 2
 # from 3 to 2: those are batches larger than every compiled bucket, which no reuse covers.
 FAR_REUSE = 2.0
 RECENT_CALLS = 16
+# After SETTLE_CALLS calls the buckets are settled: a call that no compiled bucket holds runs the captured graph as it
+# is (eager PyTorch at its own sizes, no compile) unless its own bucket came up at least RECUR times in the last
+# RECENT_CALLS calls (the sizes drifted: that bucket compiles). Simulated over six seeds of 200 batches drawn by
+# benchmarks/sampler.py from the arxiv-sized graph (fan-outs 15,10,5 and 10,10 at 1024 and 4096 seeds), the buckets
+# without this compiled 2, 0, 8 and 6 times after the 30th call (4096 seeds: each epoch's short last batch straddles
+# steps of the ladder); with it none after the 32nd, at 4, 0, 33 and 8 of the 1200 calls run unpadded
+SETTLE_CALLS = 32
+RECUR = 3
 
 
 def _rung(step: int) -> float:
@@ -390,26 +398,30 @@ class Bucketed:
     a compiled bucket up to :data:`REUSE` larger, or :data:`FAR_REUSE` for a size not met in the last
     :data:`RECENT_CALLS` calls, :meth:`covering`), run by that bucket's fixed-size compile
     (``compile_at(gm, example_inputs)``, one per bucket, made at its first call; None where it failed), its outputs
-    cut back. Past :data:`MAX_BUCKETS` compiles, or after a failed one, a call of a new bucket runs ``dynamic``, the
-    shape-generic compile. A bucket key is the padded sizes (node counts, then edge counts, ``slots``) and the
-    fixed shapes of the other inputs."""
+    cut back. Past :data:`SETTLE_CALLS` calls, a call of a new bucket that is rare (:meth:`stays_unpadded`) runs
+    ``unpadded`` (the captured graph as it is) where given; past :data:`MAX_BUCKETS` compiles, or after a failed one,
+    a call of a new bucket runs ``dynamic``, the shape-generic compile. A bucket key is the padded sizes (node
+    counts, then edge counts, ``slots``) and the fixed shapes of the other inputs."""
 
     slots = HOMOGENEOUS  # the positions of the sizes in a key (a chooser made without a layout: (nodes, edges))
 
-    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None):
+    def __init__(self, gm, layout: Layout, compile_at: Callable, dynamic: Callable, on_compile: Callable = None,
+                 unpadded: Optional[Callable] = None, on_unpadded: Callable = None):
         self.gm, self.layout, self.compile_at, self.dynamic = gm, layout, compile_at, dynamic
+        self.unpadded, self.on_unpadded = unpadded, on_unpadded
         self.slots = layout.slots
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
         self.recent = collections.deque(maxlen=RECENT_CALLS)  # the calls' own bucket keys
-        self.far_reuse = FAR_REUSE
+        self.far_reuse, self.calls = FAR_REUSE, 0
 
     def covering(self, key: tuple, *counts: int, factor: float = REUSE) -> Optional[tuple]:
         """The smallest compiled bucket (the same fixed shapes besides the padded sizes) that holds a call of
-        ``counts``, at most ``factor`` times the call's own bucket ``key`` in each size, with padded nodes of each
-        type enough for the padded edges that end there (:func:`fits`); None where there is none."""
+        ``counts``, at most ``factor`` times the call's own bucket ``key`` in each size (plus the ladder's
+        :data:`ALIGN`, so that two steps up are within :data:`REUSE` wherever the rounding falls), with padded nodes
+        of each type enough for the padded edges that end there (:func:`fits`); None where there is none."""
         width = len(counts)
         found = [k for k, fn in self.compiled.items() if fn is not None and k[width:] == key[width:]
-                 and all(key[i] <= k[i] <= key[i] * factor for i in range(width))
+                 and all(key[i] <= k[i] <= key[i] * factor + ALIGN for i in range(width))
                  and fits(k[:width], counts, self.slots)]
         return min(found, key=lambda k: (sum(k[j] for j in self.slots.edges), sum(k[i] for i in self.slots.nodes))) \
             if found else None
@@ -425,14 +437,26 @@ class Bucketed:
                 larger = self.covering(own, *counts, factor=self.far_reuse)
             key = own if larger is None else larger
         self.recent.append(own)
+        self.calls += 1
         return key
+
+    def stays_unpadded(self, key: tuple, own: tuple) -> bool:
+        """Whether the call just chosen (bucket ``key``, its own ``own``) runs unpadded instead of compiling ``key``:
+        the buckets are settled (past :data:`SETTLE_CALLS` calls) and ``own`` came up fewer than :data:`RECUR` times
+        in the last :data:`RECENT_CALLS` calls (an outlier, or a short last batch of a size not met before)."""
+        return key not in self.compiled and self.calls > SETTLE_CALLS and self.recent.count(own) < RECUR
 
     def __call__(self, *args):
         layout = self.layout
         counts = layout.sizes(args)
-        key = self.choose(layout.key(args, padded_for(counts, self.slots)), *counts)
+        own = layout.key(args, padded_for(counts, self.slots))
+        key = self.choose(own, *counts)
         padded = key[:layout.width]
         fn = self.compiled.get(key)
+        if self.unpadded is not None and not self.failed and self.stays_unpadded(key, own):
+            if self.on_unpadded is not None:
+                self.on_unpadded()
+            return self.unpadded(*args)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
         targets = layout.targets(args, counts, padded)

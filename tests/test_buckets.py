@@ -374,3 +374,22 @@ def test_calls_that_fit_a_compiled_bucket_do_not_compile_another():
     torch._dynamo.reset()  # the first call compiles at its own sizes (no frame remembered as dynamic)
     reports = _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4)), sizes=[(100, 300)] + sizes)
     assert _buckets_used(reports)[-1] == [list(own[0])]
+
+
+def test_a_rare_size_after_the_buckets_settle_runs_unpadded_without_a_compile(monkeypatch):
+    """Past SETTLE_CALLS calls, a size no compiled bucket holds runs the captured graph as it is (outputs and
+    gradients checked against eager by ``_run``), with no compile; one that comes back RECUR times compiles."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(buckets, "SETTLE_CALLS", 2)
+    settled, outlier = [(100, 300), (300, 900), (280, 860), (290, 880)], (700, 2600)
+    torch._dynamo.reset()
+    model = _Layers(SAGEConv(8, 16), SAGEConv(16, 4))
+    _run(model, sizes=settled)
+    compiles = counters["aot_autograd"]["total"]
+    reports = _run(model, sizes=[outlier])
+    assert counters["aot_autograd"]["total"] == compiles
+    entry = [rw for r in reports for rw in r.rewrites if rw.pattern == "buckets"][-1]
+    assert entry.details["unpadded_calls"] == 1 and len(entry.details["buckets"]) == 1
+    _run(model, sizes=[outlier] * (buckets.RECUR - 1))
+    assert len(entry.details["buckets"]) == 2 and entry.details["unpadded_calls"] == buckets.RECUR - 1

@@ -14,6 +14,21 @@ def test_a_rare_smaller_size_rides_the_compiled_bucket_and_a_recurring_one_compi
     assert result["compiled_at"] == [0, 2] and result["after_warmup"] == 1
 
 
+def test_after_the_buckets_settle_a_rare_size_runs_unpadded_and_a_recurring_one_compiles():
+    big, outlier = (300, 900), (600, 2400)
+    settled = [big] * (buckets.SETTLE_CALLS + 1)
+    result = bucket_reuse.simulate(settled + [outlier, big, outlier], warmup=buckets.SETTLE_CALLS)
+    assert result["compiles"] == 1 and result["unpadded_calls"] == 2
+    # the same outlier before the buckets settle compiles its bucket
+    assert bucket_reuse.simulate([big] * 3 + [outlier], warmup=2)["compiled_at"] == [0, 3]
+    # a size that comes back RECUR times within RECENT_CALLS calls compiles after all (the sizes drifted)
+    result = bucket_reuse.simulate(settled + [outlier] * buckets.RECUR, warmup=buckets.SETTLE_CALLS)
+    assert result["unpadded_calls"] == buckets.RECUR - 1
+    assert result["compiled_at"] == [0, len(settled) + buckets.RECUR - 1]
+    never = bucket_reuse.simulate(settled + [outlier, big, outlier], warmup=buckets.SETTLE_CALLS, settle=False)
+    assert never["after_warmup"] == 1 and never["unpadded_calls"] == 0
+
+
 def test_padding_is_the_mean_over_calls_of_the_bucket_against_the_real_sizes():
     nodes, edges = buckets.padded_sizes(300, 900)
     result = bucket_reuse.simulate([(300, 900), (300, 900)], warmup=0)
@@ -24,6 +39,6 @@ def test_the_script_runs_both_policies_on_sampled_batches(tmp_path):
     out = tmp_path / "reuse.json"
     records = bucket_reuse.main(["--graph", "rmat-small", "--batch", "16", "--fanout", "4,3", "--calls", "30",
                                  "--warmup", "10", "--seeds", "0", "--out", str(out)])
-    assert [r["policy"] for r in records] == ["reuse", "near reuse only"]
+    assert [r["policy"] for r in records] == ["reuse, settled", "reuse, never settled", "near reuse only"]
     assert all(r["compiles"] >= 1 and 0 < r["node_padding"] for r in records)
     assert json.loads(out.read_text())["records"] == records

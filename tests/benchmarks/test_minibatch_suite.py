@@ -5,6 +5,7 @@ import os
 import pytest
 
 from benchmarks import minibatch_suite as suite
+from gnn_inductor import buckets
 
 
 def test_rows_take_each_models_shape_and_are_dealt_over_the_gpus(tmp_path):
@@ -46,3 +47,7 @@ def test_one_row_end_to_end_on_the_cpu(tmp_path, capsys):
     suite.main(["--models", "gcn", "--batches", "16", "--gpus", "0", "--timeout", "0.01", "--out", str(tmp_path)])
     assert "no result (see the logs in --out): gcn at 16 seeds" in capsys.readouterr().out
     assert "stopped after --timeout" in (tmp_path / "gcn-16.log").read_text()
+
+
+def test_the_warm_up_covers_the_buckets_settling():
+    assert suite.parse(["--out", "x"]).warmup > buckets.SETTLE_CALLS + 1

@@ -15,8 +15,9 @@ def _harness_run(path):
     return str(path)
 
 
-def _minibatch_run(path, date, model, steps):
-    """A ``benchmarks/minibatch.py --out`` file: ``steps`` maps a mode to (alone, loop, peak MB) or an error."""
+def _minibatch_run(path, date, model, steps, unpadded=0):
+    """A ``benchmarks/minibatch.py --out`` file: ``steps`` maps a mode to (alone, loop, peak MB) or an error;
+    ``unpadded``: gnn_io_cg's calls run unpadded after its buckets settled."""
     args = {"graph": "arxiv-like", "model": model, "layers": 3, "batch": 1024, "fanout": "15,10,5", "steps": 20,
             "warmup": 30, "modes": ",".join(steps)}
     records = []
@@ -28,7 +29,7 @@ def _minibatch_run(path, date, model, steps):
             alone, loop, peak = value
             record.update(alone_ms=alone, loop_ms=loop, peak_mb=peak, recompiles=0, aot_compiles=0)
             if mode == "gnn_io_cg":
-                record["buckets"] = [[27584, 71488]]
+                record.update(buckets=[[27584, 71488]], unpadded_calls=unpadded)
         records.append(record)
     meta = {"date": date, "device": "GPU", "torch": "t", "command": f"minibatch {date} --out /where/it/wrote.json"}
     path.write_text(json.dumps({"meta": meta, "args": args, "records": records}))
@@ -49,7 +50,7 @@ def test_minibatch_runs_join_the_page_and_survive_a_second_merge(tmp_path):
                                                                 "inductor_cg": (73.6, 4.5, 173.0),
                                                                 "gnn_io_cg": (2.2, 2.25, 235.0)})
     other = _minibatch_run(tmp_path / "m3.json", "d3", "sage_max", {"inductor": (3.25, 2.71, 653.0),
-                                                                     "gnn_io_cg": (3.32, 2.60, 692.0)})
+                                                                     "gnn_io_cg": (3.32, 2.60, 692.0)}, unpadded=2)
     out = tmp_path / "page"
     assert harness.main(["--merge", _harness_run(tmp_path / "h.json"), first, later, other, "--out", str(out)]) == 0
     page = (out / "results.md").read_text()
@@ -59,7 +60,7 @@ def test_minibatch_runs_join_the_page_and_survive_a_second_merge(tmp_path):
         "arxiv-like", "GCNConv, 3 layers", "1024", "15,10,5", "3.60 / 3.75", "3.70 / 4.00", "73.60 / 4.50", "-",
         "2.20 / 2.25", "1.67x", "0 / 0 (1 buckets)", "235 / 173"]
     sage = _row(page, "| arxiv-like | SAGEConv max, 3 layers |")
-    assert sage[4:10] == ["-", "3.25 / 2.71", "-", "-", "3.32 / 2.60", "1.04x"]
+    assert sage[4:11] == ["-", "3.25 / 2.71", "-", "-", "3.32 / 2.60", "1.04x", "0 / 0 (1 buckets), 2 calls unpadded"]
     # the commands of the runs shown: d1's only workload is d2's now
     assert all(f"`minibatch {d}`" in page for d in ("d2", "d3")) and "`minibatch d1`" not in page
     # the merged results.json keeps every run: merging it again gives the same section
