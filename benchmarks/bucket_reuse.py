@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 
 import torch
 
@@ -42,21 +43,24 @@ def batch_sizes(csc, num_nodes: int, batch: int, fanouts: list, train_fraction: 
 
 def simulate(sizes: list, warmup: int, far_reuse: float = buckets.FAR_REUSE, settle: bool = True) -> dict:
     """The compiles and padding of a loop over graphs of ``sizes`` under :meth:`Bucketed.choose`, and with ``settle``
-    the calls that :meth:`Bucketed.stays_unpadded` runs unpadded instead of compiling (their padding is not in the
-    means, which are over the padded calls)."""
+    the bucket compiled ahead when they settle (:meth:`Bucketed.ahead`) and the calls that
+    :meth:`Bucketed.stays_unpadded` runs unpadded instead of compiling (their padding is not in the means, which are
+    over the padded calls)."""
     chooser = buckets.Bucketed.__new__(buckets.Bucketed)
     chooser.compiled, chooser.far_reuse, chooser.calls = {}, far_reuse, 0
+    chooser.settle_calls = buckets.SETTLE_CALLS if settle else math.inf
     chooser.recent = collections.deque(maxlen=buckets.RECENT_CALLS)
     compiled_at, unpadded, node_pad, edge_pad = [], 0, 0.0, 0.0
     for call, (nodes, edges) in enumerate(sizes):
         own = buckets.padded_sizes(nodes, edges)
         key = chooser.choose(own, nodes, edges)
-        if settle and chooser.stays_unpadded(key, own):
+        if chooser.stays_unpadded(key, own):
             unpadded += 1
             continue
-        if key not in chooser.compiled:
-            chooser.compiled[key] = True
-            compiled_at.append(call)
+        for compiled in (key, chooser.ahead(key, nodes, edges)):
+            if compiled is not None and compiled not in chooser.compiled:
+                chooser.compiled[compiled] = True
+                compiled_at.append(call)
         node_pad += key[0] / nodes - 1
         edge_pad += key[1] / max(1, edges) - 1
     padded = max(1, len(sizes) - unpadded)

@@ -60,14 +60,19 @@ REUSE = GROWTH ** 2
 # from 3 to 2: those are batches larger than every compiled bucket, which no reuse covers.
 FAR_REUSE = 2.0
 RECENT_CALLS = 16
-# After SETTLE_CALLS calls the buckets are settled: a call that no compiled bucket holds runs the captured graph as it
-# is (eager PyTorch at its own sizes, no compile) unless its own bucket came up at least RECUR times in the last
-# RECENT_CALLS calls (the sizes drifted: that bucket compiles). Simulated over six seeds of 200 batches drawn by
-# benchmarks/sampler.py from the arxiv-sized graph (fan-outs 15,10,5 and 10,10 at 1024 and 4096 seeds), the buckets
-# without this compiled 2, 0, 8 and 6 times after the 30th call (4096 seeds: each epoch's short last batch straddles
-# steps of the ladder); with it none after the 32nd, at 4, 0, 33 and 8 of the 1200 calls run unpadded
+# The buckets settle at the SETTLE_CALLS-th call: that call also compiles, ahead of need, the bucket one step of the
+# ladder above the largest compiled one (in every size). After it, a call that no bucket holds within REUSE or
+# FAR_REUSE and whose own bucket came up fewer than RECUR times in the last RECENT_CALLS calls (an outlier, an epoch's
+# short last batch) runs in any compiled bucket that holds it, and one larger than all of them runs the captured graph
+# as it is (eager PyTorch at its own sizes, outside the CUDA graphs' memory): neither compiles. A size that comes back
+# RECUR times compiles its own bucket (the sizes drifted). Simulated over six seeds of 200 batches each drawn by
+# benchmarks/sampler.py from the arxiv-sized graph (fan-outs 15,10,5 and 10,10 at 1024 and 4096 seeds: the figures of
+# ``python -m benchmarks.bucket_reuse``), the buckets compiled 2, 0, 8 and 6 times after the 30th call without this,
+# and never after the 32nd with it; the bucket ahead took the calls run unpadded from 4, 0, 11 and 1 to none
+# (on the H200 a 1024-seed GCNConv step run unpadded raised the step's peak from about 190 to 260 MB)
 SETTLE_CALLS = 32
 RECUR = 3
+ANY_SIZE = float(2 ** 40)  # the reuse factor of a rare size after the buckets settled: any compiled bucket
 
 
 def _rung(step: int) -> float:
@@ -412,7 +417,7 @@ class Bucketed:
         self.slots = layout.slots
         self.compiled, self.on_compile, self.failed = {}, on_compile, False
         self.recent = collections.deque(maxlen=RECENT_CALLS)  # the calls' own bucket keys
-        self.far_reuse, self.calls = FAR_REUSE, 0
+        self.far_reuse, self.settle_calls, self.calls = FAR_REUSE, SETTLE_CALLS, 0
 
     def covering(self, key: tuple, *counts: int, factor: float = REUSE) -> Optional[tuple]:
         """The smallest compiled bucket (the same fixed shapes besides the padded sizes) that holds a call of
@@ -435,6 +440,8 @@ class Bucketed:
             larger = self.covering(own, *counts)
             if larger is None and own not in self.recent:
                 larger = self.covering(own, *counts, factor=self.far_reuse)
+            if larger is None and self.calls >= self.settle_calls and self.recent.count(own) + 1 < RECUR:
+                larger = self.covering(own, *counts, factor=ANY_SIZE)
             key = own if larger is None else larger
         self.recent.append(own)
         self.calls += 1
@@ -443,8 +450,22 @@ class Bucketed:
     def stays_unpadded(self, key: tuple, own: tuple) -> bool:
         """Whether the call just chosen (bucket ``key``, its own ``own``) runs unpadded instead of compiling ``key``:
         the buckets are settled (past :data:`SETTLE_CALLS` calls) and ``own`` came up fewer than :data:`RECUR` times
-        in the last :data:`RECENT_CALLS` calls (an outlier, or a short last batch of a size not met before)."""
-        return key not in self.compiled and self.calls > SETTLE_CALLS and self.recent.count(own) < RECUR
+        in the last :data:`RECENT_CALLS` calls (a size larger than every compiled bucket, met rarely)."""
+        return key not in self.compiled and self.calls > self.settle_calls and self.recent.count(own) < RECUR
+
+    def ahead(self, key: tuple, *counts: int) -> Optional[tuple]:
+        """At the call that settles the buckets (the :data:`SETTLE_CALLS`-th; ``key`` its bucket, of ``counts``): the
+        bucket one step of the ladder above the largest compiled one with ``key``'s fixed shapes, in every size, to
+        compile now with this call's inputs padded to it; None at other calls, where it is compiled, past
+        :data:`MAX_BUCKETS` or where this call cannot be padded to it (:func:`fits`)."""
+        width = len(counts)
+        same = [k for k, fn in self.compiled.items() if fn is not None and k[width:] == key[width:]]
+        if self.calls != self.settle_calls or not same or len(self.compiled) >= MAX_BUCKETS:
+            return None
+        top = max(same, key=lambda k: (sum(k[j] for j in self.slots.edges), sum(k[i] for i in self.slots.nodes)))
+        sizes = tuple(bucket(size) if size else 0 for size in top[:width])
+        return sizes + top[width:] if sizes + top[width:] not in self.compiled and fits(sizes, counts, self.slots) \
+            else None
 
     def __call__(self, *args):
         layout = self.layout
@@ -459,15 +480,28 @@ class Bucketed:
             return self.unpadded(*args)
         if key not in self.compiled and (self.failed or len(self.compiled) >= MAX_BUCKETS):
             return self.dynamic(*args)
-        targets = layout.targets(args, counts, padded)
-        inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
-        tensors = [a for i, a in enumerate(inputs) if not _fixed_in_graph(i, a, layout.scalars)]
         if key not in self.compiled:
-            bucket_gm = with_constant_scalars(copy_module(self.gm, values=False), inputs, layout.scalars)
-            fn = self.compiled[key] = self.compile_at(bucket_gm, tensors)
-            self.failed = fn is None  # a graph Inductor cannot compile at one fixed size fails at the others too
-            if fn is not None and self.on_compile is not None:
-                self.on_compile(key)
+            fn = self._compile(key, args, counts)
+        ahead = None if self.failed else self.ahead(key, *counts)
+        if ahead is not None:
+            self._compile(ahead, args, counts)
         if fn is None:  # this bucket's fixed-size compile failed (the report says why): the shape-generic graph
             return self.dynamic(*args)
-        return layout.trim(fn(*tensors), counts)
+        return layout.trim(fn(*self._padded(args, counts, padded)[1]), counts)
+
+    def _padded(self, args, counts: tuple, padded: tuple) -> tuple:
+        """``args`` of ``counts`` padded to ``padded``: every graph input, and the tensors of a bucket's call."""
+        layout = self.layout
+        targets = layout.targets(args, counts, padded)
+        inputs = layout.pad(args, counts, padded, targets) + [targets[i] for i in layout.filtered]
+        return inputs, [a for i, a in enumerate(inputs) if not _fixed_in_graph(i, a, layout.scalars)]
+
+    def _compile(self, key: tuple, args, counts: tuple):
+        """The fixed-size compile of bucket ``key``, its example inputs ``args`` of ``counts`` padded to it."""
+        inputs, tensors = self._padded(args, counts, key[:self.layout.width])
+        bucket_gm = with_constant_scalars(copy_module(self.gm, values=False), inputs, self.layout.scalars)
+        fn = self.compiled[key] = self.compile_at(bucket_gm, tensors)
+        self.failed = fn is None  # a graph Inductor cannot compile at one fixed size fails at the others too
+        if fn is not None and self.on_compile is not None:
+            self.on_compile(key)
+        return fn

@@ -376,20 +376,23 @@ def test_calls_that_fit_a_compiled_bucket_do_not_compile_another():
     assert _buckets_used(reports)[-1] == [list(own[0])]
 
 
-def test_a_rare_size_after_the_buckets_settle_runs_unpadded_without_a_compile(monkeypatch):
-    """Past SETTLE_CALLS calls, a size no compiled bucket holds runs the captured graph as it is (outputs and
-    gradients checked against eager by ``_run``), with no compile; one that comes back RECUR times compiles."""
+def test_a_rare_size_after_the_buckets_settle_runs_without_a_compile(monkeypatch):
+    """The settling call compiles the bucket one step above the largest. After it, a rare size larger than every
+    compiled bucket runs the captured graph as it is, a small one runs padded in a compiled bucket (outputs and
+    gradients checked against eager by ``_run``), neither compiles; one that comes back RECUR times compiles."""
     from torch._dynamo.utils import counters
 
     monkeypatch.setattr(buckets, "SETTLE_CALLS", 2)
-    settled, outlier = [(100, 300), (300, 900), (280, 860), (290, 880)], (700, 2600)
+    settled, outlier, tiny = [(100, 300), (300, 900), (280, 860), (290, 880)], (700, 2600), (40, 100)
     torch._dynamo.reset()
     model = _Layers(SAGEConv(8, 16), SAGEConv(16, 4))
-    _run(model, sizes=settled)
-    compiles = counters["aot_autograd"]["total"]
-    reports = _run(model, sizes=[outlier])
-    assert counters["aot_autograd"]["total"] == compiles
+    reports = _run(model, sizes=settled)
     entry = [rw for r in reports for rw in r.rewrites if rw.pattern == "buckets"][-1]
-    assert entry.details["unpadded_calls"] == 1 and len(entry.details["buckets"]) == 1
+    own = list(buckets.padded_sizes(300, random_graph(300, 900, hub_degree=100).shape[1]))
+    assert entry.details["buckets"] == [own, [buckets.bucket(size) for size in own]]
+    compiles = counters["aot_autograd"]["total"]
+    _run(model, sizes=[outlier, tiny])
+    assert counters["aot_autograd"]["total"] == compiles
+    assert entry.details["unpadded_calls"] == 1 and len(entry.details["buckets"]) == 2
     _run(model, sizes=[outlier] * (buckets.RECUR - 1))
-    assert len(entry.details["buckets"]) == 2 and entry.details["unpadded_calls"] == buckets.RECUR - 1
+    assert len(entry.details["buckets"]) == 3 and entry.details["unpadded_calls"] == buckets.RECUR - 1

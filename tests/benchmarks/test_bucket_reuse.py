@@ -15,18 +15,21 @@ def test_a_rare_smaller_size_rides_the_compiled_bucket_and_a_recurring_one_compi
 
 
 def test_after_the_buckets_settle_a_rare_size_runs_unpadded_and_a_recurring_one_compiles():
-    big, outlier = (300, 900), (600, 2400)
-    settled = [big] * (buckets.SETTLE_CALLS + 1)
-    result = bucket_reuse.simulate(settled + [outlier, big, outlier], warmup=buckets.SETTLE_CALLS)
-    assert result["compiles"] == 1 and result["unpadded_calls"] == 2
-    # the same outlier before the buckets settle compiles its bucket
-    assert bucket_reuse.simulate([big] * 3 + [outlier], warmup=2)["compiled_at"] == [0, 3]
+    big, outlier, tiny = (300, 900), (600, 2400), (40, 100)
+    settled = [big] * buckets.SETTLE_CALLS
+    # the settling call compiles the bucket one step above; the outlier is larger than both, the tiny graph rides
+    result = bucket_reuse.simulate(settled + [outlier, big, tiny, outlier], warmup=buckets.SETTLE_CALLS)
+    assert result["compiled_at"] == [0, buckets.SETTLE_CALLS - 1] and result["unpadded_calls"] == 2
+    ahead = tuple(buckets.bucket(size) for size in buckets.padded_sizes(*big))
+    assert buckets.padded_sizes(*big)[1] < ahead[1] < buckets.padded_sizes(*outlier)[1]
+    # the same outlier and tiny graph before the buckets settle compile their own
+    assert bucket_reuse.simulate([big] * 3 + [outlier, tiny], warmup=2)["compiled_at"] == [0, 3, 4]
     # a size that comes back RECUR times within RECENT_CALLS calls compiles after all (the sizes drifted)
     result = bucket_reuse.simulate(settled + [outlier] * buckets.RECUR, warmup=buckets.SETTLE_CALLS)
     assert result["unpadded_calls"] == buckets.RECUR - 1
-    assert result["compiled_at"] == [0, len(settled) + buckets.RECUR - 1]
-    never = bucket_reuse.simulate(settled + [outlier, big, outlier], warmup=buckets.SETTLE_CALLS, settle=False)
-    assert never["after_warmup"] == 1 and never["unpadded_calls"] == 0
+    assert result["compiled_at"] == [0, buckets.SETTLE_CALLS - 1, len(settled) + buckets.RECUR - 1]
+    never = bucket_reuse.simulate(settled + [outlier, big, tiny, outlier], warmup=buckets.SETTLE_CALLS, settle=False)
+    assert never["after_warmup"] == 2 and never["unpadded_calls"] == 0
 
 
 def test_padding_is_the_mean_over_calls_of_the_bucket_against_the_real_sizes():
