@@ -278,6 +278,22 @@ def test_a_new_graph_every_step_switches_to_the_plain_compile(monkeypatch, setti
     assert misses and "torch.compile's default" in misses[-1].reason, misses
 
 
+def test_a_new_graph_every_step_switches_under_cuda_graphs_too(monkeypatch):
+    """The same switch where CUDA graphs are on and the buckets do not pad the graph (off here): its plan's
+    data-dependent sizes (self loops) would otherwise compile a graph per size, then run shape-generic with a plan
+    per step."""
+    monkeypatch.delenv("GNN_IO_CHURN", raising=False)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = TwoGCNLayers()
+    compiled = torch.compile(eager, backend="gnn_io", options={"cuda_graphs": True, "buckets": "off"})
+    built = plans_per_step(compiled, 14, eager)
+    assert built[2:9] == [1] * 7 and built[-3:] == [0, 0, 0], built
+    misses = [m for r in rewrite_report.reports() for m in r.near_misses]
+    assert any(m.pattern == "cuda_graphs" and "data-dependent size" in m.reason for m in misses), misses
+    assert any(m.pattern == "mini_batch" and "torch.compile's default" in m.reason for m in misses), misses
+
+
 @pytest.mark.parametrize("env", tiered_at([{"GNN_IO_CHURN": "off"},
                                            # every graph below has more edges than that
                                            {"GNN_IO_CHURN": "on", "GNN_IO_CHURN_EDGES": "100"}], [1]),
