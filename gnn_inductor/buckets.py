@@ -66,10 +66,11 @@ RECENT_CALLS = 16
 # short last batch) runs in any compiled bucket that holds it, and one larger than all of them runs the captured graph
 # as it is (eager PyTorch at its own sizes, outside the CUDA graphs' memory): neither compiles. A size that comes back
 # RECUR times compiles its own bucket (the sizes drifted). Simulated over six seeds of 200 batches each drawn by
-# benchmarks/sampler.py from the arxiv-sized graph (fan-outs 15,10,5 and 10,10 at 1024 and 4096 seeds: the figures of
-# ``python -m benchmarks.bucket_reuse``), the buckets compiled 2, 0, 8 and 6 times after the 30th call without this,
-# and never after the 32nd with it; the bucket ahead took the calls run unpadded from 4, 0, 11 and 1 to none
-# (on the H200 a 1024-seed GCNConv step run unpadded raised the step's peak from about 190 to 260 MB)
+# benchmarks/sampler.py from the arxiv-sized graph (``python -m benchmarks.bucket_reuse``, fan-outs 15,10,5 and 10,10
+# at 1024 and 4096 seeds), the buckets compiled 2, 0, 6 and 5 times after the 32nd call without this and never with
+# it, no call ran unpadded, and the mean padding at 4096 seeds rose from 5-8% to 6-10% (the short last batches riding
+# the full batches' bucket). On the H200 a 1024-seed GCNConv step run unpadded had raised the step's peak from about
+# 190 to 260 MB: hence the bucket ahead.
 SETTLE_CALLS = 32
 RECUR = 3
 ANY_SIZE = float(2 ** 40)  # the reuse factor of a rare size after the buckets settled: any compiled bucket
