@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the interpreter tier's slowest files, run in a process of their own (the rest of the tier in another)
 HEAVY_INTERPRETED = ["tests/kernels/attention/test_attention_triton.py",
+                     "tests/kernels/attention/test_attention_pyg.py",
                      "tests/kernels/attention/test_attention_split_backward.py",
                      "tests/kernels/attention/test_block_sparse_gat.py",
                      "tests/kernels/attention/test_score_factor.py"]

@@ -299,7 +299,7 @@ def test_two_layer_gat(graph):
 
 
 # ---------------------------------------------------------------------------------------------
-# Attention dropout: random, so not comparable with eager call by call (tests/kernels/attention/test_attention_triton.py
+# Attention dropout: random, so not comparable with eager call by call (tests/kernels/attention/test_attention_pyg.py
 # compares with eager given the same mask). It stays fused: the attention op draws the mask from a seed the
 # graph takes from torch's generator (patterns/attention.py, kernels/runtime/rng.py).
 # ---------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_attention_dropout_is_part_of_the_op(graph, dgl_graph, layer, monkeypatc
     the graph), and the output and every gradient are eager DGL's with its dropout given the mask regenerated
     from the seed the op read."""
     from gnn_inductor import rewrite_report
-    from tests.kernels.attention.test_attention_triton import compiled_and_regenerated_eager
+    from tests.kernels.attention.test_attention_pyg import compiled_and_regenerated_eager
 
     torch.manual_seed(0)
     model = layer(graph.in_channels, 4, 2, attn_drop=0.4, allow_zero_in_degree=True).train()

@@ -23,7 +23,8 @@ from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor import rewrite_report
 from gnn_inductor.testing import check_rewrites, magnitude, random_graph, tolerance
-from tests.kernels.attention.test_attention_triton import CASES, compiled_and_regenerated_eager
+from tests.kernels.attention.cases import CASES
+from tests.kernels.attention.test_attention_pyg import compiled_and_regenerated_eager
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda")

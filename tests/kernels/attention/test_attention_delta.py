@@ -107,10 +107,10 @@ def test_rows_that_do_not_split_into_heads_give_an_empty_delta():
 @runs_kernel
 def test_backward_op_refuses_a_delta_of_another_shape():
     """The fused backward checks ``D`` against ``lse`` before any kernel reads it."""
-    from tests.kernels.attention.test_attention_triton import CASES, NUM_NODES, _fn, make_args
+    from tests.kernels.attention.cases import CASES, NUM_NODES, edge_fn, make_args
 
     score_fn, message_fn, _, kinds = CASES["transformer"]
-    score, message, roles = _fn(score_fn), _fn(message_fn), [role for role, _ in kinds]
+    score, message, roles = edge_fn(score_fn), edge_fn(message_fn), [role for role, _ in kinds]
     src, dst = random_graph(NUM_NODES, 60, seed=1)
     plan = [t.to(DEVICE) for t in torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)[:4]]
     args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]

@@ -29,7 +29,7 @@ from tests.kernels.attention.test_attention_split_backward import (
     reference_grads,
     run_op,
 )
-from tests.kernels.attention.test_attention_triton import assert_close, make_args
+from tests.kernels.attention.cases import assert_close, make_args
 from tests.tiers import tiered
 
 runs_kernel = pytest.mark.triton  # Triton kernels: the GPU, or the interpreter tier

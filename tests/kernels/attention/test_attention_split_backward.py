@@ -22,14 +22,14 @@ from gnn_inductor.kernels.attention.op import attention_reference
 
 from gnn_inductor.testing import random_graph
 from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
-from tests.kernels.attention.test_attention_triton import (
+from tests.kernels.attention.cases import (
     CASES,
     CHANNELS,
     EPS,
     HEADS,
     NUM_NODES,
     V,
-    _fn,
+    edge_fn,
     assert_close,
     dropout_args,
     dropout_for,
@@ -64,7 +64,7 @@ def plan():
 
 def _case(name):
     score_fn, message_fn, _, kinds = CASES[name]
-    return _fn(score_fn), _fn(message_fn), [role for role, _ in kinds], kinds
+    return edge_fn(score_fn), edge_fn(message_fn), [role for role, _ in kinds], kinds
 
 
 def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDGES):
@@ -192,7 +192,7 @@ def _many_sources_message(alpha, a0, a1, a2, a3, a4):
 
 @runs_kernel
 def test_more_outputs_than_slots_run_the_atomic_backward(plan, monkeypatch):
-    score, message = _fn(_many_sources_score), _fn(_many_sources_message)
+    score, message = edge_fn(_many_sources_score), edge_fn(_many_sources_message)
     roles = [ROLE_SRC] * 5
     args = make_args([(ROLE_SRC, V)] * 5, plan[1].numel())
     on_device = [t.to(DEVICE) for t in plan[:4]]

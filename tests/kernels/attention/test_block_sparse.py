@@ -191,7 +191,7 @@ def _fn(f):
     return edge_functions.register(torch.fx.symbolic_trace(f))
 
 
-# TransformerConv's edge functions as the backend cuts them (tests/kernels/attention/test_attention_triton.py)
+# TransformerConv's edge functions as the backend cuts them (tests/kernels/attention/cases.py)
 def _dot_score(a0, a1, a2):
     return aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(a1, a2), [-1]), 2.0)
 

@@ -27,7 +27,7 @@ from gnn_inductor.kernels.attention.block_gat import (
 
 from gnn_inductor.kernels.runtime import edge_functions
 from gnn_inductor.testing import magnitude, tolerance
-from tests.kernels.attention.test_attention_triton import make_args as attention_args
+from tests.kernels.attention.cases import make_args as attention_args
 from tests.kernels.attention.test_block_sparse import dense_rows_of, graph, plan_and_blocks
 from tests.tiers import INTERPRETED, KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
@@ -41,7 +41,7 @@ def _fn(f):
     return edge_functions.register(torch.fx.symbolic_trace(f))
 
 
-# GATConv / GATv2Conv edge functions as the backend cuts them (tests/kernels/attention/test_attention_triton.py)
+# GATConv / GATv2Conv edge functions as the backend cuts them (tests/kernels/attention/cases.py)
 def _gat_score(a0, a1, a2):
     return aten.leaky_relu.default(aten.add.Tensor(a1, a2), 0.2)
 

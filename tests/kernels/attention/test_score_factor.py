@@ -18,7 +18,7 @@ from gnn_inductor.kernels.attention.op import attention_reference, kernel_name
 from gnn_inductor.kernels.runtime import edge_functions, rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.testing import random_graph
-from tests.kernels.attention.test_attention_triton import CASES, EPS, assert_close, grads_of
+from tests.kernels.attention.cases import CASES, EPS, assert_close, grads_of
 from tests.tiers import KERNEL_DEVICE as DEVICE, runs_kernel, tiered
 
 NUM_NODES, HEADS, CHANNELS = 24, 2, 4
