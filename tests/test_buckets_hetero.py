@@ -499,3 +499,25 @@ def test_a_larger_compiled_bucket_is_reused_only_where_every_size_fits():
     assert chooser.covering(own, *counts) is None
     chooser.compiled = {larger[:5] + ((16,),): "f"}  # another fixed shape
     assert chooser.covering(own, *counts) is None
+
+
+def test_hetero_buckets_settle_with_a_bucket_ahead_and_an_outlier_run_unpadded(monkeypatch):
+    """Per node type and edge set: the settling call compiles the bucket one ladder step above in every size; later a
+    batch that fits it runs there without a compile, and an outlier above every bucket runs the captured graph as it
+    is; all checked against eager, forward and gradients (``_run``)."""
+    monkeypatch.setattr(buckets, "SETTLE_CALLS", 2)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = HeteroConv({r: SAGEConv(FEATURES, 8) for r in METADATA[1]}, aggr="sum")
+    writes, rev_writes, cites = METADATA[1]
+    small = [(_sizes(45, 52), {writes: 100, rev_writes: 90, cites: 60}),
+             (_sizes(57, 44), {writes: 120, rev_writes: 100, cites: 70}),
+             (_sizes(50, 48), {writes: 110, rev_writes: 95, cites: 65})]
+    outlier = (_sizes(600, 500), {writes: 1500, rev_writes: 1400, cites: 900})
+    # papers and writes edges one step up the ladder (from 256 to 320), the other sizes in the smallest bucket
+    fits_ahead = (_sizes(262, 100), {writes: 200, rev_writes: 100, cites: 50})
+    entries, _ = _run(model, small + [outlier, fits_ahead])
+    (entry,) = [e for e in entries if e.details["buckets"]]
+    first, ahead = entry.details["buckets"]
+    assert ahead == [buckets.bucket(size) for size in first]
+    assert entry.details["unpadded_calls"] == 1
