@@ -72,7 +72,8 @@ class LeakyDifferenceConv(MessagePassing):
 
 
 def _graph(num_nodes=NUM_NODES, num_edges=NUM_EDGES, hub=HUB, device=CUDA):
-    """The layers' inputs by name (tests/kernels/gather_scatter/test_gather_scatter_triton.py takes a small one on CPU)."""
+    """The layers' inputs by name (tests/kernels/gather_scatter/test_gather_scatter_compiled.py takes a small one on
+    CPU)."""
     edge_index = random_graph(num_nodes, num_edges, seed=7, hub_degree=hub).to(device)
     generator = torch.Generator().manual_seed(3)
     num_edges = edge_index.shape[1]
