@@ -501,10 +501,12 @@ def test_a_larger_compiled_bucket_is_reused_only_where_every_size_fits():
     assert chooser.covering(own, *counts) is None
 
 
-def test_hetero_buckets_settle_with_a_bucket_ahead_and_an_outlier_run_unpadded(monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_hetero_buckets_settle_with_a_bucket_ahead_and_an_outlier_run_unpadded(monkeypatch, device):
     """Per node type and edge set: the settling call compiles the bucket one ladder step above in every size; later a
     batch that fits it runs there without a compile, and an outlier above every bucket runs the captured graph as it
-    is; all checked against eager, forward and gradients (``_run``)."""
+    is; all checked against eager, forward and gradients (``_run``; on CUDA under ``mode="reduce-overhead"``, the
+    unpadded call between CUDA-graph replays)."""
     monkeypatch.setattr(buckets, "SETTLE_CALLS", 2)
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -516,7 +518,7 @@ def test_hetero_buckets_settle_with_a_bucket_ahead_and_an_outlier_run_unpadded(m
     outlier = (_sizes(600, 500), {writes: 1500, rev_writes: 1400, cites: 900})
     # papers and writes edges one step up the ladder (from 256 to 320), the other sizes in the smallest bucket
     fits_ahead = (_sizes(262, 100), {writes: 200, rev_writes: 100, cites: 50})
-    entries, _ = _run(model, small + [outlier, fits_ahead])
+    entries, _ = _run(model.to(device), small + [outlier, fits_ahead], device=device)
     (entry,) = [e for e in entries if e.details["buckets"]]
     first, ahead = entry.details["buckets"]
     assert ahead == [buckets.bucket(size) for size in first]
