@@ -90,7 +90,7 @@ class SampledBatch:
                             self.num_sampled_nodes, self.num_sampled_edges)
 
 
-def _floyd(population: torch.Tensor, count: int, generator) -> torch.Tensor:
+def floyd_sample(population: torch.Tensor, count: int, generator) -> torch.Tensor:
     """``[len(population), count]``: per row, ``count`` distinct offsets in ``[0, population)`` drawn by Robert
     Floyd's algorithm in its draw order (every row's population is above ``count``)."""
     picks = torch.empty((population.numel(), count), dtype=torch.long, device=population.device)
@@ -120,7 +120,7 @@ def _hop(csc: Csc, frontier: torch.Tensor, count: int, generator) -> tuple:
         heavy = degree > count
         heavy_rows = heavy.nonzero().squeeze(1)
         if heavy_rows.numel():  # ... or, above the fanout, Floyd's draws in their order
-            picks = _floyd(degree[heavy_rows], count, generator)
+            picks = floyd_sample(degree[heavy_rows], count, generator)
             which = torch.full((frontier.numel(),), -1, dtype=torch.long, device=device)
             which[heavy_rows] = torch.arange(heavy_rows.numel(), device=device)
             drawn = heavy[target]

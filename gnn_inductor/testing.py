@@ -169,7 +169,8 @@ def _flatten(out) -> list:
     return []
 
 
-def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, baseline=None, scale: float = 0.0) -> None:
+def assert_close_to_reference(name: str, actual: torch.Tensor, expected: torch.Tensor, baseline=None,
+                              scale: float = 0.0) -> None:
     """``actual`` against ``expected`` within the dtype's tolerance. An ``actual`` of a lower precision than
     ``expected`` (half precision against float32, or float32 against float64) is judged relative to
     ``baseline``, the same model run eagerly in ``actual``'s dtype: it may be at most twice as far from
@@ -204,11 +205,11 @@ def _assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, basel
 
 def gradient_scale(grads) -> float:
     """The largest root mean square element among ``grads`` (tensors or None): the scale of a step's gradients, of
-    which ``_assert_close`` allows its dtype's tolerance per element in lower precision."""
+    which ``assert_close_to_reference`` allows its dtype's tolerance per element in lower precision."""
     return max((float(g.norm()) / g.numel() ** 0.5 for g in grads if g is not None and g.numel()), default=0.0)
 
 
-def _step(model, inputs, grad: bool, seed: int, kwargs):
+def forward_backward(model, inputs, grad: bool, seed: int, kwargs):
     """Outputs, parameter gradients and input gradients of one forward(+backward); the backward
     seeds each output with the same random weights (float32, drawn from ``seed``) in every model."""
     model.zero_grad(set_to_none=True)
@@ -239,7 +240,7 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
     graph plan) and every call is compared. Returns a :class:`RewriteCheck`.
 
     float16/bfloat16 models are compared with an eager float32 copy, relative to how far eager in
-    the same half precision lands from it (see :func:`_assert_close`). With ``float64_reference`` a float32
+    the same half precision lands from it (see :func:`assert_close_to_reference`). With ``float64_reference`` a float32
     model is compared the same way with an eager float64 copy, relative to eager float32: for models whose
     eager float32 result is itself far from exact (a standard deviation aggregation's ``E[x^2] - E[x]^2``
     cancels), where the compiled model may be closer to the exact result than eager and still differ from it
@@ -267,14 +268,15 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
                 if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
 
     for call in range(calls):
-        ref_out, ref_params, ref_inputs = _step(reference, leaf_inputs(upcast), grad, call, kwargs)
-        out, params, input_grads = _step(compiled, leaf_inputs(), grad, call, kwargs)
-        base_out, base_params, base_inputs = _step(baseline_model, leaf_inputs(), grad, call, kwargs) if upcast \
+        ref_out, ref_params, ref_inputs = forward_backward(reference, leaf_inputs(upcast), grad, call, kwargs)
+        out, params, input_grads = forward_backward(compiled, leaf_inputs(), grad, call, kwargs)
+        base_out, base_params, base_inputs = \
+            forward_backward(baseline_model, leaf_inputs(), grad, call, kwargs) if upcast \
             else (ref_out, ref_params, ref_inputs)
         if len(out) != len(ref_out):
             raise AssertionError(f"compiled model returned {len(out)} tensors, eager {len(ref_out)}")
         for i, (a, e, b) in enumerate(zip(out, ref_out, base_out)):
-            _assert_close(f"call {call} output {i}", a, e, b)
+            assert_close_to_reference(f"call {call} output {i}", a, e, b)
         if not grad:
             continue
         scale = gradient_scale([e for _, e in ref_params] + list(ref_inputs))
@@ -283,12 +285,12 @@ def check_rewrites(model: torch.nn.Module, *inputs, expect: dict, grad: bool = T
                 continue
             if (a is None) != (e is None):
                 raise AssertionError(f"call {call} grad of {name}: eager {e is not None}, compiled {a is not None}")
-            _assert_close(f"call {call} grad of parameter {name}", a, e, b, scale)
+            assert_close_to_reference(f"call {call} grad of parameter {name}", a, e, b, scale)
         for i, (e, a, b) in enumerate(zip(ref_inputs, input_grads, base_inputs)):
             if e is not None:
                 if a is None:
                     raise AssertionError(f"call {call} grad of input {i}: compiled has none")
-                _assert_close(f"call {call} grad of input {i}", a, e, b, scale)
+                assert_close_to_reference(f"call {call} grad of input {i}", a, e, b, scale)
 
     new_reports = _report.reports()[first_report:]
     counts = Counter(w.pattern for r in new_reports for w in r.rewrites)

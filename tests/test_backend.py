@@ -482,7 +482,7 @@ def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(na
     from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
     from gnn_inductor import rewrite_report
-    from gnn_inductor.testing import _assert_close, _step
+    from gnn_inductor.testing import assert_close_to_reference, forward_backward
 
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
@@ -499,12 +499,12 @@ def test_dynamic_true_keeps_the_attention_rewrite_and_follows_a_changed_float(na
             setattr(reference, attr, value)
         edge_index = random_graph(num_nodes, num_edges, seed=call, hub_degree=hub)
         x = torch.randn(num_nodes, 8)
-        got = _step(compiled, [x.clone().requires_grad_(), edge_index], True, call, {})
-        want = _step(reference, [x.clone().requires_grad_(), edge_index], True, call, {})
-        _assert_close(f"call {call} output", got[0][0], want[0][0])
+        got = forward_backward(compiled, [x.clone().requires_grad_(), edge_index], True, call, {})
+        want = forward_backward(reference, [x.clone().requires_grad_(), edge_index], True, call, {})
+        assert_close_to_reference(f"call {call} output", got[0][0], want[0][0])
         for (param, a), (_, e) in zip(got[1], want[1]):
-            _assert_close(f"call {call} grad of {param}", a, e)
-        _assert_close(f"call {call} grad of x", got[2][0], want[2][0])
+            assert_close_to_reference(f"call {call} grad of {param}", a, e)
+        assert_close_to_reference(f"call {call} grad of x", got[2][0], want[2][0])
     reports = rewrite_report.reports()[first:]
     assert all(sum(w.pattern == "attention" for w in r.rewrites) == 1 and not r.near_misses for r in reports), \
         "\n".join(rewrite_report.format_text_for(reports))

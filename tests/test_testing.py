@@ -3,7 +3,7 @@ precision is against float32, by twice eager float32's own distance from it) and
 import pytest
 import torch
 
-from gnn_inductor.testing import _assert_close, check_rewrites
+from gnn_inductor.testing import assert_close_to_reference, check_rewrites
 
 
 def _scaled_backend(scale: float):
@@ -32,9 +32,9 @@ class _Std(torch.nn.Module):
 def test_float32_against_float64_within_twice_eager_error_passes():
     expected = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     baseline = (expected + 1e-3).float()
-    _assert_close("x", (expected + 1.5e-3).float(), expected, baseline)
+    assert_close_to_reference("x", (expected + 1.5e-3).float(), expected, baseline)
     with pytest.raises(AssertionError, match="from torch.float64"):
-        _assert_close("x", (expected + 3e-3).float(), expected, baseline)
+        assert_close_to_reference("x", (expected + 3e-3).float(), expected, baseline)
 
 
 def _float64_backend(gm, example_inputs):
@@ -75,11 +75,11 @@ def test_half_precision_gradient_that_cancels_to_zero_is_judged_at_the_step_grad
     expected = torch.zeros(6, 8)
     scale = 5.0  # root mean square element of the step's largest gradient
     noise = torch.full((6, 8), 4e-3 * scale).bfloat16()  # a quarter of bfloat16's tolerance per element
-    _assert_close("g", noise, expected, expected.bfloat16(), scale)
+    assert_close_to_reference("g", noise, expected, expected.bfloat16(), scale)
     with pytest.raises(AssertionError, match="allowed 0"):
-        _assert_close("g", noise, expected, expected.bfloat16())
+        assert_close_to_reference("g", noise, expected, expected.bfloat16())
     with pytest.raises(AssertionError, match="from torch.float32"):
-        _assert_close("g", torch.full((6, 8), 0.1 * scale).bfloat16(), expected, expected.bfloat16(), scale)
+        assert_close_to_reference("g", torch.full((6, 8), 0.1 * scale).bfloat16(), expected, expected.bfloat16(), scale)
 
 
 def test_gradient_scale_is_the_largest_root_mean_square_element():

@@ -71,10 +71,10 @@ from gnn_inductor.kernels.runtime import edge_functions
 
 def attention_reference(args: list, roles: list, rowptr: Tensor, col: Tensor, row: Tensor, perm: Tensor,
                         score_key: str, message_key: str, eps: float, dropout: rng.Dropout | None = None) -> Tensor:
-    return _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout)[0]
+    return reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout)[0]
 
 
-def _reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout=None) -> tuple:
+def reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout=None) -> tuple:
     args, half = in_float32(args)
     values = edge_values(args, roles, col, row, perm)
     scores = edge_functions.lookup(score_key)(*values)
@@ -157,7 +157,7 @@ def _forward(args, roles, rowptr, col, row, perm, score_key, message_key, eps, i
                               bias)
     if result is not None:
         return result
-    return (*_reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
+    return (*reference_with_lse(args, roles, rowptr, col, row, perm, score_key, message_key, eps, dropout), False)
 
 
 @attention_forward.register_fake

@@ -8,7 +8,7 @@ import torch
 
 from benchmarks import minibatch, step_profile
 from benchmarks.graphs import graph_suite, rmat_like
-from benchmarks.sampler import _floyd, neighbor_sample, to_csc
+from benchmarks.sampler import floyd_sample, neighbor_sample, to_csc
 
 
 def known_degrees(num_nodes=60, seed=0):
@@ -101,7 +101,7 @@ def test_sampler_takes_every_in_neighbour_in_pyg_libs_order():
 
 
 def test_floyd_draws_uniform_subsets_without_replacement():
-    picks = _floyd(torch.full((24_000,), 6), 3, torch.Generator().manual_seed(0))
+    picks = floyd_sample(torch.full((24_000,), 6), 3, torch.Generator().manual_seed(0))
     assert ((picks >= 0) & (picks < 6)).all()
     assert (picks.sort(1).values.diff(dim=1) > 0).all()  # distinct within a row
     subsets = torch.bincount((1 << picks).sum(1), minlength=64)[[m for m in range(64) if bin(m).count("1") == 3]]

@@ -9,7 +9,7 @@ import torch
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv, TransformerConv
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import _assert_close, _step, gradient_scale, random_graph
+from gnn_inductor.testing import assert_close_to_reference, forward_backward, gradient_scale, random_graph
 
 FEATURES = 8
 EDGE_DIM = 4
@@ -100,8 +100,9 @@ def compare(what, compiled, reference, inputs, *, baseline=None, grad=True, seed
     """``compiled`` against eager ``reference`` on ``inputs``: outputs and, with ``grad``, the gradients of every
     parameter and floating point input (a backward of random weights drawn from ``seed``). Each model gets the
     inputs in its parameters' dtype. A compiled model of lower precision than ``reference`` is judged against
-    ``baseline`` (eager in its own dtype): at most twice as far from ``reference`` as that (``_assert_close``).
-    ``eager_inputs``: what the eager models get instead (the same values). Returns the compiled model's outputs."""
+    ``baseline`` (eager in its own dtype): at most twice as far from ``reference`` as that
+    (``assert_close_to_reference``). ``eager_inputs``: what the eager models get instead (the same values). Returns
+    the compiled model's outputs."""
     runs = []
     for model in (compiled, reference, baseline):
         if model is None:
@@ -110,25 +111,25 @@ def compare(what, compiled, reference, inputs, *, baseline=None, grad=True, seed
         leaves = []
         given = inputs if model is compiled or eager_inputs is None else eager_inputs
         args = [_copy_inputs(v, next(model.parameters()).dtype, grad, leaves) for v in given]
-        outputs, params, _ = _step(model, args, grad, seed, {})
+        outputs, params, _ = forward_backward(model, args, grad, seed, {})
         runs.append((outputs, params, [leaf.grad for leaf in leaves]))
     (out, params, input_grads), (ref_out, ref_params, ref_input_grads) = runs[:2]
     base_out, base_params, base_input_grads = runs[2] or runs[1]
     assert len(out) == len(ref_out), f"{what}: compiled returned {len(out)} tensors, eager {len(ref_out)}"
     for i, (a, e, b) in enumerate(zip(out, ref_out, base_out)):
-        _assert_close(f"{what}: output {i}", a, e, b)
+        assert_close_to_reference(f"{what}: output {i}", a, e, b)
     if grad:
         scale = gradient_scale([g for _, g in ref_params] + ref_input_grads)
         for (name, a), (_, e), (_, b) in zip(params, ref_params, base_params):
             if (a is None) != (e is None):
                 raise AssertionError(f"{what}: grad of {name}: eager {e is not None}, compiled {a is not None}")
             if e is not None:
-                _assert_close(f"{what}: grad of parameter {name}", a, e, b, scale)
+                assert_close_to_reference(f"{what}: grad of parameter {name}", a, e, b, scale)
         for i, (a, e, b) in enumerate(zip(input_grads, ref_input_grads, base_input_grads)):
             if e is None:  # no edge reads this input: none or zeros
                 assert a is None or not a.any(), f"{what}: input {i} has a gradient eager does not give"
             else:
-                _assert_close(f"{what}: grad of input {i}", a, e, b, scale)
+                assert_close_to_reference(f"{what}: grad of input {i}", a, e, b, scale)
     return out
 
 

@@ -20,7 +20,7 @@ from torch_geometric.nn import (
 )
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import _assert_close, _step, gradient_scale, random_graph
+from gnn_inductor.testing import assert_close_to_reference, forward_backward, gradient_scale, random_graph
 from tests.tiers import tiered
 
 FEATURES = 8
@@ -197,8 +197,9 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype
     (two node feature tensors: a bipartite ``(x_src, x_dst)``), against eager: outputs, parameter gradients and
     the gradients of every node and edge input; then the report's rewrites (module docstring). A half precision
     ``dtype`` runs the compiled model and an eager copy in it, against an eager float32 copy: the compiled results
-    may be at most twice as far from float32 as eager's own (``_assert_close``). ``cuda_graphs`` compiles with
-    ``GNN_IO_CUDAGRAPHS=1`` and marks a step's start before each compiled call, as a training loop would."""
+    may be at most twice as far from float32 as eager's own (``assert_close_to_reference``). ``cuda_graphs``
+    compiles with ``GNN_IO_CUDAGRAPHS=1`` and marks a step's start before each compiled call, as a training loop
+    would."""
     if cuda_graphs:
         monkeypatch.setenv("GNN_IO_CUDAGRAPHS", "1")
     monkeypatch.setenv("GNN_IO_STRICT", "1")
@@ -222,21 +223,22 @@ def _check_across(name, make, family, dynamic, device, calls, monkeypatch, dtype
             x = leaves[0] if len(nodes) == 1 else tuple(leaves[:2])
             if cuda_graphs and module is compiled:
                 torch.compiler.cudagraph_mark_step_begin()
-            outputs, params, _ = _step(module, [x, edge_index.to(device), *leaves[len(nodes):]], True, call, {})
+            step_inputs = [x, edge_index.to(device), *leaves[len(nodes):]]
+            outputs, params, _ = forward_backward(module, step_inputs, True, call, {})
             results.append((outputs[0], params, [leaf.grad for leaf in leaves]))
         (got, got_params, got_inputs), (want, want_params, want_inputs), (base, base_params, base_inputs) = results
         base_params = base_params or [(None, None)] * len(got_params)
         base_inputs = base_inputs or [None] * len(got_inputs)
-        _assert_close(f"{graph}: output", got, want, base)
+        assert_close_to_reference(f"{graph}: output", got, want, base)
         scale = gradient_scale([e for _, e in want_params] + want_inputs)
         for (param, a), (_, e), (_, b) in zip(got_params, want_params, base_params):
             if a is not None or e is not None:
-                _assert_close(f"{graph}: grad of {param}", a, e, b, scale)
+                assert_close_to_reference(f"{graph}: grad of {param}", a, e, b, scale)
         for i, (a, e, b) in enumerate(zip(got_inputs, want_inputs, base_inputs)):
             if e is None:  # an input eager gives no gradient (no edges use it): none or zeros here
                 assert a is None or not a.any(), f"{graph}: input {i} has a gradient eager does not give"
             else:
-                _assert_close(f"{graph}: grad of input {i}", a, e, b, scale)
+                assert_close_to_reference(f"{graph}: grad of input {i}", a, e, b, scale)
     reports = rewrite_report.reports()[first:]
     text = "\n".join(rewrite_report.format_text_for(reports))
     assert not any(m.pattern == "backend" for r in reports for m in r.near_misses), text

@@ -32,7 +32,7 @@ import torch
 from torch_geometric.nn import GATConv
 
 from gnn_inductor import rewrite_report
-from gnn_inductor.testing import _assert_close, random_graph
+from gnn_inductor.testing import assert_close_to_reference, random_graph
 from tests.models.reliability import (
     DEVICES,
     FEATURES,
@@ -334,7 +334,7 @@ def test_optimizer_steps(name, device, monkeypatch):
         for optimizer in optimizers:
             optimizer.step()
     for (param, a), (_, e) in zip(compiled.named_parameters(), reference.named_parameters()):
-        _assert_close(f"{param} after 3 Adam steps", a.detach(), e.detach())
+        assert_close_to_reference(f"{param} after 3 Adam steps", a.detach(), e.detach())
 
 
 @pytest.mark.parametrize("device", DEVICES)

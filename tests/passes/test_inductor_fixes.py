@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import gnn_inductor  # noqa: F401  (applies the fixes)
-from gnn_inductor.testing import _assert_close
+from gnn_inductor.testing import assert_close_to_reference
 
 heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
 
@@ -49,6 +49,6 @@ def test_self_loop_fill_of_edge_features_on_a_graph_of_self_loops_only(layer):
         grads = torch.autograd.grad(expected.square().sum(), [x, edge_attr])
         actual = compiled(x, edge_index, edge_attr)
         actual_grads = torch.autograd.grad(actual.square().sum(), [x, edge_attr])
-        _assert_close("output", actual, expected)
+        assert_close_to_reference("output", actual, expected)
         for name, got, want in zip(["x", "edge_attr"], actual_grads, grads):
-            _assert_close(name, got, want)
+            assert_close_to_reference(name, got, want)

@@ -373,7 +373,7 @@ def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer
     from torch_geometric.nn import GATConv
 
     from gnn_inductor.passes import structure
-    from gnn_inductor.testing import _assert_close
+    from gnn_inductor.testing import assert_close_to_reference
 
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_CPU_REWRITE", "1")
@@ -398,7 +398,7 @@ def test_mask_indexing_of_edge_inputs_needing_a_gradient_moves_to_the_plan(layer
             grads = torch.autograd.grad(out.square().sum(), leaves)
             results.append((out, *grads))
         for name, got, want in zip(["output", "grad x", "grad edge input"], *results):
-            _assert_close(name, got, want)
+            assert_close_to_reference(name, got, want)
     main = graphs[0]
     boolean_index = [n for n in main.graph.nodes if n.target is torch.ops.aten.index.Tensor
                      and any(getattr(i.meta.get("val"), "dtype", None) == torch.bool for i in n.args[1] if i is not None)]

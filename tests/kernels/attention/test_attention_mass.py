@@ -23,7 +23,7 @@ from tests.kernels.attention.test_attention_split_backward import (
     DEVICE,
     INTERPRETED,
     NUM_NODES,
-    _case,
+    case_of,
     check_grads,
     plan,  # noqa: F401  (fixture)
     reference_grads,
@@ -69,7 +69,7 @@ def test_mass_gradients_match_the_reference_and_the_segment_form(plan, name, mon
 def test_mass_is_the_row_sum_of_the_edge_terms(plan, monkeypatch):  # noqa: F811
     """The forward's mass itself, hub rows (merged by the combine kernel) included, against its definition
     computed edge by edge in float64; rows without edges hold zeros."""
-    score, message, roles, kinds = _case("gat")
+    score, message, roles, kinds = case_of("gat")
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
     args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel())]
@@ -169,7 +169,7 @@ def test_delta_mass_op_matches_its_definition(plan, monkeypatch):  # noqa: F811
 
 @runs_kernel
 def test_mass_op_passes_opcheck(plan):  # noqa: F811
-    score, message, roles, kinds = _case("gat")
+    score, message, roles, kinds = case_of("gat")
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], 8))
     args = [a.to(DEVICE).requires_grad_() for a in make_args(kinds, plan[1].numel())]
@@ -181,7 +181,7 @@ def test_mass_op_passes_opcheck(plan):  # noqa: F811
 # ---- where the op runs (shapes and settings only: everywhere) ----
 
 def _rule(plan, name="gat", dtype=torch.float32, requires_grad=True, device=DEVICE):  # noqa: F811
-    score, message, roles, kinds = _case(name)
+    score, message, roles, kinds = case_of(name)
     args = [a.to(device).requires_grad_(requires_grad and a.is_floating_point())
             for a in make_args(kinds, plan[1].numel(), dtype)]
     on_device = [t.to(device) for t in plan[:4]]

@@ -62,14 +62,14 @@ def plan():
     return plan
 
 
-def _case(name):
+def case_of(name):
     score_fn, message_fn, _, kinds = CASES[name]
     return edge_fn(score_fn), edge_fn(message_fn), [role for role, _ in kinds], kinds
 
 
 def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDGES):
     """``(out, grads)`` of gnn_io::attention with the ``mode`` backward, on DEVICE."""
-    score, message, roles, kinds = _case(name)
+    score, message, roles, kinds = case_of(name)
     monkeypatch.setenv(csr_launch.BACKWARD_ENV, mode)
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], max_edges))
@@ -81,7 +81,7 @@ def run_op(plan, name, mode, monkeypatch, dtype=torch.float32, max_edges=MAX_EDG
 
 
 def reference_grads(plan, name, dtype=torch.float32):
-    score, message, roles, kinds = _case(name)
+    score, message, roles, kinds = case_of(name)
     wide = [a.double() if a.is_floating_point() else a for a in make_args(kinds, plan[1].numel(), dtype)]
     grad = torch.randn(NUM_NODES, HEADS, CHANNELS, generator=torch.Generator().manual_seed(7)).double()
     return grads_of(lambda a: attention_reference(a, roles, *plan[:4], score, message, EPS, dropout_for(name)), wide,
@@ -170,7 +170,7 @@ def test_split_atomics_only_for_hub_items(plan, atomics, monkeypatch):
     """With hubs split into several items: one atomic per (hub item, row-role argument), every head's row in
     one, nothing else (TransformerConv with edge features: the query in the dst pass, key and value in the
     src pass)."""
-    score, message, roles, kinds = _case("transformer_edge")
+    score, message, roles, kinds = case_of("transformer_edge")
     args = make_args(kinds, plan[1].numel())
     layout = attention_layout.prepare(args, roles, plan[3], score, message)
     by_src = csr_backward.source_csr(layout, plan[0], plan[1], plan[3], MAX_EDGES)
@@ -227,7 +227,7 @@ def test_source_csr_is_the_transposed_plan(plan):
 
 
 def test_source_csr_is_cached_with_the_plan(plan):
-    score, message, roles, kinds = _case("transformer")
+    score, message, roles, kinds = case_of("transformer")
     layout = attention_layout.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
     rowptr, col, _, perm = [t.clone() for t in plan[:4]]
     first = csr_backward.source_csr(layout, rowptr, col, perm, MAX_EDGES)
@@ -243,7 +243,7 @@ def test_source_csr_is_cached_with_the_plan(plan):
 def test_source_csr_is_not_built_inside_a_cuda_graph_capture(plan, monkeypatch):
     """Building the source CSR counts its hubs on the host, which a CUDA-graph capture refuses: during a capture a
     plan without one gets None (the op's backward then runs the atomic variant); one built before is still read."""
-    score, message, roles, kinds = _case("transformer")
+    score, message, roles, kinds = case_of("transformer")
     layout = attention_layout.prepare(make_args(kinds, plan[1].numel()), roles, plan[3], score, message)
     rowptr, col, _, perm = [t.clone() for t in plan[:4]]
     monkeypatch.setattr(plan_source_csr, "capturing", lambda device: True)
@@ -287,7 +287,7 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
     spans: a row stride of ``width``), equal to attention_backward's; the others (GATv2's dense ``att``, GAT's
     per-head scalar terms, edge terms) are unchanged entries of the list."""
     monkeypatch.setenv(csr_launch.BACKWARD_ENV, variant)
-    score, message, roles, kinds = _case(name)
+    score, message, roles, kinds = case_of(name)
     on_device = [t.to(DEVICE) for t in plan[:4]]
     items = list(torch.ops.gnn_io.work_items(on_device[0], on_device[1], MAX_EDGES))
     args = [a.to(DEVICE) for a in make_args(kinds, plan[1].numel(), torch.float32)]
@@ -328,7 +328,7 @@ def test_packed_backward_writes_the_split_gradients_in_place(plan, name, variant
 def test_packed_backward_checks_its_layout(plan):
     """Offsets that overlap, run past the width, or pack an argument without a gradient are refused before any
     work (a gap between spans is allowed: tests/passes/test_packed_grads.py checks that it comes back zero)."""
-    score, message, roles, kinds = _case("transformer")
+    score, message, roles, kinds = case_of("transformer")
     args = make_args(kinds, plan[1].numel(), torch.float32)
     out, lse = torch.zeros(NUM_NODES, HEADS, CHANNELS), torch.zeros(NUM_NODES, HEADS)
     width = HEADS * CHANNELS

@@ -21,7 +21,7 @@ from gnn_inductor.kernels.attention import layout as attention_layout
 from gnn_inductor.plan import source_csr as plan_source_csr
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_EDGE, ROLE_SRC
 from gnn_inductor.kernels.runtime.launch import next_power_of_2
-from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference
+from gnn_inductor.kernels.attention.op import reference_with_lse, attention_reference
 from gnn_inductor.testing import tolerance
 from tests.kernels.attention.cases import (
     CASES,
@@ -67,7 +67,7 @@ def test_saved_log_sum_exp_is_the_reference(plan):
     on_device = [t.to(DEVICE) for t in plan[:4]]
     out, lse = torch.ops.gnn_io.attention_forward([a.to(DEVICE) for a in args], roles, *on_device, score, message,
                                                   EPS, [], 0)
-    ref, ref_lse = _reference_with_lse(args, roles, *plan[:4], score, message, EPS)
+    ref, ref_lse = reference_with_lse(args, roles, *plan[:4], score, message, EPS)
     assert_close(out, ref, torch.float32, "output")
     assert_close(lse, ref_lse, torch.float32, "lse")
 
@@ -117,7 +117,7 @@ def test_forward_writes_every_row_without_a_memset(plan, name, poisoned_empty):
     out, lse = torch.ops.gnn_io.attention_forward(args, roles, *on_device, score, message, EPS, items, MAX_EDGES)
     assert not out.isnan().any() and not lse.isnan().any()
     assert not out[-3:].any() and not lse[-3:].any(), "rows without edges are 0"
-    ref, ref_lse = _reference_with_lse([a.cpu() for a in args], roles, *plan[:4], score, message, EPS)
+    ref, ref_lse = reference_with_lse([a.cpu() for a in args], roles, *plan[:4], score, message, EPS)
     assert_close(out, ref, torch.float32, "output")
 
 
@@ -199,7 +199,7 @@ def test_all_heads_matches_reference(plan, name, heads, channels, monkeypatch):
     _, lse = torch.ops.gnn_io.attention_forward([a.to(DEVICE) for a in args], roles, *on_device, score, message,
                                                 EPS, items, MAX_EDGES, *dropout_args(dropout_for(name, DEVICE)))
     wide = [a.double() if a.is_floating_point() else a for a in args]
-    _, ref_lse = _reference_with_lse(wide, roles, *plan[:4], score, message, EPS, dropout_for(name))
+    _, ref_lse = reference_with_lse(wide, roles, *plan[:4], score, message, EPS, dropout_for(name))
     assert lse.shape == (NUM_NODES, heads)
     assert_close(lse, ref_lse, torch.float32, "lse")
     assert not lse[-3:].any(), "isolated nodes must get lse 0"

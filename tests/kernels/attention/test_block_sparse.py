@@ -13,7 +13,7 @@ from gnn_inductor.kernels.attention import block_dot as block_sparse
 from gnn_inductor.kernels.attention import csr_delta
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DST, ROLE_SRC
-from gnn_inductor.kernels.attention.op import _reference_with_lse, attention_reference
+from gnn_inductor.kernels.attention.op import reference_with_lse, attention_reference
 from gnn_inductor.plan.block_format import TILE, WINDOW, build_block_format, transpose_block_format
 from gnn_inductor.kernels.attention.block_dot import BlockSparseDotAttention, dot_backward, dot_forward
 
@@ -249,7 +249,7 @@ def test_dot_forward_matches_reference(case, dtype, heads_per_program):
     out, lse = dot_forward([a.to(DEVICE) for a in args], roles, perm.to(DEVICE), score, message, blocks_on_device,
                            num_nodes, EPS, dropout=dropout_on(dropout, DEVICE))
     wide = [a.double() for a in args]
-    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
+    ref, ref_lse = reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout)
 
     dense_rows = dense_rows_of(blocks, num_nodes)
     assert dense_rows.any()

@@ -16,7 +16,7 @@ from gnn_inductor.kernels.attention import forms as attention_forms
 from gnn_inductor.kernels.attention import layout as attention_layout
 from gnn_inductor.kernels.runtime import rng
 from gnn_inductor.kernels.runtime.roles import ROLE_DENSE, ROLE_DST, ROLE_EDGE, ROLE_SRC
-from gnn_inductor.kernels.attention.op import _reference_with_lse
+from gnn_inductor.kernels.attention.op import reference_with_lse
 from gnn_inductor.plan.block_format import BlockFormat, transpose_block_format
 from gnn_inductor.kernels.attention.block_gat import (
     BlockSparseGatAttention,
@@ -168,7 +168,7 @@ def test_gat_matches_reference(name, graph_case, dtype, heads_per_program):
     out.backward(grad_out.to(DEVICE))
 
     wide = [a.double().requires_grad_() for a in args]
-    ref, ref_lse = _reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout_of(name))
+    ref, ref_lse = reference_with_lse(wide, roles, rowptr, col, row, perm, score, message, EPS, dropout_of(name))
     dense = dense_rows_of(blocks, NUM_NODES)
     ref.backward(grad_out.double() * dense[:, None, None])
 
