@@ -146,12 +146,12 @@ def test_compiled_cuda_matrix_layer_matches_eager(name, monkeypatch):
     and every gradient (edge inputs included). The trace-time rules of the fused path run only where its kernels
     do, so on CPU only here (the attention family's once failed on CUDA alone)."""
     from gnn_inductor.testing import check_rewrites
-    from tests.kernels.gather_scatter.test_gather_scatter_cuda import GATHER_LINEAR, MODELS, _graph
+    from tests.kernels.gather_scatter.test_gather_scatter_cuda import GATHER_LINEAR, MODELS, layer_inputs
 
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     monkeypatch.setenv("GNN_IO_FORCE", "1")
     torch.manual_seed(0)
-    graph = _graph(num_nodes=NUM_NODES, num_edges=50, hub=HUB_DEGREE, device=DEVICE)  # the hub is split here too
+    graph = layer_inputs(num_nodes=NUM_NODES, num_edges=50, hub=HUB_DEGREE, device=DEVICE)  # the hub is split here too
     make, names, moves = MODELS[name] + (0,) if name in MODELS else GATHER_LINEAR[name]
     result = check_rewrites(make(), *[graph[n] for n in names],
                             expect={"gather_linear": moves, "gather_scatter": 1, "near_miss": 0}, calls=1)

@@ -71,7 +71,7 @@ class LeakyDifferenceConv(MessagePassing):
         return F.leaky_relu(x_j - 0.5 * x_i, 0.2) * edge_weight.view(-1, 1) + self.bias
 
 
-def _graph(num_nodes=NUM_NODES, num_edges=NUM_EDGES, hub=HUB, device=CUDA):
+def layer_inputs(num_nodes=NUM_NODES, num_edges=NUM_EDGES, hub=HUB, device=CUDA):
     """The layers' inputs by name (tests/kernels/gather_scatter/test_gather_scatter_compiled.py takes a small one on
     CPU)."""
     edge_index = random_graph(num_nodes, num_edges, seed=7, hub_degree=hub).to(device)
@@ -104,7 +104,7 @@ def test_compiled_layer_matches_eager(name, dtype, monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)
     make, names = MODELS[name]
-    graph = _graph()
+    graph = layer_inputs()
     model = make().to(CUDA, dtype)
     inputs = [graph[n].to(dtype) if graph[n].is_floating_point() else graph[n] for n in names]
     result = check_rewrites(model, *inputs, expect={"gather_scatter": 1, "near_miss": 0})
@@ -128,7 +128,7 @@ def test_linear_on_gathered_rows_is_moved_and_fused(name, monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)
     make, names, moves = GATHER_LINEAR[name]
-    graph = _graph()
+    graph = layer_inputs()
     result = check_rewrites(make().to(CUDA), *[graph[n] for n in names],
                             expect={"gather_linear": moves, "gather_scatter": 1, "near_miss": 0})
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"] if w["pattern"] == "gather_scatter"]
@@ -138,7 +138,7 @@ def test_linear_on_gathered_rows_is_moved_and_fused(name, monkeypatch):
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_ties_in_the_hub_share_the_gradient(reduce):
     """Integer features tie often, inside the split hub too; eager's scatter_reduce splits equally."""
-    graph = _graph()
+    graph = layer_inputs()
     src, dst = graph["edge_index"]
     plan = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)
     key = edge_functions.register(torch.fx.symbolic_trace(lambda x_j: x_j))
@@ -155,7 +155,7 @@ def test_ties_in_the_hub_share_the_gradient(reduce):
 
 
 def test_split_threshold_cuts_the_hub():
-    graph = _graph()
+    graph = layer_inputs()
     src, dst = graph["edge_index"]
     rowptr, col = torch.ops.gnn_io.csr_plan(dst, src, NUM_NODES, NUM_NODES)[:2]
     shared = torch.ops.gnn_io.gather_scatter_items(rowptr, col)[3]
@@ -237,7 +237,7 @@ class FeatureSumMessage(MessagePassing):
 
 def test_unlowerable_message_runs_the_reference_and_says_so(monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
-    graph = _graph()
+    graph = layer_inputs()
     result = check_rewrites(FeatureSumMessage(), graph["x"], graph["edge_index"],
                             expect={"gather_scatter": 1, "near_miss": 0})
     (rewrite,) = [w for g in result.report["graphs"] for w in g["rewrites"]]
@@ -279,7 +279,7 @@ def test_several_aggregations_share_one_pass(name, monkeypatch):
     monkeypatch.setenv("GNN_IO_STRICT", "1")
     torch.manual_seed(0)
     make, names = MULTI_MODELS[name]
-    graph = _graph()
+    graph = layer_inputs()
     model = make(graph).to(CUDA)
     result = check_rewrites(model, *[graph[n] for n in names],
                             expect={"gather_scatter": 1, "spmm": 0, "near_miss": 0})
