@@ -459,9 +459,11 @@ class Bucketed:
         bucket one step of the ladder above the largest compiled one with ``key``'s fixed shapes, in every size, to
         compile now with this call's inputs padded to it; None at other calls, where it is compiled, past
         :data:`MAX_BUCKETS` or where this call cannot be padded to it (:func:`fits`)."""
+        if self.calls != self.settle_calls or len(self.compiled) >= MAX_BUCKETS:
+            return None
         width = len(counts)
         same = [k for k, fn in self.compiled.items() if fn is not None and k[width:] == key[width:]]
-        if self.calls != self.settle_calls or not same or len(self.compiled) >= MAX_BUCKETS:
+        if not same:
             return None
         top = max(same, key=lambda k: (sum(k[j] for j in self.slots.edges), sum(k[i] for i in self.slots.nodes)))
         sizes = tuple(bucket(size) if size else 0 for size in top[:width])
