@@ -336,7 +336,7 @@ def gnn_io(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None =
     start, known = time.perf_counter(), len(_report.reports())
     with settings_in_force(settings):
         buckets_of = _buckets(gm, example_inputs, settings)
-        compiled = _compile(gm, example_inputs, settings)
+        compiled = _compile(gm, example_inputs, settings, padded=buckets_of is not None)
         if buckets_of is not None:
             compiled = buckets_of(compiled)
     logs.graph_compiled(_report.reports()[known:], time.perf_counter() - start)
@@ -418,9 +418,9 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     return wrap
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot):
+def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot, padded: bool = False):
     """:func:`gnn_io` under its ``settings``."""
-    state = pipeline.CompileState(gm, example_inputs, settings, _declined_graph)
+    state = pipeline.CompileState(gm, example_inputs, settings, _declined_graph, padded=padded)
     try:
         return _rewrite_and_compile(state)
     except Exception as exc:  # noqa: BLE001  (fallback is the point)
@@ -524,8 +524,10 @@ def _rewrite_and_compile(state: pipeline.CompileState):
     # a graph of changing sizes that builds a plan at nearly every call (a mini-batch stream the buckets do not pad)
     # runs torch.compile's default after a few calls, with CUDA graphs on too: on the H200, RGCNConv's mini-batches
     # (an edge_type input, not padded) took 61 ms per step at their concrete sizes and then shape-generic, with a
-    # plan per step, against torch.compile's 17
-    churn = Churn(gm, example_inputs, cache, positions, graph_report, settings, _plain_compile)
+    # plan per step, against torch.compile's 17. Not where the calls run padded to buckets: this graph then runs only
+    # past them, and compiling torch.compile's default for it would cost every padded model one more compile
+    churn = Churn(gm, example_inputs, cache, positions, graph_report, settings, _plain_compile,
+                  enabled=not state.padded)
 
     def run(*args):
         if churn.plain_now:

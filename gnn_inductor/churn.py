@@ -29,13 +29,14 @@ class Churn:
     at most ``GNN_IO_CHURN_EDGES`` (default :data:`CHURN_EDGES`) edges, every later call runs ``plain``, and the
     report says so. ``GNN_IO_CHURN``: ``auto`` (the default) or ``on``, on CUDA and CPU graphs alike (the CPU's
     default leaves the aggregations to Inductor, but the hoisted structure work still ran op by op per graph:
-    GCNConv's CPU step took 1.8x torch.compile's), ``off``. ``settings``: the compile's (``config.snapshot()``)."""
+    GCNConv's CPU step took 1.8x torch.compile's), ``off``. ``settings``: the compile's (``config.snapshot()``).
+    ``enabled`` False: no switch (and no compile of ``plain``), for a graph whose calls run padded to buckets."""
 
-    def __init__(self, gm, example_inputs, cache, positions, graph_report, settings, plain_compile):
+    def __init__(self, gm, example_inputs, cache, positions, graph_report, settings, plain_compile, enabled=True):
         self.cache, self.positions, self.graph_report = cache, positions, graph_report
         self.calls, self.plain, self.plain_now = 0, None, False
         self.limit = settings["churn_edges"]
-        if settings["churn"] == "off" or not any(isinstance(e, torch.SymInt) for e in example_inputs):
+        if not enabled or settings["churn"] == "off" or not any(isinstance(e, torch.SymInt) for e in example_inputs):
             return
         plain, failure = plain_compile(gm, example_inputs, settings)
         if plain is None:

@@ -97,6 +97,8 @@ class CompileState:
     hoisted: Optional[structure.Hoisted] = None
     result: Any = None
     current: str = "canonicalize"  # the pass running now, named in the report when one fails
+    # the calls run padded to shape buckets (gnn_inductor/buckets.py), this graph of changing sizes only past them
+    padded: bool = False
 
 
 def first_line(exc: BaseException) -> str:

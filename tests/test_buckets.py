@@ -7,7 +7,7 @@ import torch
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv, global_mean_pool
 
 import gnn_inductor
-from gnn_inductor import buckets
+from gnn_inductor import backend, buckets
 from gnn_inductor.canonical import canonicalize
 from gnn_inductor.testing import random_graph, tolerance
 from tests.tiers import INTERPRETED, KERNEL_DEVICE, runs_kernel
@@ -396,3 +396,27 @@ def test_a_rare_size_after_the_buckets_settle_runs_without_a_compile(monkeypatch
     assert entry.details["unpadded_calls"] == 1 and len(entry.details["buckets"]) == 2
     _run(model, sizes=[outlier] * (buckets.RECUR - 1))
     assert len(entry.details["buckets"]) == 3 and entry.details["unpadded_calls"] == buckets.RECUR - 1
+
+
+def test_a_padded_graph_compiles_no_mini_batch_switch(monkeypatch):
+    """The graph of changing sizes under the buckets runs only past them: it gets no mini-batch switch (whose
+    torch.compile default would be one more compile at the warm-up); a graph the buckets do not pad keeps it."""
+    made = []
+    real = backend.Churn
+
+    def spy(gm, example_inputs, *args, enabled=True, **kwargs):
+        if any(isinstance(e, torch.SymInt) for e in example_inputs):  # a graph of changing sizes
+            made.append(enabled)
+        return real(gm, example_inputs, *args, enabled=enabled, **kwargs)
+    monkeypatch.setattr(backend, "Churn", spy)
+    torch._dynamo.reset()
+    _run(_Layers(SAGEConv(8, 16), SAGEConv(16, 4)))
+    assert made and not any(made), made
+    made.clear()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Layers(SAGEConv(8, 16), SAGEConv(16, 4))
+    compiled = torch.compile(model, backend="gnn_io", options={"buckets": "off"})
+    for nodes, edges in SIZES:
+        compiled(torch.randn(nodes, 8), random_graph(nodes, edges))
+    assert made and all(made), made
