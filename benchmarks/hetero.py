@@ -21,6 +21,9 @@ Models (:func:`build_model`), two layers ``features -> --hidden -> --classes``, 
 
 * ``rgcn`` / ``rgcn_bases``: a linear map per node type to ``--hidden``, then two ``RGCNConv`` over the
   graph of ``HeteroData.to_homogeneous()`` (``edge_type``), without and with ``num_bases=BASES``;
+* ``rgcn_flat`` / ``rgcn_flat_bases``: two ``RGCNConv`` on the homogeneous graph's features (``x`` of
+  ``to_homogeneous()``: every node type's rows one after another, all types of one width), as PyG's RGCN examples
+  take them;
 * ``hgt``: two ``HGTConv`` (``heads=HEADS``) on ``x_dict`` / ``edge_index_dict``;
 * ``hetero_sage`` / ``hetero_gat``: two ``HeteroConv`` (``aggr="sum"``) of a ``SAGEConv`` or a ``GATConv``
   (``add_self_loops=False``; ``HEADS`` heads of ``hidden / HEADS`` then one head) per edge type;
@@ -42,7 +45,8 @@ Mini-batches (``--batch N``): the steps train on subgraphs sampled as PyG's ``Ne
 ``HeteroData`` (:func:`benchmarks.sampler.hetero_neighbor_sample`: ``N`` seeds of the first node type, ``--fanout``
 in-neighbours per edge type and hop), a pool of ``--pool`` batches drawn once and cycled, the loss on the seeds'
 rows; ``recompiles``: Dynamo's graph compilations after the warm-up. The RGCN models take each batch's homogeneous
-form (``HeteroData.to_homogeneous``: node types one after another, ``edge_type`` per edge).
+form (``HeteroData.to_homogeneous``: node types one after another, ``edge_type`` per edge; the ``rgcn_flat``
+models its features in that order too).
 
 Modes: ``eager``; ``inductor`` and ``inductor_cg``, ``torch.compile(model)`` and ``torch.compile(model,
 mode="reduce-overhead")``, run as in a process that never imported gnn_inductor
@@ -78,7 +82,7 @@ from benchmarks.sampler import hetero_neighbor_sample, to_csc
 from benchmarks.run_info import run_metadata
 from benchmarks.step_profile import profile_steps, summary
 
-MODELS = ("rgcn", "rgcn_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
+MODELS = ("rgcn", "rgcn_bases", "rgcn_flat", "rgcn_flat_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
 BASELINES = ("eager", "inductor", "inductor_cg")
 CUDA_GRAPH_MODES = ("inductor_cg", "gnn_io_cg")
@@ -141,6 +145,7 @@ class Workload:
         self.node_types, self.first = self.data.node_types, self.data.node_types[0]
         self.x_dict, self.edge_index_dict = self.data.x_dict, self.data.edge_index_dict
         self.homogeneous = self.data.to_homogeneous(node_attrs=[], edge_attrs=[]) if homogeneous else None
+        self.flat_x = None  # the rgcn_flat models' features, made at their first full-graph step
         generator = torch.Generator(device=self.device).manual_seed(args.seed + 1)
         self.y = torch.randint(0, args.classes, (self.data[self.first].num_nodes,), generator=generator,
                                device=self.device)
@@ -149,7 +154,7 @@ class Workload:
 
     def _sample_pool(self, args) -> list:
         """``--pool`` mini-batches of ``--batch`` seeds of the first node type: ``(x_dict, edge_index_dict, y,
-        homogeneous)``, the last the batch's ``(edge_index, edge_type)`` where an RGCN model was asked for, else
+        homogeneous)``, the last the batch's ``(edge_index, edge_type, x)`` where an RGCN model was asked for, else
         None."""
         num_nodes = {t: self.data[t].num_nodes for t in self.node_types}
         cscs = {(s, r, d): to_csc(self.edge_index_dict[s, r, d], num_nodes[d], num_src=num_nodes[s])
@@ -169,9 +174,9 @@ class Workload:
         return pool
 
     def _homogeneous(self, batch) -> tuple:
-        """A sampled batch's ``(edge_index, edge_type)`` as ``HeteroData.to_homogeneous`` gives them: the node types'
-        rows one after another in ``node_types`` order, the edge types' edges in ``edge_types`` order, each edge type
-        its index."""
+        """A sampled batch's ``(edge_index, edge_type, x)`` as ``HeteroData.to_homogeneous`` gives them: the node
+        types' rows one after another in ``node_types`` order, the edge types' edges in ``edge_types`` order, each edge
+        type its index."""
         offsets, start = {}, 0
         for t in self.node_types:
             offsets[t], start = start, start + int(batch.n_id[t].numel())
@@ -180,9 +185,14 @@ class Workload:
             index = batch.edge_index[src, rel, dst]
             edges.append(index + torch.tensor([[offsets[src]], [offsets[dst]]], device=index.device))
             types.append(torch.full((index.shape[1],), k, dtype=torch.long, device=index.device))
-        return torch.cat(edges, dim=1), torch.cat(types)
+        x = torch.cat([self.x_dict[t][batch.n_id[t]] for t in self.node_types])
+        return torch.cat(edges, dim=1), torch.cat(types), x
 
     def inputs(self, model: str) -> tuple:
+        if model.startswith("rgcn_flat"):
+            if self.flat_x is None:
+                self.flat_x = torch.cat([self.x_dict[t] for t in self.node_types])
+            return self.flat_x, self.homogeneous.edge_index, self.homogeneous.edge_type
         if model.startswith("rgcn"):
             return self.x_dict, self.homogeneous.edge_index, self.homogeneous.edge_type
         return self.x_dict, self.edge_index_dict
@@ -192,8 +202,10 @@ class Workload:
         if not self.pool:
             return self.inputs(model), self.y
         x_dict, edge_index_dict, y, homogeneous = self.pool[i % len(self.pool)]
+        if model.startswith("rgcn_flat"):
+            return (homogeneous[2], *homogeneous[:2]), y
         if model.startswith("rgcn"):
-            return (x_dict, *homogeneous), y
+            return (x_dict, *homogeneous[:2]), y
         return (x_dict, edge_index_dict), y
 
 
@@ -212,6 +224,20 @@ class RGCN(torch.nn.Module):
 
     def forward(self, x_dict, edge_index, edge_type):
         x = torch.cat([self.project[t](x_dict[t]) for t in self.node_types])
+        return self.conv2(self.conv1(x, edge_index, edge_type).relu(), edge_index, edge_type)
+
+
+class FlatRGCN(torch.nn.Module):
+    """Two ``RGCNConv`` on the features of every node, the node types' rows one after another."""
+
+    def __init__(self, relations, features, hidden, classes, bases):
+        from torch_geometric.nn import RGCNConv
+
+        super().__init__()
+        self.conv1 = RGCNConv(features, hidden, relations, num_bases=bases)
+        self.conv2 = RGCNConv(hidden, classes, relations, num_bases=bases)
+
+    def forward(self, x, edge_index, edge_type):
         return self.conv2(self.conv1(x, edge_index, edge_type).relu(), edge_index, edge_type)
 
 
@@ -262,6 +288,8 @@ def build_model(name: str, work: Workload, hidden: int, classes: int, seed: int)
     if name in ("rgcn", "rgcn_bases"):
         model = RGCN(work.node_types, len(work.data.edge_types), f, hidden, classes,
                      BASES if name == "rgcn_bases" else None)
+    elif name in ("rgcn_flat", "rgcn_flat_bases"):
+        model = FlatRGCN(len(work.data.edge_types), f, hidden, classes, BASES if name.endswith("_bases") else None)
     elif name == "hgt":
         model = HeteroStack(HGTConv(f, hidden, metadata, heads=HEADS), HGTConv(hidden, classes, metadata, heads=HEADS))
     elif name in ("hetero_sage", "hetero_gat"):

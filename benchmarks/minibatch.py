@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from benchmarks.graphs import graph_suite
 from benchmarks.run_info import run_metadata
 from benchmarks.sampler import neighbor_sample, to_csc
-from benchmarks.step_profile import profile_steps, summary
+from benchmarks.step_profile import host_functions, profile_steps, summary
 
 MODELS = ("sage_mean", "sage_max", "gcn", "gat", "transformer")
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
@@ -262,6 +262,11 @@ def run_mode(mode, args, work, reference):
                 batches = iter(range(first, first + args.profile))
                 record.update(profile_steps(lambda: train_step(model, optimizer, *work.pool_batch(next(batches))),
                                             args.profile, device))
+            if args.host_profile:
+                first = args.warmup + 2 * args.steps + args.phases + args.profile
+                batches = iter(range(first, first + args.host_profile))
+                record.update(host_functions(
+                    lambda: train_step(model, optimizer, *work.pool_batch(next(batches))), args.host_profile))
             if args.epoch:
                 order = work.shuffled()
                 t = time.perf_counter()
@@ -322,6 +327,9 @@ def parse(argv):
                              "launches, the top GPU ops (benchmarks/step_profile.py)")
     parser.add_argument("--phases", type=int, default=0, metavar="STEPS",
                         help="also time this many pre-sampled steps back to back phase by phase on the host")
+    parser.add_argument("--host-profile", type=int, default=0, metavar="STEPS",
+                        help="also run this many pre-sampled steps under cProfile: the Python functions the host's "
+                             "time goes to (benchmarks/step_profile.py)")
     parser.add_argument("--train-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -332,7 +340,7 @@ def parse(argv):
     parser.add_argument("--records-out", default=None, help=argparse.SUPPRESS)  # a child's records, as JSON
     args = parser.parse_args(argv)
     if args.pool == 0:
-        args.pool = args.warmup + 2 * args.steps + args.phases + args.profile
+        args.pool = args.warmup + 2 * args.steps + args.phases + args.profile + args.host_profile
     return args
 
 
@@ -445,6 +453,10 @@ def print_table(records, args, models, modes):
         print("\nprofiles (per step):")
         for r in profiled:
             print(f"- {r['model']} {r['mode']}: alone {r['alone_ms']:.2f} ms, {summary(r)}")
+    for r in (r for r in records if "host_self" in r):
+        print(f"\nPython on the host, {r['model']} {r['mode']} (ms per step under cProfile, calls per step):")
+        for title, rows in (("own time", r["host_self"]), ("inclusive", r["host_inclusive"])):
+            print(f"  {title}: " + "; ".join(f"{w} {ms:.3f} x{n:g}" for w, ms, n in rows))
 
 
 if __name__ == "__main__":

@@ -96,6 +96,35 @@ def profile_steps(step: Callable[[], object], steps: int, device: torch.device, 
     }
 
 
+def host_functions(step: Callable[[], object], steps: int, top: int = 30) -> dict:
+    """Run ``step()`` ``steps`` times under ``cProfile`` and return per step the ``top`` Python functions by their own
+    time (``host_self``) and by their inclusive time (``host_inclusive``), each ``[where, ms per step, calls per
+    step]``: which Python code a host-bound step spends its time in (Dynamo's guards, AOTAutograd's wrappers, CUDA
+    graph trees, the backend's own). The profiler roughly doubles the cost of each Python call, so the figures rank
+    the functions; the step's own time is the benchmark's."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (primitive calls, calls, self s, inclusive s, ...)
+
+    def where(fn) -> str:
+        file, line, name = fn
+        parts = file.replace("\\", "/").split("/")
+        short = "/".join(parts[-2:]) if len(parts) > 1 else file
+        return f"{short}:{line}({name})"
+
+    def ranked(column: int) -> list:
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][column])[:top]
+        return [[where(fn), row[column] * 1e3 / steps, row[1] / steps] for fn, row in rows]
+
+    return {"host_self": ranked(2), "host_inclusive": ranked(3)}
+
+
 def _ranked(events: list, top: int) -> list:
     """The ``top`` event names by summed duration: ``[(name, (ns, count))]``."""
     per_name = collections.defaultdict(lambda: [0, 0])

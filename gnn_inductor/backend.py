@@ -374,6 +374,15 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
     pristine, captured = buckets.copy_module(gm), buckets.copy_module(gm)
     # edge filters (self loops removed) kept at fixed sizes, so the bucket has no data-dependent size
     filters, kept_why = buckets.redirect_filters(pristine, layout)
+    if filters and any(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in example_inputs):
+        # the edges a filter drops (all but one relation's, per relation of RGCNConv) meet at the padded nodes: a
+        # float16 sum there can overflow, and inf times the zero gradient of a padded row is NaN in a weight gradient
+        graph_report.near_misses.append(_report.NearMiss(
+            "buckets", "not padded to fixed sizes: float16 inputs and edge filters, whose dropped edges all join "
+                       "padded nodes, where a float16 sum could overflow; the graph runs at its changing sizes",
+            GRAPH_SOURCE, "declined"))
+        _report.add(graph_report)
+        return None
     details = {"buckets": [], "sizes": layout.describe(), "edge_filters_at_fixed_size": filters}
     if layout.scalars:  # numbers read from 0-d tensors, fixed per bucket (their values are part of its key)
         details["fixed_numbers"] = [layout.names[i] for i in sorted(layout.scalars)]

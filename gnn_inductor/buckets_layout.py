@@ -237,7 +237,7 @@ def layout_of(gm: torch.fx.GraphModule, canonical: Optional[Callable] = None) ->
         return None, "no node features of a changing size among the inputs"
     nodes, edges = _tagged(node_syms, "N"), _tagged(edge_syms, "E")
     tags = {s: tag for tag, s in list(nodes.items()) + list(edges.items())}
-    kinds = []
+    kinds, edge_values = [], []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, example_inputs):
         if _read_as_number(node, value):
@@ -259,6 +259,11 @@ def layout_of(gm: torch.fx.GraphModule, canonical: Optional[Callable] = None) ->
                 kinds.append(("edge_index", tags[exprs[1]]))
             elif tagged == [0] and exprs[0] in tags and value.is_floating_point():
                 kinds.append(("rows", tags[exprs[0]]))
+            elif tagged == [0] and exprs[0] in edges.values() and value.dtype != torch.bool:
+                # integers per edge (RGCNConv's edge_type): padded like any edge rows, by row 0's value, which
+                # :func:`edge_values_unsafe` checks that no real output can tell from another edge's
+                kinds.append(("rows", tags[exprs[0]]))
+                edge_values.append(len(kinds) - 1)
             elif not value.is_floating_point():
                 return None, (f"an integer input of shape {tuple(exprs)} besides edge_index (node ids or a batch "
                               f"vector): its padded entries would need values that change no output")
@@ -281,6 +286,9 @@ def layout_of(gm: torch.fx.GraphModule, canonical: Optional[Callable] = None) ->
         return f"{expr} (counts added: inputs concatenated)" if len(expr.free_symbols) > 1 else str(expr)
     aten_gm = (canonical or (lambda: canonicalize(copy_module(gm))))()
     rows, why = row_counts(aten_gm, edge_inputs, names, label)
+    if why:
+        return None, why
+    why = edge_values_unsafe(aten_gm, edge_values, names, set(tags))
     if why:
         return None, why
     ends = {}
@@ -476,3 +484,59 @@ def row_counts(aten_gm: torch.fx.GraphModule, edge_inputs: list, names: list, la
                               f"{' and '.join(sorted(map(label, sizes)))} rows: its node type is ambiguous")
             (rows[i, r],) = sizes
     return rows, None
+
+
+# ---- integers per edge (edge types) --------------------------------------------------------------------------------
+
+# ops that read rows of their source at the positions an index names: a padded edge's entry reads a row
+_INDEX_READS = {aten.index_select.default, aten.gather.default, aten.index.Tensor, aten._unsafe_index.Tensor,
+                aten.embedding.default, aten.take.default}
+# ops whose result depends on how often each value comes, or where: counts, orders, prefix sums
+_VALUE_COUNTING = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable,
+                   aten.bincount.default, aten._unique2.default, aten.unique_dim.default,
+                   aten.unique_consecutive.default, aten.searchsorted.Tensor, aten.cumsum.default,
+                   aten.histc.default, aten.topk.default, aten.kthvalue.default, aten.mode.default,
+                   aten.median.dim, aten.median.default}
+
+
+def edge_values_unsafe(aten_gm: torch.fx.GraphModule, positions: list, names: list, counts: set) -> Optional[str]:
+    """None where the integer inputs per edge at ``positions`` (edge types) may be padded by their row 0's value,
+    else why not. Their padded entries then name a value the real edges already have, so what reads by them (a
+    relation's weights, ``weight[edge_type]``), compares them (``edge_type == r``: a mask, whose filters
+    :func:`gnn_inductor.buckets.redirect_filters` keeps at fixed sizes) or computes on them row by row treats a padded
+    edge as any other, and the padded edges join padded nodes only. Declined: a value used as an index into rows of a
+    node or edge count (``counts``: node ids, not types), an index that writes (``scatter(ones, edge_type)``: a
+    count per type, which the padded edges would raise) and ops that count, order or take prefix sums of them. A
+    reduction over the edges is :func:`gnn_inductor.buckets.why_unsafe`'s to decline."""
+    if not positions:
+        return None
+    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    carried = {placeholders[i]: names[i] for i in positions}
+    for node in aten_gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        ins = [n for n in node.all_input_nodes if n in carried]
+        if not ins:
+            continue
+        name = _op_name(node)
+        uses = _index_uses(node)
+        for index, size in uses:
+            if index not in carried:
+                continue
+            if node.target not in _INDEX_READS:
+                return f"{name} writes or counts by the values of the integer edge input {carried[index]}"
+            if size_expr(size).free_symbols & counts:
+                return (f"{name} indexes rows of a node or edge count by the values of the integer edge input "
+                        f"{carried[index]} (node ids, not edge types)")
+        if node.target in _VALUE_COUNTING:
+            return f"{name} counts or orders the values of the integer edge input {carried[ins[0]]}"
+        values = [n for n in ins if n not in {index for index, _ in uses}]
+        out = node.meta.get("val")
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        if values and any(isinstance(v, torch.Tensor) and v.dtype != torch.bool for v in outs):
+            carried[node] = carried[values[0]]  # the values themselves, or computed from them row by row
+    return None
+
+
+def _op_name(node) -> str:
+    return getattr(node.target, "__name__", str(node.target))
