@@ -82,7 +82,8 @@ from benchmarks.sampler import hetero_neighbor_sample, to_csc
 from benchmarks.run_info import run_metadata
 from benchmarks.step_profile import profile_steps, summary
 
-MODELS = ("rgcn", "rgcn_bases", "rgcn_flat", "rgcn_flat_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage", "to_hetero_gat")
+MODELS = ("rgcn", "rgcn_bases", "rgcn_flat", "rgcn_flat_bases", "hgt", "hetero_sage", "hetero_gat", "to_hetero_sage",
+          "to_hetero_gat")
 MODES = ("eager", "inductor", "inductor_cg", "gnn_io", "gnn_io_cg")
 BASELINES = ("eager", "inductor", "inductor_cg")
 CUDA_GRAPH_MODES = ("inductor_cg", "gnn_io_cg")

@@ -107,9 +107,11 @@ def host_functions(step: Callable[[], object], steps: int, top: int = 30) -> dic
 
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in range(steps):
-        step()
-    profiler.disable()
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        profiler.disable()
     stats = pstats.Stats(profiler).stats  # (file, line, name) -> (primitive calls, calls, self s, inclusive s, ...)
 
     def where(fn) -> str:

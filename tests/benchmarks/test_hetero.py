@@ -116,8 +116,8 @@ def test_mini_batches_train_on_sampled_subgraphs_and_match_eager(tmp_path, one_t
 
 
 def test_a_batchs_homogeneous_form_is_heterodatas():
-    """The RGCN models' mini-batch inputs: each sampled batch's ``(edge_index, edge_type)`` as PyG's
-    ``HeteroData.to_homogeneous`` gives them for the same batch."""
+    """The RGCN models' mini-batch inputs: each sampled batch's ``(edge_index, edge_type)`` (and ``x``, for the
+    ``rgcn_flat`` models) as PyG's ``HeteroData.to_homogeneous`` gives them for the same batch."""
     from torch_geometric.data import HeteroData
 
     args = hetero.parse(["--graphs", "mag-like", "--device", "cpu", "--scale", str(SCALE), "--batch", "8",
@@ -133,6 +133,9 @@ def test_a_batchs_homogeneous_form_is_heterodatas():
             data[e].edge_index = edge_index_dict[e]
         want = data.to_homogeneous(node_attrs=[], edge_attrs=[])
         assert torch.equal(edge_index, want.edge_index) and torch.equal(edge_type, want.edge_type)
+        (x, flat_index, flat_type), _ = work.step("rgcn_flat", i)  # the features too, node types in turn
+        assert torch.equal(x, data.to_homogeneous(node_attrs=["x"], edge_attrs=[]).x)
+        assert torch.equal(flat_index, edge_index) and torch.equal(flat_type, edge_type)
         assert edge_index.shape[1] > 0 and int(edge_type.max()) < len(work.data.edge_types)
 
 

@@ -164,9 +164,26 @@ def test_minibatch_runs_end_to_end(tmp_path):
 def test_pool_zero_takes_a_new_batch_every_step():
     """``--pool 0``: one pre-sampled batch per step (the warm-up, both timed loops, the phases and the profiled steps),
     so that no step meets a batch twice, as in training."""
-    args = minibatch.parse(["--pool", "0", "--warmup", "3", "--steps", "4", "--phases", "5", "--profile", "2"])
-    assert args.pool == 3 + 2 * 4 + 5 + 2
+    args = minibatch.parse(["--pool", "0", "--warmup", "3", "--steps", "4", "--phases", "5", "--profile", "2",
+                            "--host-profile", "6"])
+    assert args.pool == 3 + 2 * 4 + 5 + 2 + 6
     assert minibatch.parse(["--pool", "7"]).pool == 7
+
+
+def test_host_functions_rank_the_python_a_step_runs():
+    def inner():
+        return sum(i * i for i in range(2000))
+
+    def step():
+        return inner() + inner()
+
+    found = step_profile.host_functions(step, 3, top=50)
+    by_self = {where.split(":")[-1]: (ms, calls) for where, ms, calls in found["host_self"]}
+    by_inclusive = {where.split(":")[-1]: (ms, calls) for where, ms, calls in found["host_inclusive"]}
+    assert by_inclusive[next(k for k in by_inclusive if k.endswith("(step)"))][1] == 1  # calls per step
+    assert by_inclusive[next(k for k in by_inclusive if k.endswith("(inner)"))][1] == 2
+    assert [ms for _, ms, _ in found["host_self"]] == sorted((ms for _, ms, _ in found["host_self"]), reverse=True)
+    assert any(k.endswith("(<genexpr>)") for k in by_self)
 
 
 def test_busy_time_is_the_union_of_intervals():
