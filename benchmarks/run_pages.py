@@ -17,7 +17,8 @@ MODEL_NAMES = {"sage_mean": "SAGEConv mean", "sage_max": "SAGEConv max", "gcn": 
                "transformer": "TransformerConv"}
 
 
-HETERO_NAMES = {"rgcn": "RGCNConv", "rgcn_bases": "RGCNConv, bases", "hgt": "HGTConv",
+HETERO_NAMES = {"rgcn": "RGCNConv", "rgcn_bases": "RGCNConv, bases", "rgcn_flat": "RGCNConv on homogeneous `x`",
+                "rgcn_flat_bases": "RGCNConv on homogeneous `x`, bases", "hgt": "HGTConv",
                 "hetero_sage": "HeteroConv(SAGEConv)", "hetero_gat": "HeteroConv(GATConv)",
                 "to_hetero_sage": "`to_hetero(GraphSAGE)`", "to_hetero_gat": "`to_hetero(GAT)`"}
 
