@@ -8,8 +8,8 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv, global_mean_pool
 
 import gnn_inductor
 from gnn_inductor import backend, buckets
-from gnn_inductor.canonical import canonicalize
 from gnn_inductor.testing import random_graph, tolerance
+from tests.buckets_cases import dynamo_graph, why_not_padded
 from tests.tiers import INTERPRETED, KERNEL_DEVICE, runs_kernel
 
 
@@ -138,27 +138,13 @@ def test_a_sage_model_over_changing_graphs_runs_padded_and_matches_eager():
 
 def _dynamo_graph(model, extra=None, sizes=SIZES[:2]):
     """``model``'s graph of changing sizes as Dynamo captures it (no compile)."""
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=capture, dynamic=True)
-    for nodes, edges in sizes:
-        compiled(torch.randn(nodes, 8), random_graph(nodes, edges), *((extra(nodes),) if extra else ()))
-    torch._dynamo.reset()
-    return graphs[-1]
+    return dynamo_graph(model, [(torch.randn(nodes, 8), random_graph(nodes, edges), *((extra(nodes),) if extra else ()))
+                                for nodes, edges in sizes])
 
 
 def _why_not_padded(model, extra=None):
     """What the analysis says of ``model``'s graph of changing sizes."""
-    gm = _dynamo_graph(model, extra)
-    layout, why = buckets.layout_of(gm)
-    if layout is not None:
-        why = buckets.why_unsafe(canonicalize(buckets.copy_module(gm)), layout)
-    return why
+    return why_not_padded(_dynamo_graph(model, extra))
 
 
 @pytest.mark.parametrize("model,why", [

@@ -8,9 +8,8 @@ import torch
 from torch_geometric.nn import GCNConv, RGCNConv, SAGEConv
 
 import gnn_inductor
-from gnn_inductor import buckets
-from gnn_inductor.canonical import canonicalize
 from gnn_inductor.testing import assert_close_to_reference, random_graph
+from tests.buckets_cases import dynamo_graph, why_not_padded
 
 RELATIONS = 4
 # node and edge counts of a stream of mini-batches; the first compiles at its own sizes, the others run padded
@@ -94,22 +93,11 @@ class _SortedTypes(SAGEConv):
 
 
 def _why_not_padded(model) -> str:
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=capture, dynamic=True)
+    calls = []
     for nodes, edges in SIZES[:2]:
         edge_index = random_graph(nodes, edges)
-        compiled(torch.randn(nodes, 8), edge_index, _types(edge_index.shape[1], 0))
-    torch._dynamo.reset()
-    layout, why = buckets.layout_of(graphs[-1])
-    if layout is not None:
-        why = buckets.why_unsafe(canonicalize(buckets.copy_module(graphs[-1])), layout)
-    return why or ""
+        calls.append((torch.randn(nodes, 8), edge_index, _types(edge_index.shape[1], 0)))
+    return why_not_padded(dynamo_graph(model, calls)) or ""
 
 
 @pytest.mark.parametrize("model,why", [
