@@ -405,7 +405,8 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
         fakes = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
         records = []
         with tracing(TracingContext(fake_mode)):
-            compiled, failure = _plain_compile(bucket_gm, fakes, settings, _parameter_positions(inputs),
+            graph = _bucket_rewrites(bucket_gm, fakes, settings, rewrite)
+            compiled, failure = _plain_compile(graph or bucket_gm, fakes, settings, _parameter_positions(inputs),
                                                pipeline.BUCKET_SPLIT_PASSES, records)
         gemms = sum(r.count for r in records if r.name == "dense_gemm" and r.status == "ran")
         rewrite.details["gemms_3xtf32"] = rewrite.details.get("gemms_3xtf32", 0) + gemms
@@ -425,6 +426,21 @@ def _buckets(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Sn
                                 unpadded=captured.forward, on_unpadded=unpadded_call)
 
     return wrap
+
+
+def _bucket_rewrites(bucket_gm, fakes: list, settings: config.Snapshot, rewrite):
+    """A bucket's graph rewritten by ``pipeline.BUCKET_GRAPH_PASSES``, counted in the buckets entry ``rewrite``; None
+    where no pass rewrote it or one raised (the bucket then compiles the graph as ``torch.compile`` would)."""
+    try:
+        graph, report = pipeline.bucket_graph(bucket_gm, fakes, settings)
+    except Exception as exc:  # noqa: BLE001  (the graph as Dynamo gave it still compiles)
+        if settings["strict"]:
+            raise
+        rewrite.details["bucket_passes_failed"] = f"{type(exc).__name__}: {first_line(exc)[:160]}"
+        return None
+    if report.rewrites:  # the relations of each group rewritten
+        rewrite.details["relation_segments"] = [entry.details["relations"] for entry in report.rewrites]
+    return graph
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, settings: config.Snapshot, padded: bool = False):

@@ -490,7 +490,7 @@ class Bucketed:
             self._compile(ahead, args, counts)
         if fn is None:  # this bucket's fixed-size compile failed (the report says why): the shape-generic graph
             return self.dynamic(*args)
-        return layout.trim(fn(*self._padded(args, counts, padded)[1]), counts)
+        return layout.trim(fn(*self._padded(args, counts, padded)[1]), counts, padded)
 
     def _padded(self, args, counts: tuple, padded: tuple) -> tuple:
         """``args`` of ``counts`` padded to ``padded``: every graph input, and the tensors of a bucket's call."""

@@ -224,6 +224,9 @@ _DECLARED = (
     Setting("group_relations", "bool", True, "one SpMM over a typed CSR for the relations of a layer (RGCNConv, "
             "HeteroConv, `to_hetero`), their linear maps first where they do not widen the features",
             more="architecture.md"),
+    Setting("relation_segments", "bool", True, "in a padded mini-batch bucket, the relations of a layer (RGCNConv) "
+            "as one product per edge, the edges sorted by relation on the device, instead of a GEMM per relation "
+            "over every node", more="architecture.md"),
     Setting("fuse_linears", "choice", "1", "one GEMM for the linear maps of a shared input (`all`: the short-lived "
             "ones too)", choices=("0", "1", "all"), more="architecture.md"),
     Setting("fuse_min_group", "int", None, "the least number of maps fused into one GEMM", minimum=2,

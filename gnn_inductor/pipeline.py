@@ -22,6 +22,7 @@ import torch
 from torch.fx import GraphModule
 
 from gnn_inductor import config, cost, kernels
+from gnn_inductor.buckets_layout import copy_module
 from gnn_inductor.canonical import canonicalize, fake_mode_of
 from gnn_inductor.passes import (
     dense_gemm,
@@ -31,6 +32,7 @@ from gnn_inductor.passes import (
     linear_fusion,
     packed_grads,
     relation_groups,
+    relation_segments,
     score_fold,
     structure,
 )
@@ -345,6 +347,45 @@ SPLIT_PASSES = (
 )
 
 
+# -- a padded bucket's graph (gnn_inductor/buckets.py), before the split ---------------------------------------------
+
+def _bucket_canonicalize(state: CompileState) -> int:
+    """The bucket's graph in ATen, from a copy: the graph Dynamo gave stays as it was for the compile without
+    rewrites."""
+    copy = copy_module(state.dynamo_gm)
+    for node, value in zip([n for n in copy.graph.nodes if n.op == "placeholder"], state.example_inputs):
+        node.meta = {**node.meta, "example_value": value}  # the copy shares the metadata dicts: a new one
+    state.gm = canonicalize(copy)
+    return 0
+
+
+def _relation_segments(state: CompileState) -> list:
+    """The relations of a layer as one product per edge (gnn_inductor/passes/relation_segments.py)."""
+    done = relation_segments.segment_relations(state.gm, RewriteContext(state.gm, fake_mode_of(state.gm)))
+    state.report.rewrites = [Rewrite("relation_segments", "gnn_io.device_segment_matmul", g["source"],
+                                     {"relations": g["relations"], "reduce": g["reduce"]},
+                                     kernel="the edges sorted by relation, one Triton segment GEMM")
+                             for g in done]
+    return state.report.rewrites
+
+
+# The passes before the split of a padded bucket's fixed-size compile: where one rewrites the graph, the bucket
+# compiles the canonical ATen graph (:func:`bucket_graph`), else the graph Dynamo gave, as ``torch.compile`` would.
+BUCKET_GRAPH_PASSES = (
+    GraphPass("canonicalize", None, _bucket_canonicalize),
+    GraphPass("relation_segments", "relation_segments", _relation_segments),
+)
+
+
+def bucket_graph(dynamo_gm: GraphModule, example_inputs: list, settings) -> tuple:
+    """``(graph, report)``: :data:`BUCKET_GRAPH_PASSES` on a bucket's graph (``example_inputs`` its fixed-size
+    fakes); ``graph`` the rewritten ATen graph, or None where no pass rewrote it; the report holds the passes'
+    records and rewrites. A pass that raises propagates (the caller compiles the graph Dynamo gave)."""
+    state = CompileState(dynamo_gm, example_inputs, settings, on_declined=None)
+    run_graph_passes(state, BUCKET_GRAPH_PASSES)
+    return (state.gm if state.report.rewrites else None), state.report
+
+
 # The split passes of a padded bucket's fixed-size compile (gnn_inductor/buckets.py), a graph left to Inductor with
 # no rewrite: its float32 GEMMs have fixed sizes there, and under CUDA graphs, with the launches gone, the step is
 # the GPU's work, mostly those GEMMs. The other split passes work on the ops of rewrites and find none.
@@ -353,4 +394,5 @@ BUCKET_SPLIT_PASSES = tuple(dataclasses.replace(p, rewritten_only=False) for p i
 
 def switched_on(name: str, settings) -> bool:
     """Whether the pass ``name`` (of either list) is switched on under ``settings``, its graph aside."""
-    return not next(p for p in GRAPH_PASSES + SPLIT_PASSES if p.name == name).switched_off(settings)
+    return not next(p for p in GRAPH_PASSES + SPLIT_PASSES + BUCKET_GRAPH_PASSES
+                    if p.name == name).switched_off(settings)

@@ -48,7 +48,7 @@ def test_padding_replicates_row_zero_and_points_padded_edges_at_padded_nodes():
     assert torch.equal(pe[:, :edges], edge_index) and bool((pe[:, edges:] >= 5).all())
     assert bool((pe[:, edges:] < 9).all()) and torch.equal(pe[0, edges:], pe[1, edges:])  # padded nodes' self loops
     assert torch.bincount(pe[1, edges:]).max() <= -(-(40 - edges) // 4)
-    out = layout.trim((torch.zeros(9, 4), torch.zeros(2, 40), torch.zeros(3)), (5, edges))
+    out = layout.trim((torch.zeros(9, 4), torch.zeros(2, 40), torch.zeros(3)), (5, edges), (9, 40))
     assert [tuple(o.shape) for o in out] == [(5, 4), (2, edges), (3,)]
 
 

@@ -481,7 +481,8 @@ def test_padded_edges_join_padded_nodes_of_their_types_within_the_degree_bound()
             load[tag] += torch.bincount(pads[layout.ends[i].index(tag)], minlength=len(load[tag]))
     assert torch.equal(pc[0, counts[4]:], pc[1, counts[4]:])  # within one type: self loops
     assert int(load["N0"].max()) == buckets.PAD_DEGREE and int(load["N1"].max()) <= buckets.PAD_DEGREE
-    out = layout.trim((torch.zeros(padded[0], 4), torch.zeros(padded[1], 4), torch.zeros(padded[4]), 7), counts)
+    out = layout.trim((torch.zeros(padded[0], 4), torch.zeros(padded[1], 4), torch.zeros(padded[4]), 7), counts,
+                       padded)
     assert [getattr(o, "shape", o) for o in out] == [(papers, 4), (authors, 4), (counts[4],), 7]
 
 

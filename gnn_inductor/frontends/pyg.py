@@ -8,6 +8,13 @@ graph, and a later call recompiles with symbolic sizes. While Dynamo traces (``t
 and this frontend is on, ``forward_naive`` is one op, ``gnn_io::segment_matmul`` (kernels/dense/segment.py): the
 same products, opaque to the compiler. Outside compilation it is PyG's own.
 
+``RGCNConv`` asks, where the user left ``torch_geometric.backend.use_segment_matmul`` unset, a heuristic whether
+pyg-lib's ``segment_matmul`` would pay, from ``int(segment_count.max())``: a read of a device value on the host, a
+sync and a graph break per layer and step. Its answer is never used while compiling (that path requires
+``not is_compiling()``), so while Dynamo traces the layer the frontend sets the switch to False around PyG's own
+``forward`` and back to None after it: no sync, and the layer in its model's graph. ogbn-mag-shaped mini-batches,
+H200: docs/benchmarks/hetero.md.
+
 :func:`install_when_imported` patches PyG's class once PyG is imported (now, or right after its import); the
 backend calls it at import. ``with plain_pyg():`` turns the traceable path off (what ``torch.compile`` without
 gnn_inductor sees, for the benchmarks' baselines); Dynamo guards on the switch, so a model compiled under it
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import sys
 
 import torch
@@ -38,16 +46,34 @@ def _traceable(original):
     return forward_naive
 
 
+def _without_heuristic(original):
+    @functools.wraps(original)
+    def forward(self, *args, **kwargs):
+        backend = sys.modules["torch_geometric.backend"]
+        if torch.compiler.is_compiling() and _STATE["on"] and backend.use_segment_matmul is None:
+            # no try/finally: Dynamo traces a graph break inside one as a break at the call, and replays the two
+            # stores of the switch as one (None) after the graph
+            backend.use_segment_matmul = False
+            out = original(self, *args, **kwargs)
+            backend.use_segment_matmul = None
+            return out
+        return original(self, *args, **kwargs)
+
+    forward._gnn_io_original = original
+    return forward
+
+
 def install() -> bool:
-    """Give ``HeteroLinear.forward_naive`` its traceable path, once, if PyG is imported. True when it is in place."""
+    """Give ``HeteroLinear.forward_naive`` and ``RGCNConv.forward`` their traceable paths, once, if PyG is imported.
+    True when they are in place."""
     if _STATE["installed"]:
         return True
-    module = sys.modules.get("torch_geometric.nn.dense.linear")
-    if module is None and "torch_geometric" in sys.modules:
-        import torch_geometric.nn.dense.linear as module
-    if module is None:
+    if "torch_geometric" not in sys.modules:
         return False
-    module.HeteroLinear.forward_naive = _traceable(module.HeteroLinear.forward_naive)
+    linear = importlib.import_module("torch_geometric.nn.dense.linear")
+    linear.HeteroLinear.forward_naive = _traceable(linear.HeteroLinear.forward_naive)
+    rgcn = importlib.import_module("torch_geometric.nn.conv.rgcn_conv").RGCNConv
+    rgcn.forward = _without_heuristic(rgcn.forward)
     _STATE["installed"] = True
     return True
 

@@ -148,7 +148,7 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
             inputs.append(spmm.args[0])
             num_src += plan.args[3]
     features = list(val(inputs[0]).shape[1:])
-    chain = _gemm_chain(members, features)
+    chain = gemm_chain(members, features)
     # the maps before the aggregation where they do not widen the features: the SpMM then moves the mapped rows, and
     # its backward needs the inputs alone, where aggregating first keeps each relation's aggregation for its map's
     # gradient (RGCNConv on the ogbn-mag-shaped graph, 7 relations, two layers of 64: 7 GB of the 13 GB step).
@@ -156,7 +156,7 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
     # whose row d sums every relation; "each": a map per relation (HeteroConv, to_hetero), a GEMM each and one SpMM
     # whose row d * R + r is relation r's
     if (chain is not None and len(inputs) == 1 and val(chain[0][0].args[1]).shape[1] <= features[0]
-            and _plain_sum(chain, val(inputs[0]).dtype)):
+            and plain_sum(chain, val(inputs[0]).dtype)):
         maps_first = "sum"
     else:
         each = _relation_maps(members, features)
@@ -211,7 +211,7 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
                               [], [], "sum"), anchor)
     gemm = False
     if maps_first == "sum":
-        gemm = _replace_chain(gm, ctx, chain, grouped)
+        gemm = replace_chain(gm, ctx, chain, grouped)
     elif maps_first == "each":
         by_node = ctx.call(aten.view.default, (grouped, [num_dst, count, val(x).shape[1]]), anchor)
         for r, (use, _, bias) in enumerate(each):
@@ -224,7 +224,7 @@ def _rewrite(gm, ctx, num_dst, members) -> dict:
             maps, steps, _ = chain
             flat = ctx.call(aten.view.default, (by_node, [num_dst, count * features[0]]), steps[-1])
             weights = ctx.call(aten.cat.default, ([m.args[1] for m in maps],), steps[-1])
-            gemm = _replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (flat, weights), steps[-1]))
+            gemm = replace_chain(gm, ctx, chain, ctx.call(aten.mm.default, (flat, weights), steps[-1]))
         if not gemm:
             for r, (spmm, _) in enumerate(members):
                 spmm.replace_all_uses_with(ctx.call(aten.select.int, (by_node, 1, r), anchor))
@@ -265,10 +265,11 @@ def _relation_maps(members, features: list):
     return found if width is not None and width < features[0] else None
 
 
-def _gemm_chain(members, features: list):
-    """``(maps, chain, base)`` where ``base + sum_r h_r @ W_r`` is the relations' use of their results: each
-    ``h_r`` feeds only its ``mm``, and the ``mm`` results are the added terms of one ``chain`` of additions, in any
-    order; None otherwise. Nothing is changed."""
+def gemm_chain(members, features: list):
+    """``(maps, chain, base)`` where ``base + sum_r h_r @ W_r`` is the relations' use of their results (``members``:
+    ``(h_r, anything)`` pairs, ``h_r`` the node of relation ``r``'s aggregation): each ``h_r`` feeds only its ``mm``,
+    and the ``mm`` results are the added terms of one ``chain`` of additions, in any order; None otherwise. Nothing
+    is changed; ``maps`` are in the order of ``members``."""
     if len(features) != 1:
         return None
     maps = []
@@ -300,7 +301,7 @@ def _gemm_chain(members, features: list):
     return maps, chain, base
 
 
-def _plain_sum(chain, dtype: torch.dtype) -> bool:
+def plain_sum(chain, dtype: torch.dtype) -> bool:
     """Whether ``base + product`` (``product`` of ``dtype`` and the sum's shape) has the chain's shape and dtype:
     a base of the sum's shape (no broadcast; RGCNConv's float32 zeros under a float64 layer promote as before)."""
     base, end = val(chain[2]), val(chain[1][-1])
@@ -308,7 +309,7 @@ def _plain_sum(chain, dtype: torch.dtype) -> bool:
             and torch.promote_types(base.dtype, dtype) == end.dtype)
 
 
-def _replace_chain(gm, ctx, chain, product: Node) -> bool:
+def replace_chain(gm, ctx, chain, product: Node) -> bool:
     """The chain's sum replaced by ``base + product`` (``product`` the relations' terms together); True when done,
     False where that sum would not have the chain's shape and dtype (a broadcasting base: the chain stays, and the
     new nodes die with the dead code)."""

@@ -10,6 +10,10 @@ break per call. As one op the loop is opaque to the compiler, so the layer aroun
 - ``gnn_io::segment_matmul_weight_grad(x [N, K], type_ptr, grad [N, M], types) -> [T, K, M]``: each segment's
   ``x.T @ grad``, zero for an empty one (the weight's gradient).
 
+- ``gnn_io::device_segment_matmul`` and ``gnn_io::device_segment_matmul_weight_grad``: the same with ``type_ptr`` on
+  the device, read there by the kernels (never on the host), so that a CUDA graph may hold them; on CUDA they raise
+  where the kernels cannot run (:func:`device_kernels_take`, checked before a graph uses them).
+
 Both run one Triton kernel each (kernels/dense/segment_triton.py; the setting ``segment_matmul=triton``, the default)
 on CUDA, and on CPU tensors under Triton's interpreter for the tests, for float32 and half-precision operands. The
 rest runs a loop of GEMMs, one per segment (PyG's products to the bit): the CPU, float64, ``segment_matmul=loop``, and
@@ -44,6 +48,10 @@ def _bounds(type_ptr: Tensor) -> list:
 def segment_matmul(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
     if _kernels_take(x, weight, type_ptr, weight.shape[0]):
         return segment_triton.segment_mm(x, type_ptr, weight)
+    return _loop_mm(x, type_ptr, weight)
+
+
+def _loop_mm(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
     out = x.new_empty(x.shape[0], weight.shape[-1])
     for i, (start, end) in enumerate(_bounds(type_ptr)):
         # PyG's own products (the same kernels, the same rounding), each written into its rows of ``out``: no
@@ -63,6 +71,10 @@ def _segment_matmul_fake(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
 def segment_matmul_weight_grad(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
     if _kernels_take(x, grad, type_ptr, types) and not torch.are_deterministic_algorithms_enabled():
         return segment_triton.segment_weight_grad(x, type_ptr, grad, types)
+    return _loop_weight_grad(x, type_ptr, grad, types)
+
+
+def _loop_weight_grad(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
     out = x.new_zeros(types, x.shape[1], grad.shape[1])
     for i, (start, end) in enumerate(_bounds(type_ptr)):
         if end > start:
@@ -80,14 +92,71 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, type_ptr, weight)
 
 
-def _backward(ctx, grad: Tensor):
-    x, type_ptr, weight = ctx.saved_tensors
-    grad_x = grad_weight = None
-    if ctx.needs_input_grad[0]:
-        grad_x = segment_matmul(grad.contiguous(), type_ptr, weight.transpose(1, 2))
-    if ctx.needs_input_grad[2]:
-        grad_weight = segment_matmul_weight_grad(x, type_ptr, grad.contiguous(), weight.shape[0])
-    return grad_x, None, grad_weight
+def _backward_by(product, weight_grad):
+    """The backward of a segment matmul whose gradients are the ops ``product`` and ``weight_grad``."""
+    def backward(ctx, grad: Tensor):
+        x, type_ptr, weight = ctx.saved_tensors
+        grad_x = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_x = product(grad.contiguous(), type_ptr, weight.transpose(1, 2))
+        if ctx.needs_input_grad[2]:
+            grad_weight = weight_grad(x, type_ptr, grad.contiguous(), weight.shape[0])
+        return grad_x, None, grad_weight
+    return backward
 
 
-segment_matmul.register_autograd(_backward, setup_context=_setup_context)
+segment_matmul.register_autograd(_backward_by(segment_matmul, segment_matmul_weight_grad),
+                                 setup_context=_setup_context)
+
+
+# -- bounds on the device: what a CUDA graph may hold -------------------------------------------------------------------
+
+def device_kernels_take(x: Tensor, weight: Tensor) -> bool:
+    """Whether :func:`device_segment_matmul` runs ``x`` by ``weight`` on the device: the Triton kernels take their
+    dtype there and the results may vary in the last bits (no deterministic algorithms asked for); checked when a
+    graph is compiled, since at run time on CUDA the op raises instead of reading the bounds on the host."""
+    return (x.dtype in segment_triton.DTYPES and weight.dtype == x.dtype and kernel_device(x.device.type)
+            and config.get("segment_matmul") == "triton" and not torch.are_deterministic_algorithms_enabled())
+
+
+def _device_bounds(x: Tensor, type_ptr: Tensor, other: Tensor, segments: int) -> bool:
+    """True where the Triton kernels run this call; False on the CPU (the loop); raises on CUDA otherwise."""
+    if _kernels_take(x, other, type_ptr, segments) and type_ptr.device == x.device:
+        return True
+    if x.is_cuda:
+        raise RuntimeError(
+            f"gnn_io::device_segment_matmul: its Triton kernels cannot take {x.dtype} x {other.dtype} with "
+            f"{type_ptr.numel() - 1} bounds ({type_ptr.device}) for {segments} segments, and reading the bounds "
+            "on the host would break the CUDA graph that holds this op")
+    return False
+
+
+@torch.library.custom_op("gnn_io::device_segment_matmul", mutates_args=())
+def device_segment_matmul(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
+    """:func:`segment_matmul` with the bounds on the device, which the Triton kernels read there: nothing waits on
+    the host, so a CUDA graph may record it (the relations of a padded mini-batch, gnn_inductor/passes/
+    relation_segments.py). Rows outside every segment are left as they are."""
+    if _device_bounds(x, type_ptr, weight, weight.shape[0]):
+        return segment_triton.segment_mm(x, type_ptr, weight)
+    return _loop_mm(x, type_ptr, weight)
+
+
+@device_segment_matmul.register_fake
+def _device_segment_matmul_fake(x: Tensor, type_ptr: Tensor, weight: Tensor) -> Tensor:
+    return x.new_empty(x.shape[0], weight.shape[-1])
+
+
+@torch.library.custom_op("gnn_io::device_segment_matmul_weight_grad", mutates_args=())
+def device_segment_matmul_weight_grad(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
+    if _device_bounds(x, type_ptr, grad, types):
+        return segment_triton.segment_weight_grad(x, type_ptr, grad, types)
+    return _loop_weight_grad(x, type_ptr, grad, types)
+
+
+@device_segment_matmul_weight_grad.register_fake
+def _device_weight_grad_fake(x: Tensor, type_ptr: Tensor, grad: Tensor, types: int) -> Tensor:
+    return x.new_empty(types, x.shape[1], grad.shape[1])
+
+
+device_segment_matmul.register_autograd(
+    _backward_by(device_segment_matmul, device_segment_matmul_weight_grad), setup_context=_setup_context)

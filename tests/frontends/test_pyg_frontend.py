@@ -64,6 +64,38 @@ def test_plain_pyg_keeps_pyg_s_own_loop_and_its_graph_breaks():
     assert breaks > 0
 
 
+def test_rgcn_conv_compiles_without_its_heuristic_s_host_read_and_matches_eager(monkeypatch):
+    """RGCNConv's segment-matmul heuristic reads a device value on the host; while compiling, the frontend answers it
+    (the answer is unused there): the heuristic never runs in the compiled call, no graph break, the same
+    outputs and gradients, the switch left unset afterwards, and PyG's own heuristic under plain_pyg."""
+    import torch_geometric.backend
+    from torch_geometric.nn import RGCNConv
+
+    torch.manual_seed(0)
+    conv = RGCNConv(6, 5, num_relations=3)
+    x = torch.randn(12, 6, requires_grad=True)
+    edge_index = torch.randint(0, 12, (2, 40))
+    edge_type = torch.randint(0, 3, (40,))
+    expected = conv(x, edge_index, edge_type)
+    expected.square().sum().backward()
+    grads = [x.grad.clone()] + [p.grad.clone() for p in conv.parameters()]
+    x.grad = None
+    conv.zero_grad()
+    asked = []
+    heuristic = torch_geometric.backend.use_segment_matmul_heuristic
+    monkeypatch.setattr(torch_geometric.backend, "use_segment_matmul_heuristic",
+                        lambda **kw: asked.append(kw) or heuristic(**kw))
+    out, breaks = _compile_counting(conv, x, edge_index, edge_type)
+    out.square().sum().backward()
+    assert not asked and breaks == 0
+    assert torch_geometric.backend.use_segment_matmul is None
+    torch.testing.assert_close(out, expected, **tolerance(torch.float32))
+    for got, want in zip([x.grad] + [p.grad for p in conv.parameters()], grads):
+        torch.testing.assert_close(got, want, **tolerance(torch.float32))
+    _compile_counting(conv, x, edge_index, edge_type, plain=True)
+    assert asked and torch_geometric.backend.use_segment_matmul is None
+
+
 HGT_SIZES = {"paper": 12, "author": 9}
 HGT_EDGES = {("author", "writes", "paper"): 30, ("paper", "cites", "paper"): 25, ("paper", "rev_writes", "author"): 30}
 
@@ -223,7 +255,9 @@ def test_segment_matmul_gives_pyg_loops_products():
 
 def test_pyg_imported_after_gnn_inductor_gets_the_frontend_too():
     code = ("import gnn_inductor\nfrom torch_geometric.nn.dense.linear import HeteroLinear\n"
-            "assert hasattr(HeteroLinear.forward_naive, '_gnn_io_original')\n")
+            "from torch_geometric.nn import RGCNConv\n"
+            "assert hasattr(HeteroLinear.forward_naive, '_gnn_io_original')\n"
+            "assert hasattr(RGCNConv.forward, '_gnn_io_original')\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -98,17 +98,20 @@ def test_half_precision_is_within_its_rounding(dtype):
     assert grad_w.dtype == dtype and _error(grad_w, _loop_grad(x, bounds, grad, 3)) < 1e-2
 
 
-def test_the_op_runs_the_kernels_under_the_setting_with_the_loops_gradients(monkeypatch):
+@pytest.mark.parametrize("op", ["segment_matmul", "device_segment_matmul"])
+def test_the_op_runs_the_kernels_under_the_setting_with_the_loops_gradients(monkeypatch, op):
+    """Both ops, the one for bounds on the device (what a CUDA graph may hold) with its bounds there."""
     torch.manual_seed(3)
     calls = []
     for name in ("segment_mm", "segment_weight_grad"):
         original = getattr(segment_triton, name)
         monkeypatch.setattr(segment_triton, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
-    type_ptr = torch.tensor([0, 4, 4, 21])
+    type_ptr = torch.tensor([0, 4, 4, 21], device=DEVICE if op.startswith("device") else "cpu")
     x = torch.randn(21, 6, device=DEVICE, requires_grad=True)
     weight = torch.randn(3, 6, 5, device=DEVICE, requires_grad=True)
     with config.patch(segment_matmul="triton", triton_on_cpu=True):
-        out = segment.segment_matmul(x, type_ptr, weight)
+        assert segment.device_kernels_take(x, weight)
+        out = getattr(segment, op)(x, type_ptr, weight)
         out.square().sum().backward()
     assert calls == ["segment_mm", "segment_mm", "segment_weight_grad"]  # forward, input gradient, weight gradient
     got = (out.detach(), x.grad, weight.grad)
@@ -152,3 +155,14 @@ def test_deterministic_algorithms_take_the_weight_gradient_from_the_loop(monkeyp
     assert calls == ["segment_mm"]
     torch.testing.assert_close(got.double().cpu(), _loop_grad(x.cpu(), [0, 3, 9], grad.cpu(), 2),
                                **tolerance(torch.float32))
+
+
+@pytest.mark.skipif(INTERPRETED, reason="on CPU tensors the op runs the loop, as a CUDA graph never holds it there")
+def test_the_device_op_raises_on_cuda_where_its_kernels_cannot_run():
+    """On CUDA the op for bounds on the device never reads them on the host (the loop would, inside a CUDA graph):
+    float64 operands, which the kernels do not take, raise with the reason; the pass checks this before."""
+    x = torch.randn(5, 3, dtype=torch.float64, device=DEVICE)
+    weight = torch.randn(2, 3, 4, dtype=torch.float64, device=DEVICE)
+    assert not segment.device_kernels_take(x, weight)
+    with pytest.raises(RuntimeError, match="cannot take torch.float64"):
+        segment.device_segment_matmul(x, torch.tensor([0, 2, 5], device=DEVICE), weight)
